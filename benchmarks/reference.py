@@ -91,6 +91,21 @@ def _inseq_model(model, tokenizer):
     return _INSEQ_MODELS[key]
 
 
+def _context_shift(inseq_model, tokenizer, prompt: str, context: str, kwargs: dict) -> int:
+    """How many tokens inseq's context slice starts before (<0: after) the real context tokens of ``prompt``."""
+    from inseq.commands.attribute_context.attribute_context_helpers import get_filtered_tokens
+
+    prefix, *_ = kwargs["input_template"].partition("{context}")
+    if "{current}" in prefix:
+        prefix = prefix.format(current=kwargs["input_current_text"])
+    inseq_count = len(get_filtered_tokens(prefix, inseq_model, kwargs.get("special_tokens_to_keep", []),
+                                          is_target=False))
+    start = prompt.index(context)
+    enc = tokenizer(prompt, add_special_tokens=False, return_offsets_mapping=True)
+    real_count = sum(1 for a, b in enc["offset_mapping"] if b <= start and b > a)
+    return real_count - inseq_count
+
+
 def _esc(s: str) -> str:
     return s.replace("{", "{{").replace("}", "}}")
 
@@ -120,7 +135,7 @@ def build_inseq_args(prompt: str, contextless_prompt: str, context: str, answer:
         input_template = _esc(before) + "{context}" + _esc(after[: len(after) - k]) + "{current}"
         contextless_template = _esc(contextless_prompt[: len(contextless_prompt) - k]) + "{current}"
     specials = [t for t in tokenizer.all_special_tokens if t in prompt or t in contextless_prompt]
-    return dict(
+    return dict(  # noqa: C408
         input_current_text=current,
         input_context_text=context,
         input_template=input_template,
@@ -161,10 +176,11 @@ def _tokenization_notes(tokenizer, prompt, context, answer, out, inseq_out) -> l
     prompt_ids = tokenizer(prompt, add_special_tokens=False).input_ids
     in_prompt = prompt_ids[n_before : n_before + len(ctx_ids)]
     if in_prompt != ctx_ids:
-        diff = [j for j, (a, b) in enumerate(zip(ctx_ids, in_prompt)) if a != b]
+        diff = [j for j, (a, b) in enumerate(zip(ctx_ids, in_prompt)) if a != b] or [min(len(ctx_ids), len(in_prompt))]
+        j = diff[0]
         notes.append(
             f"context tokenized differently inside the prompt at context positions {diff[:5]}"
-            f" (e.g. {conv(ctx_ids[diff[0]:diff[0]+1]) if diff else ''} -> {conv(in_prompt[diff[0]:diff[0]+1]) if diff else ''});"
+            f" (e.g. {conv(ctx_ids[j : j + 1])} -> {conv(in_prompt[j : j + 1])});"
             " inseq's CCI slice uses the in-prompt tokens at those positions"
         )
     n_prompt = len(full_ids) - len(ans_ids)
@@ -199,6 +215,14 @@ def run_reference(
         warnings.filters[:] = saved_filters
         inseq_logger.setLevel(saved_level)
     threshold = get_scores_threshold(res.cti_scores, std_k)
+    shift = _context_shift(inseq_model, tokenizer, prompt, context, kwargs)
+    if shift:
+        # inseq slices the context scores after a prefix it counts by tokenizing the template's prefix alone; when
+        # that count differs from the prefix's tokens inside the full prompt, its slice is off by `shift` tokens.
+        # Re-align to the real context tokens (scores past inseq's slice are unknown: 0.0).
+        for c in res.cci_scores:
+            scores = list(c.input_context_scores)
+            c.input_context_scores = (scores[shift:] + [0.0] * shift) if shift > 0 else [0.0] * -shift + scores[:shift]
     out = ReferenceOutput(
         answer_tokens=list(res.output_current_tokens),
         cti_scores=[float(s) for s in res.cti_scores],
@@ -210,9 +234,12 @@ def run_reference(
         seconds=seconds,
     )
     out.notes = _tokenization_notes(tokenizer, prompt, context, answer, out, res)
+    if shift:
+        out.notes.append(f"inseq's context slice was off by {shift} token(s); re-aligned")
     for c in res.cci_scores:
         if len(c.input_context_scores) != len(out.context_tokens):
-            out.notes.append(f"CCI step {c.cti_idx}: {len(c.input_context_scores)} scores for {len(out.context_tokens)} tokens")
+            n_scores, n_ctx = len(c.input_context_scores), len(out.context_tokens)
+            out.notes.append(f"CCI step {c.cti_idx}: {n_scores} scores for {n_ctx} context tokens")
     return out
 
 
@@ -276,7 +303,7 @@ def _demo_cases(tokenizer):
     def fmt_docs(passages):
         return "".join(f"Document [{i + 1}](Title: ): {p}\n" for i, p in enumerate(passages))
 
-    rows = [json.loads(line) for line in Path("/work/shared/data/xor_attriqa_match/val.jsonl").open()]
+    rows = [json.loads(line) for line in Path("/work/shared/data/xor_attriqa_match/val.jsonl").open()]  # noqa: SIM115
     cases = []
     # 1: first val row, two passages, short answer
     r = rows[0]
@@ -292,7 +319,8 @@ def _demo_cases(tokenizer):
     cases.append(("braces", docs, "When did the {Ikhwan} first appear?", "The Ikhwan first appeared in 1913."))
     out = []
     for name, docs, q, ans in cases:
-        out.append(dict(name=name, prompt=chat(docs + "\nQuestion: " + q), contextless_prompt=chat("Question: " + q),
+        out.append(dict(  # noqa: C408
+            name=name, prompt=chat(docs + "\nQuestion: " + q), contextless_prompt=chat("Question: " + q),
                         context=docs, answer=ans))
     return out
 

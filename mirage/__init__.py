@@ -2,21 +2,21 @@
 
 __version__ = "0.1.0"
 
-from .config import AggregationConfig, CCIConfig, CTIConfig, GenerationConfig, MirageConfig, PromptConfig  # noqa: E402
-from .inputs import Document, InputError, RAGItem  # noqa: E402
-from .pipeline import Mirage  # noqa: E402
-from .results import AttributionResult  # noqa: E402
+from .config import AggregationConfig, CCIConfig, CTIConfig, GenerationConfig, MirageConfig, PromptConfig
+from .inputs import Document, InputError, RAGItem
+from .pipeline import Mirage
+from .results import AttributionResult
 
 __all__ = [
+    "AggregationConfig",
+    "AttributionResult",
+    "CCIConfig",
+    "CTIConfig",
+    "Document",
+    "GenerationConfig",
+    "InputError",
     "Mirage",
     "MirageConfig",
     "PromptConfig",
-    "GenerationConfig",
-    "CTIConfig",
-    "CCIConfig",
-    "AggregationConfig",
-    "AttributionResult",
-    "Document",
     "RAGItem",
-    "InputError",
 ]

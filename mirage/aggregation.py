@@ -54,14 +54,17 @@ def rank_documents(citations: Sequence[TokenCitation], max_citations: int) -> li
 
 
 def _widen(text: str, start: int, end: int) -> tuple[int, int]:
-    while start > 0 and text[start - 1].isalnum():
-        start -= 1
-    while end < len(text) and text[end].isalnum():
-        end += 1
+    """Trim whitespace off a character span, then widen it to whole words."""
     while start < end and text[start].isspace():
         start += 1
     while end > start and text[end - 1].isspace():
         end -= 1
+    if end <= start:
+        return start, start
+    while start > 0 and text[start - 1].isalnum():
+        start -= 1
+    while end < len(text) and text[end].isalnum():
+        end += 1
     return start, end
 
 

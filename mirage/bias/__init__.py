@@ -1,0 +1,40 @@
+"""Attribution sensitivity (CAS) and bias (CAB) to document metadata, for self-citations and mirage's citations.
+
+    from mirage import Mirage
+    from mirage.bias import BiasConfig, run_bias_study
+    result = run_bias_study("data/xor_attriqa_match", mirage=Mirage.from_pretrained(), cfg=BiasConfig(), output_dir="out")
+"""
+
+from .items import BiasItem, beir_items, msmarco_items, read_beir, xor_items
+from .metrics import cab, cas, citation_quality, exact_match, paired_p_value
+from .protocol import BiasConfig, Metadata, doc_labels, load_metadata
+from .records import BiasRecord
+from .results import BiasStudyResult, summarize
+from .runner import BiasStudy
+from .study import build_items, run_bias_study
+from .tables import plot_cab, render_markdown
+
+__all__ = [
+    "BiasConfig",
+    "BiasItem",
+    "BiasRecord",
+    "BiasStudy",
+    "BiasStudyResult",
+    "Metadata",
+    "beir_items",
+    "build_items",
+    "cab",
+    "cas",
+    "citation_quality",
+    "doc_labels",
+    "exact_match",
+    "load_metadata",
+    "msmarco_items",
+    "paired_p_value",
+    "plot_cab",
+    "read_beir",
+    "render_markdown",
+    "run_bias_study",
+    "summarize",
+    "xor_items",
+]

@@ -1,0 +1,255 @@
+"""Attribution quality per query, and attribution sensitivity (CAS) and bias (CAB) over queries.
+
+Per query (for one citation set, the union of its sentences' citations): precision and recall against the relevant
+documents, F1, the number of distinct citations, the response length in words, exact-match correctness
+(SQuAD/ALCE normalisation: a normalised gold answer occurs in the normalised answer), and attribution confidence
+(AC: the generation probability of citations to relevant / non-relevant documents, pooled over queries).
+
+Over queries (Abolghasemi et al., 2025): for M in {precision, recall},
+``CAS = mean_q |M_mode(q) - M_vanilla(q)|`` and ``CAB = ω · mean_q (M_informed(q) - M_counterfactual(q))``, ω = +1
+when the relevant documents carry the first side's label in the informed mode and -1 otherwise, so a positive CAB is
+a bias toward the first label. p-values are paired t-tests (``scipy.stats.ttest_rel``) over the same queries.
+The random-citation baseline cites, in each mode and query, as many distinct documents as the model did, drawn
+uniformly: what CAS and CAB look like when citations ignore the labels.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from .records import BiasRecord, CitationSource
+
+METRICS = ("precision", "recall")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's normalisation (as in ALCE): lower-case, drop punctuation and articles, collapse whitespace."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def exact_match(prediction: str, golds: Sequence[str]) -> bool | None:
+    """ALCE's exact match for short answers: some normalised gold answer occurs in the normalised prediction
+    (None without gold answers)."""
+    golds = [g for g in golds if normalize_answer(g)]
+    if not golds:
+        return None
+    pred = f" {normalize_answer(prediction)} "
+    return any(f" {normalize_answer(g)} " in pred for g in golds)
+
+
+def citation_quality(cited: Iterable[int], relevant: Iterable[int]) -> tuple[float, float, float]:
+    """Precision, recall and F1 of a set of cited document ids against the relevant ones (0 when nothing is cited,
+    as scikit-learn's ``zero_division=0`` in the studies' code)."""
+    cited_set, relevant_set = set(cited), set(relevant)
+    hits = len(cited_set & relevant_set)
+    precision = hits / len(cited_set) if cited_set else 0.0
+    recall = hits / len(relevant_set) if relevant_set else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return precision, recall, f1
+
+
+def cited_docs(record: BiasRecord, source: CitationSource) -> list[int]:
+    """Distinct valid document ids cited anywhere in the answer, in order of first citation."""
+    out: list[int] = []
+    for sentence in record.citations(source):
+        out.extend(d for d in sentence if 1 <= d <= record.n_docs and d not in out)
+    return out
+
+
+@dataclass(frozen=True)
+class QueryMetrics:
+    """One query's attribution quality for one citation set."""
+
+    precision: float
+    recall: float
+    f1: float
+    n_citations: int
+    length: int
+    correct: bool | None
+
+
+def query_metrics(record: BiasRecord, source: CitationSource) -> QueryMetrics:
+    cited = cited_docs(record, source)
+    precision, recall, f1 = citation_quality(cited, record.relevant)
+    return QueryMetrics(precision=precision, recall=recall, f1=f1, n_citations=len(cited),
+                        length=len(record.answer.split()), correct=exact_match(record.answer, record.answers))
+
+
+def attribution_confidence(records: Iterable[BiasRecord], source: CitationSource,
+                           ) -> tuple[float | None, int, float | None, int]:
+    """AC: mean probability of the citations to relevant documents and to non-relevant ones, pooled over all
+    citations of all queries; with the number of citations behind each (None when there are none)."""
+    relevant_p: list[float] = []
+    other_p: list[float] = []
+    for record in records:
+        for doc, p in record.citation_probs(source):
+            (relevant_p if doc in record.relevant else other_p).append(p)
+    mean = (lambda xs: float(np.mean(xs)) if xs else None)
+    return mean(relevant_p), len(relevant_p), mean(other_p), len(other_p)
+
+
+@dataclass
+class ModeSummary:
+    """Mean attribution quality of one mode over its queries (fractions in [0, 1]; length in words)."""
+
+    n: int
+    precision: float
+    recall: float
+    f1: float
+    n_citations: float
+    length: float
+    correct: float | None
+    no_citation: float
+    ac_relevant: float | None
+    ac_nonrelevant: float | None
+    n_ac_relevant: int
+    n_ac_nonrelevant: int
+
+
+def summarize_mode(records: Sequence[BiasRecord], source: CitationSource) -> ModeSummary:
+    rows = [query_metrics(r, source) for r in records]
+    judged = [m.correct for m in rows if m.correct is not None]
+    ac_rel, n_rel, ac_non, n_non = attribution_confidence(records, source)
+    mean = (lambda xs: float(np.mean(xs)) if len(xs) else 0.0)
+    return ModeSummary(
+        n=len(rows), precision=mean([m.precision for m in rows]), recall=mean([m.recall for m in rows]),
+        f1=mean([m.f1 for m in rows]), n_citations=mean([m.n_citations for m in rows]),
+        length=mean([m.length for m in rows]), correct=float(np.mean(judged)) if judged else None,
+        no_citation=mean([m.n_citations == 0 for m in rows]), ac_relevant=ac_rel, ac_nonrelevant=ac_non,
+        n_ac_relevant=n_rel, n_ac_nonrelevant=n_non)
+
+
+# -- CAS, CAB, t-tests ------------------------------------------------------------------------------------------------
+
+def cas(mode_values: Sequence[float], vanilla_values: Sequence[float]) -> float:
+    """Attribution sensitivity: mean absolute per-query difference between a mode and vanilla."""
+    a, b = _paired(mode_values, vanilla_values)
+    return float(np.mean(np.abs(a - b))) if len(a) else 0.0
+
+
+def cab(informed_values: Sequence[float], counterfactual_values: Sequence[float], omega: int) -> float:
+    """Attribution bias: ω times the mean per-query difference informed - counterfactual."""
+    if omega not in (1, -1):
+        raise ValueError("omega must be +1 or -1.")
+    a, b = _paired(informed_values, counterfactual_values)
+    return float(omega * np.mean(a - b)) if len(a) else 0.0
+
+
+def paired_p_value(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Two-sided paired t-test p-value (``scipy.stats.ttest_rel``); None when undefined (fewer than two queries,
+    or all differences equal, e.g. identical citations in both modes)."""
+    x, y = _paired(a, b)
+    if len(x) < 2:
+        return None
+    diff = x - y
+    if np.allclose(diff, diff[0]):
+        return None
+    p = float(stats.ttest_rel(x, y).pvalue)
+    return None if math.isnan(p) else p
+
+
+def _paired(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    if len(a) != len(b):
+        raise ValueError(f"paired values differ in length: {len(a)} vs {len(b)}.")
+    return np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+
+
+@dataclass
+class Stat:
+    """A CAS or CAB value (fraction), its paired t-test p-value and the random-citation baseline's value."""
+
+    value: float
+    p_value: float | None
+    baseline: float | None = None
+
+
+@dataclass
+class Effect:
+    """CAS or CAB for precision and recall over ``n`` paired queries."""
+
+    precision: Stat
+    recall: Stat
+    n: int
+
+    def stat(self, metric: str) -> Stat:
+        return self.precision if metric == "precision" else self.recall
+
+
+def align(by_mode: Mapping[str, Sequence[BiasRecord]], modes: Sequence[str]) -> list[list[BiasRecord]]:
+    """Per mode in ``modes``, the records of the items present in all of them, in the same item order."""
+    index = [{r.item_id: r for r in by_mode.get(m, [])} for m in modes]
+    common = [i for i in index[0] if all(i in idx for idx in index[1:])] if index else []
+    return [[idx[i] for i in common] for idx in index]
+
+
+def _values(records: Sequence[BiasRecord], source: CitationSource, metric: str) -> list[float]:
+    return [getattr(query_metrics(r, source), metric) for r in records]
+
+
+def cas_effect(mode_records: Sequence[BiasRecord], vanilla_records: Sequence[BiasRecord], source: CitationSource,
+               ) -> Effect:
+    """CAS of a mode against vanilla (records aligned by item, see :func:`align`)."""
+    out = {}
+    for metric in METRICS:
+        a, b = _values(mode_records, source, metric), _values(vanilla_records, source, metric)
+        out[metric] = Stat(value=cas(a, b), p_value=paired_p_value(a, b))
+    return Effect(precision=out["precision"], recall=out["recall"], n=len(mode_records))
+
+
+def cab_effect(informed: Sequence[BiasRecord], counterfactual: Sequence[BiasRecord], source: CitationSource, *,
+               omega: int) -> Effect:
+    """CAB between the informed and counterfactual modes (records aligned by item)."""
+    out = {}
+    for metric in METRICS:
+        a, b = _values(informed, source, metric), _values(counterfactual, source, metric)
+        out[metric] = Stat(value=cab(a, b, omega), p_value=paired_p_value(a, b))
+    return Effect(precision=out["precision"], recall=out["recall"], n=len(informed))
+
+
+# -- random-citation baseline -----------------------------------------------------------------------------------------
+
+def random_citation_draws(records: Sequence[BiasRecord], source: CitationSource, *, draws: int,
+                          rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Precision and recall ``[draws, n_queries]`` of a citer that cites, per query, as many distinct documents as
+    the model did, uniformly at random (the hits follow a hypergeometric law)."""
+    precision = np.zeros((draws, len(records)))
+    recall = np.zeros((draws, len(records)))
+    for q, record in enumerate(records):
+        n_cited = len(cited_docs(record, source))
+        n_rel = len(set(record.relevant))
+        if n_cited == 0 or n_rel == 0:
+            continue
+        hits = rng.hypergeometric(n_rel, record.n_docs - n_rel, n_cited, size=draws)
+        precision[:, q] = hits / n_cited
+        recall[:, q] = hits / n_rel
+    return {"precision": precision, "recall": recall}
+
+
+def random_baseline(aligned: Mapping[str, Sequence[BiasRecord]], source: CitationSource, *, omega: int, draws: int,
+                    seed: int) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]], dict[str, float]]:
+    """The random citer's mean precision/recall per mode, its CAS per non-vanilla mode and its CAB, averaged over
+    ``draws`` draws. ``aligned[mode]`` are records of the same items in the same order."""
+    rng = np.random.default_rng(seed)
+    sims = {mode: random_citation_draws(recs, source, draws=draws, rng=rng) for mode, recs in aligned.items()}
+    quality = {mode: {m: float(sim[m].mean()) if sim[m].size else 0.0 for m in METRICS} for mode, sim in sims.items()}
+    cas_base: dict[str, dict[str, float]] = {}
+    if "vanilla" in sims:
+        for mode, sim in sims.items():
+            if mode != "vanilla":
+                cas_base[mode] = {m: float(np.abs(sim[m] - sims["vanilla"][m]).mean()) if sim[m].size else 0.0
+                                  for m in METRICS}
+    cab_base: dict[str, float] = {}
+    if "informed" in sims and "counterfactual" in sims:
+        inf, cf = sims["informed"], sims["counterfactual"]
+        cab_base = {m: float(omega * (inf[m] - cf[m]).mean()) if inf[m].size else 0.0 for m in METRICS}
+    return quality, cas_base, cab_base

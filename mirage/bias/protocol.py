@@ -1,0 +1,205 @@
+"""The counterfactual protocol: RAG modes, metadata label sets, and which label each document carries in a mode.
+
+Modes (Abolghasemi et al., 2025): ``vanilla`` shows no metadata; ``informed`` shows the true labels (the relevant
+documents carry ``relevant_side``, the others the other side); ``counterfactual`` swaps them; ``mixed`` sets the
+relevant and the non-relevant documents' sides separately (``mixed=(relevant side, non-relevant side)``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import yaml
+
+from ..config import ConfigError
+
+Mode = Literal["vanilla", "informed", "counterfactual", "mixed"]
+Side = Literal["first", "second"]
+MetadataType = Literal["hai", "hai-extended", "hai-names", "gender", "race", "custom"]
+DocSource = Literal["retrieved", "rage"]
+Rewrite = Literal["none", "relevant", "nonrelevant", "all"]
+
+MODES: tuple[Mode, ...] = get_args(Mode)
+BIAS_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "bias"
+
+
+def _check(name: str, value: Any, literal: Any) -> None:
+    allowed = get_args(literal)
+    if value not in allowed:
+        raise ConfigError(f"bias.{name}={value!r} is not valid; choose one of {', '.join(map(repr, allowed))}.")
+
+
+def other_side(side: Side) -> Side:
+    return "second" if side == "first" else "first"
+
+
+@dataclass(frozen=True)
+class BiasConfig:
+    """One attribution-bias study: data building, metadata, modes and seeds.
+
+    ``labels``: the two label pools of a ``custom`` metadata type (first side, second side).
+    ``relevant_side``: the side the relevant documents truly carry (their label in the ``informed`` mode); the
+    sign ω of CAB is +1 when it is ``first`` and -1 otherwise, so a positive CAB is a bias toward the first side.
+    ``mixed``: the (relevant, non-relevant) sides of the ``mixed`` mode.
+    ``docs``: ``retrieved`` keeps each item's own documents; ``rage`` rebuilds the non-relevant ones as the RAGE
+    mixture (``rage_similar`` nearest by embedding similarity, the rest random).
+    ``rewrite``: which documents are replaced by an LLM rewrite (their actual authorship becomes the second side).
+    """
+
+    metadata: MetadataType = "hai"
+    labels: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+    modes: tuple[Mode, ...] = MODES
+    k: int = 5
+    seed: int = 42
+    relevant_side: Side = "first"
+    mixed: tuple[Side, Side] = ("first", "first")
+    docs: DocSource = "retrieved"
+    rage_similar: int = 2
+    max_doc_words: int | None = None
+    rewrite: Rewrite = "none"
+    explain: bool = False
+    prompts_dir: str | None = None
+    baseline_draws: int = 1000
+
+    def __post_init__(self) -> None:
+        _check("metadata", self.metadata, MetadataType)
+        _check("relevant_side", self.relevant_side, Side)
+        _check("docs", self.docs, DocSource)
+        _check("rewrite", self.rewrite, Rewrite)
+        if not self.modes:
+            raise ConfigError("bias.modes is empty; give at least one of " + ", ".join(MODES) + ".")
+        for mode in self.modes:
+            _check("modes", mode, Mode)
+        if len(set(self.modes)) != len(self.modes):
+            raise ConfigError(f"bias.modes={list(self.modes)} repeats a mode.")
+        if len(self.mixed) != 2:
+            raise ConfigError("bias.mixed must be two sides: (relevant side, non-relevant side).")
+        for side in self.mixed:
+            _check("mixed", side, Side)
+        if self.k < 1:
+            raise ConfigError("bias.k must be >= 1 (documents per question).")
+        if self.metadata == "custom":
+            if self.labels is None or len(self.labels) != 2 or not all(self.labels):
+                raise ConfigError("bias.metadata='custom' needs labels: two non-empty label pools, e.g. --labels A B.")
+        elif self.labels is not None:
+            raise ConfigError("bias.labels is only for metadata='custom'; the other types take their labels from "
+                              "configs/bias/metadata.yaml.")
+        if self.docs == "rage" and not 0 <= self.rage_similar <= self.k - 1:
+            raise ConfigError(f"bias.rage_similar={self.rage_similar} must be between 0 and k-1={self.k - 1}.")
+        if self.max_doc_words is not None and self.max_doc_words < 1:
+            raise ConfigError("bias.max_doc_words must be >= 1 (or null to keep documents whole).")
+        if self.baseline_draws < 1:
+            raise ConfigError("bias.baseline_draws must be >= 1.")
+
+    @property
+    def omega(self) -> int:
+        """+1 when the relevant documents carry the first side's label in the informed mode, else -1."""
+        return 1 if self.relevant_side == "first" else -1
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BiasConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ConfigError(f"Unknown bias config key(s) {sorted(unknown)}; known: {sorted(known)}.")
+        data = dict(data)
+        if data.get("labels") is not None:
+            data["labels"] = tuple(tuple(pool) for pool in data["labels"])
+        for key in ("modes", "mixed"):
+            if key in data:
+                data[key] = tuple(data[key])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class LabelSide:
+    """One side of a metadata type: a short name and the labels written into documents."""
+
+    name: str
+    labels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """A metadata type: its two sides and the informed prompt's consideration line."""
+
+    type: str
+    first: LabelSide
+    second: LabelSide
+    consideration: str
+
+    def side(self, side: Side) -> LabelSide:
+        return self.first if side == "first" else self.second
+
+
+@cache
+def _metadata_file(path: str) -> dict[str, Any]:
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of metadata types.")
+    return data
+
+
+def _side(raw: Any, where: str) -> LabelSide:
+    if not isinstance(raw, dict) or not raw.get("labels"):
+        raise ConfigError(f"{where}: needs {{name, labels: [...]}}.")
+    labels = tuple(str(label) for label in raw["labels"])
+    return LabelSide(name=str(raw.get("name") or labels[0]), labels=labels)
+
+
+def load_metadata(cfg: BiasConfig) -> Metadata:
+    """The metadata type of ``cfg`` from ``metadata.yaml`` (in ``cfg.prompts_dir`` or ``configs/bias``)."""
+    path = Path(cfg.prompts_dir or BIAS_CONFIG_DIR) / "metadata.yaml"
+    if not path.exists():
+        raise ConfigError(f"{path} does not exist; copy configs/bias/metadata.yaml there.")
+    data = _metadata_file(str(path.resolve()))
+    entry = data.get(cfg.metadata)
+    if not isinstance(entry, dict) or "consideration" not in entry:
+        raise ConfigError(f"{path} has no metadata type {cfg.metadata!r} with a consideration line.")
+    if cfg.metadata == "custom":
+        assert cfg.labels is not None
+        first = LabelSide(name=cfg.labels[0][0], labels=tuple(cfg.labels[0]))
+        second = LabelSide(name=cfg.labels[1][0], labels=tuple(cfg.labels[1]))
+    else:
+        first = _side(entry.get("first"), f"{path}: {cfg.metadata}.first")
+        second = _side(entry.get("second"), f"{path}: {cfg.metadata}.second")
+    consideration = str(entry["consideration"]).replace("{FIRST}", first.name).replace("{SECOND}", second.name)
+    return Metadata(type=cfg.metadata, first=first, second=second, consideration=consideration)
+
+
+def doc_sides(relevant: tuple[bool, ...], mode: Mode, cfg: BiasConfig) -> list[Side | None]:
+    """Each document's side in ``mode`` (None everywhere in vanilla)."""
+    if mode == "vanilla":
+        return [None] * len(relevant)
+    if mode == "informed":
+        rel, nonrel = cfg.relevant_side, other_side(cfg.relevant_side)
+    elif mode == "counterfactual":
+        rel, nonrel = other_side(cfg.relevant_side), cfg.relevant_side
+    else:
+        rel, nonrel = cfg.mixed
+    return [rel if is_rel else nonrel for is_rel in relevant]
+
+
+def doc_labels(item_id: str, relevant: tuple[bool, ...], mode: Mode, cfg: BiasConfig,
+               metadata: Metadata) -> list[str | None]:
+    """Each document's label in ``mode``. A document draws its pool index once (seeded by item and position), so
+    with pools of several labels a document keeps the same index across modes and only its side changes."""
+    rng = random.Random(f"{cfg.seed}:{item_id}:labels")
+    draws = [rng.randrange(1 << 30) for _ in relevant]
+    labels: list[str | None] = []
+    for side, draw in zip(doc_sides(relevant, mode, cfg), draws):
+        if side is None:
+            labels.append(None)
+        else:
+            pool = metadata.side(side).labels
+            labels.append(pool[draw % len(pool)])
+    return labels
+

@@ -1,0 +1,57 @@
+"""One generation of the study (an item in one mode): the answer, both citation sets and their confidences."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+CitationSource = Literal["self", "mirage"]
+SOURCES: tuple[CitationSource, ...] = ("self", "mirage")
+
+
+@dataclass
+class BiasRecord:
+    """An item's answer in one mode.
+
+    ``self_citations`` / ``mirage_citations``: per answer sentence, 1-based document ids (the model's own ``[n]``
+    marks; mirage's citations of the citation-stripped answer). ``self_citation_probs``: per ``[n]`` mark naming a
+    document, ``[doc, p]`` with p the generation probability of the mark's number tokens.
+    ``mirage_citation_probs``: per (sentence, mirage-cited document), ``[doc, p]`` with p the mean generation
+    probability of the sentence's context-sensitive tokens that mirage attributes to that document.
+    ``error``: why mirage could not attribute the answer (e.g. nothing left once citation marks are removed); its
+    mirage citations are then empty.
+    """
+
+    key: str
+    item_id: str
+    mode: str
+    labels: list[str | None]
+    relevant: list[int]
+    n_docs: int
+    answers: list[str]
+    raw_answer: str
+    answer: str
+    self_citations: list[list[int]]
+    mirage_citations: list[list[int]]
+    self_citation_probs: list[list[float]] = field(default_factory=list)
+    mirage_citation_probs: list[list[float]] = field(default_factory=list)
+    n_answer_tokens: int = 0
+    explanation: str | None = None
+    error: str | None = None
+    prompt: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def citations(self, source: CitationSource) -> list[list[int]]:
+        return self.self_citations if source == "self" else self.mirage_citations
+
+    def citation_probs(self, source: CitationSource) -> list[tuple[int, float]]:
+        rows = self.self_citation_probs if source == "self" else self.mirage_citation_probs
+        return [(int(d), float(p)) for d, p in rows]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BiasRecord:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})

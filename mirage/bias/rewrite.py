@@ -1,0 +1,60 @@
+"""Documents' actual authorship: replace documents by an LLM rewrite (greedy decoding, the studies' near-zero
+temperature), which should keep their information. The labels alone are enough for the main experiments; this makes
+the "true" labels of the informed mode true."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from ..config import GenerationConfig
+from ..generation import generate_answer
+from ..inputs import Document
+from ..models import LoadedModel
+from ..runs import ResumableJSONL
+from .items import BiasItem
+from .protocol import Rewrite
+
+
+def rewrite_text(lm: LoadedModel, text: str, *, prompt: dict[str, Any], seed: int = 42) -> str:
+    """One document rewritten by ``lm`` with the rewrite prompt (``configs/bias/rewrite.yaml``)."""
+    content = str(prompt["template"]).replace("{INST}", str(prompt["instruction"]).strip()).replace("{P}", text)
+    tok = lm.tokenizer
+    if lm.use_chat_template:
+        rendered = tok.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
+                                           add_generation_prompt=True)
+        ids = tok(rendered, add_special_tokens=False)["input_ids"]
+    else:
+        ids = tok(content + "\n\n", add_special_tokens=True)["input_ids"]
+    cfg = GenerationConfig(max_new_tokens=int(prompt.get("max_new_tokens", 320)), seed=seed)
+    return generate_answer(lm, ids, cfg=cfg).text.strip()
+
+
+def rewrite_items(lm: LoadedModel, items: Sequence[BiasItem], which: Rewrite, *, prompt: dict[str, Any],
+                  cache: ResumableJSONL | None = None, seed: int = 42) -> list[BiasItem]:
+    """Items whose ``which`` documents (relevant, non-relevant or all) are LLM rewrites, authorship ``llm``.
+
+    Rewrites are cached in ``cache`` by model, prompt and text, so a re-run reuses them; a rewrite that comes back
+    empty keeps the original text (and authorship).
+    """
+    if which == "none":
+        return list(items)
+    known = {r["key"]: r["text"] for r in (cache.records() if cache else []) if "key" in r}
+    out = []
+    for item in items:
+        docs, authors = list(item.docs), list(item.authors)
+        for i, doc in enumerate(item.docs):
+            is_rel = i + 1 in item.relevant
+            if which == "all" or (which == "relevant") == is_rel:
+                blob = f"{lm.name}\n{prompt['instruction']}\n{prompt['template']}\n{doc.text}"
+                key = hashlib.sha1(blob.encode()).hexdigest()
+                if key not in known:
+                    known[key] = rewrite_text(lm, doc.text, prompt=prompt, seed=seed)
+                    if cache is not None:
+                        cache.write({"key": key, "model": lm.name, "original": doc.text, "text": known[key]})
+                if known[key]:
+                    docs[i], authors[i] = Document(title=doc.title, text=known[key]), "llm"
+        out.append(BiasItem(id=item.id, question=item.question, docs=tuple(docs), relevant=item.relevant,
+                            answers=item.answers, source=item.source, authors=tuple(authors)))
+    return out

@@ -1,0 +1,224 @@
+"""Running the study: each item in each mode is generated once, its self-citations read with their generation
+probabilities, and the citation-stripped answer attributed by mirage; records are written as they finish."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..citations import _GROUP, _NUMBER, parse_answer
+from ..config import GenerationConfig, MirageConfig
+from ..forward import answer_logits
+from ..generation import generate_answer
+from ..inputs import InputError
+from ..pipeline import Mirage, PreparedItem
+from ..prompts import format_prompt, load_template
+from ..results import AttributionResult
+from ..runs import ResumableJSONL
+from ..tokenization import tokenize_answer
+from .items import BiasItem
+from .prompts import BiasPrompts, labelled_docs, load_prompts, mode_template, write_template
+from .protocol import BiasConfig, Metadata, Mode, doc_labels, load_metadata
+from .records import BiasRecord
+
+Progress = Callable[[Iterable[Any], int], Iterable[Any]]
+
+
+def token_probabilities(logits: torch.Tensor, ids: Sequence[int]) -> list[float]:
+    """Probability of each token ``ids[i]`` under ``softmax(logits[i])``; logits ``[n_tokens, vocab]``."""
+    if not len(ids):
+        return []
+    probs = torch.softmax(logits[: len(ids)].float(), dim=-1)
+    return probs.gather(1, torch.tensor(list(ids), device=probs.device).unsqueeze(1)).squeeze(1).tolist()
+
+
+def token_spans(tokenizer: Any, ids: Sequence[int], text: str) -> list[tuple[int, int]]:
+    """Character span of each generated token in ``text`` (the decoded ids), from decoding growing prefixes."""
+    spans, prev = [], 0
+    for i in range(len(ids)):
+        end = min(len(tokenizer.decode(list(ids[: i + 1]), skip_special_tokens=True)), len(text))
+        end = max(end, prev)
+        spans.append((prev, end))
+        prev = end
+    return spans
+
+
+def mark_probabilities(text: str, spans: Sequence[tuple[int, int]], probs: Sequence[float],
+                       n_docs: int) -> list[tuple[int, float]]:
+    """Per document number inside a citation mark (``[n]``, ``[n][m]``, ``[n, m]``) of ``text`` naming a document
+    1..n_docs: ``(n, p)``, p the product of the probabilities of the tokens overlapping the number's characters
+    (the generation probability of that number)."""
+    out = []
+    for group in _GROUP.finditer(text):
+        for number in _NUMBER.finditer(group.group()):
+            doc = int(number.group())
+            if not 1 <= doc <= n_docs:
+                continue
+            start, end = group.start() + number.start(), group.start() + number.end()
+            p = 1.0
+            for (s, e), prob in zip(spans, probs):
+                if s < end and e > start:
+                    p *= prob
+            out.append((doc, float(p)))
+    return out
+
+
+def mirage_citation_probabilities(res: AttributionResult, token_probs: Sequence[float]) -> list[tuple[int, float]]:
+    """Per sentence and mirage-cited document: the mean generation probability of the sentence's context-sensitive
+    tokens that mirage attributes to that document (``token_probs`` indexed like ``res.tokens``)."""
+    out = []
+    for sentence in res.sentences:
+        for doc in sentence.mirage_citations:
+            ps = [token_probs[t.index] for t in res.tokens
+                  if doc in t.cited_docs and sentence.start <= _first_char(res.answer, t.start, t.end) < sentence.end]
+            if ps:
+                out.append((doc, float(sum(ps) / len(ps))))
+    return out
+
+
+def _first_char(text: str, start: int, end: int) -> int:
+    while start < end - 1 and text[start].isspace():
+        start += 1
+    return start
+
+
+def record_key(item: BiasItem, mode: Mode, labels: Sequence[str | None], template: dict[str, str],
+               mirage_config: MirageConfig, model: str, explain: bool) -> str:
+    """Identifies a generation by everything that determines it, so a re-run skips exactly the finished ones."""
+    blob = json.dumps([item.to_dict(), mode, list(labels), template, mirage_config.to_dict(), model, explain],
+                      sort_keys=True, ensure_ascii=False)
+    return f"{item.id}:{mode}:{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
+
+
+@dataclass(frozen=True)
+class PlannedGeneration:
+    """An item in one mode: its labels, mirage config (with the mode's prompt file) and key."""
+
+    item: BiasItem
+    mode: Mode
+    labels: tuple[str | None, ...]
+    config: MirageConfig
+    key: str
+
+
+class BiasStudy:
+    """The counterfactual protocol over items for one model and one metadata type.
+
+    ``template_dir``: where the modes' prompt files are written (``DIR/prompts`` in the CLI).
+    """
+
+    def __init__(self, mirage: Mirage, cfg: BiasConfig, *, template_dir: str | Path,
+                 mirage_config: MirageConfig | None = None) -> None:
+        self.mirage = mirage
+        self.cfg = cfg
+        self.mirage_config = mirage_config or mirage.config
+        self.metadata: Metadata = load_metadata(cfg)
+        self.prompts: BiasPrompts = load_prompts(cfg)
+        self.template_dir = Path(template_dir)
+
+    def plan(self, items: Sequence[BiasItem]) -> list[PlannedGeneration]:
+        """Every (item, mode) of the study, in item order."""
+        paths: dict[Mode, tuple[dict[str, str], Path]] = {}
+        for mode in self.cfg.modes:
+            template = mode_template(self.prompts, mode, self.metadata)
+            paths[mode] = (template, write_template(template, self.template_dir))
+        planned = []
+        for item in items:
+            for mode in self.cfg.modes:
+                labels = tuple(doc_labels(item.id, item.is_relevant, mode, self.cfg, self.metadata))
+                template, path = paths[mode]
+                config = self.mirage_config.replace(prompt={"path": str(path)})
+                key = record_key(item, mode, labels, template, self.mirage_config, self.mirage.lm.name,
+                                 self.cfg.explain)
+                planned.append(PlannedGeneration(item=item, mode=mode, labels=labels, config=config, key=key))
+        return planned
+
+    def run(self, items: Sequence[BiasItem], *, out: ResumableJSONL | None = None,
+            progress: Progress | None = None) -> list[BiasRecord]:
+        """Run every planned generation not already in ``out`` (writing each as it finishes); return the records of
+        the whole plan, in plan order."""
+        planned = self.plan(items)
+        done = {r["key"]: BiasRecord.from_dict(r) for r in (out.records() if out else []) if "key" in r}
+        todo = [p for p in planned if p.key not in done]
+        iterator: Iterable[PlannedGeneration] = progress(todo, len(todo)) if progress else todo
+        for p in iterator:
+            record = self.generate(p)
+            done[p.key] = record
+            if out is not None:
+                out.write(record.to_dict())
+        return [done[p.key] for p in planned]
+
+    def generate(self, p: PlannedGeneration) -> BiasRecord:
+        """Generate one answer, read its self-citations and their probabilities, attribute it with mirage."""
+        t0 = time.perf_counter()
+        lm, cfg = self.mirage.lm, p.config
+        raw = {"question": p.item.question, "id": p.item.id,
+               "docs": labelled_docs(p.item.docs, list(p.labels), self.prompts.metadata_format)}
+        prep = self.mirage.prepare(raw, config=cfg, index=p.item.id)
+        gen = generate_answer(lm, prep.tokens.ids, cfg=cfg.generation)
+        timings = {"generation": time.perf_counter() - t0}
+        n_docs = len(p.item.docs)
+        probs = token_probabilities(gen.logits, gen.ids)
+        self_probs = mark_probabilities(gen.text, token_spans(lm.tokenizer, gen.ids, gen.text), probs, n_docs)
+        parsed = parse_answer(gen.text, n_docs)
+        mirage_cits: list[list[int]] = [[] for _ in parsed.sentences]
+        mirage_probs: list[tuple[int, float]] = []
+        error = None
+        t = time.perf_counter()
+        try:
+            res = self.mirage.attribute_item({**raw, "output": gen.text}, config=cfg, index=p.item.id)
+        except InputError as err:
+            error = str(err)
+        else:
+            mirage_cits = [list(s.mirage_citations) for s in res.sentences]
+            mirage_probs = mirage_citation_probabilities(res, self._answer_probs(prep, res, cfg))
+        timings["mirage"] = time.perf_counter() - t
+        explanation = None
+        if self.cfg.explain:
+            t = time.perf_counter()
+            explanation = self.explain(prep, gen.text, cfg)
+            timings["explain"] = time.perf_counter() - t
+        timings["total"] = time.perf_counter() - t0
+        return BiasRecord(
+            key=p.key, item_id=p.item.id, mode=p.mode, labels=list(p.labels), relevant=list(p.item.relevant),
+            n_docs=n_docs, answers=list(p.item.answers), raw_answer=gen.text, answer=parsed.text,
+            self_citations=[list(c) for c in parsed.citations], mirage_citations=mirage_cits,
+            self_citation_probs=[[d, pr] for d, pr in self_probs], mirage_citation_probs=[[d, pr] for d, pr in mirage_probs],
+            n_answer_tokens=len(gen.ids), explanation=explanation, error=error, prompt=prep.prompt.text,
+            timings={k: round(v, 3) for k, v in timings.items()})
+
+    def _answer_probs(self, prep: PreparedItem, res: AttributionResult, cfg: MirageConfig) -> list[float]:
+        """Generation probability of each token of the citation-stripped answer (teacher-forced, with documents)."""
+        tok = self.mirage.lm.tokenizer
+        answer = tokenize_answer(tok, res.answer)
+        if res.prompt != prep.prompt.text:  # the attribution call truncated documents differently
+            prep = self.mirage.prepare({"question": res.question, "docs": res.docs}, config=cfg,
+                                       reserve_tokens=len(answer.ids) + 1)
+        logits = answer_logits(self.mirage.lm, prep.tokens.ids, answer.ids)
+        return token_probabilities(logits, answer.ids)
+
+    def explain(self, prep: PreparedItem, answer: str, cfg: MirageConfig) -> str:
+        """Ask the model, as a follow-up turn, to explain its citations (``explainer.yaml``)."""
+        lm = self.mirage.lm
+        tok = lm.tokenizer
+        question = str(self.prompts.explainer["question"]).strip()
+        chat = not prep.prompt.add_special_tokens
+        if chat:
+            content = format_prompt(load_template(cfg.prompt), prep.item.question, prep.item.docs).text
+            messages = ([{"role": "system", "content": cfg.prompt.system}] if cfg.prompt.system else []) + [
+                {"role": "user", "content": content}, {"role": "assistant", "content": answer},
+                {"role": "user", "content": question}]
+            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+        else:
+            ids = tok(f"{prep.prompt.text} {answer}\n\n{question}\n", add_special_tokens=True)["input_ids"]
+        gen_cfg = GenerationConfig(max_new_tokens=int(self.prompts.explainer.get("max_new_tokens", 128)),
+                                   seed=cfg.generation.seed)
+        return generate_answer(lm, ids, cfg=gen_cfg).text.strip()

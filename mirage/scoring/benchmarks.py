@@ -1,0 +1,150 @@
+"""One call per benchmark: load the data, run the model item by item into a resumable file, evaluate, and write
+``results.json`` and the plot into an output directory.
+
+    report = run_xor_attriqa(lambda: Mirage.from_pretrained("smollm2-135m-instruct"), ["fi.jsonl"], out_dir="out",
+                             model_name="smollm2-135m-instruct", calibrate_on="val.jsonl")
+
+Files in the output directory: ``run.json`` (what the stored model outputs depend on; a later run with other
+settings is refused rather than mixed in), ``scores.jsonl`` / ``answers.jsonl`` (one line per finished item, so a
+killed run resumes where it stopped), ``results.json`` and the figure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..config import MirageConfig
+from ..inputs import InputError
+from ..runs import ResumableJSONL
+from . import metrics as M
+from .eli5 import ELI5Report, attribute_items, evaluate_eli5, load_alce, load_judgments
+from .xor_attriqa import concat_data, load_xor_attriqa, score_items
+from .xor_eval import CalibrateBy, XorAttriQAReport, evaluate
+
+Progress = Callable[[Iterable, int, str], Iterable]
+
+
+def versions() -> dict[str, str]:
+    import torch
+    import transformers
+
+    return {"mirage": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
+    """Record what stored model outputs depend on; refuse a directory holding outputs of different settings."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "run.json"
+    expected = json.loads(json.dumps(fingerprint))
+    if path.exists():
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        diff = sorted(k for k in set(stored) | set(expected) if stored.get(k) != expected.get(k))
+        if diff:
+            details = "; ".join(f"{k}: {stored.get(k)!r} there, {expected.get(k)!r} now" for k in diff)
+            raise InputError(f"{out_dir} holds model outputs of another run ({details}); use another -o directory "
+                             "or delete that one.")
+        return
+    path.write_text(json.dumps(expected, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _save(out_dir: Path, report: Any, figure: Any, figure_name: str) -> None:
+    (out_dir / "results.json").write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n",
+                                          encoding="utf-8")
+    figure.savefig(out_dir / figure_name, dpi=130)
+
+
+def run_xor_attriqa(
+    model: Any,
+    data: Sequence[str | Path],
+    *,
+    out_dir: str | Path,
+    model_name: str,
+    config: MirageConfig | None = None,
+    text: str = "en",
+    calibrate_on: str | Path | None = None,
+    calibrate_by: CalibrateBy = "global",
+    nli_dir: str | Path | None = None,
+    limit: int | None = None,
+    progress: Progress | None = None,
+) -> XorAttriQAReport:
+    """Score XOR-AttriQA files (and the calibration file) and write ``results.json`` and ``sweep.png``.
+
+    ``model``: a Mirage, or a function returning one (called only if some item still needs the model).
+    ``limit`` keeps the first N rows of each file, the calibration file included.
+    """
+    cfg = config or MirageConfig()
+    out = Path(out_dir)
+    check_run(out, {"benchmark": "xor-attriqa", "model": model_name, "prompt": vars(cfg.prompt),
+                    "cti_metric": cfg.cti.metric, "cci_method": cfg.cci.method, "ig_steps": cfg.cci.ig_steps})
+    test = concat_data(load_xor_attriqa(p, text=text, nli_dir=nli_dir, limit=limit) for p in data)  # type: ignore[arg-type]
+    cal = load_xor_attriqa(calibrate_on, text=text, nli_dir=nli_dir, limit=limit) if calibrate_on else None
+    items = list(test.items) + (list(cal.items) if cal else [])
+    scores, failed = score_items(model, items, config=cfg, store=ResumableJSONL(out / "scores.jsonl"),
+                                 progress=progress)
+    bad = list(test.bad_rows) + (list(cal.bad_rows) if cal else []) + failed
+    settings = {"model": model_name, "text": text, "data": [str(p) for p in data],
+                "calibrate_on": str(calibrate_on) if calibrate_on else None, "calibrate_by": calibrate_by,
+                "limit": limit, "config": cfg.to_dict()}
+    report = evaluate(test.items, scores, config=cfg, calibration_items=cal.items if cal else None,
+                      calibrate_by=calibrate_by, bad_rows=bad, settings=settings)
+    report.versions = versions()
+    from .plots import sweep_figure
+
+    _save(out, report, sweep_figure(report.sweep), "sweep.png")
+    return report
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "judge"
+
+
+def run_eli5(
+    model: Any,
+    source: str | Path,
+    *,
+    out_dir: str | Path,
+    model_name: str,
+    config: MirageConfig | None = None,
+    seeds: Sequence[int] = (42,),
+    ndocs: int | None = 5,
+    judge: M.NLIJudge | None = None,
+    at_most: int = 3,
+    limit: int | None = None,
+    progress: Progress | None = None,
+) -> ELI5Report:
+    """Generate, self-cite and attribute ALCE-format items for each seed; write ``results.json`` and
+    ``length_bins.png``. The judge's decisions are kept in ``judgments-<judge>.jsonl`` and reused."""
+    cfg = config or MirageConfig()
+    out = Path(out_dir)
+    gen = vars(cfg.generation)
+    check_run(out, {"benchmark": "eli5", "model": model_name, "prompt": vars(cfg.prompt),
+                    "generation": {k: v for k, v in gen.items() if k != "seed"}, "cti": vars(cfg.cti),
+                    "cci": vars(cfg.cci), "aggregation": vars(cfg.aggregation)})
+    data = load_alce(source, limit=limit)
+    results, failed = attribute_items(model, data.items, seeds=seeds, ndocs=ndocs, config=cfg,
+                                      store=ResumableJSONL(out / "answers.jsonl"), progress=progress)
+    cached = None
+    if judge is not None:
+        path = out / f"judgments-{_slug(judge.name)}.jsonl"
+        store = ResumableJSONL(path)
+
+        def remember(premise: str, hypothesis: str, decision: bool) -> None:
+            store.write({"premise": premise, "hypothesis": hypothesis, "entails": decision})
+
+        cached = M.CachedJudge(judge, load_judgments(path), on_new=remember)
+    settings = {"model": model_name, "data": str(source), "seeds": list(seeds), "ndocs": ndocs, "limit": limit,
+                "at_most_citations": at_most, "config": cfg.to_dict()}
+    if len(set(seeds)) > 1 and not cfg.generation.do_sample:
+        settings["note"] = "greedy decoding: the seeds give the same answers; sample to vary them"
+    report = evaluate_eli5(data.items, results, seeds=seeds, ndocs=ndocs, judge=cached, at_most=at_most,
+                           bad_rows=list(data.bad_rows) + failed, settings=settings)
+    report.versions = versions()
+    from .plots import length_figure
+
+    _save(out, report, length_figure(report.length_bins), "length_bins.png")
+    return report

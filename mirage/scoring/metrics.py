@@ -1,0 +1,260 @@
+"""Metric arithmetic for the benchmarks: binary agreement scores, ROC-AUC, ALCE citation quality, citation-set overlap.
+
+Every score is a percentage in [0, 100], or ``None`` where it is undefined (no pairs, a class absent, …); averages
+skip undefined values. ROC-AUC is a fraction in [0, 1], as usual.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+# -- binary predictions against human labels ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BinaryCounts:
+    """Confusion counts of binary predictions against binary labels (positive = "the passage supports the answer")."""
+
+    tp: int = 0
+    fp: int = 0
+    tn: int = 0
+    fn: int = 0
+
+    @classmethod
+    def of(cls, predictions: Sequence[bool], labels: Sequence[bool]) -> BinaryCounts:
+        if len(predictions) != len(labels):
+            raise ValueError(f"{len(predictions)} predictions for {len(labels)} labels.")
+        tp = sum(1 for p, y in zip(predictions, labels) if p and y)
+        fp = sum(1 for p, y in zip(predictions, labels) if p and not y)
+        fn = sum(1 for p, y in zip(predictions, labels) if not p and y)
+        return cls(tp=tp, fp=fp, fn=fn, tn=len(labels) - tp - fp - fn)
+
+    @property
+    def total(self) -> int:
+        return self.tp + self.fp + self.tn + self.fn
+
+
+def percent(num: float, den: float) -> float | None:
+    """100 · num / den, or None when den is 0."""
+    return None if den == 0 else 100.0 * num / den
+
+
+def agreement(c: BinaryCounts) -> float | None:
+    """% of pairs where the prediction equals the label (accuracy)."""
+    return percent(c.tp + c.tn, c.total)
+
+
+def precision(c: BinaryCounts) -> float | None:
+    """% of predicted supporting passages that humans judged supporting; undefined with no positive prediction."""
+    return percent(c.tp, c.tp + c.fp)
+
+
+def recall(c: BinaryCounts) -> float | None:
+    """% of supporting passages predicted as supporting; undefined with no supporting passage."""
+    return percent(c.tp, c.tp + c.fn)
+
+
+def f1(c: BinaryCounts) -> float | None:
+    """F1 on the supporting class, 2TP / (2TP + FP + FN): 0 when nothing is predicted but something supports."""
+    return percent(2 * c.tp, 2 * c.tp + c.fp + c.fn)
+
+
+def balanced_accuracy(c: BinaryCounts) -> float | None:
+    """Mean of the recalls of both classes (as sklearn: with one class present, that class's recall)."""
+    rates = [r for r in (percent(c.tp, c.tp + c.fn), percent(c.tn, c.tn + c.fp)) if r is not None]
+    return sum(rates) / len(rates) if rates else None
+
+
+def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
+    """Area under the ROC curve of ``scores`` for ``labels``; undefined (None) unless both classes are present."""
+    if len(scores) != len(labels):
+        raise ValueError(f"{len(scores)} scores for {len(labels)} labels.")
+    if len({bool(y) for y in labels}) < 2:
+        return None
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score([int(bool(y)) for y in labels], [float(s) for s in scores]))
+
+
+def mean_defined(values: Iterable[float | None]) -> float | None:
+    """Mean of the values that are defined; None if none is."""
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    return sum(vals) / len(vals) if vals else None
+
+
+#: The binary scores reported for every setting, by name.
+BINARY_METRICS: dict[str, Callable[[BinaryCounts], float | None]] = {
+    "agreement": agreement,
+    "precision": precision,
+    "recall": recall,
+    "f1": f1,
+    "balanced_accuracy": balanced_accuracy,
+}
+
+
+# -- NLI judges -----------------------------------------------------------------------------------------------------
+
+
+class NLIJudge(Protocol):
+    """Decides whether a premise (cited passages) entails a hypothesis (an answer sentence)."""
+
+    name: str
+
+    def entails(self, premise: str, hypothesis: str) -> bool: ...
+
+
+class CachedJudge:
+    """Wraps a judge with a cache of its decisions. ``cache`` maps ``(premise, hypothesis)`` to a decision and may be
+    pre-filled from a previous run; ``on_new(premise, hypothesis, decision)`` is called for each new decision (e.g.
+    to append it to a file), so that a killed run loses none."""
+
+    def __init__(self, judge: NLIJudge, cache: dict[tuple[str, str], bool] | None = None,
+                 on_new: Callable[[str, str, bool], None] | None = None) -> None:
+        self.judge = judge
+        self.name = judge.name
+        self.cache: dict[tuple[str, str], bool] = dict(cache or {})
+        self.on_new = on_new
+        self.calls = 0
+
+    def entails(self, premise: str, hypothesis: str) -> bool:
+        key = (premise, hypothesis)
+        if key not in self.cache:
+            decision = bool(self.judge.entails(premise, hypothesis))
+            self.calls += 1
+            self.cache[key] = decision
+            if self.on_new is not None:
+                self.on_new(premise, hypothesis, decision)
+        return self.cache[key]
+
+
+# -- ALCE citation quality ------------------------------------------------------------------------------------------
+
+
+def format_document(doc: dict[str, str]) -> str:
+    """A document as ALCE's judge reads it: ``Title: {title}\\n{text}``."""
+    return f"Title: {doc.get('title', '')}\n{doc.get('text', '')}"
+
+
+_CITE = re.compile(r"\s*\[\d+(?:\s*[,;]\s*\d+)*\]")
+
+
+def remove_citations(sentence: str) -> str:
+    """The sentence without ``[n]`` marks (what the judge checks)."""
+    return _CITE.sub("", sentence).replace(" |", "").replace("]", "").strip()
+
+
+@dataclass(frozen=True)
+class SentenceCitationScore:
+    """ALCE's verdicts on one sentence: whether its citations jointly entail it (recall), how many citations it has
+    (at most ``at_most``) and how many of them are not superfluous (precision numerator)."""
+
+    supported: bool
+    n_citations: int
+    n_precise: int
+
+
+def score_sentence(sentence: str, cited: Sequence[int], docs: Sequence[dict[str, str]], judge: NLIJudge, *,
+                   at_most: int = 3) -> SentenceCitationScore:
+    """ALCE's citation recall and precision for one sentence (Gao et al., 2023, ``compute_autoais``).
+
+    ``cited`` are 1-based document ids. No citation, or a citation naming no document, means unsupported (and counts
+    no citation for precision, as in ALCE). A citation is
+    precise unless the sentence is supported, has several citations, that citation alone does not entail it and the
+    others without it still do.
+    """
+    refs = [c - 1 for c in cited]
+    if not refs or any(r < 0 or r >= len(docs) for r in refs):
+        return SentenceCitationScore(supported=False, n_citations=0, n_precise=0)
+    refs = refs[:at_most]
+    claim = remove_citations(sentence)
+    joint = "\n".join(format_document(docs[r]) for r in refs)
+    supported = judge.entails(joint, claim)
+    if not supported:
+        return SentenceCitationScore(supported=False, n_citations=len(refs), n_precise=0)
+    if len(refs) == 1:
+        return SentenceCitationScore(supported=True, n_citations=1, n_precise=1)
+    precise = 0
+    for r in refs:
+        if judge.entails(format_document(docs[r]), claim):
+            precise += 1
+            continue
+        rest = "\n".join(format_document(docs[o]) for o in refs if o != r)
+        if not judge.entails(rest, claim):
+            precise += 1
+    return SentenceCitationScore(supported=True, n_citations=len(refs), n_precise=precise)
+
+
+@dataclass(frozen=True)
+class CitationQuality:
+    """ALCE citation recall and precision (%), averaged over answers, and their harmonic mean."""
+
+    recall: float | None
+    precision: float | None
+    f1: float | None
+    n_answers: int
+    n_sentences: int
+
+
+def answer_recall_precision(scores: Sequence[SentenceCitationScore]) -> tuple[float, float]:
+    """One answer's ALCE recall (supported sentences / sentences) and precision (precise citations / citations; 0
+    with no citation), as fractions."""
+    if not scores:
+        return 0.0, 0.0
+    rec = sum(s.supported for s in scores) / len(scores)
+    n_cit = sum(s.n_citations for s in scores)
+    prec = sum(s.n_precise for s in scores) / n_cit if n_cit else 0.0
+    return rec, prec
+
+
+def harmonic_mean(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None:
+        return None
+    return 0.0 if a + b == 0 else 2 * a * b / (a + b)
+
+
+def citation_quality(per_answer: Sequence[Sequence[SentenceCitationScore]]) -> CitationQuality:
+    """ALCE's corpus scores: recall and precision averaged over answers (in %), F1 their harmonic mean."""
+    if not per_answer:
+        return CitationQuality(recall=None, precision=None, f1=None, n_answers=0, n_sentences=0)
+    pairs = [answer_recall_precision(a) for a in per_answer]
+    rec = 100 * sum(r for r, _ in pairs) / len(pairs)
+    prec = 100 * sum(p for _, p in pairs) / len(pairs)
+    return CitationQuality(recall=rec, precision=prec, f1=harmonic_mean(rec, prec), n_answers=len(per_answer),
+                           n_sentences=sum(len(a) for a in per_answer))
+
+
+# -- citation sets ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CitationSetAgreement:
+    """How two citation sets over the same sentences agree: exact-match % of sentences, mean Jaccard % (two empty
+    sets count as 1), and % of (sentence, document) pairs where both cite or both do not cite."""
+
+    exact_match: float | None
+    jaccard: float | None
+    pair_agreement: float | None
+    n_sentences: int
+
+
+def citation_set_agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]],
+                           n_docs: Sequence[int]) -> CitationSetAgreement:
+    """Agreement of citation sets ``a[i]`` and ``b[i]`` of sentence i, whose answer had ``n_docs[i]`` documents."""
+    if not (len(a) == len(b) == len(n_docs)):
+        raise ValueError("a, b and n_docs must have one entry per sentence.")
+    if not a:
+        return CitationSetAgreement(exact_match=None, jaccard=None, pair_agreement=None, n_sentences=0)
+    exact = jac = 0.0
+    same = pairs = 0
+    for x, y, n in zip(a, b, n_docs):
+        sx, sy = set(x), set(y)
+        exact += sx == sy
+        jac += 1.0 if not (sx | sy) else len(sx & sy) / len(sx | sy)
+        same += sum(1 for d in range(1, n + 1) if (d in sx) == (d in sy))
+        pairs += n
+    return CitationSetAgreement(exact_match=100 * exact / len(a), jaccard=100 * jac / len(a),
+                                pair_agreement=percent(same, pairs), n_sentences=len(a))

@@ -1,0 +1,111 @@
+"""Plain-text tables of the benchmark reports, laid out as the paper's tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .eli5 import ELI5Report
+from .xor_eval import SETTINGS, XorAttriQAReport
+
+SETTING_NAMES = {
+    "ex_top3": "MIRAGE-EX top-3",
+    "ex_top5pct": "MIRAGE-EX top-5%",
+    "cal_top3": "MIRAGE-CAL top-3",
+    "cal_top5pct": "MIRAGE-CAL top-5%",
+    "nli_mt": "NLI (MT to English)",
+    "nli_orig": "NLI (original text)",
+    "cite_all": "cite every passage",
+    "cite_none": "cite none",
+    "mirage_raw": "MIRAGE |CTI| x CCI share",
+}
+XOR_METRICS = {
+    "agreement": "Agreement with human labels (%)",
+    "f1": "F1 on supporting passages (%)",
+    "balanced_accuracy": "Balanced accuracy (%)",
+    "precision": "Precision on supporting passages (%)",
+    "recall": "Recall on supporting passages (%)",
+    "roc_auc": "ROC-AUC of per-passage scores (0-1)",
+}
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def grid(title: str, header: list[str], rows: list[list[str]]) -> str:
+    """A left-aligned first column and right-aligned value columns."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [title]
+    for r in [header, *rows]:
+        lines.append("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
+    return "\n".join(lines)
+
+
+def xor_table(report: XorAttriQAReport, metrics: list[str] | None = None) -> str:
+    """The report as one table per metric: settings as rows, languages and their average as columns."""
+    langs = report.languages
+    blocks = []
+    counts = report.counts
+    blocks.append(grid("Data", ["", *langs, "all"],
+                       [[name, *[_fmt(counts[lang][name]) for lang in [*langs, "all"]]]
+                        for name in ("items", "pairs", "supporting")]))
+    for metric in metrics or list(XOR_METRICS):
+        table = getattr(report, metric)
+        digits = 3 if metric == "roc_auc" else 1
+        order = [s for s in (*SETTINGS, "mirage_raw") if s in table]
+        rows = [[SETTING_NAMES.get(s, s), *[_fmt(table[s].get(lang), digits) for lang in [*langs, "avg"]]]
+                for s in order]
+        blocks.append(grid(XOR_METRICS[metric], ["", *langs, "avg"], rows))
+    cal = report.calibration
+    if cal:
+        thr = ", ".join(f"{k}={v:.4g}" for k, v in cal["thresholds"].items())
+        blocks.append(f"MIRAGE-CAL: CTI thresholds calibrated on {cal['items']} items ({cal['by']}): {thr}")
+    else:
+        blocks.append("MIRAGE-CAL: not run (no --calibrate-on).")
+    blocks.append(f"Bad rows skipped: {report.bad_rows['count']}")
+    return "\n\n".join(blocks)
+
+
+ELI5_ROWS = {
+    "answers": "answers",
+    "sentences": "sentences",
+    "no_citation_sentences_pct": "sentences with no citation (%)",
+    "no_citation_answers_pct": "answers with no citation (%)",
+    "citations_per_sentence": "citations per sentence",
+    "citation_recall": "ALCE citation recall (%)",
+    "citation_precision": "ALCE citation precision (%)",
+    "citation_f1": "ALCE citation F1 (%)",
+}
+AGREEMENT_ROWS = {
+    "exact_match": "same citation set (% of sentences)",
+    "jaccard": "mean Jaccard of the sets (%)",
+    "pair_agreement": "(sentence, document) pairs agreeing (%)",
+}
+
+
+def eli5_table(report: ELI5Report) -> str:
+    """Self-citation beside MIRAGE (mean over seeds, ± standard deviation with several seeds)."""
+    n_seeds = len(report.per_seed)
+
+    def cell(block: str, name: str) -> str:
+        value = report.mean[block].get(name)
+        if name in ("answers", "sentences") and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        text = _fmt(value, 2 if name == "citations_per_sentence" else 1)
+        if n_seeds > 1 and value is not None and report.std[block].get(name) is not None:
+            text += f" ± {report.std[block][name]:.1f}"
+        return text
+
+    rows = [[label, cell("self", name), cell("mirage", name)] for name, label in ELI5_ROWS.items()
+            if name in report.mean["self"]]
+    seeds = ", ".join(report.per_seed)
+    out = [grid(f"Citations over {n_seeds} seed(s) ({seeds})", ["", "self-citation", "MIRAGE"], rows)]
+    out.append(grid("Agreement between the two citation sets", ["", "value"],
+                    [[label, cell("agreement", name)] for name, label in AGREEMENT_ROWS.items()]))
+    out.append(f"NLI judge: {report.judge or 'none (give --nli MODEL for ALCE citation quality)'}")
+    out.append(f"Bad rows skipped: {report.bad_rows['count']}")
+    return "\n\n".join(out)

@@ -1,0 +1,102 @@
+"""Shared fixtures: tiny seeded models built in memory (with the embedded model's real tokenizer), the embedded
+model itself, the example items, and real attribution results computed on the embedded model once per session."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+#: A document whose text would run as code if a page did not escape it.
+SCRIPT_DOC = {
+    "title": "Kitchen notes <b>not bold</b>",
+    "text": "Raw eggs in cookie dough can carry salmonella. <script>window.__mirage_pwned = 1</script> Heat kills it.",
+}
+
+
+@pytest.fixture(scope="session")
+def example_items() -> list[dict]:
+    """The real RAG items of examples/rag_items.json."""
+    return json.loads((ROOT / "examples" / "rag_items.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def xor_item(example_items) -> dict:
+    """A force-decoded XOR-AttriQA item whose answer (a year) is copied from a document."""
+    return next(it for it in example_items if it["id"] == "xor-val-0")
+
+
+@pytest.fixture(scope="session")
+def real_tokenizer():
+    """The embedded default model's (fast) tokenizer, from mirage's offline cache."""
+    from transformers import AutoTokenizer
+
+    from mirage.models import embedded_checkpoint
+
+    return AutoTokenizer.from_pretrained(embedded_checkpoint("smollm2-135m-instruct"))
+
+
+@pytest.fixture(scope="session")
+def tiny_causal(real_tokenizer):
+    """A tiny seeded Llama model built in memory around the real tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mirage.models import wrap_model
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
+    return wrap_model(LlamaForCausalLM(config), real_tokenizer, name="tiny-causal")
+
+
+@pytest.fixture(scope="session")
+def tiny_seq2seq(real_tokenizer):
+    """A tiny seeded T5 encoder-decoder built in memory around the real tokenizer."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from mirage.models import wrap_model
+
+    torch.manual_seed(0)
+    config = T5Config(vocab_size=len(real_tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+                      num_heads=4, decoder_start_token_id=0, pad_token_id=0, eos_token_id=real_tokenizer.eos_token_id)
+    return wrap_model(T5ForConditionalGeneration(config), real_tokenizer, name="tiny-seq2seq")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The default embedded model (smollm2-135m-instruct) as a LoadedModel, loaded offline once."""
+    from mirage.models import load_model
+
+    return load_model("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def embedded_mirage(smollm2):
+    """A Mirage on the embedded default model."""
+    from mirage import Mirage
+
+    return Mirage(smollm2)
+
+
+def _short(doc: dict, words: int = 45) -> dict:
+    return {"title": doc["title"], "text": " ".join(doc["text"].split()[:words])}
+
+
+@pytest.fixture(scope="session")
+def real_results(embedded_mirage, example_items):
+    """Two real results on the embedded model: a short generated ELI5 answer over two shortened documents and a
+    document holding ``<script>``, and a force-decoded XOR-AttriQA answer."""
+    from mirage import MirageConfig
+
+    items = {it["id"]: it for it in example_items}
+    cfg = MirageConfig().replace(generation={"max_new_tokens": 28})
+    eli5 = items["eli5-1"]
+    generated = embedded_mirage.attribute(eli5["question"], [_short(d) for d in eli5["docs"][:2]] + [SCRIPT_DOC],
+                                          config=cfg, id="eli5-1")
+    xor = items["xor-val-1"]
+    forced = embedded_mirage.attribute(xor["question"], [_short(d, 60) for d in xor["docs"]], answer=xor["output"],
+                                       config=cfg, id="xor-val-1")
+    return [generated, forced]
