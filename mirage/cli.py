@@ -154,4 +154,7 @@ def _load_extra_commands() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the importable module's main: extra commands register into ``mirage.cli``, not into ``__main__``.
+    from mirage.cli import main as _main
+
+    sys.exit(_main())

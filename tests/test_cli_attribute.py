@@ -1,0 +1,65 @@
+"""`mirage attribute` end to end on the embedded model: output lines, bad items reported, resume without redoing."""
+
+import json
+import subprocess
+import sys
+
+from mirage.cli import main
+
+
+def _items(xor_item):
+    docs = [{"title": d["title"], "text": " ".join(d["text"].split()[:40])} for d in xor_item["docs"][:2]]
+    return [
+        {"id": "good-1", "question": xor_item["question"], "docs": docs, "output": xor_item["output"]},
+        {"id": "no-docs", "question": "Where?", "docs": []},
+        {"id": "good-2", "question": xor_item["question"], "docs": docs[:1], "output": xor_item["output"] + " [1]."},
+        {"id": "empty-question", "question": "  ", "docs": docs},
+    ]
+
+
+def test_attribute_writes_results_reports_bad_items_and_resumes(tmp_path, xor_item, capsys):
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps(_items(xor_item)))
+    out = tmp_path / "out.jsonl"
+    assert main(["attribute", str(src), "-o", str(out), "--cci-top-k", "3"]) == 3  # 3: some items were skipped
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in lines] == ["good-1", "good-2"]
+    assert lines[1]["sentences"][0]["self_citations"] == [1] and lines[1]["answer"] == xor_item["output"] + "."
+    assert all(r["config"]["cci"]["top_k"] == 3 and r["config"]["cci"]["top_percent"] is None for r in lines)
+    errors = [json.loads(line) for line in (tmp_path / "out.jsonl.errors.jsonl").read_text().splitlines()]
+    assert [(e["index"], "docs" in e["error"] or "question" in e["error"]) for e in errors] == [(1, True), (3, True)]
+    printed = capsys.readouterr()
+    assert "mirage" in printed.out and "item 1, field 'docs'" in printed.err
+
+    # A second run finds both good items done and loads no model; the output is unchanged.
+    before = out.read_text()
+    assert main(["attribute", str(src), "-o", str(out), "--cci-top-k", "3"]) == 3
+    assert out.read_text() == before
+    assert "2 of 4 items already" in capsys.readouterr().err
+
+
+def test_a_torn_last_line_is_dropped_and_the_item_redone(tmp_path, xor_item):
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(json.dumps(it) for it in _items(xor_item)[:1]) + "\n")
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"key": "0:deadbeef", "trunc')  # a run killed mid-write
+    assert main(["attribute", str(src), "-o", str(out), "--quiet"]) == 0
+    lines = out.read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["id"] == "good-1"
+
+
+def test_malformed_json_and_unknown_model_are_clear_errors(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"question": "q", "docs": [}]')
+    assert main(["attribute", str(bad), "-o", str(tmp_path / "o.jsonl")]) == 2
+    assert "not valid JSON at line 1" in capsys.readouterr().err
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps([{"question": "q", "docs": [{"text": "t"}]}]))
+    assert main(["attribute", str(good), "-o", str(tmp_path / "o.jsonl"), "--model", "/no/such/model"]) == 2
+    assert "Cannot load model '/no/such/model'" in capsys.readouterr().err
+
+
+def test_module_entry_point_sees_every_command():
+    out = subprocess.run([sys.executable, "-m", "mirage.cli", "--help"], capture_output=True, text=True, check=True)
+    for command in ("attribute", "score", "bias", "view"):
+        assert command in out.stdout

@@ -1,0 +1,250 @@
+"""``mirage score xor-attriqa`` and ``mirage score eli5`` end to end on the embedded smollm2 model and the data slices
+in tests/data (see tests/data/README.md), kept small for a shared CPU: resumption, bad rows, results' shape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mirage import cli
+from mirage.scoring.benchmarks import run_eli5
+from mirage.scoring.xor_eval import SETTINGS
+
+pytestmark = pytest.mark.slow
+
+DATA = Path(__file__).parent / "data"
+XOR_VAL = DATA / "xor_attriqa_match" / "val.jsonl"
+ELI5 = DATA / "eli5_alce" / "eli5_eval_sample.json"
+ELI5_ARGS = ["--ndocs", "2", "--max-new-tokens", "24"]
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fail if anything loads a model: everything must come from the stored per-item outputs."""
+    from mirage.pipeline import Mirage
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded although every item was already done")
+
+    monkeypatch.setattr(Mirage, "from_pretrained", classmethod(refuse))
+
+
+@pytest.fixture(scope="module")
+def xor_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("xor")
+    args = ["score", "xor-attriqa", str(XOR_VAL), "--calibrate-on", str(XOR_VAL), "--limit", "2", "-o", str(out)]
+    assert cli.main(args) == 0
+    return out, args
+
+
+def test_xor_attriqa_results_shape(xor_run, capsys):
+    out, _ = xor_run
+    res = json.loads((out / "results.json").read_text())
+    langs = ["ja", "fi"]  # the first two rows of the slice
+    for metric in ("agreement", "precision", "recall", "f1", "balanced_accuracy", "roc_auc"):
+        assert set(SETTINGS) <= set(res[metric]), metric
+        for setting in SETTINGS:
+            assert list(res[metric][setting]) == [*langs, "avg"]
+            for value in res[metric][setting].values():
+                hi = 1.0 if metric == "roc_auc" else 100.0
+                assert value is None or 0.0 <= value <= hi
+    assert res["counts"]["all"] == {"items": 2, "pairs": 3, "supporting": 2}
+    # cite-none agrees exactly on the unsupported pairs: 1 of 2 in ja, 0 of 1 in fi
+    assert res["agreement"]["cite_none"] == {"ja": 50.0, "fi": 0.0, "avg": 25.0}
+    assert res["sweep"]["percents"][0] == 3 and res["sweep"]["percents"][-1] == 100
+    assert len(res["sweep"]["agreement"]["ex"]["avg"]) == len(res["sweep"]["percents"])
+    assert len(res["sweep"]["agreement"]["cal"]["avg"]) == len(res["sweep"]["percents"])
+    assert set(res["calibration"]["thresholds"]) == {"top3", "top5pct"}
+    assert res["bad_rows"]["count"] == 0
+    assert res["settings"]["model"] == "smollm2-135m-instruct" and res["settings"]["text"] == "en"
+    assert res["settings"]["config"]["prompt"]["name"] == "standard"
+    assert (out / "sweep.png").stat().st_size > 1000
+    scores = _lines(out / "scores.jsonl")
+    assert len(scores) == 2 and all(len(s["cti"]) == len(s["tokens"]) for s in scores)
+
+
+def test_xor_attriqa_resumes_without_duplicates(xor_run, no_model, capsys):
+    out, args = xor_run
+    before = (out / "scores.jsonl").read_text()
+    assert cli.main(args) == 0
+    assert (out / "scores.jsonl").read_text() == before
+    keys = [s["key"] for s in _lines(out / "scores.jsonl")]
+    assert len(keys) == len(set(keys)) == 2
+    assert "Agreement with human labels" in capsys.readouterr().out
+
+
+def test_xor_attriqa_reports_and_counts_bad_rows(xor_run, no_model, tmp_path, capsys):
+    out, _ = xor_run
+    rows = XOR_VAL.read_text().splitlines()
+    good = json.loads(rows[0])
+    path = tmp_path / "val.jsonl"
+    path.write_text("\n".join([
+        "{not json",
+        json.dumps({**good, "split_passages_en": good["split_passages_en"][:1]}),  # 1 passage for 2 labels
+        json.dumps({**good, "prediction_en": ""}),  # empty answer
+        json.dumps({k: v for k, v in good.items() if k != "ais"}),  # missing labels
+        rows[0],  # already scored in xor_run: no model needed
+    ]) + "\n")
+    assert cli.main(["score", "xor-attriqa", str(path), "-o", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["bad_rows"]["count"] == 4
+    assert [r["line"] for r in res["bad_rows"]["rows"]] == [1, 2, 3, 4]
+    assert res["counts"]["all"]["items"] == 1
+    err = capsys.readouterr().err
+    assert f"{path}:2: 'split_passages_en' has 1 passages for 2 'ais' labels" in err
+    assert "'ais' is missing" in err
+
+
+def test_xor_attriqa_refuses_a_directory_of_another_run(xor_run, capsys):
+    out, _ = xor_run
+    assert cli.main(["score", "xor-attriqa", str(XOR_VAL), "--prompt", "selfcitation", "-o", str(out)]) == 2
+    assert "another run" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def eli5_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("eli5")
+    args = ["score", "eli5", str(ELI5), "--limit", "1", *ELI5_ARGS, "-o", str(out)]
+    assert cli.main(args) == 0
+    return out, args
+
+
+def test_eli5_results_shape_and_resume(eli5_run, no_model, capsys):
+    out, args = eli5_run
+    res = json.loads((out / "results.json").read_text())
+    for source in ("self", "mirage"):
+        block = res["mean"][source]
+        assert block["answers"] == 1 and block["sentences"] >= 1
+        assert 0 <= block["no_citation_sentences_pct"] <= 100
+        assert block["no_citation_answers_pct"] in (0.0, 100.0)
+    assert set(res["mean"]["agreement"]) >= {"exact_match", "jaccard", "pair_agreement"}
+    assert list(res["per_seed"]) == ["42"] and res["judge"] is None
+    assert res["settings"]["ndocs"] == 2 and res["settings"]["config"]["prompt"]["name"] == "selfcitation"
+    answer = _lines(out / "answers.jsonl")[0]["result"]
+    assert len(answer["docs"]) == 2 and answer["generated"]
+    assert (out / "length_bins.png").exists()
+    assert cli.main(args) == 0  # resumes: nothing left to do, no model loaded
+    assert len(_lines(out / "answers.jsonl")) == 1
+    assert "self-citation" in capsys.readouterr().out
+
+
+def test_eli5_reports_and_counts_bad_rows(eli5_run, no_model, tmp_path, capsys):
+    out, _ = eli5_run
+    items = json.loads(ELI5.read_text())
+    path = tmp_path / "eli5.json"
+    path.write_text(json.dumps([items[0], {"question": "no documents"},
+                                {"question": "bad document", "docs": [{"title": "t", "text": ""}]}], indent=1))
+    assert cli.main(["score", "eli5", str(path), *ELI5_ARGS, "-o", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["bad_rows"]["count"] == 2
+    lines = [r["line"] for r in res["bad_rows"]["rows"]]
+    text = path.read_text().splitlines()
+    assert all(text[line - 1].strip() == "{" for line in lines)  # the line where each bad row starts
+    assert "field 'docs' is missing" in capsys.readouterr().err
+    assert res["mean"]["self"]["answers"] == 1
+
+
+def test_eli5_with_an_nli_judge_scores_citation_quality(eli5_run, no_model):
+    out, _ = eli5_run
+
+    class Everything:
+        name = "entails-everything"
+
+        def entails(self, premise, hypothesis):
+            return True
+
+    from mirage.config import MirageConfig
+
+    cfg = MirageConfig().replace(generation={"max_new_tokens": 24})
+    report = run_eli5(None, ELI5, out_dir=out, model_name="smollm2-135m-instruct", config=cfg, ndocs=2, limit=1,
+                      judge=Everything())
+    mirage, self_ = report.mean["mirage"], report.mean["self"]
+    # Every cited sentence is supported and every citation precise; uncited sentences count against recall.
+    assert mirage["citation_precision"] == (100.0 if mirage["citations_per_sentence"] else 0.0)
+    assert mirage["citation_recall"] == pytest.approx(100 - mirage["no_citation_sentences_pct"])
+    assert self_["citation_recall"] == pytest.approx(100 - self_["no_citation_sentences_pct"])
+    assert (out / "judgments-entails-everything.jsonl").exists()
+    assert "citation_recall" in report.length_bins
+
+
+def test_experiment_config_file_gives_the_defaults(monkeypatch, capsys):
+    """configs/xor_attriqa_cora_mgen.yaml: model, text, data and calibration split come from the file; flags win."""
+    from mirage.scoring import benchmarks
+
+    seen = {}
+
+    def fake_run(model, data, **kwargs):
+        seen.update(kwargs, data=data)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(benchmarks, "run_xor_attriqa", fake_run)
+    config = Path(__file__).resolve().parents[1] / "configs" / "xor_attriqa_cora_mgen.yaml"
+    with pytest.raises(SystemExit):
+        cli.main(["score", "xor-attriqa", "--config", str(config), "-o", "unused"])
+    assert seen["model_name"] == "gsarti/cora_mgen" and seen["text"] == "native"
+    assert [Path(p).name for p in seen["data"]] == ["fi.jsonl", "ru.jsonl"]
+    assert Path(seen["calibrate_on"]).name == "val.jsonl"
+    assert seen["config"].prompt.name == "cora_mgen" and seen["config"].prompt.chat_template is False
+    with pytest.raises(SystemExit):
+        cli.main(["score", "xor-attriqa", str(XOR_VAL), "--config", str(config), "--model", "smollm2-135m-instruct",
+                  "--text", "en", "--prompt", "standard", "-o", "unused"])
+    assert seen["model_name"] == "smollm2-135m-instruct" and seen["text"] == "en"
+    assert seen["data"] == [str(XOR_VAL)] and seen["config"].prompt.name == "standard"
+
+
+@pytest.fixture(scope="module")
+def tiny_judges(tmp_path_factory):
+    """Two tiny random NLI judges saved as Hugging Face checkpoints: an MNLI-style classifier and a TRUE-style T5."""
+    import torch
+    from transformers import (
+        AutoTokenizer,
+        BertConfig,
+        BertForSequenceClassification,
+        T5Config,
+        T5ForConditionalGeneration,
+    )
+
+    from mirage.models import embedded_checkpoint
+
+    tok = AutoTokenizer.from_pretrained(embedded_checkpoint("smollm2-135m-instruct"))
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("judges")
+    bert = BertForSequenceClassification(BertConfig(
+        vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        num_labels=3, id2label={0: "entailment", 1: "neutral", 2: "contradiction"},
+        label2id={"entailment": 0, "neutral": 1, "contradiction": 2}))
+    t5 = T5ForConditionalGeneration(T5Config(
+        vocab_size=len(tok), d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2, decoder_start_token_id=0,
+        pad_token_id=0, eos_token_id=tok.eos_token_id))
+    paths = {}
+    for name, model in (("bert", bert), ("t5", t5)):
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        paths[name] = root / name
+    return paths
+
+
+def test_hf_nli_judges_load_from_a_path(tiny_judges):
+    from mirage.scoring.nli import HFNLIJudge
+
+    for path in tiny_judges.values():
+        judge = HFNLIJudge.from_pretrained(str(path), device="cpu")
+        assert judge.entails("Cats purr.", "Cats make sounds.") in (True, False)
+        assert judge.name == str(path)
+
+
+def test_eli5_nli_flag_scores_with_the_judge(eli5_run, no_model, tiny_judges, capsys):
+    out, _ = eli5_run
+    judge = str(tiny_judges["bert"])
+    assert cli.main(["score", "eli5", str(ELI5), "--limit", "1", *ELI5_ARGS, "--nli", judge, "-o", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["judge"] == judge
+    for source in ("self", "mirage"):
+        assert 0 <= res["mean"][source]["citation_recall"] <= 100
+    assert "ALCE citation recall" in capsys.readouterr().out
