@@ -26,12 +26,11 @@ for mirage) has nothing to remove or keep. Its score for that method, and for th
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -39,6 +38,7 @@ import torch
 from .config import MirageConfig
 from .forward import answer_logits
 from .sentences import sentence_index
+from .serialization import JSONRecord, library_versions
 from .tokenization import tokenize_answer
 
 if TYPE_CHECKING:
@@ -51,14 +51,11 @@ FAITHFULNESS_FORMAT = 1
 
 
 @dataclass(frozen=True)
-class FaithfulnessConfig:
+class FaithfulnessConfig(JSONRecord):
     """``seed`` seeds the random citation sets (each drawn from the item id, sentence and method, so reruns and
     subsets of a run draw the same sets)."""
 
     seed: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -87,7 +84,7 @@ class SentenceFaithfulness:
 
 
 @dataclass
-class FaithfulnessResult:
+class FaithfulnessResult(JSONRecord):
     """The faithfulness check of one attributed answer."""
 
     id: str | None
@@ -101,25 +98,14 @@ class FaithfulnessResult:
     versions: dict[str, str] = field(default_factory=dict)
     format: int = FAITHFULNESS_FORMAT
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, **kwargs)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FaithfulnessResult:
-        known = {f.name for f in fields(cls)}
-        data = {k: v for k, v in data.items() if k in known}
+        data = cls.known_fields(data)
         data["sentences"] = [
             SentenceFaithfulness(**{**s, "sets": {m: CitationSetScore(**c) for m, c in s["sets"].items()}})
             for s in data["sentences"]
         ]
         return cls(**data)
-
-    @classmethod
-    def from_json(cls, text: str) -> FaithfulnessResult:
-        return cls.from_dict(json.loads(text))
 
     def summary(self) -> FaithfulnessSummary:
         return summarize([self])
@@ -143,15 +129,12 @@ class MethodSummary:
 
 
 @dataclass
-class FaithfulnessSummary:
+class FaithfulnessSummary(JSONRecord):
     """Per method, means over all sentences of many results."""
 
     n_results: int
     n_sentences: int
     methods: dict[str, MethodSummary]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FaithfulnessSummary:
@@ -308,12 +291,5 @@ def faithfulness(mirage: Mirage, res: AttributionResult, *,
         sentences.append(SentenceFaithfulness(index=s.index, text=s.text, n_tokens=sum(o == s.index for o in owner),
                                               full_logprob=full_lp, sets=scores))
     return FaithfulnessResult(id=res.id, model=res.model, n_docs=n_docs, sentences=sentences, n_passes=len(cache),
-                              config={"faithfulness": cfg.to_dict(), "attribution": res.config}, versions=_versions())
+                              config={"faithfulness": cfg.to_dict(), "attribution": res.config}, versions=library_versions())
 
-
-def _versions() -> dict[str, str]:
-    import transformers
-
-    from . import __version__
-
-    return {"mirage": __version__, "torch": torch.__version__, "transformers": transformers.__version__}

@@ -89,26 +89,91 @@ def make_item(raw: Any, *, item: int | str | None = None) -> RAGItem:
     return RAGItem(question=question, docs=docs, output=output, id=None if item_id is None else str(item_id))
 
 
-def read_items(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """Yield ``(index, raw item)`` from a JSON list or a JSONL file; malformed JSON raises InputError with the line."""
+@dataclass(frozen=True)
+class BadRow:
+    """A row that cannot be used: where it is (1-based line) and why; ``in_list``: it breaks a JSON list."""
+
+    file: str
+    line: int
+    error: str
+    in_list: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.error}"
+
+
+@dataclass(frozen=True)
+class RawRow:
+    """One parsed row, its 0-based position among the file's rows and its 1-based line number."""
+
+    index: int
+    line: int
+    data: Any
+
+
+def read_rows(path: str | Path) -> Iterator[RawRow | BadRow]:
+    """Yield the rows of a JSONL file or a JSON list, each with its line number; unparsable rows come as BadRow.
+
+    A JSON list that does not parse as a whole is read element by element up to the first broken one.
+    """
     path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path} does not exist; give a JSON list or JSONL file of items.")
     text = path.read_text(encoding="utf-8")
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise InputError(f"{path} is not valid JSON at line {err.lineno}, column {err.colno}: {err.msg}.") from err
-        yield from enumerate(data)
+    if text.lstrip().startswith("["):
+        yield from _read_json_list(path, text)
         return
     index = 0
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            yield index, json.loads(line)
+            yield RawRow(index=index, line=lineno, data=json.loads(line))
         except json.JSONDecodeError as err:
-            yield index, InputError(f"line {lineno} of {path} is not valid JSON ({err.msg}).", item=index)
+            yield BadRow(file=str(path), line=lineno, error=f"not valid JSON ({err.msg}, column {err.colno})")
         index += 1
+
+
+def _read_json_list(path: Path, text: str) -> Iterator[RawRow | BadRow]:
+    decoder = json.JSONDecoder()
+    pos = text.index("[") + 1
+    index = 0
+
+    def skip(p: int) -> int:
+        while p < len(text) and text[p] in " \t\r\n":
+            p += 1
+        return p
+
+    pos = skip(pos)
+    while pos < len(text) and text[pos] != "]":
+        line = text.count("\n", 0, pos) + 1
+        try:
+            data, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as err:
+            yield BadRow(file=str(path), line=err.lineno, error=f"not valid JSON ({err.msg}); rest of the file skipped",
+                         in_list=True)
+            return
+        yield RawRow(index=index, line=line, data=data)
+        index += 1
+        pos = skip(end)
+        if pos < len(text) and text[pos] == ",":
+            pos = skip(pos + 1)
+
+
+def read_items(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """Yield ``(index, raw item)`` from a JSON list or a JSONL file.
+
+    A JSONL line that is not valid JSON is yielded as an InputError naming its line; a JSON list that does not
+    parse raises InputError with the line, since its later items cannot be located.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path} does not exist; give a JSON list or JSONL file of items.")
+    index = 0
+    for row in read_rows(path):
+        if isinstance(row, RawRow):
+            index = row.index + 1
+            yield row.index, row.data
+        elif row.in_list:
+            raise InputError(f"{path} is not valid JSON at line {row.line}; the list cannot be read past it ({row.error}).")
+        else:
+            yield index, InputError(f"{row}.", item=index)
+            index += 1

@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from . import __version__
 from .aggregation import aggregate
 from .cci import compute_cci
 from .citations import parse_answer
@@ -26,6 +25,7 @@ from .inputs import InputError, RAGItem, make_item
 from .models import LoadedModel, load_model, wrap_model
 from .prompts import BuiltPrompt, build_prompt, load_template
 from .results import AttributionResult
+from .serialization import library_versions
 from .tokenization import TokenizedAnswer, TokenizedPrompt, tokenize_answer, tokenize_prompt
 
 
@@ -168,12 +168,7 @@ class Mirage:
             generated=generated is not None,
             truncated_docs=list(prep.prompt.truncated_docs),
             id=prep.item.id,
-            versions=_versions(),
+            versions=library_versions(),
             timings={k: round(v, 4) for k, v in timings.items()},
         )
 
-
-def _versions() -> dict[str, str]:
-    import transformers
-
-    return {"mirage": __version__, "torch": torch.__version__, "transformers": transformers.__version__}

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
+
+from .serialization import JSONRecord
 
 RESULT_FORMAT = 1
 
@@ -77,7 +78,7 @@ class ContextSpan:
 
 
 @dataclass
-class AttributionResult:
+class AttributionResult(JSONRecord):
     """Everything about one attributed answer, and what reproduces it."""
 
     question: str
@@ -101,18 +102,10 @@ class AttributionResult:
     timings: dict[str, float] = field(default_factory=dict)
     format: int = RESULT_FORMAT
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON dict."""
-        return asdict(self)
-
-    def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, **kwargs)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttributionResult:
         """Inverse of :meth:`to_dict`."""
-        known = {f.name for f in fields(cls)}
-        data = {k: v for k, v in data.items() if k in known}
+        data = cls.known_fields(data)
         data["sentences"] = [SentenceAttribution(**s) for s in data["sentences"]]
         data["tokens"] = [
             AnswerToken(**{**t, "top_context": [ContextCue(**c) for c in t.get("top_context", [])]})
@@ -121,10 +114,6 @@ class AttributionResult:
         data["spans"] = [AnswerSpan(**s) for s in data["spans"]]
         data["context_spans"] = [ContextSpan(**s) for s in data["context_spans"]]
         return cls(**data)
-
-    @classmethod
-    def from_json(cls, text: str) -> AttributionResult:
-        return cls.from_dict(json.loads(text))
 
     @property
     def mirage_citations(self) -> list[list[int]]:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..serialization import JSONRecord
 
 CitationSource = Literal["self", "mirage"]
 SOURCES: tuple[CitationSource, ...] = ("self", "mirage")
 
 
 @dataclass
-class BiasRecord:
+class BiasRecord(JSONRecord):
     """An item's answer in one mode.
 
     ``self_citations`` / ``mirage_citations``: per answer sentence, 1-based document ids (the model's own ``[n]``
@@ -48,10 +50,3 @@ class BiasRecord:
         rows = self.self_citation_probs if source == "self" else self.mirage_citation_probs
         return [(int(d), float(p)) for d, p in rows]
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BiasRecord:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})

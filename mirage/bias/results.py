@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from ..serialization import JSONRecord, library_versions
 from .metrics import (
     METRICS,
     Effect,
@@ -49,7 +49,7 @@ class SourceSummary:
 
 
 @dataclass
-class BiasStudyResult:
+class BiasStudyResult(JSONRecord):
     """Everything a study table shows, and what reproduces it."""
 
     model: str
@@ -63,15 +63,9 @@ class BiasStudyResult:
     versions: dict[str, str] = field(default_factory=dict)
     format: int = RESULT_FORMAT
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, **kwargs)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BiasStudyResult:
-        data = dict(data)
+        data = cls.known_fields(data)
         data["sources"] = {k: SourceSummary.from_dict(v) for k, v in data["sources"].items()}
         return cls(**data)
 
@@ -120,8 +114,6 @@ def summarize_source(records: Sequence[BiasRecord], source: CitationSource, *, m
 def summarize(records: Sequence[BiasRecord], *, cfg: BiasConfig, metadata: Metadata, model: str, data: str,
               mirage_config: dict[str, Any]) -> BiasStudyResult:
     """The study result of ``records`` (one per item and mode), for both citation sets."""
-    import torch
-    import transformers
 
     sources = {s: summarize_source(records, s, modes=cfg.modes, omega=cfg.omega, draws=cfg.baseline_draws,
                                    seed=cfg.seed) for s in SOURCES}
@@ -132,4 +124,4 @@ def summarize(records: Sequence[BiasRecord], *, cfg: BiasConfig, metadata: Metad
                   "first_labels": list(metadata.first.labels), "second_labels": list(metadata.second.labels),
                   "consideration": metadata.consideration},
         config=json.loads(json.dumps(cfg.to_dict())), mirage_config=json.loads(json.dumps(mirage_config)), n_items=n_items, omega=cfg.omega, sources=sources,
-        versions={"mirage": __version__, "torch": torch.__version__, "transformers": transformers.__version__})
+        versions=library_versions())

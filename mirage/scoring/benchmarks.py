@@ -17,23 +17,16 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
 from ..config import MirageConfig
 from ..inputs import InputError
 from ..runs import ResumableJSONL
+from ..serialization import library_versions
 from . import metrics as M
 from .eli5 import ELI5Report, attribute_items, evaluate_eli5, load_alce, load_judgments
 from .xor_attriqa import concat_data, load_xor_attriqa, score_items
 from .xor_eval import CalibrateBy, XorAttriQAReport, evaluate
 
 Progress = Callable[[Iterable, int, str], Iterable]
-
-
-def versions() -> dict[str, str]:
-    import torch
-    import transformers
-
-    return {"mirage": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
 
 
 def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
@@ -92,7 +85,7 @@ def run_xor_attriqa(
                 "limit": limit, "config": cfg.to_dict()}
     report = evaluate(test.items, scores, config=cfg, calibration_items=cal.items if cal else None,
                       calibrate_by=calibrate_by, bad_rows=bad, settings=settings)
-    report.versions = versions()
+    report.versions = library_versions()
     from .plots import sweep_figure
 
     _save(out, report, sweep_figure(report.sweep), "sweep.png")
@@ -143,7 +136,7 @@ def run_eli5(
         settings["note"] = "greedy decoding: the seeds give the same answers; sample to vary them"
     report = evaluate_eli5(data.items, results, seeds=seeds, ndocs=ndocs, judge=cached, at_most=at_most,
                            bad_rows=list(data.bad_rows) + failed, settings=settings)
-    report.versions = versions()
+    report.versions = library_versions()
     from .plots import length_figure
 
     _save(out, report, length_figure(report.length_bins), "length_bins.png")

@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..config import MirageConfig
 from ..inputs import InputError
 from ..results import AttributionResult
+from ..serialization import JSONRecord
 from . import metrics as M
 from .rows import BadRow, RawRow, RowError, content_key, read_rows, require
 
@@ -264,7 +265,7 @@ def evaluate_seed(results: Sequence[AttributionResult], judge: M.NLIJudge | None
 
 
 @dataclass
-class ELI5Report:
+class ELI5Report(JSONRecord):
     """Self-citation beside MIRAGE: per seed, and mean / standard deviation over seeds of every number; the
     sentence-length bins pool the answers of all seeds."""
 
@@ -278,13 +279,6 @@ class ELI5Report:
     versions: dict[str, str] = field(default_factory=dict)
     format: int = REPORT_FORMAT
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ELI5Report:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def _over_seeds(per_seed: Sequence[dict[str, Any]], fn: Callable[[list[float]], float]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +27,7 @@ from ..config import MirageConfig
 from ..cti import compute_cti
 from ..forward import answer_logits, model_inputs
 from ..inputs import InputError
+from ..serialization import JSONRecord
 from ..tokenization import tokenize_answer
 from .rows import BadRow, RawRow, RowError, content_key, read_rows, require
 
@@ -207,7 +208,7 @@ def concat_data(parts: Iterable[XorData]) -> XorData:
 
 
 @dataclass
-class ItemScores:
+class ItemScores(JSONRecord):
     """The model's view of one item, enough to derive every setting.
 
     ``cti[t]``: CTI score of answer token t; ``cci[t][j]``: saliency of context token j for answer token t
@@ -223,13 +224,6 @@ class ItemScores:
     n_docs: int
     truncated_docs: list[int] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ItemScores:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
     def docs_per_context_token(self) -> list[int]:
         return [doc for doc, count in self.context_docs for _ in range(count)]

@@ -12,13 +12,14 @@ passage per row, the largest CTI score, as in the reference's "full" evaluation)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ..aggregation import doc_scores
 from ..cci import select_context
 from ..config import CCIConfig, CTIConfig, MirageConfig
 from ..cti import select_tokens
+from ..serialization import JSONRecord
 from . import metrics as M
 from .rows import BadRow
 from .xor_attriqa import NLI_FILES, ItemScores, XorItem
@@ -158,7 +159,7 @@ def calibrate(views: Sequence[ItemView], selections: Iterable[str], *, by: Calib
 
 
 @dataclass
-class XorAttriQAReport:
+class XorAttriQAReport(JSONRecord):
     """The benchmark's tables: ``metric → setting → language (and "avg") → value``, plus calibration, the top-%
     sweep, counts, skipped rows and what produced it. Percentages except ROC-AUC (0–1); None where undefined."""
 
@@ -176,13 +177,6 @@ class XorAttriQAReport:
     versions: dict[str, str] = field(default_factory=dict)
     format: int = REPORT_FORMAT
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> XorAttriQAReport:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
     @property
     def languages(self) -> list[str]:
