@@ -60,6 +60,7 @@ class ReferenceOutput:
     contrast_tokens: dict[int, str]  # per selected index: the contextless alternative token inseq used
     seconds: float  # wall time of inseq's attribute_context_with_model (model wrapping excluded)
     notes: list[str] = field(default_factory=list)  # tokenization mismatches detected (empty = faithful)
+    scored: tuple[int, int] = (0, 0)  # [start, end) of the context tokens inseq actually scored (after re-alignment)
 
 
 _INSEQ_MODELS: dict[tuple[int, int], Any] = {}
@@ -234,6 +235,8 @@ def run_reference(
         seconds=seconds,
     )
     out.notes = _tokenization_notes(tokenizer, prompt, context, answer, out, res)
+    n_ctx = len(out.context_tokens)
+    out.scored = (max(0, -shift), n_ctx - max(0, shift))
     if shift:
         out.notes.append(f"inseq's context slice was off by {shift} token(s); re-aligned")
     for c in res.cci_scores:

@@ -79,8 +79,10 @@ def main() -> int:
             ours_sel = selected_tokens(view, ex)
             ref_sel = tuple(ref.selected)
             sc = stored[item.key]
-            row.update(cci_pearson={t: _pearson(sc.cci[t], ref.cci_scores[t]) for t in ref_sel if sc.cci},
-                       cci_top5_overlap={t: len(set(_top(sc.cci[t], 5)) & set(_top(ref.cci_scores[t], 5)))
+            # CCI scores are compared on the context tokens inseq scored (its slice may miss one at an end).
+            a, b = ref.scored
+            row.update(cci_pearson={t: _pearson(sc.cci[t][a:b], ref.cci_scores[t][a:b]) for t in ref_sel if sc.cci},
+                       cci_top5_overlap={t: len(set(_top(sc.cci[t][a:b], 5)) & set(_top(ref.cci_scores[t][a:b], 5)))
                                          for t in ref_sel if sc.cci})
             row.update(mirage_cti=sc.cti, reference_cti=ref.cti_scores, cti_pearson=_pearson(sc.cti, ref.cti_scores),
                        mirage_selected=list(ours_sel), reference_selected=list(ref_sel),
