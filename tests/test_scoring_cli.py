@@ -248,3 +248,24 @@ def test_eli5_nli_flag_scores_with_the_judge(eli5_run, no_model, tiny_judges, ca
     for source in ("self", "mirage"):
         assert 0 <= res["mean"][source]["citation_recall"] <= 100
     assert "ALCE citation recall" in capsys.readouterr().out
+
+
+def test_eli5_faithfulness_is_scored_per_method_and_resumed(eli5_run, tmp_path, capsys):
+    import shutil
+
+    from mirage.faithfulness import METHODS
+
+    src, args = eli5_run
+    out = tmp_path / "eli5-faith"
+    shutil.copytree(src, out)  # the attributed answers are reused: only the faithfulness check runs
+    run = [*args[:-1], str(out), "--faithfulness"]
+    assert cli.main(run) == 0
+    res = json.loads((out / "results.json").read_text())
+    summary = res["faithfulness"]
+    assert summary["n_results"] == 1 and summary["n_sentences"] >= 1
+    assert set(summary["methods"]) == set(METHODS)
+    assert all(m["n_sentences"] + m["n_empty"] == summary["n_sentences"] for m in summary["methods"].values())
+    assert "drop" in capsys.readouterr().out
+    first = (out / "faithfulness.jsonl").read_text()
+    assert cli.main(run) == 0  # resumed: no answer checked twice
+    assert (out / "faithfulness.jsonl").read_text() == first

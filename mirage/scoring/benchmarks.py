@@ -19,6 +19,7 @@ from typing import Any
 
 from ..config import MirageConfig
 from ..inputs import InputError
+from ..results import AttributionResult
 from ..runs import ResumableJSONL
 from ..serialization import library_versions
 from . import metrics as M
@@ -108,10 +109,12 @@ def run_eli5(
     judge: M.NLIJudge | None = None,
     at_most: int = 3,
     limit: int | None = None,
+    faithfulness: bool = False,
     progress: Progress | None = None,
 ) -> ELI5Report:
     """Generate, self-cite and attribute ALCE-format items for each seed; write ``results.json`` and
-    ``length_bins.png``. The judge's decisions are kept in ``judgments-<judge>.jsonl`` and reused."""
+    ``length_bins.png``. The judge's decisions are kept in ``judgments-<judge>.jsonl`` and reused; with
+    ``faithfulness``, each answer's faithfulness check is kept in ``faithfulness.jsonl`` and summarized."""
     cfg = config or MirageConfig()
     out = Path(out_dir)
     gen = vars(cfg.generation)
@@ -137,7 +140,26 @@ def run_eli5(
     report = evaluate_eli5(data.items, results, seeds=seeds, ndocs=ndocs, judge=cached, at_most=at_most,
                            bad_rows=list(data.bad_rows) + failed, settings=settings)
     report.versions = library_versions()
+    if faithfulness:
+        report.faithfulness = score_faithfulness(model, results, ResumableJSONL(out / "faithfulness.jsonl"),
+                                                 progress=progress)
     from .plots import length_figure
 
     _save(out, report, length_figure(report.length_bins), "length_bins.png")
     return report
+
+
+def score_faithfulness(model: Any, results: dict[str, AttributionResult], store: ResumableJSONL, *,
+                       progress: Progress | None = None) -> dict[str, Any]:
+    """Run the faithfulness check on every attributed answer (resumable through ``store``) and summarize it per
+    citation method. ``model``: a Mirage, or a function returning one (called only if some answer is not done)."""
+    from ..faithfulness import FaithfulnessResult, faithfulness, summarize
+
+    done = {r["key"]: FaithfulnessResult.from_dict(r["faithfulness"]) for r in store.records()}
+    todo = [key for key in results if key not in done]
+    if todo:
+        mirage = model() if callable(model) and not hasattr(model, "lm") else model
+        for key in progress(todo, len(todo), "faithfulness") if progress else todo:
+            done[key] = faithfulness(mirage, results[key])
+            store.write({"key": key, "faithfulness": done[key].to_dict()})
+    return summarize(done[key] for key in results).to_dict()

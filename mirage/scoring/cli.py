@@ -11,6 +11,7 @@ Both accept ``--config FILE``: a pipeline YAML, or an experiment file (``configs
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,7 @@ def _model_loader(args: argparse.Namespace, name: str, cfg: MirageConfig):
         return Mirage.from_pretrained(name, config=cfg, device=args.device, dtype=args.dtype,
                                       trust_remote_code=args.trust_remote_code)
 
-    return load
+    return functools.cache(load)  # one model, however many stages ask for it
 
 
 def _report_bad_rows(rows: list[dict[str, Any]]) -> None:
@@ -137,10 +138,14 @@ def cmd_eli5(args: argparse.Namespace) -> int:
         _model_loader(args, name, cfg), source, out_dir=args.output, model_name=name, config=cfg,
         seeds=args.seeds or exp.get("seeds") or [cfg.generation.seed], ndocs=args.ndocs, judge=judge,
         at_most=args.at_most_citations, limit=args.limit if args.limit is not None else exp.get("limit"),
-        progress=_progress)
+        faithfulness=args.faithfulness, progress=_progress)
     _report_bad_rows(report.bad_rows["rows"])
     if not args.quiet:
         print(eli5_table(report))
+        if report.faithfulness:
+            from ..faithfulness import FaithfulnessSummary
+
+            print(FaithfulnessSummary.from_dict(report.faithfulness).to_text())
     print(f"wrote {Path(args.output) / 'results.json'} and {Path(args.output) / 'length_bins.png'} "
           f"({report.bad_rows['count']} bad rows skipped).", file=sys.stderr)
     return 0
@@ -188,6 +193,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     eli5.add_argument("--ndocs", type=int, default=5, help="documents given to the model (default 5)")
     eli5.add_argument("--nli", help="Hugging Face NLI judge for ALCE citation quality "
                                     "(the paper: google/t5_xxl_true_nli_mixture)")
+    eli5.add_argument("--faithfulness", action="store_true",
+                      help="also score how much each citation set matters to the model (mirage.faithfulness)")
     eli5.add_argument("--at-most-citations", type=int, default=3, help="citations judged per sentence (ALCE: 3)")
     eli5.add_argument("--sample", action="store_true", help="sample answers (seeds then differ) instead of greedy")
     eli5.add_argument("--temperature", type=float, help="sampling temperature")
