@@ -269,3 +269,17 @@ def test_eli5_faithfulness_is_scored_per_method_and_resumed(eli5_run, tmp_path, 
     first = (out / "faithfulness.jsonl").read_text()
     assert cli.main(run) == 0  # resumed: no answer checked twice
     assert (out / "faithfulness.jsonl").read_text() == first
+
+
+def test_xor_attriqa_faithfulness(xor_run, tmp_path):
+    import shutil
+
+    from mirage.faithfulness import METHODS
+
+    src, args = xor_run
+    out = tmp_path / "xor-faith"
+    shutil.copytree(src, out)
+    assert cli.main([*args[:-1], str(out), "--faithfulness"]) == 0
+    summary = json.loads((out / "results.json").read_text())["faithfulness"]
+    assert summary["n_results"] == 2 and set(summary["methods"]) == set(METHODS)
+    assert len(_lines(out / "faithfulness.jsonl")) == 2

@@ -64,12 +64,15 @@ def run_xor_attriqa(
     calibrate_by: CalibrateBy = "global",
     nli_dir: str | Path | None = None,
     limit: int | None = None,
+    faithfulness: bool = False,
     progress: Progress | None = None,
 ) -> XorAttriQAReport:
     """Score XOR-AttriQA files (and the calibration file) and write ``results.json`` and ``sweep.png``.
 
     ``model``: a Mirage, or a function returning one (called only if some item still needs the model).
-    ``limit`` keeps the first N rows of each file, the calibration file included.
+    ``limit`` keeps the first N rows of each file, the calibration file included. With ``faithfulness``, each test
+    answer is attributed as a whole (sentence citations by the config's CCI selector) and checked; results are kept
+    in ``faithfulness.jsonl``.
     """
     cfg = config or MirageConfig()
     out = Path(out_dir)
@@ -87,6 +90,11 @@ def run_xor_attriqa(
     report = evaluate(test.items, scores, config=cfg, calibration_items=cal.items if cal else None,
                       calibrate_by=calibrate_by, bad_rows=bad, settings=settings)
     report.versions = library_versions()
+    if faithfulness:
+        by_key = {item.key: item for item in test.items}
+        report.faithfulness = score_faithfulness(
+            model, list(by_key), lambda m, key: m.attribute_item(by_key[key].rag_item(), config=cfg),
+            ResumableJSONL(out / "faithfulness.jsonl"), progress=progress)
     from .plots import sweep_figure
 
     _save(out, report, sweep_figure(report.sweep), "sweep.png")
@@ -141,25 +149,26 @@ def run_eli5(
                            bad_rows=list(data.bad_rows) + failed, settings=settings)
     report.versions = library_versions()
     if faithfulness:
-        report.faithfulness = score_faithfulness(model, results, ResumableJSONL(out / "faithfulness.jsonl"),
-                                                 progress=progress)
+        report.faithfulness = score_faithfulness(model, list(results), lambda _m, key: results[key],
+                                                 ResumableJSONL(out / "faithfulness.jsonl"), progress=progress)
     from .plots import length_figure
 
     _save(out, report, length_figure(report.length_bins), "length_bins.png")
     return report
 
 
-def score_faithfulness(model: Any, results: dict[str, AttributionResult], store: ResumableJSONL, *,
-                       progress: Progress | None = None) -> dict[str, Any]:
-    """Run the faithfulness check on every attributed answer (resumable through ``store``) and summarize it per
-    citation method. ``model``: a Mirage, or a function returning one (called only if some answer is not done)."""
+def score_faithfulness(model: Any, keys: Sequence[str], result_for: Callable[[Any, str], AttributionResult],
+                       store: ResumableJSONL, *, progress: Progress | None = None) -> dict[str, Any]:
+    """Run the faithfulness check on the attributed answer of every key (``result_for(mirage, key)``), resumable
+    through ``store``, and summarize it per citation method. ``model``: a Mirage, or a function returning one (called
+    only if some answer is not done)."""
     from ..faithfulness import FaithfulnessResult, faithfulness, summarize
 
     done = {r["key"]: FaithfulnessResult.from_dict(r["faithfulness"]) for r in store.records()}
-    todo = [key for key in results if key not in done]
+    todo = [key for key in keys if key not in done]
     if todo:
         mirage = model() if callable(model) and not hasattr(model, "lm") else model
         for key in progress(todo, len(todo), "faithfulness") if progress else todo:
-            done[key] = faithfulness(mirage, results[key])
+            done[key] = faithfulness(mirage, result_for(mirage, key))
             store.write({"key": key, "faithfulness": done[key].to_dict()})
-    return summarize(done[key] for key in results).to_dict()
+    return summarize(done[key] for key in keys).to_dict()

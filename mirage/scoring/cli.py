@@ -79,6 +79,13 @@ def _model_loader(args: argparse.Namespace, name: str, cfg: MirageConfig):
     return functools.cache(load)  # one model, however many stages ask for it
 
 
+def _print_faithfulness(summary: dict[str, Any] | None) -> None:
+    if summary:
+        from ..faithfulness import FaithfulnessSummary
+
+        print(FaithfulnessSummary.from_dict(summary).to_text())
+
+
 def _report_bad_rows(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         print(f"skipped {row['file']}:{row['line']}: {row['error']}", file=sys.stderr)
@@ -101,10 +108,12 @@ def cmd_xor_attriqa(args: argparse.Namespace) -> int:
     report = run_xor_attriqa(
         _model_loader(args, name, cfg), data, out_dir=args.output, model_name=name, config=cfg,
         text=args.text or exp.get("text") or "en", calibrate_on=calibrate_on, calibrate_by=args.calibrate_by,
-        nli_dir=args.nli_dir, limit=args.limit if args.limit is not None else exp.get("limit"), progress=_progress)
+        nli_dir=args.nli_dir, limit=args.limit if args.limit is not None else exp.get("limit"),
+        faithfulness=args.faithfulness, progress=_progress)
     _report_bad_rows(report.bad_rows["rows"])
     if not args.quiet:
         print(xor_table(report))
+        _print_faithfulness(report.faithfulness)
     print(f"wrote {Path(args.output) / 'results.json'} and {Path(args.output) / 'sweep.png'} "
           f"({report.bad_rows['count']} bad rows skipped).", file=sys.stderr)
     return 0
@@ -142,10 +151,7 @@ def cmd_eli5(args: argparse.Namespace) -> int:
     _report_bad_rows(report.bad_rows["rows"])
     if not args.quiet:
         print(eli5_table(report))
-        if report.faithfulness:
-            from ..faithfulness import FaithfulnessSummary
-
-            print(FaithfulnessSummary.from_dict(report.faithfulness).to_text())
+        _print_faithfulness(report.faithfulness)
     print(f"wrote {Path(args.output) / 'results.json'} and {Path(args.output) / 'length_bins.png'} "
           f"({report.bad_rows['count']} bad rows skipped).", file=sys.stderr)
     return 0
@@ -176,6 +182,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     xor.add_argument("data", nargs="*", help="XOR-AttriQA JSONL files (match or per-passage release)")
     xor.add_argument("--text", choices=["en", "native"], default=None,
                      help="en: English translations (English models, default); native: the annotated text")
+    xor.add_argument("--faithfulness", action="store_true",
+                     help="also score how much each citation set matters to the model (mirage.faithfulness)")
     xor.add_argument("--calibrate-on", help="split to calibrate MIRAGE-CAL's CTI threshold on (e.g. val.jsonl)")
     xor.add_argument("--calibrate-by", choices=["global", "language"], default="global",
                      help="one threshold, or one per language of the calibration split (as the reference code)")

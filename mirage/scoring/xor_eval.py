@@ -175,6 +175,8 @@ class XorAttriQAReport(JSONRecord):
     bad_rows: dict[str, Any]
     settings: dict[str, Any]
     versions: dict[str, str] = field(default_factory=dict)
+    #: With ``--faithfulness``: mean drop/keep per citation method (:class:`mirage.faithfulness.FaithfulnessSummary`).
+    faithfulness: dict[str, Any] | None = None
     format: int = REPORT_FORMAT
 
 
