@@ -6,16 +6,26 @@ y_i^nc == y_i the reference code (inseq's ``contrast_force_inputs``) scores the 
 input, so the target is ``log p(y_i | ctx) - log p(y_i | no ctx)``; the second term does not depend on the attributed
 (with-documents) input, so its gradient is that of ``log p(y_i | ctx)``. We match that.
 
-Gradients of many targets are computed per backward pass: the input embeddings are repeated once per selected token
-(``[chunk, seq, hidden]``), each row's target sits at its own position, and rows do not interact, so one backward of
-the summed targets gives every row's own gradient. Chunks bound memory.
+How the gradients are computed (gradient methods: ``saliency``, ``input_x_gradient``):
+
+- one forward pass over the attributed input, cut after the furthest selected position (a causal model's later
+  positions cannot affect earlier targets), with the model's parameters frozen so no weight gradient is computed;
+- the gradients of all selected targets from that one graph, by vmapped backward passes
+  (``torch.autograd.grad(..., is_grads_batched=True)``) in memory-bounded chunks; each chunk is reduced to
+  ``[chunk, seq]`` at once.
+
+The reference runs a forward and a backward pass per selected token. Models whose operations vmap cannot batch fall
+back to repeating the input once per target (``[chunk, seq, hidden]`` rows that do not interact, one backward of the
+summed targets), which is also how integrated gradients (captum) runs.
 Shapes: result scores ``[n_selected, n_context]``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -57,39 +67,106 @@ def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int) -> int:
     return max(1, min(n_targets, 64, budget // max(1, per_row)))
 
 
-def _targets(logits: torch.Tensor, rows: Sequence[int], target_ids: Sequence[int], contrast: Sequence[int | None]):
-    """Per row b: log p(target_b) - log p(contrast_b) at the row's own position column ``rows[b]``."""
+@contextmanager
+def frozen_parameters(model: torch.nn.Module) -> Iterator[None]:
+    """Turn off ``requires_grad`` on every parameter for the block (no weight gradients), then restore it."""
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    for p, _ in flags:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+def _targets(logits: torch.Tensor, rows: Sequence[int], cols: Sequence[int], target_ids: Sequence[int],
+             contrast: Sequence[int | None]) -> torch.Tensor:
+    """Per target b: log p(target_b) - log p(contrast_b), read at ``logits[rows[b], cols[b]]``."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     out = []
-    for b, (col, y, y_nc) in enumerate(zip(rows, target_ids, contrast)):
-        value = logp[b, col, y]
+    for row, col, y, y_nc in zip(rows, cols, target_ids, contrast):
+        value = logp[row, col, y]
         if y_nc is not None:
-            value = value - logp[b, col, y_nc]
+            value = value - logp[row, col, y_nc]
         out.append(value)
     return torch.stack(out)
 
 
-def _attribute_chunk(
-    lm: LoadedModel,
-    base: torch.Tensor,
-    answer_ids: Sequence[int],
-    positions: Sequence[int],
-    targets: Sequence[int],
-    contrast: Sequence[int | None],
-    cfg: CCIConfig,
-) -> torch.Tensor:
-    """Attribution ``[chunk, seq]`` (L2 norm over the hidden dimension) of each row's target."""
+def _reduce(grad: torch.Tensor, base: torch.Tensor, method: str) -> torch.Tensor:
+    """``[chunk, seq]`` L2 norms over the hidden dimension of the gradient (or gradient × input)."""
+    if method == "input_x_gradient":
+        grad = grad * base
+    return grad.float().norm(dim=-1)
+
+
+class _NoBatchedBackward(RuntimeError):
+    """vmap cannot batch one of the model's backward operations."""
+
+
+@dataclass
+class AttributionGraph:
+    """One differentiable forward pass over the attributed input, parameters frozen: the input-embedding leaf
+    ``[1, seq, hidden]`` and the logits ``[1, n_answer, vocab]`` predicting every answer token.
+
+    When the answer was not just generated, the pipeline builds this once and reads CTI's with-documents logits
+    from it, so CCI's backward passes need no forward pass of their own.
+    """
+
+    inputs: torch.Tensor
+    logits: torch.Tensor
+
+    def answer_logits(self) -> torch.Tensor:
+        """Detached fp32 logits ``[n_answer, vocab]`` (what :func:`mirage.forward.answer_logits` returns)."""
+        return self.logits[0].detach().float()
+
+
+def attribution_graph(lm: LoadedModel, input_ids: Sequence[int], answer_ids: Sequence[int],
+                      answer_positions: Sequence[int]) -> AttributionGraph:
+    """Run the attributed input once with gradients to the input embeddings only (see :func:`compute_cci`)."""
+    with frozen_parameters(lm.model):
+        inputs = embed(lm, input_ids).clone().requires_grad_(True)
+        logits = logits_from_embeds(lm, inputs, answer_ids, answer_positions)
+    return AttributionGraph(inputs=inputs, logits=logits)
+
+
+def _batched_gradients(values: torch.Tensor, inputs: torch.Tensor, method: str, chunk: int) -> torch.Tensor:
+    """``[n_targets, seq]``: vmapped backward passes of ``chunk`` targets at a time through one graph."""
+    n = values.shape[0]
+    base = inputs.detach()[0]
+    rows = []
+    for start in range(0, n, chunk):
+        size = min(chunk, n - start)
+        picks = torch.zeros(size, n, device=values.device, dtype=values.dtype)
+        picks[torch.arange(size), torch.arange(start, start + size)] = 1.0
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*performance drop.*")
+                (grad,) = torch.autograd.grad(values, inputs, grad_outputs=picks, is_grads_batched=True,
+                                              retain_graph=True)
+        except torch.OutOfMemoryError:
+            raise
+        except RuntimeError as err:  # vmap has no batching rule for an op of this model
+            raise _NoBatchedBackward(str(err)) from err
+        rows.append(_reduce(grad[:, 0], base, method))
+    return torch.cat(rows)
+
+
+def _repeated_rows(lm: LoadedModel, base: torch.Tensor, answer_ids: Sequence[int], positions: Sequence[int],
+                   targets: Sequence[int], contrast: Sequence[int | None], cfg: CCIConfig) -> torch.Tensor:
+    """``[chunk, seq]``: the input repeated once per target, one backward of the summed targets (captum)."""
     from captum.attr import InputXGradient, IntegratedGradients, Saliency
 
     chunk = len(targets)
-    cols = list(range(chunk))
 
     def forward(embeds: torch.Tensor) -> torch.Tensor:
         # IG calls this with chunk * steps rows: row r belongs to target r % chunk.
         n = embeds.shape[0]
         logits = logits_from_embeds(lm, embeds, answer_ids, positions)
-        rows = [cols[r % chunk] for r in range(n)]
-        return _targets(logits, rows, [targets[r % chunk] for r in range(n)], [contrast[r % chunk] for r in range(n)])
+        rows = list(range(n))
+        cols = [r % chunk for r in range(n)]
+        return _targets(logits, rows, cols, [targets[r % chunk] for r in range(n)],
+                        [contrast[r % chunk] for r in range(n)])
 
     inputs = base.expand(chunk, -1, -1).clone().requires_grad_(True)
     if cfg.method == "saliency":
@@ -99,6 +176,9 @@ def _attribute_chunk(
     else:
         attr = IntegratedGradients(forward).attribute(inputs, n_steps=cfg.ig_steps, internal_batch_size=chunk)
     return attr.detach().float().norm(dim=-1)
+
+
+_NO_BATCHED_BACKWARD: set[type] = set()
 
 
 def compute_cci(
@@ -111,11 +191,13 @@ def compute_cci(
     context_positions: Sequence[int],
     *,
     cfg: CCIConfig,
+    graph: AttributionGraph | None = None,
 ) -> CCIScores:
     """Saliency of each context token for each selected answer token, batched in memory-bounded chunks.
 
     ``input_ids`` is the attributed input (see :func:`mirage.forward.model_inputs`) and ``answer_positions[i]`` the
-    position whose logits predict answer token i.
+    position whose logits predict answer token i. ``graph``: the forward pass of :func:`attribution_graph` over the
+    same input, when the caller already ran it (otherwise one is run, cut after the furthest selected position).
     """
     contrast_ids = [None if contextless_top[i] == answer_ids[i] else int(contextless_top[i]) for i in selected]
     if not selected:
@@ -124,31 +206,56 @@ def compute_cci(
     ctx_index = torch.tensor(list(context_positions), device=lm.device, dtype=torch.long)
     order = sorted(range(len(selected)), key=lambda k: selected[k])
     results: dict[int, list[float]] = {}
-    start = 0
-    while start < len(order):
-        size = cfg.batch_size or auto_batch_size(lm, len(input_ids), len(order) - start)
-        ks = order[start : start + size]
-        idx = [selected[k] for k in ks]
-        if lm.is_encoder_decoder:
-            # Keep the decoder up to the furthest target; the encoder input stays whole.
-            chunk_answer = list(answer_ids[: max(idx) + 1])
-            positions, inputs = idx, base
-        else:
-            end = answer_positions[max(idx)] + 1  # causal: later positions cannot affect these targets
-            chunk_answer = list(answer_ids)
-            positions, inputs = [answer_positions[i] for i in idx], base[:, :end]
-        attr = _attribute_chunk(
-            lm, inputs, chunk_answer, positions, [answer_ids[i] for i in idx], [contrast_ids[k] for k in ks], cfg
-        )
-        picked = attr.index_select(1, ctx_index)
-        for row, k in enumerate(ks):
-            results[k] = picked[row].tolist()
-        start += size
+    with frozen_parameters(lm.model):
+        shared = cfg.method != "integrated_gradients" and type(lm.model) not in _NO_BATCHED_BACKWARD
+        if shared:
+            idx = [selected[k] for k in order]
+            contrast = [contrast_ids[k] for k in order]
+            targets = [answer_ids[i] for i in idx]
+            if graph is None:
+                inputs, answer, positions = _slice(lm, base, answer_ids, answer_positions, idx)
+                leaf = inputs.clone().requires_grad_(True)
+                graph = AttributionGraph(inputs=leaf, logits=logits_from_embeds(lm, leaf, answer, positions))
+                cols = list(range(len(idx)))  # logits of the selected positions only
+            else:
+                cols = idx
+            values = _targets(graph.logits, [0] * len(idx), cols, targets, contrast)
+            chunk = cfg.batch_size or auto_batch_size(lm, graph.inputs.shape[1], len(order))
+            try:
+                attr = _batched_gradients(values, graph.inputs, cfg.method, chunk)
+            except _NoBatchedBackward:
+                _NO_BATCHED_BACKWARD.add(type(lm.model))
+                shared = False
+            else:
+                picked = attr.index_select(1, ctx_index)
+                for row, k in enumerate(order):
+                    results[k] = picked[row].tolist()
+        start = 0
+        while not shared and start < len(order):
+            size = cfg.batch_size or auto_batch_size(lm, len(input_ids), len(order) - start)
+            ks = order[start : start + size]
+            idx = [selected[k] for k in ks]
+            attr = _repeated_rows(lm, *_slice(lm, base, answer_ids, answer_positions, idx),
+                                  [answer_ids[i] for i in idx], [contrast_ids[k] for k in ks], cfg)
+            picked = attr.index_select(1, ctx_index)
+            for row, k in enumerate(ks):
+                results[k] = picked[row].tolist()
+            start += size
     return CCIScores(
         selected=tuple(selected),
         contrast_ids=tuple(contrast_ids),
         scores=tuple(tuple(results[k]) for k in range(len(selected))),
     )
+
+
+def _slice(lm: LoadedModel, base: torch.Tensor, answer_ids: Sequence[int], answer_positions: Sequence[int],
+           idx: Sequence[int]) -> tuple[torch.Tensor, list[int], list[int]]:
+    """The input, answer ids and logit positions needed for targets ``idx`` (ascending answer indices)."""
+    if lm.is_encoder_decoder:
+        # Keep the decoder up to the furthest target; the encoder input stays whole.
+        return base, list(answer_ids[: max(idx) + 1]), list(idx)
+    end = answer_positions[max(idx)] + 1  # causal: later positions cannot affect these targets
+    return base[:, :end], list(answer_ids), [answer_positions[i] for i in idx]
 
 
 def select_context(scores: Sequence[float], cfg: CCIConfig) -> list[int]:

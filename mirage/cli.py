@@ -16,7 +16,8 @@ from pathlib import Path
 from .config import ConfigError, MirageConfig
 from .inputs import InputError, read_items
 from .models import ModelLoadError
-from .runs import ResumableJSONL, item_key
+from .runs import item_key
+from .sharding import Shard, ShardError, in_shards
 
 #: CLI flag → (config section, field, type, help). Each option's help is written once, here.
 CONFIG_FLAGS: dict[str, tuple[str, str, type, str]] = {
@@ -79,31 +80,42 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     items = list(read_items(args.input))
     if args.limit is not None:
         items = items[: args.limit]
-    out = ResumableJSONL(args.output)
-    errors = ResumableJSONL(Path(str(args.output) + ".errors.jsonl"))
-    todo = [(i, raw) for i, raw in items if item_key(i, raw) not in out.done]
-    print(f"{len(items) - len(todo)} of {len(items)} items already in {args.output}; attributing {len(todo)}.",
-          file=sys.stderr)
-    if not todo:
+    loaded: list[Mirage] = []
+
+    def compute(store_for) -> int:
+        out = store_for(args.output)
+        errors = store_for(Path(str(args.output) + ".errors.jsonl"))
+        todo = [(i, raw) for i, raw in items if item_key(i, raw) not in out.done and out.owns(item_key(i, raw))]
+        print(f"{len(items) - len(todo)} of {len(items)} items already in {args.output} or another rank's share; "
+              f"attributing {len(todo)}.", file=sys.stderr)
+        if not todo:
+            return 0
+        if not loaded:
+            loaded.append(Mirage.from_pretrained(args.model, config=cfg, device=args.device, dtype=args.dtype,
+                                                 trust_remote_code=args.trust_remote_code))
+        failed = 0
+        for index, raw in _progress(todo, len(todo), "attribute"):
+            key = item_key(index, raw)
+            try:
+                if isinstance(raw, Exception):
+                    raise raw
+                res = loaded[0].attribute_item(raw, index=index)
+            except InputError as err:
+                failed += 1
+                errors.write({"key": key, "index": index, "error": str(err)})
+                print(f"skipped: {err}", file=sys.stderr)
+                continue
+            out.write({"key": key, "index": index, **res.to_dict()})
+            if not args.quiet:
+                print(result_to_text(res))
+        print(f"done: {len(todo) - failed} attributed, {failed} skipped (see {errors.path}).", file=sys.stderr)
+        return failed
+
+    failed = in_shards(compute)
+    if failed is None:
+        shard = Shard.from_env()
+        print(f"rank {shard.rank} of {shard.world}: shard done; rank 0 merges into {args.output}.", file=sys.stderr)
         return 0
-    mirage = Mirage.from_pretrained(args.model, config=cfg, device=args.device, dtype=args.dtype,
-                                    trust_remote_code=args.trust_remote_code)
-    failed = 0
-    for index, raw in _progress(todo, len(todo), "attribute"):
-        key = item_key(index, raw)
-        try:
-            if isinstance(raw, Exception):
-                raise raw
-            res = mirage.attribute_item(raw, index=index)
-        except InputError as err:
-            failed += 1
-            errors.write({"key": key, "index": index, "error": str(err)})
-            print(f"skipped: {err}", file=sys.stderr)
-            continue
-        out.write({"key": key, "index": index, **res.to_dict()})
-        if not args.quiet:
-            print(result_to_text(res))
-    print(f"done: {len(todo) - failed} attributed, {failed} skipped (see {errors.path}).", file=sys.stderr)
     return 0 if failed == 0 else 3
 
 
@@ -137,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         warnings.filterwarnings("default", module="mirage")
     try:
         return args.func(args)
-    except (ConfigError, InputError, ModelLoadError) as err:
+    except (ConfigError, InputError, ModelLoadError, ShardError) as err:
         print(f"mirage: error: {err}", file=sys.stderr)
         return 2
 

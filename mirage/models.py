@@ -78,8 +78,13 @@ def cache_dir() -> Path:
 
 
 def default_device() -> torch.device:
-    """CUDA when available, else CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """CUDA when available (under a launcher, the GPU of this process's ``LOCAL_RANK``), else CPU."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    local = os.environ.get("LOCAL_RANK")
+    if local is not None and local.isdigit():
+        return torch.device("cuda", int(local) % max(1, torch.cuda.device_count()))
+    return torch.device("cuda")
 
 
 def default_dtype(device: torch.device) -> torch.dtype:

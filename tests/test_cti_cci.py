@@ -108,6 +108,78 @@ def test_batched_cci_matches_one_backward_per_token(tiny_causal):
         assert torch.allclose(torch.tensor(batched.scores[k]), manual, rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.parametrize("method", ["saliency", "input_x_gradient"])
+def test_shared_forward_matches_repeated_rows_and_leaves_parameters_alone(tiny_causal, monkeypatch, method):
+    """The vmapped-backward path (one forward) and the fallback (input repeated per target) give the same scores;
+    parameters that required grad still do afterwards."""
+    import mirage.cci as cci_mod
+
+    lm = tiny_causal
+    prep, ans = _prepared(lm)
+    input_ids, positions = model_inputs(lm, prep.tokens.ids, ans.ids)
+    ctx_top = answer_logits(lm, prep.tokens.contextless_ids, ans.ids).argmax(-1).tolist()
+    selected = [1, 3, len(ans.ids) - 1]
+    flags = [p.requires_grad for p in lm.model.parameters()]
+    cfg = CCIConfig(method=method, batch_size=2)
+    shared = compute_cci(lm, input_ids, ans.ids, positions, selected, ctx_top, prep.tokens.context_positions, cfg=cfg)
+    monkeypatch.setattr(cci_mod, "_NO_BATCHED_BACKWARD", {type(lm.model)})
+    repeated = compute_cci(lm, input_ids, ans.ids, positions, selected, ctx_top, prep.tokens.context_positions,
+                           cfg=cfg)
+    assert torch.allclose(torch.tensor(shared.scores), torch.tensor(repeated.scores), rtol=1e-4, atol=1e-7)
+    assert [p.requires_grad for p in lm.model.parameters()] == flags
+    if method == "input_x_gradient":
+        emb = lm.model.get_input_embeddings()(torch.tensor([input_ids])).detach().requires_grad_(True)
+        i, y_nc = selected[0], shared.contrast_ids[0]
+        logp = lm.model(inputs_embeds=emb).logits[0, positions[i]].log_softmax(-1)
+        (grad,) = torch.autograd.grad(logp[ans.ids[i]] - (logp[y_nc] if y_nc is not None else 0), emb)
+        manual = (grad * emb)[0, list(prep.tokens.context_positions)].norm(dim=-1)
+        assert torch.allclose(torch.tensor(shared.scores[0]), manual, rtol=1e-4, atol=1e-7)
+
+
+def test_one_graph_serves_cti_and_cci(tiny_causal):
+    """The pipeline's shared forward pass gives CTI the same logits as the inference pass, and CCI the same scores
+    as a run that builds its own (cut) graph."""
+    from mirage.cci import attribution_graph
+
+    lm = tiny_causal
+    prep, ans = _prepared(lm)
+    input_ids, positions = model_inputs(lm, prep.tokens.ids, ans.ids)
+    graph = attribution_graph(lm, input_ids, ans.ids, positions)
+    assert torch.allclose(graph.answer_logits(), answer_logits(lm, prep.tokens.ids, ans.ids), atol=1e-5)
+    top = answer_logits(lm, prep.tokens.contextless_ids, ans.ids).argmax(-1).tolist()
+    selected = [4, 1]
+    own = compute_cci(lm, input_ids, ans.ids, positions, selected, top, prep.tokens.context_positions,
+                      cfg=CCIConfig())
+    shared = compute_cci(lm, input_ids, ans.ids, positions, selected, top, prep.tokens.context_positions,
+                         cfg=CCIConfig(batch_size=1), graph=graph)
+    assert torch.allclose(torch.tensor(shared.scores), torch.tensor(own.scores), rtol=1e-4, atol=1e-7)
+    assert all(p.grad is None for p in lm.model.parameters())
+
+
+def test_vmap_failure_falls_back_to_repeated_rows(tiny_causal, monkeypatch):
+    """A model whose backward vmap cannot batch is remembered and attributed by the fallback path."""
+    import mirage.cci as cci_mod
+
+    lm = tiny_causal
+    prep, ans = _prepared(lm)
+    input_ids, positions = model_inputs(lm, prep.tokens.ids, ans.ids)
+    top = [0] * len(ans.ids)
+    expected = compute_cci(lm, input_ids, ans.ids, positions, [2], top, prep.tokens.context_positions,
+                           cfg=CCIConfig())
+    monkeypatch.setattr(cci_mod, "_NO_BATCHED_BACKWARD", set())
+    real_grad = torch.autograd.grad
+
+    def no_vmap(*args, **kwargs):
+        if kwargs.get("is_grads_batched"):
+            raise RuntimeError("Batching rule not implemented for aten::fake_op")
+        return real_grad(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", no_vmap)
+    out = compute_cci(lm, input_ids, ans.ids, positions, [2], top, prep.tokens.context_positions, cfg=CCIConfig())
+    assert type(lm.model) in cci_mod._NO_BATCHED_BACKWARD
+    assert torch.allclose(torch.tensor(out.scores), torch.tensor(expected.scores), rtol=1e-4, atol=1e-7)
+
+
 @pytest.mark.parametrize("method", ["input_x_gradient", "integrated_gradients"])
 def test_captum_methods_give_one_score_per_context_token(tiny_causal, method):
     lm = tiny_causal

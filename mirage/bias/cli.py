@@ -63,6 +63,12 @@ def cmd_bias(args: argparse.Namespace) -> int:
     result = run_bias_study(args.data, mirage=mirage, cfg=cfg, output_dir=args.output, limit=args.limit,
                             split=args.split, rewriter=rewriter, progress=None if args.quiet else _progress,
                             compare=compare)
+    if result is None:
+        from ..sharding import Shard
+
+        shard = Shard.from_env()
+        print(f"rank {shard.rank} of {shard.world}: shard done; rank 0 writes the results.", file=sys.stderr)
+        return 0
     if not args.quiet:
         print(side_by_side(result))
     print(f"{result.n_items} items; results in {args.output}/results.json, tables in {args.output}/tables.md.",

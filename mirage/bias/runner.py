@@ -22,6 +22,7 @@ from ..pipeline import Mirage, PreparedItem
 from ..prompts import format_prompt, load_template
 from ..results import AttributionResult
 from ..runs import ResumableJSONL
+from ..sharding import owns
 from ..tokenization import tokenize_answer
 from .items import BiasItem
 from .prompts import BiasPrompts, labelled_docs, load_prompts, mode_template, write_template
@@ -142,18 +143,18 @@ class BiasStudy:
 
     def run(self, items: Sequence[BiasItem], *, out: ResumableJSONL | None = None,
             progress: Progress | None = None) -> list[BiasRecord]:
-        """Run every planned generation not already in ``out`` (writing each as it finishes); return the records of
-        the whole plan, in plan order."""
+        """Run every planned generation not already in ``out`` (writing each as it finishes; a rank's shard store
+        runs only its share); return the records of the plan, in plan order."""
         planned = self.plan(items)
         done = {r["key"]: BiasRecord.from_dict(r) for r in (out.records() if out else []) if "key" in r}
-        todo = [p for p in planned if p.key not in done]
+        todo = [p for p in planned if p.key not in done and owns(out, p.key)]
         iterator: Iterable[PlannedGeneration] = progress(todo, len(todo)) if progress else todo
         for p in iterator:
             record = self.generate(p)
             done[p.key] = record
             if out is not None:
                 out.write(record.to_dict())
-        return [done[p.key] for p in planned]
+        return [done[p.key] for p in planned if p.key in done]  # all of them, unless ``out`` is one rank's shard
 
     def generate(self, p: PlannedGeneration) -> BiasRecord:
         """Generate one answer, read its self-citations and their probabilities, attribute it with mirage."""

@@ -20,6 +20,7 @@ from ..inputs import InputError
 from ..models import LoadedModel
 from ..pipeline import Mirage
 from ..runs import ResumableJSONL
+from ..sharding import in_shards
 from .items import (
     BiasItem,
     beir_items,
@@ -104,9 +105,11 @@ def _read_answers(path: Path) -> dict[str, list[str]]:
 
 def run_bias_study(data: str, *, mirage: Mirage, cfg: BiasConfig, output_dir: str | Path, limit: int | None = None,
                    split: str = "test", rewriter: LoadedModel | None = None, progress: Progress | None = None,
-                   compare: Sequence[BiasStudyResult] = (), embed: Embedder | None = None) -> BiasStudyResult:
+                   compare: Sequence[BiasStudyResult] = (), embed: Embedder | None = None) -> BiasStudyResult | None:
     """Build the items, run every (item, mode) not yet in ``DIR/generations.jsonl``, and write the results, tables
-    and CAB figure. ``rewriter`` rewrites documents when ``cfg.rewrite`` asks (default: the studied model)."""
+    and CAB figure. ``rewriter`` rewrites documents when ``cfg.rewrite`` asks (default: the studied model).
+    Under a launcher each rank generates its shard (:mod:`mirage.sharding`); rank 0 returns the result, other
+    ranks None. Document rewriting is not sharded: every rank rewrites (the same, greedy) documents."""
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     items = build_items(data, cfg, limit=limit, split=split, embed=embed)
@@ -117,7 +120,10 @@ def run_bias_study(data: str, *, mirage: Mirage, cfg: BiasConfig, output_dir: st
                               cache=ResumableJSONL(out_dir / "rewrites.jsonl"), seed=cfg.seed)
     write_items(items, out_dir / "items.jsonl")
     study = BiasStudy(mirage, cfg, template_dir=out_dir / "prompts")
-    records = study.run(items, out=ResumableJSONL(out_dir / "generations.jsonl"), progress=progress)
+    records = in_shards(lambda store_for: study.run(items, out=store_for(out_dir / "generations.jsonl"),
+                                                    progress=progress))
+    if records is None:  # one rank of several: rank 0 summarizes
+        return None
     result = summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=mirage.lm.name, data=str(data),
                        mirage_config=study.mirage_config.to_dict())
     write_outputs(result, out_dir, compare=compare)

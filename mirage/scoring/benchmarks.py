@@ -22,12 +22,14 @@ from ..inputs import InputError
 from ..results import AttributionResult
 from ..runs import ResumableJSONL
 from ..serialization import library_versions
+from ..sharding import Shard, ShardedJSONL, in_shards, owns
 from . import metrics as M
 from .eli5 import ELI5Report, attribute_items, evaluate_eli5, load_alce, load_judgments
 from .xor_attriqa import concat_data, load_xor_attriqa, score_items
 from .xor_eval import CalibrateBy, XorAttriQAReport, evaluate
 
 Progress = Callable[[Iterable, int, str], Iterable]
+StoreFor = Callable[[str | Path], ShardedJSONL]
 
 
 def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
@@ -52,6 +54,24 @@ def _save(out_dir: Path, report: Any, figure: Any, figure_name: str) -> None:
     figure.savefig(out_dir / figure_name, dpi=130)
 
 
+def _model_stages(model: Any, out: Path, outputs_for: Callable[[StoreFor], tuple[dict, list]],
+                  faith_keys: Callable[[dict], list[str]], result_for: Callable[[Any, str, dict], AttributionResult],
+                  *, faithfulness: bool, progress: Progress | None, shard: Shard | None) -> tuple | None:
+    """A benchmark's model work, sharded (:mod:`mirage.sharding`): ``outputs_for(store_for)`` gives the per-item
+    outputs and rejected rows, then (with ``faithfulness``) the check of each key of ``faith_keys(outputs)``.
+    Returns ``(outputs, rejected, faithfulness summary or None)``, or None on a rank other than 0."""
+
+    def compute(store_for: StoreFor) -> tuple[dict, list, dict[str, Any] | None]:
+        outputs, failed = outputs_for(store_for)
+        faith = None
+        if faithfulness:
+            faith = score_faithfulness(model, faith_keys(outputs), lambda m, key: result_for(m, key, outputs),
+                                       store_for(out / "faithfulness.jsonl"), progress=progress)
+        return outputs, failed, faith
+
+    return in_shards(compute, shard)
+
+
 def run_xor_attriqa(
     model: Any,
     data: Sequence[str | Path],
@@ -66,13 +86,15 @@ def run_xor_attriqa(
     limit: int | None = None,
     faithfulness: bool = False,
     progress: Progress | None = None,
-) -> XorAttriQAReport:
+    shard: Shard | None = None,
+) -> XorAttriQAReport | None:
     """Score XOR-AttriQA files (and the calibration file) and write ``results.json`` and ``sweep.png``.
 
     ``model``: a Mirage, or a function returning one (called only if some item still needs the model).
     ``limit`` keeps the first N rows of each file, the calibration file included. With ``faithfulness``, each test
     answer is attributed as a whole (sentence citations by the config's CCI selector) and checked; results are kept
-    in ``faithfulness.jsonl``.
+    in ``faithfulness.jsonl``. Under a launcher (``torchrun``, ``accelerate launch``; see :mod:`mirage.sharding`)
+    each rank scores its shard; rank 0 returns the report of all of them, other ranks None.
     """
     cfg = config or MirageConfig()
     out = Path(out_dir)
@@ -81,8 +103,16 @@ def run_xor_attriqa(
     test = concat_data(load_xor_attriqa(p, text=text, nli_dir=nli_dir, limit=limit) for p in data)  # type: ignore[arg-type]
     cal = load_xor_attriqa(calibrate_on, text=text, nli_dir=nli_dir, limit=limit) if calibrate_on else None
     items = list(test.items) + (list(cal.items) if cal else [])
-    scores, failed = score_items(model, items, config=cfg, store=ResumableJSONL(out / "scores.jsonl"),
-                                 progress=progress)
+    by_key = {item.key: item for item in test.items}
+
+    done = _model_stages(
+        model, out, lambda store_for: score_items(model, items, config=cfg, store=store_for(out / "scores.jsonl"),
+                                                  progress=progress),
+        lambda _scores: list(by_key), lambda m, key, _scores: m.attribute_item(by_key[key].rag_item(), config=cfg),
+        faithfulness=faithfulness, progress=progress, shard=shard)
+    if done is None:
+        return None
+    scores, failed, faith = done
     bad = list(test.bad_rows) + (list(cal.bad_rows) if cal else []) + failed
     settings = {"model": model_name, "text": text, "data": [str(p) for p in data],
                 "calibrate_on": str(calibrate_on) if calibrate_on else None, "calibrate_by": calibrate_by,
@@ -90,11 +120,7 @@ def run_xor_attriqa(
     report = evaluate(test.items, scores, config=cfg, calibration_items=cal.items if cal else None,
                       calibrate_by=calibrate_by, bad_rows=bad, settings=settings)
     report.versions = library_versions()
-    if faithfulness:
-        by_key = {item.key: item for item in test.items}
-        report.faithfulness = score_faithfulness(
-            model, list(by_key), lambda m, key: m.attribute_item(by_key[key].rag_item(), config=cfg),
-            ResumableJSONL(out / "faithfulness.jsonl"), progress=progress)
+    report.faithfulness = faith
     from .plots import sweep_figure
 
     _save(out, report, sweep_figure(report.sweep), "sweep.png")
@@ -119,10 +145,12 @@ def run_eli5(
     limit: int | None = None,
     faithfulness: bool = False,
     progress: Progress | None = None,
-) -> ELI5Report:
+    shard: Shard | None = None,
+) -> ELI5Report | None:
     """Generate, self-cite and attribute ALCE-format items for each seed; write ``results.json`` and
     ``length_bins.png``. The judge's decisions are kept in ``judgments-<judge>.jsonl`` and reused; with
-    ``faithfulness``, each answer's faithfulness check is kept in ``faithfulness.jsonl`` and summarized."""
+    ``faithfulness``, each answer's faithfulness check is kept in ``faithfulness.jsonl`` and summarized. Sharded
+    like :func:`run_xor_attriqa` (rank 0 returns the report, other ranks None)."""
     cfg = config or MirageConfig()
     out = Path(out_dir)
     gen = vars(cfg.generation)
@@ -130,8 +158,16 @@ def run_eli5(
                     "generation": {k: v for k, v in gen.items() if k != "seed"}, "cti": vars(cfg.cti),
                     "cci": vars(cfg.cci), "aggregation": vars(cfg.aggregation)})
     data = load_alce(source, limit=limit)
-    results, failed = attribute_items(model, data.items, seeds=seeds, ndocs=ndocs, config=cfg,
-                                      store=ResumableJSONL(out / "answers.jsonl"), progress=progress)
+
+    order = [item.key(seed=seed, ndocs=ndocs) for seed in seeds for item in data.items]
+    done = _model_stages(
+        model, out, lambda store_for: attribute_items(model, data.items, seeds=seeds, ndocs=ndocs, config=cfg,
+                                                      store=store_for(out / "answers.jsonl"), progress=progress),
+        lambda results: [k for k in order if k in results],  # data order, however the records were stored
+        lambda _m, key, results: results[key], faithfulness=faithfulness, progress=progress, shard=shard)
+    if done is None:
+        return None
+    results, failed, faith = done
     cached = None
     if judge is not None:
         path = out / f"judgments-{_slug(judge.name)}.jsonl"
@@ -148,9 +184,7 @@ def run_eli5(
     report = evaluate_eli5(data.items, results, seeds=seeds, ndocs=ndocs, judge=cached, at_most=at_most,
                            bad_rows=list(data.bad_rows) + failed, settings=settings)
     report.versions = library_versions()
-    if faithfulness:
-        report.faithfulness = score_faithfulness(model, list(results), lambda _m, key: results[key],
-                                                 ResumableJSONL(out / "faithfulness.jsonl"), progress=progress)
+    report.faithfulness = faith
     from .plots import length_figure
 
     _save(out, report, length_figure(report.length_bins), "length_bins.png")
@@ -165,10 +199,10 @@ def score_faithfulness(model: Any, keys: Sequence[str], result_for: Callable[[An
     from ..faithfulness import FaithfulnessResult, faithfulness, summarize
 
     done = {r["key"]: FaithfulnessResult.from_dict(r["faithfulness"]) for r in store.records()}
-    todo = [key for key in keys if key not in done]
+    todo = [key for key in keys if key not in done and owns(store, key)]
     if todo:
         mirage = model() if callable(model) and not hasattr(model, "lm") else model
         for key in progress(todo, len(todo), "faithfulness") if progress else todo:
             done[key] = faithfulness(mirage, result_for(mirage, key))
             store.write({"key": key, "faithfulness": done[key].to_dict()})
-    return summarize(done[key] for key in keys).to_dict()
+    return summarize(done[key] for key in keys if key in done).to_dict()  # all keys, unless this is one shard

@@ -91,6 +91,14 @@ def _report_bad_rows(rows: list[dict[str, Any]]) -> None:
         print(f"skipped {row['file']}:{row['line']}: {row['error']}", file=sys.stderr)
 
 
+def _shard_finished() -> int:
+    from ..sharding import Shard
+
+    shard = Shard.from_env()
+    print(f"rank {shard.rank} of {shard.world}: shard done; rank 0 writes the results.", file=sys.stderr)
+    return 0
+
+
 def cmd_xor_attriqa(args: argparse.Namespace) -> int:
     from .benchmarks import run_xor_attriqa
     from .tables import xor_table
@@ -110,6 +118,8 @@ def cmd_xor_attriqa(args: argparse.Namespace) -> int:
         text=args.text or exp.get("text") or "en", calibrate_on=calibrate_on, calibrate_by=args.calibrate_by,
         nli_dir=args.nli_dir, limit=args.limit if args.limit is not None else exp.get("limit"),
         faithfulness=args.faithfulness, progress=_progress)
+    if report is None:
+        return _shard_finished()
     _report_bad_rows(report.bad_rows["rows"])
     if not args.quiet:
         print(xor_table(report))
@@ -148,6 +158,8 @@ def cmd_eli5(args: argparse.Namespace) -> int:
         seeds=args.seeds or exp.get("seeds") or [cfg.generation.seed], ndocs=args.ndocs, judge=judge,
         at_most=args.at_most_citations, limit=args.limit if args.limit is not None else exp.get("limit"),
         faithfulness=args.faithfulness, progress=_progress)
+    if report is None:
+        return _shard_finished()
     _report_bad_rows(report.bad_rows["rows"])
     if not args.quiet:
         print(eli5_table(report))

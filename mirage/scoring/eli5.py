@@ -20,6 +20,7 @@ from ..config import MirageConfig
 from ..inputs import InputError
 from ..results import AttributionResult
 from ..serialization import JSONRecord
+from ..sharding import owns
 from . import metrics as M
 from .rows import BadRow, RawRow, RowError, content_key, read_rows, require
 
@@ -153,7 +154,8 @@ def attribute_items(
         for rec in store.records():
             if isinstance(rec, dict) and "result" in rec:
                 results[rec["key"]] = AttributionResult.from_dict(rec["result"])
-    todo = [(item, seed) for seed in seeds for item in items if item.key(seed=seed, ndocs=ndocs) not in results]
+    todo = [(item, seed) for seed in seeds for item in items
+            if item.key(seed=seed, ndocs=ndocs) not in results and owns(store, item.key(seed=seed, ndocs=ndocs))]
     failed: list[BadRow] = []
     if not todo:
         return results, failed

@@ -21,13 +21,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..cci import compute_cci
+from ..cci import attribution_graph, compute_cci
 from ..citations import parse_answer
 from ..config import MirageConfig
 from ..cti import compute_cti
 from ..forward import answer_logits, model_inputs
 from ..inputs import InputError
 from ..serialization import JSONRecord
+from ..sharding import owns
 from ..tokenization import tokenize_answer
 from .rows import BadRow, RawRow, RowError, content_key, read_rows, require
 
@@ -256,15 +257,20 @@ def score_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = None
     answer = tokenize_answer(lm.tokenizer, text)
     if not answer.ids:
         raise InputError("has no tokens.", field="answer")
-    logits_ctx = answer_logits(lm, prep.tokens.ids, answer.ids)
+    input_ids, positions = model_inputs(lm, prep.tokens.ids, answer.ids)
+    graph = None
+    if n_docs > 1 and cfg.cci.method != "integrated_gradients":
+        graph = attribution_graph(lm, input_ids, answer.ids, positions)  # CTI's with-documents pass, and CCI's
+        logits_ctx = graph.answer_logits()
+    else:
+        logits_ctx = answer_logits(lm, prep.tokens.ids, answer.ids)
     logits_noctx = answer_logits(lm, prep.tokens.contextless_ids, answer.ids)
     cti = compute_cti(logits_ctx, logits_noctx, answer.ids, cfg=cfg.cti)
     cci_rows: list[list[float]] = []
     if n_docs > 1:
-        input_ids, positions = model_inputs(lm, prep.tokens.ids, answer.ids)
         everything = tuple(range(len(answer.ids)))
         cci = compute_cci(lm, input_ids, answer.ids, positions, everything, cti.contextless_top,
-                          prep.tokens.context_positions, cfg=cfg.cci)
+                          prep.tokens.context_positions, cfg=cfg.cci, graph=graph)
         cci_rows = [[float(f"{v:.6g}") for v in row] for row in cci.scores]
     tokens = [text[a:b] or lm.tokenizer.decode([t]) for (a, b), t in zip(answer.offsets, answer.ids)]
     return ItemScores(key=item.key, tokens=tokens, cti=[float(s) for s in cti.scores], cci=cci_rows,
@@ -290,7 +296,7 @@ def score_items(
                 scores[rec["key"]] = ItemScores.from_dict(rec)
     todo: dict[str, XorItem] = {}
     for item in items:
-        if item.key not in scores:
+        if item.key not in scores and owns(store, item.key):
             todo.setdefault(item.key, item)
     failed: list[BadRow] = []
     if not todo:
