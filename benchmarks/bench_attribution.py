@@ -10,7 +10,7 @@ the reference attributes the same answer text. Printed and saved: both times and
 time against the model's generation time for that answer, peak memory added during mirage's attribution (resident
 memory on CPU, allocated memory on GPU), and whether the context-sensitive tokens and sentence citations agree.
 
-``--sweep`` adds the scaling figures: the first ELI5 answer cut to 16/32/64/128 tokens (answer length) and to 32
+``--sweep`` adds the scaling figures: the first ELI5 answer cut to 16/32/64/128 tokens and whole (answer length), and to 32
 tokens over 1/2/3/5 documents (context length), each force-decoded by both methods beside the generation time of an
 answer that long; the plot goes to ``attribution_scaling.png`` beside the JSON. Nothing is asserted: numbers are
 wall-clock on whatever machine runs it.
@@ -43,6 +43,17 @@ from mirage.sentences import sentence_index
 SHARED_ELI5 = ROOT.parent / "shared" / "data" / "eli5_alce" / "eli5_eval_sample.json"
 
 
+def _release_free_memory() -> None:
+    """Hand freed heap memory back to the OS (glibc), so a block's resident-memory growth shows its own peak rather
+    than being hidden by memory the allocator kept from earlier work."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 class PeakMemory:
     """Peak memory added inside the block: CUDA allocated bytes, or resident set size sampled every 5 ms on CPU."""
 
@@ -61,6 +72,7 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._base = torch.cuda.memory_allocated(self.device)
             return self
+        _release_free_memory()
         self._base = self._peak = self._rss()
         self._stop = threading.Event()
 
@@ -167,7 +179,7 @@ def _sweep(m: Mirage, case: dict, answer: str, cfg: MirageConfig) -> list[dict]:
     tok = m.lm.tokenizer
     ids = tok(answer, add_special_tokens=False)["input_ids"]
     rows = []
-    for n in (16, 32, 64, 128):
+    for n in sorted({16, 32, 64, 128, len(ids)}):
         if n <= len(ids):
             sub = {**case, "id": f"{case['id']}-a{n}", "output": tok.decode(ids[:n])}
             row, _ = _compare(m, sub, cfg, gen_s=_generation_seconds(m, case, cfg, n))
