@@ -86,8 +86,9 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         out = store_for(args.output)
         errors = store_for(Path(str(args.output) + ".errors.jsonl"))
         todo = [(i, raw) for i, raw in items if item_key(i, raw) not in out.done and out.owns(item_key(i, raw))]
-        print(f"{len(items) - len(todo)} of {len(items)} items already in {args.output} or another rank's share; "
-              f"attributing {len(todo)}.", file=sys.stderr)
+        where = f"rank {out.shard.rank} of {out.shard.world}: " if out.shard.world > 1 else ""
+        print(f"{where}{len(items) - len(todo)} of {len(items)} items already in {args.output}"
+              f"{' or in other ranks’ shares' if where else ''}; attributing {len(todo)}.", file=sys.stderr)
         if not todo:
             return 0
         if not loaded:
