@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from mirage import cli
 from mirage.scoring.xor_attriqa import load_xor_attriqa
 from mirage.sharding import Shard, ShardedJSONL, ShardError, consolidate, in_shards, shard_files, shard_path
 
@@ -95,10 +94,12 @@ def test_unsynchronized_ranks_finish_their_share_and_a_plain_run_merges(tmp_path
     assert shard_files(tmp_path / "s.jsonl") == [tmp_path / "s.jsonl"]
 
 
-def _torchrun(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+def _torchrun(args: list[str], tmp_path: Path, *, ranks: int = 2) -> subprocess.CompletedProcess:
+    """``mirage`` under torchrun with ``ranks`` processes (1: a plain process), each on one CPU thread, so that one
+    process and two run the same arithmetic (thread counts change float summation order)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "mirage.cli",
-           *args]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
+    cmd = [*(launcher if ranks > 1 else [sys.executable]), "-m", "mirage.cli", *args]
     proc = subprocess.run(cmd, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
@@ -115,7 +116,7 @@ def test_two_torchrun_ranks_give_the_single_process_results(tmp_path):
 
     args = ["score", "xor-attriqa", str(XOR_VAL), "--calibrate-on", str(XOR_VAL), "--quiet"]
     single, sharded = tmp_path / "single", tmp_path / "sharded"
-    assert cli.main([*args, "-o", str(single)]) == 0
+    _torchrun([*args, "-o", str(single)], tmp_path, ranks=1)
     proc = _torchrun([*args, "-o", str(sharded)], tmp_path)
     assert "rank 1 of 2: shard done" in proc.stderr
     one = json.loads((single / "results.json").read_text())
@@ -130,14 +131,14 @@ def test_two_torchrun_ranks_attribute_like_one_process(tmp_path):
     items = [it for it in json.loads((ROOT / "examples" / "rag_items.json").read_text()) if it.get("output")]
     (tmp_path / "items.json").write_text(json.dumps(items))
     args = ["attribute", str(tmp_path / "items.json"), "--quiet"]
-    assert cli.main([*args, "-o", str(tmp_path / "one.jsonl")]) == 0
+    _torchrun([*args, "-o", str(tmp_path / "one.jsonl")], tmp_path, ranks=1)
     _torchrun([*args, "-o", str(tmp_path / "two.jsonl")], tmp_path)
     one = [json.loads(x) for x in (tmp_path / "one.jsonl").read_text().splitlines()]
     two = [json.loads(x) for x in (tmp_path / "two.jsonl").read_text().splitlines()]
     assert [r["key"] for r in two] == [r["key"] for r in one]  # merged in input order
     for a, b in zip(one, two):
         assert [s["mirage_citations"] for s in a["sentences"]] == [s["mirage_citations"] for s in b["sentences"]]
-        assert [t["cti"] for t in a["tokens"]] == pytest.approx([t["cti"] for t in b["tokens"]], abs=1e-4)
+        assert [t["cti"] for t in a["tokens"]] == [t["cti"] for t in b["tokens"]]
     assert shard_files(tmp_path / "two.jsonl") == [tmp_path / "two.jsonl"]
 
 
