@@ -144,7 +144,8 @@ def aggregate(
     for i, tok_id in enumerate(answer.ids):
         start, end = answer.offsets[i]
         tok = AnswerToken(index=i, text=text[start:end] or tokenizer.decode([tok_id]), start=start, end=end,
-                          cti=float(cti.scores[i]), context_sensitive=i in selected)
+                          cti=float(cti.scores[i]), context_sensitive=i in selected,
+                          prob=float(cti.probs[i]) if cti.probs else None)
         if i in cci_row:
             k = cci_row[i]
             scores = cci.scores[k]

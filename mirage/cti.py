@@ -22,6 +22,7 @@ class CTIScores:
     selected: tuple[int, ...]
     threshold: float
     contextless_top: tuple[int, ...]
+    probs: tuple[float, ...] = ()  # each answer token's probability with the documents in the prompt
 
 
 def _kl(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
@@ -83,4 +84,13 @@ def compute_cti(
         selected=selected,
         threshold=threshold,
         contextless_top=tuple(int(i) for i in logits_noctx.argmax(-1).tolist()),
+        probs=tuple(token_probabilities(logits_ctx, answer_ids)),
     )
+
+
+def token_probabilities(logits: torch.Tensor, ids: Sequence[int]) -> list[float]:
+    """Probability of each token ``ids[i]`` under ``softmax(logits[i])`` (fp32); logits ``[n_tokens, vocab]``."""
+    if not len(ids):
+        return []
+    probs = torch.softmax(logits[: len(ids)].float(), dim=-1)
+    return probs.gather(1, torch.tensor(list(ids), device=probs.device).unsqueeze(1)).squeeze(1).tolist()

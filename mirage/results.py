@@ -36,6 +36,7 @@ class AnswerToken:
     cti: float
     context_sensitive: bool
     contrast_token: str | None = None
+    prob: float | None = None  # the token's probability with the documents in the prompt
     cited_docs: list[int] = field(default_factory=list)
     doc_scores: list[float] | None = None
     top_context: list[ContextCue] = field(default_factory=list)

@@ -214,3 +214,14 @@ def test_pipeline_on_tiny_models_gives_a_well_formed_result(fixture, request):
         if tok.context_sensitive:
             assert 1 <= len(tok.cited_docs) <= 2 and len(tok.top_context) == 5
     assert all(set(s.mirage_citations) <= {1, 2} for s in res.sentences)
+
+
+def test_cti_keeps_each_answer_tokens_probability_with_documents(tiny_causal):
+    """CTIScores.probs (and AnswerToken.prob, which the bias study's attribution confidence reads) are the
+    with-documents softmax probabilities of the answer tokens."""
+    lm = tiny_causal
+    prep, ans = _prepared(lm)
+    logits = answer_logits(lm, prep.tokens.ids, ans.ids)
+    cti = compute_cti(logits, answer_logits(lm, prep.tokens.contextless_ids, ans.ids), ans.ids, cfg=CTIConfig())
+    manual = torch.softmax(logits, -1)[torch.arange(len(ans.ids)), torch.tensor(ans.ids)]
+    assert torch.allclose(torch.tensor(cti.probs), manual, atol=1e-6)

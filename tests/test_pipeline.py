@@ -33,6 +33,7 @@ def test_forced_answer_is_attributed_to_its_documents(forced, xor_item):
     assert forced.sentences and forced.sentences[0].text == xor_item["output"]
     cs = [t for t in forced.tokens if t.context_sensitive]
     assert cs, "a year copied from the documents must be context-sensitive"
+    assert all(0 < t.prob <= 1 for t in forced.tokens)
     assert all(1 <= d <= len(xor_item["docs"]) for s in forced.sentences for d in s.mirage_citations)
     # The prompt records exactly the documents block and the contextless prompt lacks it.
     assert forced.context in forced.prompt and forced.context not in forced.contextless_prompt

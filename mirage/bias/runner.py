@@ -11,11 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ..citations import _GROUP, _NUMBER, parse_answer
 from ..config import GenerationConfig, MirageConfig
-from ..forward import answer_logits
+from ..cti import token_probabilities
 from ..generation import generate_answer
 from ..inputs import InputError
 from ..pipeline import Mirage, PreparedItem
@@ -23,21 +21,12 @@ from ..prompts import format_prompt, load_template
 from ..results import AttributionResult
 from ..runs import ResumableJSONL
 from ..sharding import owns
-from ..tokenization import tokenize_answer
 from .items import BiasItem
 from .prompts import BiasPrompts, labelled_docs, load_prompts, mode_template, write_template
 from .protocol import BiasConfig, Metadata, Mode, doc_labels, load_metadata
 from .records import BiasRecord
 
 Progress = Callable[[Iterable[Any], int], Iterable[Any]]
-
-
-def token_probabilities(logits: torch.Tensor, ids: Sequence[int]) -> list[float]:
-    """Probability of each token ``ids[i]`` under ``softmax(logits[i])``; logits ``[n_tokens, vocab]``."""
-    if not len(ids):
-        return []
-    probs = torch.softmax(logits[: len(ids)].float(), dim=-1)
-    return probs.gather(1, torch.tensor(list(ids), device=probs.device).unsqueeze(1)).squeeze(1).tolist()
 
 
 def token_spans(tokenizer: Any, ids: Sequence[int], text: str) -> list[tuple[int, int]]:
@@ -179,7 +168,7 @@ class BiasStudy:
             error = str(err)
         else:
             mirage_cits = [list(s.mirage_citations) for s in res.sentences]
-            mirage_probs = mirage_citation_probabilities(res, self._answer_probs(prep, res, cfg))
+            mirage_probs = mirage_citation_probabilities(res, [t.prob for t in res.tokens])
         timings["mirage"] = time.perf_counter() - t
         explanation = None
         if self.cfg.explain:
@@ -194,16 +183,6 @@ class BiasStudy:
             self_citation_probs=[[d, pr] for d, pr in self_probs], mirage_citation_probs=[[d, pr] for d, pr in mirage_probs],
             n_answer_tokens=len(gen.ids), explanation=explanation, error=error, prompt=prep.prompt.text,
             timings={k: round(v, 3) for k, v in timings.items()})
-
-    def _answer_probs(self, prep: PreparedItem, res: AttributionResult, cfg: MirageConfig) -> list[float]:
-        """Generation probability of each token of the citation-stripped answer (teacher-forced, with documents)."""
-        tok = self.mirage.lm.tokenizer
-        answer = tokenize_answer(tok, res.answer)
-        if res.prompt != prep.prompt.text:  # the attribution call truncated documents differently
-            prep = self.mirage.prepare({"question": res.question, "docs": res.docs}, config=cfg,
-                                       reserve_tokens=len(answer.ids) + 1)
-        logits = answer_logits(self.mirage.lm, prep.tokens.ids, answer.ids)
-        return token_probabilities(logits, answer.ids)
 
     def explain(self, prep: PreparedItem, answer: str, cfg: MirageConfig) -> str:
         """Ask the model, as a follow-up turn, to explain its citations (``explainer.yaml``)."""
