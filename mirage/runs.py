@@ -15,6 +15,20 @@ def item_key(index: int, raw: Any) -> str:
     return f"{index}:{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
 
 
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """The JSON records of a JSONL file, skipping lines that do not parse (a torn last line); never writes."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
 class ResumableJSONL:
     """Append-only JSONL file of records carrying a ``key``; knows which keys are already done.
 
@@ -48,6 +62,4 @@ class ResumableJSONL:
 
     def records(self) -> list[dict[str, Any]]:
         """All records written so far."""
-        if not self.path.exists():
-            return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return read_records(self.path)

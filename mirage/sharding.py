@@ -10,8 +10,10 @@ single-process file ``NAME.jsonl``. Every store reads all of them, so a run resu
 When its shard is done, each rank waits for the others (a ``gloo`` process group, so CPUs work too); rank 0 then
 runs the command's work once more over the merged records, which finds everything done and writes the same
 ``results.json`` a single process would (items the pipeline rejected are retried there, so the bad-row counts
-match too), and folds the rank files into the single-process files. Ranks started without a rendezvous (separate jobs with ``RANK``/``WORLD_SIZE`` set by hand and
-``MIRAGE_SHARD_NO_SYNC=1``) just finish their shard; running the same command once more without a launcher merges.
+match too), and folds the rank files into the single-process files. A rank only ever writes its own file (other
+ranks' files are read, never rewritten, while they may be appending). Ranks started without a rendezvous (separate
+jobs with ``RANK``/``WORLD_SIZE`` set by hand and ``MIRAGE_SHARD_NO_SYNC=1``) just finish their shard; running the
+same command once more without a launcher merges.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .runs import ResumableJSONL
+from .runs import ResumableJSONL, read_records
 
 T = TypeVar("T")
 
@@ -99,8 +101,8 @@ class ShardedJSONL(ResumableJSONL):
         own = base if shard.world == 1 else shard_path(base, shard.rank, shard.world)
         super().__init__(own)
         for other in shard_files(base):
-            if other != own:
-                self.done |= ResumableJSONL(other).done
+            if other != own:  # another rank may be appending to it: read only
+                self.done |= {r["key"] for r in read_records(other) if isinstance(r, dict) and "key" in r}
 
     def owns(self, key: str) -> bool:
         """Whether this rank computes ``key``."""
@@ -110,7 +112,7 @@ class ShardedJSONL(ResumableJSONL):
         """The records of every rank's file (the single-process file first)."""
         out: list[dict[str, Any]] = []
         for path in shard_files(self.base):
-            out.extend(ResumableJSONL(path).records())
+            out.extend(read_records(path))
         return out
 
 
@@ -164,11 +166,13 @@ def consolidate(base: str | Path) -> None:
         return
     records, seen = [], set()
     for path in files:
-        for rec in ResumableJSONL(path).records():
+        for rec in read_records(path):
             key = rec.get("key") if isinstance(rec, dict) else None
-            if key is None or key not in seen:
-                records.append(rec)
-                seen.add(key) if key is not None else None
+            if key is not None and key in seen:
+                continue
+            records.append(rec)
+            if key is not None:
+                seen.add(key)
     if records and all(isinstance(r, dict) and isinstance(r.get("index"), int) for r in records):
         records.sort(key=lambda r: r["index"])
     tmp = base.with_name(base.name + ".merging")

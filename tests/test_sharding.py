@@ -59,6 +59,17 @@ def test_sharded_store_reads_every_rank_and_consolidates_in_index_order(tmp_path
     assert [r["index"] for r in ShardedJSONL(base, Shard()).records()] == [0, 1, 2, 3]
 
 
+def test_a_rank_never_rewrites_another_ranks_file(tmp_path):
+    """Rank 1 may be mid-append (a torn last line) while rank 0 opens its store: rank 0 only reads that file."""
+    base = tmp_path / "out.jsonl"
+    other = shard_path(base, 1, 2)
+    other.write_text('{"key": "a"}\n{"key": "b", "val', encoding="utf-8")
+    store = ShardedJSONL(base, Shard(0, 2))
+    assert store.done == {"a"}
+    assert other.read_text(encoding="utf-8").endswith('"val')  # untouched
+    assert [r["key"] for r in store.records()] == ["a"]
+
+
 def test_in_shards_runs_once_in_one_process(tmp_path):
     calls = []
 
