@@ -22,7 +22,7 @@ from ..results import AttributionResult
 from ..serialization import JSONRecord
 from ..sharding import owns
 from . import metrics as M
-from .rows import BadRow, RawRow, RowError, content_key, read_rows, require
+from .rows import BadRow, RawRow, RowError, content_key, parse_rows, read_rows, require
 
 #: Sentence-length bins (words) of the paper's Figure 6: (low, high) inclusive, high None = no bound.
 LENGTH_BINS: tuple[tuple[int, int | None], ...] = ((1, 10), (11, 20), (21, 30), (31, 40), (41, None))
@@ -116,18 +116,7 @@ def load_alce(source: str | Path, *, limit: int | None = None) -> ALCEData:
         if not path.exists():
             raise InputError(f"{path} does not exist; give an ALCE-format JSON file (or hf:OWNER/REPO/FILE).")
         rows = read_rows(path)
-    items: list[ALCEItem] = []
-    bad: list[BadRow] = []
-    for n, raw in enumerate(rows):
-        if limit is not None and n >= limit:
-            break
-        if isinstance(raw, BadRow):
-            bad.append(raw)
-            continue
-        try:
-            items.append(parse_alce_row(raw, file=source_str))
-        except RowError as err:
-            bad.append(BadRow(file=source_str, line=raw.line, error=str(err)))
+    items, bad = parse_rows(rows, lambda raw: parse_alce_row(raw, file=source_str), file=source_str, limit=limit)
     return ALCEData(items=tuple(items), bad_rows=tuple(bad))
 
 

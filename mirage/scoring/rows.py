@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from ..inputs import BadRow, RawRow, read_rows
 
-__all__ = ["BadRow", "RawRow", "RowError", "content_key", "read_rows", "require"]
+__all__ = ["BadRow", "RawRow", "RowError", "content_key", "parse_rows", "read_rows", "require"]
+
+T = TypeVar("T")
 
 
 class RowError(ValueError):
@@ -34,3 +37,22 @@ def content_key(payload: Any) -> str:
     """A stable key for what a model sees (e.g. question, documents and answer): equal inputs share results."""
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def parse_rows(rows: Iterable[RawRow | BadRow], parse: Callable[[RawRow], T], *, file: str,
+               limit: int | None = None) -> tuple[list[T], list[BadRow]]:
+    """``parse`` each of the first ``limit`` rows (bad ones included in the count); rows that could not be read, or
+    that ``parse`` rejects with RowError, come back as BadRow with their line number."""
+    items: list[T] = []
+    bad: list[BadRow] = []
+    for n, raw in enumerate(rows):
+        if limit is not None and n >= limit:
+            break
+        if isinstance(raw, BadRow):
+            bad.append(raw)
+            continue
+        try:
+            items.append(parse(raw))
+        except RowError as err:
+            bad.append(BadRow(file=file, line=raw.line, error=str(err)))
+    return items, bad

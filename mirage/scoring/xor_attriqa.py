@@ -30,7 +30,7 @@ from ..inputs import InputError
 from ..serialization import JSONRecord
 from ..sharding import owns
 from ..tokenization import tokenize_answer
-from .rows import BadRow, RawRow, RowError, content_key, read_rows, require
+from .rows import BadRow, RawRow, RowError, content_key, parse_rows, read_rows, require
 
 TextView = Literal["en", "native"]
 
@@ -179,24 +179,16 @@ def load_xor_attriqa(path: str | Path, *, text: TextView = "en", nli_dir: str | 
     split = path.name.split(".")[0]
     folder = Path(nli_dir) if nli_dir else path.parent
     nli_files = {name: _load_nli(folder / pattern.format(stem=split)) for name, pattern in NLI_FILES.items()}
-    items: list[XorItem] = []
-    bad: list[BadRow] = []
-    for n, raw in enumerate(read_rows(path)):
-        if limit is not None and n >= limit:
-            break
-        if isinstance(raw, BadRow):
-            bad.append(raw)
-            continue
-        try:
-            item = parse_row(raw, file=str(path), split=split, text=text)
-        except RowError as err:
-            bad.append(BadRow(file=str(path), line=raw.line, error=str(err)))
-            continue
+
+    def parse(raw: RawRow) -> XorItem:
+        item = parse_row(raw, file=str(path), split=split, text=text)
         nli = {}
         for name, values in nli_files.items():
             if values is not None and all(i < len(values) for i in item.idxs):
                 nli[name] = tuple(bool(values[i]) for i in item.idxs)
-        items.append(XorItem(**{**asdict(item), "nli": nli}))
+        return XorItem(**{**asdict(item), "nli": nli})
+
+    items, bad = parse_rows(read_rows(path), parse, file=str(path), limit=limit)
     return XorData(items=tuple(items), bad_rows=tuple(bad))
 
 
