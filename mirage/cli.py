@@ -17,7 +17,7 @@ from .config import ConfigError, MirageConfig
 from .inputs import InputError, read_items
 from .models import ModelLoadError
 from .runs import item_key
-from .sharding import Shard, ShardError, in_shards
+from .sharding import ShardError, in_shards, report_share_done
 
 #: CLI flag → (config section, field, type, help). Each option's help is written once, here.
 CONFIG_FLAGS: dict[str, tuple[str, str, type, str]] = {
@@ -114,9 +114,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
 
     failed = in_shards(compute)
     if failed is None:
-        shard = Shard.from_env()
-        print(f"rank {shard.rank} of {shard.world}: shard done; rank 0 merges into {args.output}.", file=sys.stderr)
-        return 0
+        return report_share_done(f"merges into {args.output}")
     return 0 if failed == 0 else 3
 
 

@@ -64,11 +64,9 @@ def cmd_bias(args: argparse.Namespace) -> int:
                             split=args.split, rewriter=rewriter, progress=None if args.quiet else _progress,
                             compare=compare)
     if result is None:
-        from ..sharding import Shard
+        from ..sharding import report_share_done
 
-        shard = Shard.from_env()
-        print(f"rank {shard.rank} of {shard.world}: shard done; rank 0 writes the results.", file=sys.stderr)
-        return 0
+        return report_share_done()
     if not args.quiet:
         print(side_by_side(result))
     print(f"{result.n_items} items; results in {args.output}/results.json, tables in {args.output}/tables.md.",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,11 +92,19 @@ def _report_bad_rows(rows: list[dict[str, Any]]) -> None:
         print(f"skipped {row['file']}:{row['line']}: {row['error']}", file=sys.stderr)
 
 
-def _shard_finished() -> int:
-    from ..sharding import Shard
+def _finish(args: argparse.Namespace, report: Any, table: Callable[[Any], str], figure: str) -> int:
+    """Report a benchmark run: bad rows, the table and faithfulness means, and where the results went (or, on a
+    rank other than 0, that its share is done)."""
+    if report is None:
+        from ..sharding import report_share_done
 
-    shard = Shard.from_env()
-    print(f"rank {shard.rank} of {shard.world}: shard done; rank 0 writes the results.", file=sys.stderr)
+        return report_share_done()
+    _report_bad_rows(report.bad_rows["rows"])
+    if not args.quiet:
+        print(table(report))
+        _print_faithfulness(report.faithfulness)
+    print(f"wrote {Path(args.output) / 'results.json'} and {Path(args.output) / figure} "
+          f"({report.bad_rows['count']} bad rows skipped).", file=sys.stderr)
     return 0
 
 
@@ -118,15 +127,7 @@ def cmd_xor_attriqa(args: argparse.Namespace) -> int:
         text=args.text or exp.get("text") or "en", calibrate_on=calibrate_on, calibrate_by=args.calibrate_by,
         nli_dir=args.nli_dir, limit=args.limit if args.limit is not None else exp.get("limit"),
         faithfulness=args.faithfulness, progress=_progress)
-    if report is None:
-        return _shard_finished()
-    _report_bad_rows(report.bad_rows["rows"])
-    if not args.quiet:
-        print(xor_table(report))
-        _print_faithfulness(report.faithfulness)
-    print(f"wrote {Path(args.output) / 'results.json'} and {Path(args.output) / 'sweep.png'} "
-          f"({report.bad_rows['count']} bad rows skipped).", file=sys.stderr)
-    return 0
+    return _finish(args, report, xor_table, "sweep.png")
 
 
 def cmd_eli5(args: argparse.Namespace) -> int:
@@ -158,15 +159,7 @@ def cmd_eli5(args: argparse.Namespace) -> int:
         seeds=args.seeds or exp.get("seeds") or [cfg.generation.seed], ndocs=args.ndocs, judge=judge,
         at_most=args.at_most_citations, limit=args.limit if args.limit is not None else exp.get("limit"),
         faithfulness=args.faithfulness, progress=_progress)
-    if report is None:
-        return _shard_finished()
-    _report_bad_rows(report.bad_rows["rows"])
-    if not args.quiet:
-        print(eli5_table(report))
-        _print_faithfulness(report.faithfulness)
-    print(f"wrote {Path(args.output) / 'results.json'} and {Path(args.output) / 'length_bins.png'} "
-          f"({report.bad_rows['count']} bad rows skipped).", file=sys.stderr)
-    return 0
+    return _finish(args, report, eli5_table, "length_bins.png")
 
 
 def _run(func):
