@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from .config import CCIConfig
-from .forward import embed, logits_from_embeds
+from .forward import answer_logits, embed, logits_from_embeds, model_inputs
 from .models import LoadedModel
 
 
@@ -121,13 +121,34 @@ class AttributionGraph:
         return self.logits[0].detach().float()
 
 
+def _graph(lm: LoadedModel, embeds: torch.Tensor, answer_ids: Sequence[int],
+           positions: Sequence[int]) -> AttributionGraph:
+    leaf = embeds.clone().requires_grad_(True)
+    return AttributionGraph(inputs=leaf, logits=logits_from_embeds(lm, leaf, answer_ids, positions))
+
+
 def attribution_graph(lm: LoadedModel, input_ids: Sequence[int], answer_ids: Sequence[int],
                       answer_positions: Sequence[int]) -> AttributionGraph:
     """Run the attributed input once with gradients to the input embeddings only (see :func:`compute_cci`)."""
     with frozen_parameters(lm.model):
-        inputs = embed(lm, input_ids).clone().requires_grad_(True)
-        logits = logits_from_embeds(lm, inputs, answer_ids, answer_positions)
-    return AttributionGraph(inputs=inputs, logits=logits)
+        return _graph(lm, embed(lm, input_ids), answer_ids, answer_positions)
+
+
+def _one_graph(lm: LoadedModel, cfg: CCIConfig) -> bool:
+    """Whether CCI takes every gradient from one forward pass (gradient methods, on models vmap can batch)."""
+    return cfg.method != "integrated_gradients" and type(lm.model) not in _NO_BATCHED_BACKWARD
+
+
+def with_documents_logits(lm: LoadedModel, prompt_ids: Sequence[int], answer_ids: Sequence[int], cfg: CCIConfig,
+                          *, for_cci: bool = True) -> tuple[torch.Tensor, AttributionGraph | None]:
+    """CTI's with-documents logits ``[n_answer, vocab]`` (fp32) and, when CCI will take its gradients from one
+    forward pass (and ``for_cci``), the graph of that pass to hand to :func:`compute_cci`; otherwise an inference
+    pass and None."""
+    if for_cci and _one_graph(lm, cfg):
+        input_ids, positions = model_inputs(lm, prompt_ids, answer_ids)
+        graph = attribution_graph(lm, input_ids, answer_ids, positions)
+        return graph.answer_logits(), graph
+    return answer_logits(lm, prompt_ids, answer_ids), None
 
 
 def _batched_gradients(values: torch.Tensor, inputs: torch.Tensor, method: str, chunk: int) -> torch.Tensor:
@@ -207,15 +228,13 @@ def compute_cci(
     order = sorted(range(len(selected)), key=lambda k: selected[k])
     results: dict[int, list[float]] = {}
     with frozen_parameters(lm.model):
-        shared = cfg.method != "integrated_gradients" and type(lm.model) not in _NO_BATCHED_BACKWARD
+        shared = _one_graph(lm, cfg)
         if shared:
             idx = [selected[k] for k in order]
             contrast = [contrast_ids[k] for k in order]
             targets = [answer_ids[i] for i in idx]
             if graph is None:
-                inputs, answer, positions = _slice(lm, base, answer_ids, answer_positions, idx)
-                leaf = inputs.clone().requires_grad_(True)
-                graph = AttributionGraph(inputs=leaf, logits=logits_from_embeds(lm, leaf, answer, positions))
+                graph = _graph(lm, *_slice(lm, base, answer_ids, answer_positions, idx))
                 cols = list(range(len(idx)))  # logits of the selected positions only
             else:
                 cols = idx

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .aggregation import aggregate
-from .cci import attribution_graph, compute_cci
+from .cci import compute_cci, with_documents_logits
 from .citations import parse_answer
 from .config import MirageConfig
 from .cti import compute_cti
@@ -136,19 +136,15 @@ class Mirage:
                           timings: dict[str, float], t0: float) -> AttributionResult:
         lm, tok = self.lm, prep.tokens
         t = time.perf_counter()
-        input_ids, positions = model_inputs(lm, tok.ids, answer.ids)
-        graph = None
         if generated is not None and tuple(generated.ids) == answer.ids:
-            logits_ctx = generated.logits  # generation already computed the with-documents pass
-        elif cfg.cci.method != "integrated_gradients":
-            graph = attribution_graph(lm, input_ids, answer.ids, positions)  # shared by CTI and CCI
-            logits_ctx = graph.answer_logits()
+            logits_ctx, graph = generated.logits, None  # generation already computed the with-documents pass
         else:
-            logits_ctx = answer_logits(lm, tok.ids, answer.ids)
+            logits_ctx, graph = with_documents_logits(lm, tok.ids, answer.ids, cfg.cci)  # CCI reuses the graph
         logits_noctx = answer_logits(lm, tok.contextless_ids, answer.ids)
         cti = compute_cti(logits_ctx, logits_noctx, answer.ids, cfg=cfg.cti)
         timings["cti"] = time.perf_counter() - t
         t = time.perf_counter()
+        input_ids, positions = model_inputs(lm, tok.ids, answer.ids)
         cci = compute_cci(lm, input_ids, answer.ids, positions, cti.selected, cti.contextless_top,
                           tok.context_positions, cfg=cfg.cci, graph=graph)
         del graph

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..cci import attribution_graph, compute_cci
+from ..cci import compute_cci, with_documents_logits
 from ..citations import parse_answer
 from ..config import MirageConfig
 from ..cti import compute_cti
@@ -249,17 +249,12 @@ def score_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = None
     answer = tokenize_answer(lm.tokenizer, text)
     if not answer.ids:
         raise InputError("has no tokens.", field="answer")
-    input_ids, positions = model_inputs(lm, prep.tokens.ids, answer.ids)
-    graph = None
-    if n_docs > 1 and cfg.cci.method != "integrated_gradients":
-        graph = attribution_graph(lm, input_ids, answer.ids, positions)  # CTI's with-documents pass, and CCI's
-        logits_ctx = graph.answer_logits()
-    else:
-        logits_ctx = answer_logits(lm, prep.tokens.ids, answer.ids)
+    logits_ctx, graph = with_documents_logits(lm, prep.tokens.ids, answer.ids, cfg.cci, for_cci=n_docs > 1)
     logits_noctx = answer_logits(lm, prep.tokens.contextless_ids, answer.ids)
     cti = compute_cti(logits_ctx, logits_noctx, answer.ids, cfg=cfg.cti)
     cci_rows: list[list[float]] = []
     if n_docs > 1:
+        input_ids, positions = model_inputs(lm, prep.tokens.ids, answer.ids)
         everything = tuple(range(len(answer.ids)))
         cci = compute_cci(lm, input_ids, answer.ids, positions, everything, cti.contextless_top,
                           prep.tokens.context_positions, cfg=cfg.cci, graph=graph)
