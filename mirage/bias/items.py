@@ -167,9 +167,21 @@ class BeirData:
 
 def _jsonl(path: Path) -> Iterable[dict[str, Any]]:
     with path.open(encoding="utf-8") as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
             if line.strip():
-                yield json.loads(line)
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InputError(f"{path} line {n} is not JSON ({e.msg}); write one JSON object per line.") from None
+
+
+def _beir_rows(path: Path, needed: tuple[str, ...]) -> Iterable[dict[str, Any]]:
+    """The rows of a BEIR JSONL file, each checked to carry the ``needed`` fields."""
+    for n, row in enumerate(_jsonl(path), 1):
+        missing = [k for k in needed if row.get(k) is None]
+        if missing:
+            raise InputError(f"{path} row {n} lacks {missing}; BEIR rows carry {list(needed)}.", field=missing[0])
+        yield row
 
 
 def read_beir(path: str | Path, *, split: str = "test") -> BeirData:
@@ -180,14 +192,19 @@ def read_beir(path: str | Path, *, split: str = "test") -> BeirData:
     for needed in (path / "corpus.jsonl", path / "queries.jsonl", qrels_path):
         if not needed.exists():
             raise InputError(f"{needed} is missing; a BEIR folder has corpus.jsonl, queries.jsonl, qrels/{split}.tsv.")
-    corpus = {str(d["_id"]): Document(title=d.get("title") or "", text=d["text"]) for d in _jsonl(path / "corpus.jsonl")}
-    queries = {str(q["_id"]): q["text"] for q in _jsonl(path / "queries.jsonl")}
+    corpus = {str(d["_id"]): Document(title=d.get("title") or "", text=d["text"])
+              for d in _beir_rows(path / "corpus.jsonl", ("_id", "text"))}
+    queries = {str(q["_id"]): q["text"] for q in _beir_rows(path / "queries.jsonl", ("_id", "text"))}
     qrels: dict[str, dict[str, int]] = {}
     with qrels_path.open(encoding="utf-8") as f:
-        reader = csv.reader(f, delimiter="\t")
-        for n, row in enumerate(reader):
-            if n == 0 and not row[-1].lstrip("-").isdigit():
-                continue  # header
+        for n, row in enumerate(csv.reader(f, delimiter="\t"), 1):
+            if not row or not "".join(row).strip():
+                continue
+            if n == 1 and row[0].strip().lower().replace("_", "-") in ("query-id", "qid", "query"):
+                continue  # the header BEIR writes: query-id, corpus-id, score
+            if len(row) < 3 or not row[2].strip().lstrip("-").isdigit():
+                raise InputError(f"{qrels_path} line {n} is {row!r}; qrels lines are tab-separated "
+                                 "query-id, corpus-id, integer score.")
             qrels.setdefault(row[0], {})[row[1]] = int(row[2])
     return BeirData(corpus=corpus, queries=queries, qrels=qrels)
 
@@ -207,13 +224,30 @@ def load_beir_hub(name: str, *, split: str = "test") -> BeirData:  # pragma: no 
     return BeirData(corpus=corpus, queries=queries, qrels=qrels)
 
 
+def read_answers(path: str | Path) -> dict[str, list[str]]:
+    """Gold answers for a BEIR folder's ``answers.jsonl``: rows ``{"_id", "answers"}`` keyed by query id, or
+    ``{"question", "answers"}`` keyed by the normalised question."""
+    from .metrics import normalize_answer
+
+    out = {}
+    for n, row in enumerate(_jsonl(Path(path)), 1):
+        if not isinstance(row.get("answers"), list) or ("_id" not in row and "question" not in row):
+            raise InputError(f"{path} row {n} needs 'answers' (a list) and '_id' or 'question'.", field="answers")
+        out[str(row["_id"]) if "_id" in row else normalize_answer(row["question"])] = [str(a) for a in row["answers"]]
+    return out
+
+
 def read_run(path: str | Path) -> dict[str, list[str]]:
     """A TREC run file (``qid Q0 docid rank score tag``): per query, its documents best first."""
     ranked: dict[str, list[tuple[float, str]]] = {}
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         parts = line.split()
-        if len(parts) >= 5:
+        if not parts:
+            continue
+        try:
             ranked.setdefault(parts[0], []).append((float(parts[4]), parts[2]))
+        except (IndexError, ValueError):
+            raise InputError(f"{path} line {n} is {line!r}; a TREC run line is 'qid Q0 docid rank score tag'.") from None
     return {q: [d for _, d in sorted(docs, key=lambda t: -t[0])] for q, docs in ranked.items()}
 
 

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ from .items import (
     load_msmarco,
     load_nq_answers,
     msmarco_items,
+    read_answers,
     read_beir,
     read_items,
     read_run,
@@ -37,7 +37,6 @@ from .items import (
     xor_distractor_pool,
     xor_items,
 )
-from .metrics import normalize_answer
 from .protocol import BiasConfig, load_metadata
 from .rage import Embedder, MiniLMEmbedder, rage_items
 from .results import BiasStudyResult, summarize
@@ -66,7 +65,7 @@ def build_items(data: str, cfg: BiasConfig, *, limit: int | None = None, split: 
         if kind == "beir":
             beir = read_beir(data, split=split)
             folder = Path(data)
-            answers = _read_answers(folder / "answers.jsonl") if (folder / "answers.jsonl").exists() else None
+            answers = read_answers(folder / "answers.jsonl") if (folder / "answers.jsonl").exists() else None
             run = read_run(folder / "run.trec") if (folder / "run.trec").exists() else None
         else:  # pragma: no cover - needs the model hub
             beir, answers, run = load_beir_hub("nq", split=split), load_nq_answers(), None
@@ -91,16 +90,6 @@ def build_items(data: str, cfg: BiasConfig, *, limit: int | None = None, split: 
         items = rage_items(items, pool, k=cfg.k, n_similar=cfg.rage_similar, seed=cfg.seed,
                            embed=embed or MiniLMEmbedder())
     return items
-
-
-def _read_answers(path: Path) -> dict[str, list[str]]:
-    out = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            key = str(row["_id"]) if "_id" in row else normalize_answer(row["question"])
-            out[key] = list(row["answers"])
-    return out
 
 
 def run_bias_study(data: str, *, mirage: Mirage, cfg: BiasConfig, output_dir: str | Path, limit: int | None = None,
