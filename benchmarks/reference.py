@@ -101,9 +101,11 @@ def _context_shift(inseq_model, tokenizer, prompt: str, context: str, kwargs: di
         prefix = prefix.format(current=kwargs["input_current_text"])
     inseq_count = len(get_filtered_tokens(prefix, inseq_model, kwargs.get("special_tokens_to_keep", []),
                                           is_target=False))
+    # inseq encodes the prompt with the tokenizer's special tokens (Gemma's <bos>, which has an empty offset) but counts
+    # the prefix on filtered tokens, so the real count is every token of the encoded prompt before the context.
     start = prompt.index(context)
-    enc = tokenizer(prompt, add_special_tokens=False, return_offsets_mapping=True)
-    real_count = sum(1 for a, b in enc["offset_mapping"] if b <= start and b > a)
+    enc = tokenizer(prompt, add_special_tokens=True, return_offsets_mapping=True)
+    real_count = next(i for i, (_, b) in enumerate(enc["offset_mapping"]) if b > start)
     return real_count - inseq_count
 
 

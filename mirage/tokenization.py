@@ -47,13 +47,21 @@ def _encode(tokenizer: Any, text: str, add_special_tokens: bool) -> tuple[list[i
 
 
 def tokenize_prompt(tokenizer: Any, prompt: BuiltPrompt) -> TokenizedPrompt:
-    """Tokenize both prompts and map each token overlapping a document span to that document."""
+    """Tokenize both prompts and map each token inside the documents block to the document it overlaps most.
+
+    A token that reaches across the block's edge is not a context token: it is part template text (Gemma's tokenizer
+    merges the last document's closing newline with the template's next one into a single ``"\n\n"``), and such a
+    separator position can carry the largest saliency of the whole prompt, which would all go to the last document.
+    """
     ids, offsets = _encode(tokenizer, prompt.text, prompt.add_special_tokens)
     contextless_ids, _ = _encode(tokenizer, prompt.contextless_text, prompt.add_special_tokens)
+    block_start, block_end = prompt.context_span
     positions, docs, spans = [], [], []
     for pos, (start, end) in enumerate(offsets):
         if end <= start:
             continue  # special tokens carry empty offsets
+        if start < block_start or end > block_end:
+            continue  # outside the documents block, or straddling its edge
         best, best_overlap = -1, 0
         for doc, (d_start, d_end) in enumerate(prompt.doc_spans):
             overlap = min(end, d_end) - max(start, d_start)

@@ -1,0 +1,127 @@
+"""How much of a stored XOR-AttriQA run's passage predictions rest on the token that closes the documents block.
+
+mirage maps every prompt token that overlaps a document's rendered entry to that document (as the reference
+procedure does once its slice is aligned). The last entry ends with a newline, and tokenizers often merge it with the
+template's next newline (Gemma: ``"\\n" + "\\n" -> "\\n\\n"``), so one token straddles the end of the documents block:
+half document, half template. That separator position can carry the largest saliency of all context tokens, and it
+counts for the last passage.
+
+This script re-evaluates a finished ``mirage score xor-attriqa`` run (no attribution is recomputed: CCI of every other
+token does not depend on which tokens count as context) twice: as run, and with the straddling tokens removed from
+the context. It re-tokenizes each prompt to find those tokens, prints both tables and writes JSON. mirage now leaves
+such tokens out of the context (``mirage.tokenization.tokenize_prompt``); ``--write-run`` converts a run made
+before that change::
+
+    python benchmarks/xor_attriqa_boundary.py RUN_DIR DATA.jsonl [DATA.jsonl ...] --calibrate-on VAL.jsonl \\
+        --model NAME --text en|native [-o OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mirage import Mirage, MirageConfig
+from mirage.citations import parse_answer
+from mirage.scoring.xor_attriqa import ItemScores, XorItem, _run_length, load_xor_attriqa
+from mirage.scoring.xor_eval import evaluate
+
+SETTINGS = ("ex_top3", "ex_top5pct", "cal_top3", "cal_top5pct", "mirage_raw")
+
+
+def straddling(m: Mirage, cfg: MirageConfig, item: XorItem, n_stored: int) -> list[int]:
+    """Indices, among a stored run's context tokens, of the tokens that reach past the documents block.
+
+    The prompt is built as ``score_item`` builds it. A run made before mirage left those tokens out stored every token
+    overlapping a document's entry; a run made since stored only the tokens inside the block (nothing to drop)."""
+    text = parse_answer(item.answer, len(item.passages)).text.strip()
+    reserve = len(m.lm.tokenizer(text, add_special_tokens=False)["input_ids"]) + 1
+    prep = m.prepare(item.rag_item(), config=cfg, reserve_tokens=reserve)
+    overlapping = [pos for pos, (a, b) in enumerate(prep.tokens.offsets)
+                   if b > a and any(min(b, e) > max(a, s) for s, e in prep.prompt.doc_spans)]
+    inside = set(prep.tokens.context_positions)
+    if n_stored == len(inside):
+        return []
+    if n_stored != len(overlapping):
+        raise SystemExit(f"{item.key}: {n_stored} stored context scores, but the prompt has {len(inside)} context "
+                         f"tokens ({len(overlapping)} overlapping documents); was the run made with another prompt or "
+                         "model?")
+    return [j for j, pos in enumerate(overlapping) if pos not in inside]
+
+
+def without(scores: ItemScores, drop: list[int]) -> ItemScores:
+    if not scores.cci or not drop:
+        return scores
+    keep = [j for j in range(len(scores.cci[0])) if j not in set(drop)]
+    docs = scores.docs_per_context_token()
+    return dataclasses.replace(scores, cci=[[v[j] for j in keep] for v in scores.cci],
+                               context_docs=_run_length([docs[j] for j in keep]))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir")
+    parser.add_argument("data", nargs="+")
+    parser.add_argument("--calibrate-on", required=True)
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--text", default="en", choices=["en", "native"])
+    parser.add_argument("-o", "--output")
+    parser.add_argument("--write-run", metavar="DIR",
+                        help="also write DIR/scores.jsonl (and run.json) with the straddling tokens dropped: the scores "
+                             "a run with mirage's current rule (context tokens inside the documents block) stores, so "
+                             "`mirage score xor-attriqa … -o DIR` re-evaluates it without recomputing attribution")
+    args = parser.parse_args()
+
+    cfg = MirageConfig().replace(prompt={"name": "standard"})
+    stored = {}
+    for line in (Path(args.run_dir) / "scores.jsonl").read_text().splitlines():
+        rec = ItemScores.from_dict(json.loads(line))
+        stored[rec.key] = rec
+    test = [i for path in args.data for i in load_xor_attriqa(path, text=args.text).items]
+    cal = load_xor_attriqa(args.calibrate_on, text=args.text).items
+    m = Mirage.from_pretrained(args.model, config=cfg)
+    trimmed, n_items, n_dropped = {}, 0, 0
+    for item in [*test, *cal]:
+        sc = stored.get(item.key)
+        if sc is None:
+            continue
+        drop = straddling(m, cfg, item, len(sc.cci[0])) if sc.cci else []
+        trimmed[item.key] = without(sc, drop)
+        n_items += 1
+        n_dropped += bool(drop and sc.cci)
+    out = {"run_dir": args.run_dir, "model": args.model, "text": args.text, "items": n_items,
+           "items_with_a_straddling_context_token": n_dropped, "as_run": {}, "straddling_dropped": {}}
+    for name, scores in (("as_run", stored), ("straddling_dropped", trimmed)):
+        report = evaluate(test, scores, config=cfg, calibration_items=cal).to_dict()
+        for setting in SETTINGS:
+            out[name][setting] = {metric: report[metric][setting]["avg"]
+                                  for metric in ("agreement", "f1", "balanced_accuracy", "roc_auc")
+                                  if setting in report[metric]}
+    print(f"{n_dropped} of {n_items} items have a context token straddling the end of the documents block")
+    print(f"{'setting':14s} {'agreement':>19s} {'F1':>15s} {'balanced acc.':>15s} {'ROC-AUC':>15s}   (as run -> dropped)")
+    for setting in SETTINGS:
+        a, b = out["as_run"][setting], out["straddling_dropped"][setting]
+        cells = []
+        for metric, fmt in (("agreement", ".1f"), ("f1", ".1f"), ("balanced_accuracy", ".1f"), ("roc_auc", ".3f")):
+            cells.append(f"{a[metric]:{fmt}} -> {b[metric]:{fmt}}" if metric in a else "-")
+        print(f"{setting:14s} " + " ".join(f"{c:>15s}" for c in cells))
+    if args.write_run:
+        target = Path(args.write_run)
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "run.json").write_text((Path(args.run_dir) / "run.json").read_text())
+        with (target / "scores.jsonl").open("w") as f:
+            for key, rec in stored.items():
+                f.write(json.dumps(trimmed.get(key, rec).to_dict(), ensure_ascii=False) + "\n")
+    if args.output:
+        Path(args.output).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
