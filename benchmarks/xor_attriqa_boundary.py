@@ -28,8 +28,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mirage import Mirage, MirageConfig
-from mirage.citations import parse_answer
-from mirage.scoring.xor_attriqa import ItemScores, XorItem, _run_length, load_xor_attriqa
+from mirage.runs import read_records
+from mirage.scoring.xor_attriqa import (
+    ItemScores,
+    XorItem,
+    _run_length,
+    load_xor_attriqa,
+    prepare_item,
+    scores_from_records,
+)
 from mirage.scoring.xor_eval import evaluate
 
 SETTINGS = ("ex_top3", "ex_top5pct", "cal_top3", "cal_top5pct", "mirage_raw")
@@ -38,11 +45,9 @@ SETTINGS = ("ex_top3", "ex_top5pct", "cal_top3", "cal_top5pct", "mirage_raw")
 def straddling(m: Mirage, cfg: MirageConfig, item: XorItem, n_stored: int) -> list[int]:
     """Indices, among a stored run's context tokens, of the tokens that reach past the documents block.
 
-    The prompt is built as ``score_item`` builds it. A run made before mirage left those tokens out stored every token
+    A run made before mirage left those tokens out stored every token
     overlapping a document's entry; a run made since stored only the tokens inside the block (nothing to drop)."""
-    text = parse_answer(item.answer, len(item.passages)).text.strip()
-    reserve = len(m.lm.tokenizer(text, add_special_tokens=False)["input_ids"]) + 1
-    prep = m.prepare(item.rag_item(), config=cfg, reserve_tokens=reserve)
+    _, prep = prepare_item(m, item, config=cfg)
     overlapping = [pos for pos, (a, b) in enumerate(prep.tokens.offsets)
                    if b > a and any(min(b, e) > max(a, s) for s, e in prep.prompt.doc_spans)]
     inside = set(prep.tokens.context_positions)
@@ -58,7 +63,8 @@ def straddling(m: Mirage, cfg: MirageConfig, item: XorItem, n_stored: int) -> li
 def without(scores: ItemScores, drop: list[int]) -> ItemScores:
     if not scores.cci or not drop:
         return scores
-    keep = [j for j in range(len(scores.cci[0])) if j not in set(drop)]
+    dropped = set(drop)
+    keep = [j for j in range(len(scores.cci[0])) if j not in dropped]
     docs = scores.docs_per_context_token()
     return dataclasses.replace(scores, cci=[[v[j] for j in keep] for v in scores.cci],
                                context_docs=_run_length([docs[j] for j in keep]))
@@ -79,10 +85,7 @@ def main() -> int:
     args = parser.parse_args()
 
     cfg = MirageConfig().replace(prompt={"name": "standard"})
-    stored = {}
-    for line in (Path(args.run_dir) / "scores.jsonl").read_text().splitlines():
-        rec = ItemScores.from_dict(json.loads(line))
-        stored[rec.key] = rec
+    stored = scores_from_records(read_records(Path(args.run_dir) / "scores.jsonl"))
     test = [i for path in args.data for i in load_xor_attriqa(path, text=args.text).items]
     cal = load_xor_attriqa(args.calibrate_on, text=args.text).items
     m = Mirage.from_pretrained(args.model, config=cfg)
@@ -94,7 +97,7 @@ def main() -> int:
         drop = straddling(m, cfg, item, len(sc.cci[0])) if sc.cci else []
         trimmed[item.key] = without(sc, drop)
         n_items += 1
-        n_dropped += bool(drop and sc.cci)
+        n_dropped += bool(drop)
     out = {"run_dir": args.run_dir, "model": args.model, "text": args.text, "items": n_items,
            "items_with_a_straddling_context_token": n_dropped, "as_run": {}, "straddling_dropped": {}}
     for name, scores in (("as_run", stored), ("straddling_dropped", trimmed)):

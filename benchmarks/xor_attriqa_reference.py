@@ -23,8 +23,9 @@ from mirage import Mirage, MirageConfig
 from mirage.cci import select_context
 from mirage.config import CCIConfig, CTIConfig
 from mirage.cti import select_tokens
+from mirage.runs import read_records
 from mirage.scoring import metrics as M
-from mirage.scoring.xor_attriqa import ItemScores, load_xor_attriqa
+from mirage.scoring.xor_attriqa import load_xor_attriqa, prepare_item, scores_from_records
 from mirage.scoring.xor_eval import CCI_SELECTIONS, build_views, predict, selected_tokens
 
 
@@ -51,10 +52,7 @@ def main() -> int:
     args = parser.parse_args()
 
     cfg = MirageConfig().replace(prompt={"name": "standard"})
-    stored = {}
-    for line in (Path(args.run_dir) / "scores.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        stored[rec["key"]] = ItemScores.from_dict(rec)
+    stored = scores_from_records(read_records(Path(args.run_dir) / "scores.jsonl"))
     m = Mirage.from_pretrained(args.model, config=cfg)
     selections = {name: CCIConfig(**{**vars(cfg.cci), **sel}) for name, sel in CCI_SELECTIONS.items()}
     ex = CTIConfig(metric=cfg.cti.metric, std_k=cfg.cti.std_k)
@@ -63,7 +61,7 @@ def main() -> int:
         for item in load_xor_attriqa(path, text=args.text, limit=args.limit).items:
             if item.key not in stored:
                 continue
-            prep = m.prepare(item.rag_item(), config=cfg)
+            _, prep = prepare_item(m, item, config=cfg)
             ref = run_reference(m.lm.model, m.lm.tokenizer, prompt=prep.prompt.text,
                                 contextless_prompt=prep.prompt.contextless_text, context=prep.prompt.context,
                                 answer=item.answer, std_k=cfg.cti.std_k)

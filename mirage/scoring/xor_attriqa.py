@@ -232,6 +232,21 @@ def _run_length(values: Sequence[int]) -> list[list[int]]:
     return out
 
 
+def prepare_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = None) -> tuple[str, Any]:
+    """The item's citation-free answer text and its prepared prompt (documents shortened, if needed, to leave room
+    for that answer), as :func:`score_item` attributes them."""
+    text = parse_answer(item.answer, len(item.passages)).text.strip()
+    if not text:
+        raise InputError("is empty once citation marks are removed; nothing to attribute.", field="answer")
+    reserve = len(mirage.lm.tokenizer(text, add_special_tokens=False)["input_ids"]) + 1
+    return text, mirage.prepare(item.rag_item(), config=config or mirage.config, reserve_tokens=reserve)
+
+
+def scores_from_records(records: Iterable[Any]) -> dict[str, ItemScores]:
+    """Stored :class:`ItemScores` by key, from the records of a run's ``scores.jsonl`` (other records ignored)."""
+    return {rec["key"]: ItemScores.from_dict(rec) for rec in records if isinstance(rec, dict) and "cti" in rec}
+
+
 def score_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = None) -> ItemScores:
     """Force-decode the item's answer and compute CTI for every answer token and CCI of every answer token.
 
@@ -241,11 +256,7 @@ def score_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = None
     cfg = config or mirage.config
     lm = mirage.lm
     n_docs = len(item.passages)
-    text = parse_answer(item.answer, n_docs).text.strip()
-    if not text:
-        raise InputError("is empty once citation marks are removed; nothing to attribute.", field="answer")
-    reserve = len(lm.tokenizer(text, add_special_tokens=False)["input_ids"]) + 1
-    prep = mirage.prepare(item.rag_item(), config=cfg, reserve_tokens=reserve)
+    text, prep = prepare_item(mirage, item, config=cfg)
     answer = tokenize_answer(lm.tokenizer, text)
     if not answer.ids:
         raise InputError("has no tokens.", field="answer")
@@ -276,11 +287,7 @@ def score_items(
     """Scores of every item, running the model only for keys not already in ``store`` (a ResumableJSONL of
     :class:`ItemScores` records, appended item by item). ``model`` is a Mirage, or a function returning one, called
     only if something needs to run. Items the pipeline rejects come back as BadRow."""
-    scores: dict[str, ItemScores] = {}
-    if store is not None:
-        for rec in store.records():
-            if isinstance(rec, dict) and "cti" in rec:
-                scores[rec["key"]] = ItemScores.from_dict(rec)
+    scores = scores_from_records(store.records()) if store is not None else {}
     todo: dict[str, XorItem] = {}
     for item in items:
         if item.key not in scores and owns(store, item.key):
