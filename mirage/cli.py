@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .config import ConfigError, MirageConfig
 from .inputs import InputError, read_items
 from .models import ModelLoadError
-from .runs import item_key
-from .sharding import ShardError, in_shards, report_share_done
+from .runs import StoreError, item_keys
+from .sharding import ShardError, StoreFor, in_shards, report_share_done
 
 #: CLI flag → (config section, field, type, help). Each option's help is written once, here.
 CONFIG_FLAGS: dict[str, tuple[str, str, type, str]] = {
@@ -71,45 +73,102 @@ def _progress(iterable, total: int | None, desc: str):
     return tqdm(iterable, total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give 0 or more")
+    return value
+
+
+def check_output_file(output: str | Path, inputs: list[str | Path]) -> None:
+    """Refuse an output that is a directory or one of the inputs (writing results there would destroy it)."""
+    out = Path(output)
+    if out.is_dir():
+        raise InputError(f"-o {output} is a directory; give a file path, e.g. {Path(output) / 'attributed.jsonl'}.")
+    for inp in inputs:
+        same = out.resolve() == Path(inp).resolve()
+        if not same and out.exists() and Path(inp).exists():
+            same = os.path.samefile(out, inp)
+        if same:
+            raise InputError(f"-o {output} is the input file; results go to a new file (e.g. "
+                             f"{out.with_name(out.stem + '.attributed.jsonl')}), never over the input.")
+
+
+def check_device_args(args: argparse.Namespace) -> None:
+    """Validate --device and --dtype before anything slow happens."""
+    from .models import resolve_device, resolve_dtype
+
+    device = resolve_device(args.device)
+    resolve_dtype(args.dtype, device)
+
+
+def attribute_settings(model: str, cfg: MirageConfig) -> dict[str, Any]:
+    """What an attribution record depends on: a results file made with other settings is not resumed."""
+    return {"model": model, "config": cfg.to_dict()}
+
+
 def cmd_attribute(args: argparse.Namespace) -> int:
     """Attribute every item of INPUT; one JSON line per item in OUTPUT, resumable."""
+    from .inputs import make_item
     from .pipeline import Mirage
     from .rendering import result_to_text
 
+    check_output_file(args.output, [args.input])
     cfg = config_from_args(args)
+    check_device_args(args)
     items = list(read_items(args.input))
     if args.limit is not None:
         items = items[: args.limit]
+    keys = item_keys(raw for _index, raw in items)
+    settings = attribute_settings(args.model, cfg)
     loaded: list[Mirage] = []
 
-    def compute(store_for) -> int:
-        out = store_for(args.output)
-        errors = store_for(Path(str(args.output) + ".errors.jsonl"))
-        todo = [(i, raw) for i, raw in items if item_key(i, raw) not in out.done and out.owns(item_key(i, raw))]
+    def compute(store_for: StoreFor) -> int:
+        out = store_for(args.output, settings=settings)
+        errors = store_for(Path(str(args.output) + ".errors.jsonl"), settings=settings)
+        todo = [(key, i, raw) for key, (i, raw) in zip(keys, items) if key not in out.done and out.owns(key)]
         where = f"rank {out.shard.rank} of {out.shard.world}: " if out.shard.world > 1 else ""
-        print(f"{where}{len(items) - len(todo)} of {len(items)} items already in {args.output}"
-              f"{' or in other ranks’ shares' if where else ''}; attributing {len(todo)}.", file=sys.stderr)
-        if not todo:
-            return 0
-        if not loaded:
-            loaded.append(Mirage.from_pretrained(args.model, config=cfg, device=args.device, dtype=args.dtype,
-                                                 trust_remote_code=args.trust_remote_code))
         failed = 0
-        for index, raw in _progress(todo, len(todo), "attribute"):
-            key = item_key(index, raw)
+
+        def fail(key: str, index: int, err: Exception) -> None:
+            nonlocal failed
+            failed += 1
+            message = str(err) if isinstance(err, InputError) else f"item {index}: {type(err).__name__}: {err}"
+            errors.write_once({"key": key, "index": index, "error": message})
+            print(f"skipped: {message}", file=sys.stderr)
+
+        valid = []
+        for key, index, raw in todo:  # what needs no model is checked before the model loads
             try:
                 if isinstance(raw, Exception):
                     raise raw
-                res = loaded[0].attribute_item(raw, index=index)
+                make_item(raw, item=index)
             except InputError as err:
-                failed += 1
-                errors.write({"key": key, "index": index, "error": str(err)})
-                print(f"skipped: {err}", file=sys.stderr)
+                fail(key, index, err)
+                continue
+            valid.append((key, index, raw))
+        print(f"{where}{len(items) - len(todo)} of {len(items)} items already in {args.output}"
+              f"{' or in other ranks’ shares' if where else ''}; {failed} invalid; attributing {len(valid)}.",
+              file=sys.stderr)
+        if valid and not loaded:
+            loaded.append(Mirage.from_pretrained(args.model, config=cfg, device=args.device, dtype=args.dtype,
+                                                 trust_remote_code=args.trust_remote_code))
+        for key, index, raw in _progress(valid, len(valid), "attribute") if valid else ():
+            try:
+                res = loaded[0].attribute_item(raw, index=index)
+            except Exception as err:  # one bad item never stops the batch
+                logging.getLogger(__name__).info("item %s failed", index, exc_info=True)
+                fail(key, index, err)
                 continue
             out.write({"key": key, "index": index, **res.to_dict()})
             if not args.quiet:
                 print(result_to_text(res))
-        print(f"done: {len(todo) - failed} attributed, {failed} skipped (see {errors.path}).", file=sys.stderr)
+        if todo:
+            print(f"done: {len(todo) - failed} attributed, {failed} skipped (see {errors.path}).", file=sys.stderr)
         return failed
 
     failed = in_shards(compute)
@@ -125,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     att = sub.add_parser("attribute", help="attribute answers of a JSON/JSONL file of items")
     att.add_argument("input", help='JSON list or JSONL of {"question", "docs": [{"title", "text"}], "output"?}')
     att.add_argument("-o", "--output", required=True, help="output JSONL (re-running skips finished items)")
-    att.add_argument("--limit", type=int, help="only the first N items")
+    att.add_argument("--limit", type=non_negative_int, help="only the first N items")
     att.add_argument("--quiet", action="store_true", help="do not print the attributed answers")
     add_config_args(att)
     att.set_defaults(func=cmd_attribute)
@@ -148,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         warnings.filterwarnings("default", module="mirage")
     try:
         return args.func(args)
-    except (ConfigError, InputError, ModelLoadError, ShardError) as err:
+    except (ConfigError, InputError, ModelLoadError, ShardError, StoreError) as err:
         print(f"mirage: error: {err}", file=sys.stderr)
         return 2
 

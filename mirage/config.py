@@ -1,11 +1,28 @@
-"""One frozen configuration tree for Python, YAML files and the CLI, validated on construction."""
+"""One frozen configuration tree for Python, YAML files and the CLI, validated on construction.
+
+Every section checks its fields' types and ranges in ``__post_init__`` and raises :class:`ConfigError` naming the
+field as ``section.field`` and what it expects (``cci.top_k must be an integer >= 1, got 3.7.``):
+
+- integer fields take an ``int`` (never a ``bool``); an integer-valued float such as ``3.0`` (what YAML gives for
+  ``3.0``) is accepted and stored as ``3``; ``3.7``, ``"3"``, NaN and infinities are rejected;
+- number fields take an ``int`` or ``float`` (never a ``bool``), stored as ``float``, and must be finite;
+  ``cti.threshold`` may also be null;
+- boolean fields take ``true``/``false`` only; string fields take a string (``prompt.path`` also a ``pathlib.Path``,
+  stored as ``str``), or null where the field is optional;
+- ``MirageConfig.from_dict`` / ``from_yaml`` / ``replace`` reject unknown sections and keys and sections that are not
+  mappings; ``from_yaml`` turns a missing, unreadable, non-UTF-8 or invalid YAML file into a ConfigError naming it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NoReturn, get_args
 
 import yaml
 
@@ -22,8 +39,77 @@ class ConfigError(ValueError):
 
 def _check_literal(owner: str, name: str, value: Any, literal: Any) -> None:
     allowed = get_args(literal)
-    if value not in allowed:
-        raise ConfigError(f"{owner}.{name}={value!r} is not valid; choose one of {', '.join(map(repr, allowed))}.")
+    if not isinstance(value, str) or value not in allowed:
+        raise ConfigError(f"{owner}.{name}={_show(value)} is not valid; choose one of {', '.join(map(repr, allowed))}.")
+
+
+# Type checks shared by the sections. Each takes the section object and a field name, checks the value, stores the
+# normalised value back (``object.__setattr__``: the dataclasses are frozen) and raises a ConfigError naming
+# ``section.field`` and what is expected. They are plain isinstance/compare calls, so construction stays cheap.
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _fail(owner: str, name: str, expected: str, value: Any, hint: str = "") -> NoReturn:
+    raise ConfigError(f"{owner}.{name} must be {expected}, got {_show(value)}{'; ' + hint if hint else ''}.")
+
+
+def _set(obj: Any, name: str, value: Any) -> None:
+    if getattr(obj, name) is not value:
+        object.__setattr__(obj, name, value)
+
+
+def _int_field(obj: Any, owner: str, name: str, *, minimum: int | None = None, below: int | None = None,
+               expected: str = "", optional: bool = False, hint: str = "") -> None:
+    """An int (not a bool); an int-valued float such as ``3.0`` is accepted and stored as ``3``."""
+    value = getattr(obj, name)
+    expected = expected or "an integer" + (f" >= {minimum}" if minimum is not None else "")
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        _fail(owner, name, expected, value, hint)
+    if not isinstance(value, numbers.Integral) and not (math.isfinite(value) and float(value).is_integer()):
+        _fail(owner, name, expected, value, hint)
+    converted = int(value)
+    if (minimum is not None and converted < minimum) or (below is not None and converted >= below):
+        _fail(owner, name, expected, value, hint)
+    _set(obj, name, converted)
+
+
+def _float_field(obj: Any, owner: str, name: str, *, expected: str = "a finite number", ok: Any = None,
+                 optional: bool = False, hint: str = "") -> None:
+    """A finite int or float (not a bool), stored as float; ``ok`` is an extra range predicate."""
+    value = getattr(obj, name)
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        _fail(owner, name, expected, value, hint)
+    converted = float(value)
+    if not math.isfinite(converted) or (ok is not None and not ok(converted)):
+        _fail(owner, name, expected, value, hint)
+    _set(obj, name, converted)
+
+
+def _bool_field(obj: Any, owner: str, name: str, *, optional: bool = False, hint: str = "") -> None:
+    value = getattr(obj, name)
+    if value is None and optional:
+        return
+    if not isinstance(value, bool):
+        _fail(owner, name, "true or false", value, hint)
+
+
+def _str_field(obj: Any, owner: str, name: str, *, optional: bool = False, path: bool = False) -> None:
+    value = getattr(obj, name)
+    if value is None and optional:
+        return
+    if path and isinstance(value, os.PathLike):
+        value = os.fspath(value)
+        _set(obj, name, value)
+    if not isinstance(value, str):
+        _fail(owner, name, "a string", value, "or null" if optional else "")
 
 
 @dataclass(frozen=True)
@@ -38,6 +124,12 @@ class PromptConfig:
     #: Optional system message for chat templates.
     system: str | None = None
 
+    def __post_init__(self) -> None:
+        _str_field(self, "prompt", "name")
+        _str_field(self, "prompt", "path", optional=True, path=True)  # a pathlib.Path is stored as str
+        _bool_field(self, "prompt", "chat_template", optional=True, hint="or null to follow the model")
+        _str_field(self, "prompt", "system", optional=True)
+
 
 @dataclass(frozen=True)
 class GenerationConfig:
@@ -50,12 +142,12 @@ class GenerationConfig:
     seed: int = 42
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ConfigError("generation.max_new_tokens must be >= 1.")
-        if self.temperature <= 0:
-            raise ConfigError("generation.temperature must be > 0 (use do_sample=false for greedy decoding).")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError("generation.top_p must be in (0, 1].")
+        _int_field(self, "generation", "max_new_tokens", minimum=1)
+        _bool_field(self, "generation", "do_sample")
+        _float_field(self, "generation", "temperature", expected="a finite number > 0", ok=lambda v: v > 0,
+                     hint="use do_sample=false for greedy decoding")
+        _float_field(self, "generation", "top_p", expected="a number in (0, 1]", ok=lambda v: 0 < v <= 1)
+        _int_field(self, "generation", "seed", minimum=0, below=2**63, expected="an integer in [0, 2**63)")
 
 
 @dataclass(frozen=True)
@@ -78,6 +170,8 @@ class CTIConfig:
     def __post_init__(self) -> None:
         _check_literal("cti", "metric", self.metric, CTIMetric)
         _check_literal("cti", "selector", self.selector, CTISelector)
+        _float_field(self, "cti", "std_k")
+        _float_field(self, "cti", "threshold", optional=True, hint="or null with selector='std'")
         if self.selector == "threshold" and self.threshold is None:
             raise ConfigError("cti.selector='threshold' needs cti.threshold (a calibrated value, e.g. from calibration).")
 
@@ -105,12 +199,11 @@ class CCIConfig:
         _check_literal("cci", "percent_rule", self.percent_rule, PercentRule)
         if (self.top_k is None) == (self.top_percent is None):
             raise ConfigError("cci: set exactly one of top_k and top_percent (e.g. top_k=3 or top_percent=5).")
-        if self.top_k is not None and self.top_k < 1:
-            raise ConfigError("cci.top_k must be >= 1.")
-        if self.top_percent is not None and not 0 < self.top_percent <= 100:
-            raise ConfigError("cci.top_percent must be in (0, 100].")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ConfigError("cci.batch_size must be >= 1 (or null to adapt to free memory).")
+        _int_field(self, "cci", "top_k", minimum=1, optional=True)
+        _float_field(self, "cci", "top_percent", expected="a number in (0, 100]", ok=lambda v: 0 < v <= 100,
+                     optional=True)
+        _int_field(self, "cci", "batch_size", minimum=1, optional=True, hint="null adapts it to free memory")
+        _int_field(self, "cci", "ig_steps", minimum=1)
 
 
 @dataclass(frozen=True)
@@ -122,8 +215,8 @@ class AggregationConfig:
     top_context_tokens: int = 5
 
     def __post_init__(self) -> None:
-        if self.max_citations < 1:
-            raise ConfigError("aggregation.max_citations must be >= 1.")
+        _int_field(self, "aggregation", "max_citations", minimum=1)
+        _int_field(self, "aggregation", "top_context_tokens", minimum=0)
 
 
 @dataclass(frozen=True)
@@ -136,43 +229,91 @@ class MirageConfig:
     cci: CCIConfig = field(default_factory=CCIConfig)
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
 
+    def __post_init__(self) -> None:
+        for name, section_cls in _SECTIONS.items():
+            value = getattr(self, name)
+            if not isinstance(value, section_cls):
+                raise ConfigError(f"MirageConfig.{name} must be a {section_cls.__name__}, got "
+                                  f"{type(value).__name__}; build the tree from plain dicts with MirageConfig.from_dict.")
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MirageConfig:
-        """Build from a nested dict; unknown keys are an error naming the key."""
-        sections = {f.name: f.type for f in fields(cls)}
-        kwargs = {}
-        for key, value in (data or {}).items():
-            if key not in sections:
-                raise ConfigError(f"Unknown config section {key!r}; expected one of {sorted(sections)}.")
-            section_cls = _SECTIONS[key]
-            known = {f.name for f in fields(section_cls)}
-            unknown = set(value or {}) - known
-            if unknown:
-                raise ConfigError(f"Unknown key(s) {sorted(unknown)} in config section {key!r}; known: {sorted(known)}.")
-            kwargs[key] = section_cls(**(value or {}))
+    def from_dict(cls, data: Mapping[str, Any] | None) -> MirageConfig:
+        """Build from a nested dict; unknown sections or keys and non-mapping sections are errors naming them."""
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"a config must be a mapping of sections ({', '.join(_SECTIONS)}), "
+                              f"got {type(data).__name__}.")
+        kwargs = {key: _build_section(key, value) for key, value in data.items()}
         return cls(**kwargs)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> MirageConfig:
-        """Load from a YAML file with the same nested layout as ``to_dict``."""
+        """Load from a YAML file with the same nested layout as ``to_dict``.
+
+        Every problem with the file (missing, a directory, unreadable, not UTF-8 text, invalid YAML, invalid values)
+        is a ConfigError whose message starts with the path.
+        """
+        file = Path(path)
+        fix = "give the path of a YAML config file (sections prompt, generation, cti, cci, aggregation; see configs/)"
+        if not file.exists():
+            raise ConfigError(f"{path}: config file not found; {fix}.")
+        if file.is_dir():
+            raise ConfigError(f"{path}: is a directory, not a config file; {fix}.")
         try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path}: not a UTF-8 text file (byte {err.start} cannot be decoded; a binary file?); "
+                              f"{fix}.") from err
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read the config file ({err.strerror or err}); check it is a readable "
+                              f"file, or {fix}.") from err
+        try:
+            data = yaml.safe_load(text) or {}
         except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML ({err}).") from err
+            where = getattr(err, "problem_mark", None)
+            at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+            reason = " ".join(str(getattr(err, "problem", None) or err).split())
+            fix = "fix the syntax there" if at else "fix the file: a config is plain YAML text"
+            raise ConfigError(f"{path}: not valid YAML{at} ({reason}); {fix}.") from err
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of sections (prompt, generation, cti, cci, aggregation).")
         data = {k: v for k, v in data.items() if k in _SECTIONS or k not in _EXPERIMENT_KEYS}
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from err
 
-    def replace(self, **sections: dict[str, Any]) -> MirageConfig:
+    def replace(self, **sections: Mapping[str, Any] | None) -> MirageConfig:
         """A copy with some fields of some sections replaced: ``cfg.replace(cti={"std_k": 0})``."""
         updated = {
-            name: dataclasses.replace(getattr(self, name), **changes) for name, changes in sections.items() if changes
+            name: _build_section(name, changes, base=getattr(self, name, None))
+            for name, changes in sections.items()
+            if changes or name not in _SECTIONS
         }
         return dataclasses.replace(self, **updated)
+
+
+def _build_section(name: Any, value: Any, base: Any = None) -> Any:
+    """One section from a mapping of its fields (over ``base`` when given), checking section and key names."""
+    if name not in _SECTIONS:
+        raise ConfigError(f"Unknown config section {name!r}; expected one of {sorted(_SECTIONS)}.")
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"config section {name!r} must be a mapping of fields, got {type(value).__name__}.")
+    section_cls = _SECTIONS[name]
+    known = {f.name for f in fields(section_cls)}
+    unknown = [key for key in value if key not in known]
+    if unknown:
+        shown = sorted(map(str, unknown))
+        raise ConfigError(f"Unknown key(s) {shown} in config section {name!r}; known: {sorted(known)}.")
+    if base is not None:
+        return dataclasses.replace(base, **value)
+    return section_cls(**value)
 
 
 _SECTIONS = {

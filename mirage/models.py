@@ -2,6 +2,11 @@
 
 Embedded models are converted from GGUF once and cached as safetensors under ``$MIRAGE_CACHE_DIR``
 (default ``~/.cache/mirage``), so the second load takes about a second.
+
+Every way a load can fail for a reason the user can fix (a bad ``device``/``dtype``, a folder without weights, a name
+that is neither embedded nor local while the Hugging Face hub is unreachable, an unreadable checkpoint) raises
+:class:`ModelLoadError` naming the model and the fix. :func:`resolve_device` and :func:`resolve_dtype` are the same
+checks, callable before anything slow happens.
 """
 
 from __future__ import annotations
@@ -11,8 +16,13 @@ import importlib.util
 import json
 import logging
 import os
+import pickle
 import shutil
+import socket
 import tempfile
+import threading
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -94,16 +104,252 @@ def default_dtype(device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def _resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
-    if dtype is None or dtype == "auto":
-        return default_dtype(device)
+_DEVICE_HELP = "use cpu, cuda, cuda:0 or mps"
+
+
+def resolve_device(device: str | torch.device | int | None = None) -> torch.device:
+    """The torch device to load onto, checked to exist here; None or ``"auto"`` = :func:`default_device`.
+
+    Raises ModelLoadError for a string that is no torch device (``"bogus"``), a CUDA device on a machine without
+    CUDA (or an index past the visible GPUs), MPS where it is unavailable, and device types a model cannot run on.
+    An int ``i`` means ``cuda:i``. Cheap: it loads nothing, so the CLI calls it before reading any input.
+    """
+    if device is None or (isinstance(device, str) and device.strip().lower() == "auto"):
+        return default_device()
+    if isinstance(device, torch.device):
+        dev = device
+    elif isinstance(device, int) and not isinstance(device, bool):
+        if device < 0:
+            raise ModelLoadError(f"device={device!r} is not a torch device; {_DEVICE_HELP}.")
+        dev = torch.device("cuda", device)
+    elif isinstance(device, str):
+        try:
+            dev = torch.device(device.strip())
+        except (RuntimeError, TypeError, ValueError) as err:
+            raise ModelLoadError(f"device={device!r} is not a torch device; {_DEVICE_HELP}.") from err
+    else:
+        raise ModelLoadError(f"device={device!r} is not a torch device; {_DEVICE_HELP}.")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+            raise ModelLoadError(
+                f"device={device!r} asks for a GPU, but CUDA is not available on this machine (torch "
+                f"{torch.__version__}, {build}); use device='cpu', or install a CUDA build of torch on a machine "
+                "with a visible NVIDIA GPU."
+            )
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise ModelLoadError(f"device={device!r}: only {count} CUDA device(s) are visible here; use "
+                                 f"cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}.")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ModelLoadError(f"device={device!r}: MPS (Apple GPU) is not available on this machine; use cpu.")
+    elif dev.type == "xpu":
+        if not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+            raise ModelLoadError(f"device={device!r}: no Intel XPU is available on this machine; {_DEVICE_HELP}.")
+    elif dev.type != "cpu":
+        raise ModelLoadError(f"device={device!r} cannot run a model here; {_DEVICE_HELP}.")
+    return dev
+
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | str | None = None) -> torch.dtype:
+    """The torch dtype for ``dtype`` (a name such as ``"bf16"``, a torch dtype, or None/``"auto"`` = the default for
+    ``device``, see :func:`default_dtype`); an unknown name is a ModelLoadError. Cheap, like :func:`resolve_device`.
+    """
+    if dtype is None or (isinstance(dtype, str) and dtype.strip().lower() == "auto"):
+        dev = device if isinstance(device, torch.device) else resolve_device(device)
+        return default_dtype(dev)
     if isinstance(dtype, torch.dtype):
         return dtype
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
-    if dtype not in names:
-        raise ModelLoadError(f"dtype={dtype!r} is not supported; use one of {sorted(names)} or 'auto'.")
-    return names[dtype]
+    key = dtype.strip().lower().removeprefix("torch.") if isinstance(dtype, str) else None
+    if key not in _DTYPES:
+        raise ModelLoadError(f"dtype={dtype!r} is not supported; use one of {sorted(_DTYPES)} or 'auto'.")
+    return _DTYPES[key]
+
+
+_resolve_dtype = resolve_dtype  # the name used before it was public
+
+
+def hub_endpoint() -> str:
+    """The Hugging Face hub endpoint: ``$HF_ENDPOINT`` or ``https://huggingface.co``."""
+    return os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+
+
+def hub_reachable(endpoint: str | None = None, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the hub endpoint (:func:`hub_endpoint` by default) opens within ``timeout`` s.
+
+    It connects to the endpoint's host and port (443 for https unless the URL names one), or to the proxy that
+    ``HTTPS_PROXY``/``HTTP_PROXY`` name for it (honouring ``NO_PROXY``). The whole probe, DNS look-up included, is
+    bounded by ``timeout``: it runs in a daemon thread that is abandoned if it takes longer.
+    """
+    url = endpoint or hub_endpoint()
+    parsed = urllib.parse.urlsplit(url if "//" in url else f"https://{url}")
+    scheme = parsed.scheme or "https"
+    try:
+        host, port = parsed.hostname, parsed.port or (80 if scheme == "http" else 443)
+    except ValueError:
+        return False
+    if not host:
+        return False
+    proxy = urllib.request.getproxies().get(scheme)
+    if proxy and not urllib.request.proxy_bypass(host):
+        proxied = urllib.parse.urlsplit(proxy if "//" in proxy else f"http://{proxy}")
+        try:
+            host, port = proxied.hostname or host, proxied.port or (443 if proxied.scheme == "https" else 80)
+        except ValueError:
+            return False
+    answer: list[bool] = []
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                answer.append(True)
+        except (OSError, ValueError):
+            answer.append(False)
+
+    probe = threading.Thread(target=connect, name="mirage-hub-probe", daemon=True)
+    probe.start()
+    probe.join(timeout)
+    return bool(answer) and answer[0]
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _hub_offline_set() -> bool:
+    """Whether the user already put the Hugging Face libraries in offline mode."""
+    if _env_flag("HF_HUB_OFFLINE") or _env_flag("TRANSFORMERS_OFFLINE"):
+        return True
+    try:
+        from huggingface_hub import constants
+    except ImportError:  # pragma: no cover - transformers depends on it
+        return False
+    return bool(getattr(constants, "HF_HUB_OFFLINE", False))
+
+
+_WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+_OTHER_WEIGHTS = ("tf_model.h5", "flax_model.msgpack", "model.ckpt.index", "*.gguf")
+
+
+def _check_local_folder(name: str, path: Path) -> None:
+    """A local checkpoint must be a folder with config.json and PyTorch weights; say what is missing."""
+    if not path.is_dir():
+        raise ModelLoadError(
+            f"Cannot load model {name!r}: {path} is a file, not a checkpoint folder; give the folder that holds "
+            f"config.json and the weights ({' / '.join(_WEIGHT_PATTERNS)})."
+        )
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(
+            f"Cannot load model {name!r}: the folder {path} has no config.json, so it is not a Hugging Face "
+            f"checkpoint; give the folder that holds config.json and the weights ({' / '.join(_WEIGHT_PATTERNS)})."
+        )
+    if any(next(path.glob(pattern), None) is not None for pattern in _WEIGHT_PATTERNS):
+        return
+    others = sorted({f.name for pattern in _OTHER_WEIGHTS for f in path.glob(pattern)})
+    only = f" (it holds only {', '.join(others)}, which mirage does not load)" if others else ""
+    raise ModelLoadError(
+        f"Cannot load model {name!r}: the folder {path} has config.json but its weights are missing: no "
+        f"{' or '.join(_WEIGHT_PATTERNS)} file{only}; copy the model's weight files into it, or give the complete "
+        "checkpoint folder."
+    )
+
+
+def _is_hub_id(name: str) -> bool:
+    try:
+        from huggingface_hub.utils import validate_repo_id
+
+        validate_repo_id(name)
+    except ImportError:  # pragma: no cover - transformers depends on it
+        return "\\" not in name and name.count("/") <= 1 and not name.startswith((".", "/", "~"))
+    except ValueError:  # HFValidationError
+        return False
+    return True
+
+
+def _in_hub_cache(name: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except Exception:  # noqa: BLE001 - only refines an error message
+        return False
+
+
+def _locate(name: str) -> tuple[str, str | None]:
+    """Where ``name`` (not an embedded model) loads from, and why only local files may be used (None: the hub too).
+
+    A local path must be a complete checkpoint folder. A name that is neither a local path nor a valid hub id fails
+    at once. For a hub id, when the hub is unreachable (or offline mode is set) only the local Hugging Face cache is
+    used, so a cached model still loads and an uncached one fails at once instead of after minutes of retries.
+    """
+    known = ", ".join(embedded_models())
+    path = Path(name).expanduser()
+    if path.exists():
+        _check_local_folder(name, path)
+        return str(path), None
+    if not _is_hub_id(name):
+        raise ModelLoadError(
+            f"Cannot load model {name!r}: it is not an embedded model ({known}), and no folder {path} exists; give "
+            "a local checkpoint folder, an embedded name, or a Hugging Face id (org/name)."
+        )
+    if _hub_offline_set():
+        return name, "HF_HUB_OFFLINE is set"
+    if not hub_reachable():
+        return name, "unreachable"
+    return name, None
+
+
+def _offline_error(name: str, offline: str) -> ModelLoadError:
+    known = ", ".join(embedded_models())
+    if offline == "unreachable":
+        return ModelLoadError(
+            f"model {name!r} is not an embedded model ({known}), not a local folder, and the Hugging Face hub is "
+            f"unreachable from here; give a local checkpoint folder or an embedded name (it is not in the local "
+            f"Hugging Face cache either; {hub_endpoint()} did not answer)."
+        )
+    return ModelLoadError(
+        f"model {name!r} is not an embedded model ({known}), not a local folder, and not in the local Hugging Face "
+        f"cache ({offline}, so the hub is not asked); give a local checkpoint folder or an embedded name, or unset "
+        "HF_HUB_OFFLINE to download it."
+    )
+
+
+def _load_errors() -> tuple[type[BaseException], ...]:
+    """What a broken or missing checkpoint raises from ``from_pretrained``."""
+    errors: tuple[type[BaseException], ...] = (OSError, ValueError, pickle.UnpicklingError)
+    try:
+        from safetensors import SafetensorError
+
+        errors += (SafetensorError,)
+    except ImportError:  # pragma: no cover
+        pass
+    return errors
+
+
+def _from_pretrained(what: str, name: str, source: str | Path, offline: str | None, load: Any) -> Any:
+    """Run one ``from_pretrained`` call, turning a load failure into a ModelLoadError with the cause's first line."""
+    try:
+        return load()
+    except _load_errors() as err:
+        if isinstance(err, ModelLoadError):
+            raise
+        if offline is not None and what == "config" and not _in_hub_cache(name):
+            raise _offline_error(name, offline) from err
+        known = ", ".join(embedded_models())
+        lines = str(err).strip().splitlines()
+        cause = f"{err.__class__.__name__}: {lines[0] if lines else ''}".rstrip(": ")
+        where = f" from {source}" if str(source) != name else ""
+        only_cache = " (only the local Hugging Face cache was searched: " + (
+            "the hub is unreachable)" if offline == "unreachable" else f"{offline})") if offline else ""
+        raise ModelLoadError(
+            f"Cannot load model {name!r} ({what}{where}): {cause}{only_cache}. Use an embedded model ({known}), "
+            "a local checkpoint folder, or a Hugging Face id reachable from here."
+        ) from err
 
 
 def _gguf_path(spec: EmbeddedModelSpec) -> Path:
@@ -173,32 +419,39 @@ def load_model(
     use_chat_template: bool | None = None,
 ) -> LoadedModel:
     """Load an embedded model name, a Hugging Face id or a local path (causal or encoder-decoder)."""
+    dev = resolve_device(device)  # checked before transformers is even imported
+    torch_dtype = resolve_dtype(dtype, dev)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
-    dev = torch.device(device) if device is not None else default_device()
-    torch_dtype = _resolve_dtype(dtype, dev)
-    spec = embedded_models().get(name_or_path)
-    source: str | Path = embedded_checkpoint(name_or_path) if spec else name_or_path
-    try:
-        config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as err:
-        known = ", ".join(sorted(embedded_models()))
-        raise ModelLoadError(
-            f"Cannot load model {name_or_path!r}: {err.__class__.__name__}: {str(err).splitlines()[0]}. "
-            f"Use an embedded model ({known}), a local checkpoint folder, or a Hugging Face id reachable from here."
-        ) from err
+    if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
+        raise ModelLoadError(f"model={name_or_path!r} is not a model name; give an embedded name, a local checkpoint "
+                             "folder or a Hugging Face id.")
+    name = str(name_or_path)
+    spec = embedded_models().get(name)
+    offline: str | None = None
+    if spec:
+        source: str | Path = embedded_checkpoint(name)
+    else:
+        source, offline = _locate(name)
+    # Offline (hub unreachable or HF_HUB_OFFLINE): only the local Hugging Face cache, for every file.
+    hub: dict[str, Any] = {"local_files_only": True} if offline else {}
+    remote = {"trust_remote_code": trust_remote_code, **hub}
+    config = _from_pretrained("config", name, source, offline,
+                              lambda: AutoConfig.from_pretrained(source, **remote))
     is_enc_dec = bool(getattr(config, "is_encoder_decoder", False))
     auto = AutoModelForSeq2SeqLM if is_enc_dec else AutoModelForCausalLM
-    model = auto.from_pretrained(source, dtype=torch_dtype, trust_remote_code=trust_remote_code)
+    tokenizer = _from_pretrained("tokenizer", name, source, offline,
+                                 lambda: AutoTokenizer.from_pretrained(source, **remote))
+    model = _from_pretrained("weights", name, source, offline,
+                             lambda: auto.from_pretrained(source, dtype=torch_dtype, **remote))
     model.to(dev).eval()
-    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     if use_chat_template is None:
         use_chat_template = spec.chat_template if spec else bool(getattr(tokenizer, "chat_template", None))
     window = spec.context_window if spec else _context_window(config, tokenizer)
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
-        name=name_or_path,
+        name=name,
         is_encoder_decoder=is_enc_dec,
         use_chat_template=use_chat_template and not is_enc_dec,
         context_window=window,

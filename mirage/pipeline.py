@@ -23,7 +23,7 @@ from .forward import answer_logits, model_inputs
 from .generation import generate_answer
 from .inputs import InputError, RAGItem, make_item
 from .models import LoadedModel, load_model, wrap_model
-from .prompts import BuiltPrompt, build_prompt, load_template
+from .prompts import BuiltPrompt, Reservation, build_prompt, load_template
 from .results import AttributionResult
 from .serialization import library_versions
 from .tokenization import TokenizedAnswer, TokenizedPrompt, tokenize_answer, tokenize_prompt
@@ -72,14 +72,20 @@ class Mirage:
 
     def prepare(self, item: RAGItem | dict, *, config: MirageConfig | None = None, index: int | str | None = None,
                 reserve_tokens: int | None = None) -> PreparedItem:
-        """Validate an item and build and tokenize its prompts (documents truncated to fit the window)."""
+        """Validate an item and build and tokenize its prompts (documents truncated to fit the window).
+
+        ``reserve_tokens`` is the room kept for a given answer (its tokens and one more); without it, the room is
+        ``generation.max_new_tokens``. Either is what an InputError blames when it leaves the prompt no room.
+        """
         cfg = config or self.config
         item = make_item(item, item=index)
         window = self.lm.context_window
-        reserve = reserve_tokens if reserve_tokens is not None else cfg.generation.max_new_tokens
-        max_tokens = None if window is None else max(1, window - reserve)
+        reservation = None
+        if window is not None:
+            reservation = (Reservation(window, reserve_tokens, "output") if reserve_tokens is not None
+                           else Reservation(window, cfg.generation.max_new_tokens, "generation.max_new_tokens"))
         built = build_prompt(load_template(cfg.prompt), item.question, item.docs, tokenizer=self.lm.tokenizer,
-                             use_chat_template=self._chat(cfg), system=cfg.prompt.system, max_tokens=max_tokens,
+                             use_chat_template=self._chat(cfg), system=cfg.prompt.system, reservation=reservation,
                              item=index if index is not None else item.id)
         return PreparedItem(item=item, prompt=built, tokens=tokenize_prompt(self.lm.tokenizer, built))
 
@@ -110,7 +116,7 @@ class Mirage:
         raw_item = make_item(item, item=index)
         reserve = None
         if raw_item.output is not None:
-            reserve = len(self.lm.tokenizer(raw_item.output, add_special_tokens=False)["input_ids"]) + 1
+            reserve = len(tokenize_answer(self.lm.tokenizer, raw_item.output).ids) + 1  # the answer, as text
         prep = self.prepare(raw_item, config=cfg, index=index, reserve_tokens=reserve)
         timings["prepare"] = time.perf_counter() - t0
         where = index if index is not None else prep.item.id

@@ -12,6 +12,7 @@ import yaml
 
 from .config import ConfigError, PromptConfig
 from .inputs import Document, InputError
+from .tokenization import encode_prompt_text, encode_text
 
 PROMPTS_DIR = Path(__file__).parent / "configs" / "prompts"
 
@@ -41,7 +42,9 @@ class BuiltPrompt:
     """A prompt with and without documents, and where each document sits in ``text``.
 
     ``doc_spans[i]`` is the ``(start, end)`` character span of document i (its whole rendered entry) in ``text``;
-    ``context_span`` is the span of the documents block ``context``.
+    ``context_span`` is the span of the documents block ``context``. ``user_spans`` (in ``text``) and
+    ``contextless_user_spans`` (in ``contextless_text``) are the spans of user-supplied text (question, each
+    document's title and text, system message), which is tokenized as text even where it spells a special token.
     """
 
     text: str
@@ -51,6 +54,34 @@ class BuiltPrompt:
     doc_spans: tuple[tuple[int, int], ...]
     add_special_tokens: bool
     truncated_docs: tuple[int, ...] = ()
+    user_spans: tuple[tuple[int, int], ...] = ()
+    contextless_user_spans: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The part of the model's ``window`` kept from the prompt: ``tokens`` for the given answer (``field``
+    ``"output"``) or for generation (``"generation.max_new_tokens"``). It names what to blame when the prompt
+    cannot fit in what is left."""
+
+    window: int
+    tokens: int
+    field: str = "output"
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        return self.window - self.tokens
+
+    def error(self, needed: int, item: int | str | None) -> InputError:
+        if self.field == "output":
+            return InputError(
+                f"the given answer takes {self.tokens} tokens, leaving {max(0, self.max_prompt_tokens)} of the "
+                f"model's {self.window}-token window for the prompt, which needs at least {needed} even with "
+                "documents truncated; shorten the answer.", item=item, field="output")
+        return InputError(
+            f"{self.field}={self.tokens} leaves no room in the model's {self.window}-token window for the prompt "
+            f"(at least {needed} tokens even with documents truncated); lower --max-new-tokens.",
+            item=item, field=self.field)
 
 
 @cache
@@ -78,16 +109,20 @@ def load_template(cfg: PromptConfig) -> PromptTemplate:
     return _load_template_file(str(path))
 
 
-def _fill(template: str, values: dict[str, str]) -> tuple[str, dict[str, int]]:
-    """Replace {KEY} placeholders (no other brace handling) and return where each value starts."""
-    out, starts, i = [], {}, 0
-    pos = 0
+Span = tuple[int, int]
+
+
+def _fill_spans(template: str, values: dict[str, str]) -> tuple[str, list[tuple[str, int, int]]]:
+    """Replace {KEY} placeholders (no other brace handling) and return each replacement's key and span."""
+    out: list[str] = []
+    found: list[tuple[str, int, int]] = []
+    i = pos = 0
     while i < len(template):
         if template[i] == "{":
             close = template.find("}", i)
             key = template[i + 1 : close] if close != -1 else ""
             if key in values:
-                starts[key] = pos
+                found.append((key, pos, pos + len(values[key])))
                 out.append(values[key])
                 pos += len(values[key])
                 i = close + 1
@@ -95,27 +130,62 @@ def _fill(template: str, values: dict[str, str]) -> tuple[str, dict[str, int]]:
         out.append(template[i])
         pos += 1
         i += 1
-    return "".join(out), starts
+    return "".join(out), found
+
+
+def _fill(template: str, values: dict[str, str]) -> tuple[str, dict[str, int]]:
+    """Replace {KEY} placeholders (no other brace handling) and return where each value starts."""
+    text, found = _fill_spans(template, values)
+    return text, {key: start for key, start, _ in found}
+
+
+def _render_documents(template: PromptTemplate,
+                      docs: tuple[Document, ...]) -> tuple[str, list[Span], list[Span]]:
+    """The documents block, each document's span inside it, and the spans of the titles and texts."""
+    parts, spans, user, pos = [], [], [], 0
+    for i, doc in enumerate(docs, start=1):
+        entry, found = _fill_spans(template.doc_template, {"ID": str(i), "T": doc.title, "P": doc.text})
+        parts.append(entry)
+        spans.append((pos, pos + len(entry)))
+        user.extend((pos + s, pos + e) for key, s, e in found if key in ("T", "P"))
+        pos += len(entry)
+    return "".join(parts), spans, user
 
 
 def render_documents(template: PromptTemplate, docs: tuple[Document, ...]) -> tuple[str, list[tuple[int, int]]]:
     """The documents block and each document's span inside it (1-based ids in the text)."""
-    parts, spans, pos = [], [], 0
-    for i, doc in enumerate(docs, start=1):
-        entry, _ = _fill(template.doc_template, {"ID": str(i), "T": doc.title, "P": doc.text})
-        parts.append(entry)
-        spans.append((pos, pos + len(entry)))
-        pos += len(entry)
-    return "".join(parts), spans
+    block, spans, _ = _render_documents(template, docs)
+    return block, spans
 
 
-def _apply_chat(tokenizer: Any, content: str, system: str | None) -> tuple[str, int]:
+def _apply_chat(tokenizer: Any, content: str, system: str | None) -> tuple[str, int, Span | None]:
+    """The chat-wrapped prompt, where ``content`` starts in it, and the system message's span (if it is found)."""
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
     rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    offset = rendered.find(content)
+    system_span, after = None, 0
+    if system:
+        for text in dict.fromkeys((system, system.strip())):  # a template may strip it
+            at = rendered.find(text) if text else -1
+            if at >= 0:
+                system_span, after = (at, at + len(text)), at + len(text)
+                break
+    offset = rendered.find(content, after)
+    if offset < 0 and after:
+        offset, system_span = rendered.find(content), None
     if offset < 0:
         raise ConfigError("the tokenizer's chat template alters the message text; set prompt.chat_template=false.")
-    return rendered, offset
+    return rendered, offset, system_span
+
+
+def _normal_spans(spans: Any) -> tuple[Span, ...]:
+    """Non-empty spans, sorted, overlapping ones merged."""
+    out: list[list[int]] = []
+    for s, e in sorted(sp for sp in spans if sp[1] > sp[0]):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return tuple((s, e) for s, e in out)
 
 
 def format_prompt(
@@ -127,16 +197,25 @@ def format_prompt(
     use_chat_template: bool = False,
     system: str | None = None,
 ) -> BuiltPrompt:
-    """Build the with- and without-documents prompts, recording document spans."""
-    block, spans = render_documents(template, docs)
+    """Build the with- and without-documents prompts, recording document spans and user-text spans."""
+    block, spans, doc_user = _render_documents(template, docs)
     values = {"INST": template.instruction, "Q": question}
-    content, starts = _fill(template.template, {**values, "D": block})
-    contextless, _ = _fill(template.contextless_template, values)
-    offset = 0
+    content, found = _fill_spans(template.template, {**values, "D": block})
+    contextless, found_nc = _fill_spans(template.contextless_template, values)
+    d_start = [s for key, s, _ in found if key == "D"][-1]
+    user = [(s, e) for key, s, e in found if key == "Q"]
+    user += [(d + s, d + e) for key, d, _ in found if key == "D" for s, e in doc_user]
+    user_nc = [(s, e) for key, s, e in found_nc if key == "Q"]
+    offset = offset_nc = 0
     if use_chat_template:
-        content, offset = _apply_chat(tokenizer, content, system)
-        contextless, _ = _apply_chat(tokenizer, contextless, system)
-    base = offset + starts["D"]
+        content, offset, system_span = _apply_chat(tokenizer, content, system)
+        contextless, offset_nc, system_span_nc = _apply_chat(tokenizer, contextless, system)
+    base = offset + d_start
+    user = [(offset + s, offset + e) for s, e in user]
+    user_nc = [(offset_nc + s, offset_nc + e) for s, e in user_nc]
+    if use_chat_template:
+        user += [system_span] if system_span else []
+        user_nc += [system_span_nc] if system_span_nc else []
     return BuiltPrompt(
         text=content,
         contextless_text=contextless,
@@ -144,11 +223,65 @@ def format_prompt(
         context_span=(base, base + len(block)),
         doc_spans=tuple((base + s, base + e) for s, e in spans),
         add_special_tokens=not use_chat_template,
+        user_spans=_normal_spans(user),
+        contextless_user_spans=_normal_spans(user_nc),
     )
 
 
-def count_tokens(tokenizer: Any, text: str, add_special_tokens: bool) -> int:
-    return len(tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+def count_tokens(tokenizer: Any, text: str, add_special_tokens: bool, user_spans: tuple[Span, ...] = ()) -> int:
+    """Tokens of ``text`` as :func:`mirage.tokenization.tokenize_prompt` counts them (``user_spans`` as text)."""
+    if not getattr(tokenizer, "is_fast", False):
+        return len(tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+    return len(encode_prompt_text(tokenizer, text, add_special_tokens, user_spans)[0])
+
+
+#: A cut is moved back to a whitespace found within this many tokens before it.
+_BACKOFF_TOKENS = 6
+
+
+def _cut_point(text: str, offsets: list[Span], keep: int) -> int:
+    """Where to cut ``text`` to keep about its first ``keep`` tokens (at least one character): at the start of the
+    first dropped token, moved back to a whitespace within the last few kept tokens when there is one."""
+    if keep >= len(offsets):
+        return len(text)
+    first_end = max(1, offsets[0][1])
+    cut = max(first_end, offsets[keep][0])
+    if cut >= len(text):
+        return len(text)
+    if text[cut].isspace() or text[cut - 1].isspace():
+        return cut
+    lo = max(first_end, offsets[max(1, keep - _BACKOFF_TOKENS)][0])
+    for at in range(cut - 1, lo - 1, -1):
+        if text[at].isspace():
+            return at
+    return cut
+
+
+def _shorten(text: str, offsets: list[Span], keep: int) -> str:
+    cut = _cut_point(text, offsets, keep)
+    return text[:cut].rstrip() or text[:cut]
+
+
+def _caps(lengths: list[int], excess: int) -> list[int]:
+    """Per-document token caps that cut at least ``excess`` tokens from the longest documents only, as few as
+    possible (never below one token): lower the longest to a common level, the last ones at that level one more."""
+    def cut(cap: int) -> int:
+        return sum(max(0, n - cap) for n in lengths)
+
+    if cut(1) <= excess:
+        return [min(n, 1) for n in lengths]
+    lo, hi = 1, max(lengths)  # cut(lo) > excess >= cut(hi): find the highest cap still cutting enough
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if cut(mid) >= excess else (lo, mid)
+    level = lo + 1
+    caps = [min(n, level) for n in lengths]  # cuts fewer than excess ...
+    short = excess - sum(n - c for n, c in zip(lengths, caps))
+    for i in sorted((i for i, n in enumerate(lengths) if n >= level), key=lambda i: (-lengths[i], -i)):
+        if short <= 0:
+            break
+        caps[i], short = level - 1, short - 1  # ... and these one more each
+    return caps
 
 
 def build_prompt(
@@ -161,48 +294,78 @@ def build_prompt(
     system: str | None = None,
     max_tokens: int | None = None,
     item: int | str | None = None,
+    reservation: Reservation | None = None,
 ) -> BuiltPrompt:
-    """Build the prompt; if it exceeds ``max_tokens``, shorten the longest documents (word-wise) with a warning.
+    """Build the prompt; if it exceeds ``max_tokens``, shorten the longest documents (in tokens) with a warning.
 
-    The truncation keeps every document (so document ids stay as given) and cuts text from the end of the
-    longest ones first. If even empty documents do not fit, raises InputError for the question.
+    ``max_tokens`` defaults to what ``reservation`` leaves of the model's window. The truncation keeps every
+    document (so document ids stay as given) and cuts whole tokens from the end of the longest ones, only as many
+    as must go, at a nearby whitespace where there is one; ``truncated_docs`` lists the documents it shortened. If
+    even one token per document does not fit, raises InputError naming the question (the question and template
+    alone fill the window) or the reservation's field (the answer or ``max_new_tokens`` takes the room).
     """
+    if max_tokens is None and reservation is not None:
+        max_tokens = reservation.max_prompt_tokens
+
+    def build(texts: list[str]) -> tuple[BuiltPrompt, int]:
+        shortened = tuple(Document(title=d.title, text=t) for d, t in zip(docs, texts))
+        b = format_prompt(template, question, shortened, tokenizer=tokenizer, use_chat_template=use_chat_template,
+                          system=system)
+        return b, count_tokens(tokenizer, b.text, b.add_special_tokens, b.user_spans)
+
     built = format_prompt(template, question, docs, tokenizer=tokenizer, use_chat_template=use_chat_template,
                           system=system)
     if max_tokens is None:
         return built
-    n_tokens = count_tokens(tokenizer, built.text, built.add_special_tokens)
+    n_tokens = count_tokens(tokenizer, built.text, built.add_special_tokens, built.user_spans)
     if n_tokens <= max_tokens:
         return built
-    words = [doc.text.split(" ") for doc in docs]
-    truncated: set[int] = set()
-    for _ in range(12):
-        excess = n_tokens - max_tokens
-        if excess <= 0:
+
+    def doc_offsets(text: str) -> list[Span]:
+        return encode_text(tokenizer, text, add_special_tokens=False, split_special_tokens=True)[1]
+
+    originals = [d.text for d in docs]
+    offsets = [doc_offsets(t) for t in originals]
+    smallest = [_shorten(t, o, 1) for t, o in zip(originals, offsets)]
+    minimal, n_minimal = build(smallest)
+    if n_minimal > max_tokens:
+        raise _overflow_error(template, question, n_minimal, max_tokens, reservation, item,
+                              tokenizer=tokenizer, use_chat_template=use_chat_template, system=system)
+    texts = list(originals)
+    for _ in range(16):
+        caps = _caps([len(o) for o in offsets], n_tokens - max_tokens)
+        texts = [t if cap >= len(o) else _shorten(t, o, cap) for t, o, cap in zip(texts, offsets, caps)]
+        built, n_tokens = build(texts)
+        if n_tokens <= max_tokens:
             break
-        lengths = [len(w) for w in words]
-        if sum(lengths) == 0:
-            break
-        # Tokens per word ~ n_tokens / words overall; cut the longest documents down towards a common cap.
-        ratio = max(1.0, n_tokens / max(1, sum(lengths) + 50))
-        to_cut = int(excess / ratio) + 1
-        cap = max(lengths)
-        while to_cut > 0 and cap > 0:
-            cap -= 1
-            to_cut -= sum(1 for n in lengths if n > cap)
-        for i, w in enumerate(words):
-            if len(w) > cap:
-                words[i] = w[:cap]
-                truncated.add(i)
-        docs = tuple(Document(title=d.title, text=" ".join(w)) for d, w in zip(docs, words))
-        built = format_prompt(template, question, docs, tokenizer=tokenizer, use_chat_template=use_chat_template,
-                              system=system)
-        n_tokens = count_tokens(tokenizer, built.text, built.add_special_tokens)
-    if n_tokens > max_tokens:
-        raise InputError(
-            f"the prompt needs {n_tokens} tokens even with documents truncated, over the {max_tokens} available; "
-            "shorten the question or use a model with a longer context window.", item=item, field="question")
+        offsets = [doc_offsets(t) for t in texts]
+    else:
+        texts, built, n_tokens = smallest, minimal, n_minimal
+    truncated = tuple(i + 1 for i, (t, o) in enumerate(zip(texts, originals)) if t != o)
     warnings.warn(
         f"item {item}: prompt exceeded the model's window; truncated document(s) "
-        f"{sorted(i + 1 for i in truncated)} to fit {max_tokens} tokens.", stacklevel=2)
-    return BuiltPrompt(**{**built.__dict__, "truncated_docs": tuple(sorted(i + 1 for i in truncated))})
+        f"{list(truncated)} to fit {max_tokens} tokens.", stacklevel=2)
+    return BuiltPrompt(**{**built.__dict__, "truncated_docs": truncated})
+
+
+def _overflow_error(template: PromptTemplate, question: str, needed: int, max_tokens: int,
+                    reservation: Reservation | None, item: int | str | None, **prompt_kw: Any) -> InputError:
+    """The error for a prompt that does not fit even with every document cut to one token."""
+    if reservation is not None and needed < reservation.window:
+        return reservation.error(needed, item)
+    if reservation is not None:
+        contextless = format_prompt(template, question, (), **prompt_kw)
+        alone = count_tokens(prompt_kw["tokenizer"], contextless.contextless_text, contextless.add_special_tokens,
+                             contextless.contextless_user_spans)
+        if alone < reservation.window:
+            return InputError(
+                f"the documents' titles and headers take {needed - alone} tokens, and the prompt with every document "
+                f"cut to one token needs {needed}, over the model's {reservation.window}-token window; shorten the "
+                "titles or give fewer documents.", item=item, field="docs")
+        return InputError(
+            f"the question and prompt template alone take {alone} tokens, filling the model's "
+            f"{reservation.window}-token window; shorten the question or use a model with a longer context window.",
+            item=item, field="question")
+    return InputError(
+        f"the prompt needs {needed} tokens even with documents truncated, over the {max_tokens} available; "
+        "shorten the question or use a model with a longer context window.", item=item, field="question")

@@ -1,64 +1,275 @@
-"""Resumable JSONL runs: one line per finished item, flushed as it finishes; a re-run skips finished items."""
+"""Resumable JSONL stores: one line per finished item, flushed as it finishes; a re-run skips finished items.
+
+A store only ever appends to a file it recognises as its own, and rewrites nothing it did not write:
+
+- a *mirage results file* is one whose every complete line is a JSON object with a string ``key``; an empty or
+  missing file is one too. Any other file (an input file, notes, another program's JSONL) is refused with
+  :class:`StoreError`, untouched;
+- the one repair a store makes is to a torn last line, the half-written record a killed run leaves: it is cut back
+  to the end of the last complete line (a last line that parses but lacks its newline gets the newline);
+- a store opened with ``settings`` (what the stored outputs depend on: model, pipeline configuration) writes them
+  into every record and refuses a file whose records were made with other settings, naming each difference;
+- one process at a time writes a file: the store holds an exclusive advisory lock (``flock``) on it for as long as
+  it lives, and a second process gets :class:`StoreError` instead of interleaving duplicate records. The lock dies
+  with its process, so ``kill -9`` leaves nothing to clean up.
+
+Records are keyed by :func:`content_key`, a hash of what determines the output, never of an item's position.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import warnings
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+try:  # POSIX; elsewhere stores work without the lock
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
-def item_key(index: int, raw: Any) -> str:
-    """A stable key for an input item: its position and a hash of its content."""
-    blob = json.dumps(raw, sort_keys=True, ensure_ascii=False, default=str)
-    return f"{index}:{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
+
+class StoreError(ValueError):
+    """An output file mirage must not write to (not its own, other settings, in use); the message says why."""
+
+
+def canonical_json(payload: Any) -> bytes:
+    """The bytes that identify ``payload``: sorted keys, UTF-8, lone surrogates kept (``surrogatepass``)."""
+    return json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")
+
+
+def content_key(payload: Any, length: int = 16) -> str:
+    """A stable key for what a model sees (question, documents, answer, seed, …): equal inputs share results.
+
+    Position-free: moving an item within its file keeps its key. Any text works, including invalid Unicode.
+    """
+    return hashlib.sha1(canonical_json(payload)).hexdigest()[:length]
+
+
+def item_keys(raws: Iterable[Any]) -> list[str]:
+    """Keys of input items, in order: each item's :func:`content_key`; the n-th repeat of identical content gets
+    ``~n`` (n >= 2), so every item keeps its own record while inserting other items changes no key."""
+    seen: Counter[str] = Counter()
+    keys = []
+    for raw in raws:
+        base = content_key(str(raw) if isinstance(raw, BaseException) else raw)
+        seen[base] += 1
+        keys.append(base if seen[base] == 1 else f"{base}~{seen[base]}")
+    return keys
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dumps_record(record: Mapping[str, Any]) -> str:
+    """One line of strict JSON: NaN and infinities (invalid JSON) become null; text that is not valid Unicode (lone
+    surrogates) is written ``\\u``-escaped."""
+    try:
+        line = json.dumps(record, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        line = json.dumps(_finite(record), ensure_ascii=False, allow_nan=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(_finite(record), ensure_ascii=True, allow_nan=False)
+    return line
+
+
+def is_record(value: Any) -> bool:
+    """Whether a parsed line is a mirage store record (an object with a string ``key``)."""
+    return isinstance(value, dict) and isinstance(value.get("key"), str)
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """The JSON records of a JSONL file, skipping lines that do not parse (a torn last line); never writes."""
+    """The records of a store file, skipping lines that do not parse (a torn last line) or are not records; never
+    writes. A missing file has none."""
     path = Path(path)
-    if not path.exists():
+    if not path.is_file():
         return []
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
+    for raw in path.read_bytes().split(b"\n"):
+        if not raw.strip():
             continue
+        try:
+            value = json.loads(raw)
+        except ValueError:  # JSONDecodeError, or bytes that are not UTF-8
+            continue
+        if is_record(value):
+            out.append(value)
     return out
 
 
-class ResumableJSONL:
-    """Append-only JSONL file of records carrying a ``key``; knows which keys are already done.
+# -- locks -----------------------------------------------------------------------------------------------------------
 
-    A torn last line (a run killed mid-write) is dropped on open, so the file stays valid JSONL.
+class _Lock:
+    """An exclusive flock on one file, shared by every store of this process on that file."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.inode = os.fstat(self.fd).st_ino
+        weakref.finalize(self, os.close, self.fd)
+        if fcntl is None:  # pragma: no cover - Windows
+            return
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StoreError(f"{path} is being written by another running mirage process; wait for it to finish, "
+                             "or give this run another output.") from None
+
+    def current(self, path: Path) -> bool:
+        try:
+            return os.stat(path).st_ino == self.inode
+        except FileNotFoundError:
+            return False
+
+
+_LOCKS: weakref.WeakValueDictionary[str, _Lock] = weakref.WeakValueDictionary()
+
+
+def _lock(path: Path) -> _Lock:
+    """This process's lock on ``path`` (taken once; released when no store of this process uses it)."""
+    name = os.path.realpath(path)
+    held = _LOCKS.get(name)
+    if held is not None and held.current(path):
+        return held
+    lock = _Lock(path)
+    _LOCKS[name] = lock
+    return lock
+
+
+# -- settings --------------------------------------------------------------------------------------------------------
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out or {prefix: {}}
+    return {prefix: value}
+
+
+def settings_differences(stored: Any, current: Mapping[str, Any]) -> list[str]:
+    """``"field: X in the file, Y now"`` for each setting that differs (dotted names for nested settings)."""
+    if not isinstance(stored, Mapping):
+        return ["the file's records carry no settings (written by an older mirage or another command)"]
+    a, b = _flatten(stored), _flatten(json.loads(json.dumps(current, default=str)))
+    return [f"{k}: {a.get(k)!r} in the file, {b.get(k)!r} now" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+# -- the store -------------------------------------------------------------------------------------------------------
+
+#: How every record line starts (``key`` is written first): a torn last line is recognised by it.
+_PREFIX = b'{"key": "'
+
+
+class ResumableJSONL:
+    """Append-only JSONL store of records carrying a ``key``; knows which keys are already done.
+
+    ``settings``: what the records depend on; written into each record, and a file made with other settings is
+    refused. Opening checks the file is a mirage results file (see the module docstring), repairs only a torn last
+    line, and locks it against other processes.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, settings: Mapping[str, Any] | None = None) -> None:
         self.path = Path(path)
+        self.settings = None if settings is None else json.loads(json.dumps(settings, default=str))
+        if self.path.is_dir():
+            raise StoreError(f"{self.path} is a directory; give a file path for the output.")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.done: set[str] = set()
-        if self.path.exists():
-            good: list[str] = []
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                good.append(line)
-                if isinstance(record, dict) and "key" in record:
-                    self.done.add(record["key"])
-            self.path.write_text("".join(line + "\n" for line in good), encoding="utf-8")
+        existed = self.path.exists() and self.path.stat().st_size > 0
+        self._lock = _lock(self.path)
+        if existed:
+            self._open_existing()
 
-    def write(self, record: dict[str, Any]) -> None:
-        """Append one record and flush it to disk."""
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        if "key" in record:
-            self.done.add(record["key"])
+    def _open_existing(self) -> None:
+        data = self.path.read_bytes()
+        *complete, tail = data.split(b"\n")
+        foreign = None
+        records = 0
+        damaged = []
+        for lineno, raw in enumerate(complete, start=1):
+            if not raw.strip():
+                continue
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                damaged.append(lineno)
+                continue
+            if not is_record(value):
+                foreign = foreign or lineno
+                continue
+            records += 1
+            self._check_settings(value, lineno)
+            self.done.add(value["key"])
+        if tail.strip():
+            try:
+                value = json.loads(tail)
+            except ValueError:
+                value = None
+            if is_record(value):  # a whole record whose newline was lost
+                self._check_settings(value, len(complete) + 1)
+                os.write(self._lock.fd, b"\n")
+                self.done.add(value["key"])
+                records += 1
+            elif foreign is None and (tail.startswith(_PREFIX) or (records and _PREFIX.startswith(tail))):
+                os.truncate(self.path, len(data) - len(tail))  # the half-written record of a killed run
+                warnings.warn(f"{self.path}: removed a torn last line (a run was stopped mid-write).", stacklevel=3)
+            else:
+                foreign = foreign or len(complete) + 1
+        if foreign is not None or (records == 0 and damaged):
+            line = foreign if foreign is not None else damaged[0]
+            raise StoreError(f"{self.path} is not a mirage results file (line {line} is not a mirage record); "
+                             "mirage leaves it untouched: give another output path.")
+        if damaged:
+            warnings.warn(f"{self.path}: skipped damaged line(s) {damaged[:5]}; their items will be computed again.",
+                          stacklevel=3)
+
+    def _check_settings(self, record: dict[str, Any], lineno: int) -> None:
+        if self.settings is None or record.get("settings") == self.settings:
+            return
+        diffs = settings_differences(record.get("settings"), self.settings)
+        raise StoreError(f"{self.path} holds results made with other settings (line {lineno}: "
+                         f"{'; '.join(diffs[:6])}{'; …' if len(diffs) > 6 else ''}); give another output path, or "
+                         "delete that file to start over.")
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        """Append one record (``key`` first, then ``settings`` if the store has them) and flush it to disk."""
+        if not isinstance(record.get("key"), str):
+            raise StoreError("a store record needs a string 'key'.")
+        out: dict[str, Any] = {"key": record["key"]}
+        if self.settings is not None:
+            out["settings"] = self.settings
+        out.update((k, v) for k, v in record.items() if k not in out)
+        line = (dumps_record(out) + "\n").encode("utf-8")
+        if not self._lock.current(self.path):  # the file was replaced (a merge) since this store opened it
+            self._lock = _lock(self.path)
+        view = memoryview(line)
+        while view:
+            view = view[os.write(self._lock.fd, view):]
+        os.fsync(self._lock.fd)
+        self.done.add(record["key"])
+
+    def write_once(self, record: Mapping[str, Any]) -> bool:
+        """:meth:`write` unless a record with this key is already stored (an error reported by an earlier run);
+        whether it wrote."""
+        if record.get("key") in self.done:
+            return False
+        self.write(record)
+        return True
 
     def records(self) -> list[dict[str, Any]]:
         """All records written so far."""

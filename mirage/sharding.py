@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from .runs import ResumableJSONL, read_records
+from .runs import ResumableJSONL, StoreError, dumps_record, read_records, settings_differences
 
 T = TypeVar("T")
 
@@ -102,15 +101,20 @@ def report_share_done(what_rank0_does: str = "writes the results") -> int:
 class ShardedJSONL(ResumableJSONL):
     """A resumable JSONL store seen by one rank: it reads every rank's file and writes its own."""
 
-    def __init__(self, path: str | Path, shard: Shard) -> None:
+    def __init__(self, path: str | Path, shard: Shard, *, settings: Mapping[str, Any] | None = None) -> None:
         base = Path(path)
         self.base = base
         self.shard = shard
         own = base if shard.world == 1 else shard_path(base, shard.rank, shard.world)
-        super().__init__(own)
+        super().__init__(own, settings=settings)
         for other in shard_files(base):
             if other != own:  # another rank may be appending to it: read only
-                self.done |= {r["key"] for r in read_records(other) if isinstance(r, dict) and "key" in r}
+                for record in read_records(other):
+                    if self.settings is not None and record.get("settings") != self.settings:
+                        diffs = settings_differences(record.get("settings"), self.settings)
+                        raise StoreError(f"{other} holds results made with other settings ({'; '.join(diffs[:6])}); "
+                                         "give another output path, or delete those files to start over.")
+                    self.done.add(record["key"])
 
     def owns(self, key: str) -> bool:
         """Whether this rank computes ``key``."""
@@ -141,23 +145,30 @@ def shard_files(base: Path) -> list[Path]:
     return ([base] if base.exists() else []) + [p for _w, _r, p in sorted(ranks)]
 
 
-def in_shards(work: Callable[[Callable[[str | Path], ShardedJSONL]], T], shard: Shard | None = None) -> T | None:
+class StoreFor(Protocol):
+    """Opens this rank's store for a path (``settings`` as :class:`mirage.runs.ResumableJSONL` takes them)."""
+
+    def __call__(self, path: str | Path, *, settings: Mapping[str, Any] | None = None) -> ShardedJSONL: ...
+
+
+def in_shards(work: Callable[[StoreFor], T], shard: Shard | None = None) -> T | None:
     """Run ``work(store_for)`` on this rank's shard; with several ranks, wait for all, then on rank 0 run it once
     more over the merged stores and return that (other ranks return None).
 
-    ``store_for(path)`` opens a store for ``path``; ``work`` computes only the keys ``store.owns(key)``.
+    ``store_for(path, settings=None)`` opens a store for ``path``; ``work`` computes only the keys
+    ``store.owns(key)``.
     """
     shard = shard or Shard.from_env()
     if shard.world > 1:
-        work(lambda path: ShardedJSONL(path, shard))
+        work(lambda path, *, settings=None: ShardedJSONL(path, shard, settings=settings))
         shard.barrier()
         if not shard.is_main or os.environ.get("MIRAGE_SHARD_NO_SYNC") == "1":
             return None
     opened: list[Path] = []
 
-    def store_for(path: str | Path) -> ShardedJSONL:
+    def store_for(path: str | Path, *, settings: Mapping[str, Any] | None = None) -> ShardedJSONL:
         opened.append(Path(path))
-        return ShardedJSONL(path, Shard())
+        return ShardedJSONL(path, Shard(), settings=settings)
 
     result = work(store_for)
     for path in opened:
@@ -184,7 +195,7 @@ def consolidate(base: str | Path) -> None:
     if records and all(isinstance(r, dict) and isinstance(r.get("index"), int) for r in records):
         records.sort(key=lambda r: r["index"])
     tmp = base.with_name(base.name + ".merging")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    tmp.write_text("".join(dumps_record(r) + "\n" for r in records), encoding="utf-8")
     os.replace(tmp, base)
     for path in files:
         if path != base:

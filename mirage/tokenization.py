@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .prompts import BuiltPrompt
+if TYPE_CHECKING:  # prompts imports this module
+    from .prompts import BuiltPrompt
 
 
 class TokenizerError(ValueError):
@@ -36,25 +38,95 @@ class TokenizedAnswer:
     offsets: tuple[tuple[int, int], ...]
 
 
-def _encode(tokenizer: Any, text: str, add_special_tokens: bool) -> tuple[list[int], list[tuple[int, int]]]:
+def encode_text(tokenizer: Any, text: str, *, add_special_tokens: bool,
+                split_special_tokens: bool = False) -> tuple[list[int], list[tuple[int, int]]]:
+    """Token ids and character offsets of ``text``; ``split_special_tokens=True`` reads special-token strings in it
+    as ordinary text (for user text: answers, documents)."""
     if not getattr(tokenizer, "is_fast", False):
         raise TokenizerError(
             f"{type(tokenizer).__name__} is a slow tokenizer without offset mappings; load the fast one "
             "(AutoTokenizer.from_pretrained(..., use_fast=True))."
         )
-    enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True,
+                    split_special_tokens=split_special_tokens)
     return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+
+
+def special_token_ids(tokenizer: Any) -> frozenset[int]:
+    """Ids of the tokenizer's special tokens: those a special-token string in the text is read as (and that
+    ``split_special_tokens=True`` reads as text instead)."""
+    ids = set(getattr(tokenizer, "all_special_ids", ()) or ())
+    ids.update(i for i, tok in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items()
+               if getattr(tok, "special", False))
+    return frozenset(ids)
+
+
+def encode_prompt_text(tokenizer: Any, text: str, add_special_tokens: bool,
+                       user_spans: Sequence[tuple[int, int]] = ()) -> tuple[list[int], list[tuple[int, int]]]:
+    """Ids and offsets of a prompt whose ``user_spans`` are user text: a special-token string there is text.
+
+    The prompt is tokenized whole, as ever; only if a special token found in it overlaps a user span is it
+    re-tokenized in segments: the template's own special tokens (those outside every user span) stay, and the text
+    between them is tokenized with ``split_special_tokens=True``. The tokenizer itself splits its input at special
+    tokens and tokenizes the pieces in between separately, so every token away from the offending strings is as
+    in the whole-prompt tokenization. (Tokenizers that prepend a word marker to each separately encoded string,
+    Metaspace ``prepend_scheme="first"``, would gain one at the start of each segment; this only ever happens to
+    prompts whose user text spells a special token.) Offsets stay in ``text``'s coordinates.
+    """
+    ids, offsets = encode_text(tokenizer, text, add_special_tokens=add_special_tokens)
+    if not user_spans:
+        return ids, offsets
+    special = special_token_ids(tokenizer)
+    template_specials: list[int] = []
+    injected = False
+    for pos, (tid, (start, end)) in enumerate(zip(ids, offsets)):
+        if tid not in special or end <= start:
+            continue
+        if any(start < u_end and u_start < end for u_start, u_end in user_spans):
+            injected = True
+        else:
+            template_specials.append(pos)
+    if not injected:
+        return ids, offsets
+    # Special tokens the post-processor adds (BOS, EOS) carry empty offsets at either end.
+    head = 0
+    while head < len(ids) and ids[head] in special and offsets[head][1] <= offsets[head][0]:
+        head += 1
+    tail = len(ids)
+    while tail > head and ids[tail - 1] in special and offsets[tail - 1][1] <= offsets[tail - 1][0]:
+        tail -= 1
+    out_ids, out_offsets = ids[:head], offsets[:head]
+
+    def segment(start: int, end: int) -> None:
+        if end > start:
+            seg_ids, seg_offsets = encode_text(tokenizer, text[start:end], add_special_tokens=False,
+                                               split_special_tokens=True)
+            out_ids.extend(seg_ids)
+            out_offsets.extend((start + a, start + b) for a, b in seg_offsets)
+
+    done = 0
+    for pos in template_specials:
+        start, end = offsets[pos]
+        segment(done, start)
+        out_ids.append(ids[pos])
+        out_offsets.append((start, end))
+        done = end
+    segment(done, len(text))
+    return out_ids + ids[tail:], out_offsets + offsets[tail:]
 
 
 def tokenize_prompt(tokenizer: Any, prompt: BuiltPrompt) -> TokenizedPrompt:
     """Tokenize both prompts and map each token inside the documents block to the document it overlaps most.
 
+    User text (``prompt.user_spans``) is tokenized as text, see :func:`encode_prompt_text`.
+
     A token that reaches across the block's edge is not a context token: it is part template text (Gemma's tokenizer
     merges the last document's closing newline with the template's next one into a single ``"\n\n"``), and such a
     separator position can carry the largest saliency of the whole prompt, which would all go to the last document.
     """
-    ids, offsets = _encode(tokenizer, prompt.text, prompt.add_special_tokens)
-    contextless_ids, _ = _encode(tokenizer, prompt.contextless_text, prompt.add_special_tokens)
+    ids, offsets = encode_prompt_text(tokenizer, prompt.text, prompt.add_special_tokens, prompt.user_spans)
+    contextless_ids, _ = encode_prompt_text(tokenizer, prompt.contextless_text, prompt.add_special_tokens,
+                                            prompt.contextless_user_spans)
     block_start, block_end = prompt.context_span
     positions, docs, spans = [], [], []
     for pos, (start, end) in enumerate(offsets):
@@ -82,7 +154,26 @@ def tokenize_prompt(tokenizer: Any, prompt: BuiltPrompt) -> TokenizedPrompt:
 
 
 def tokenize_answer(tokenizer: Any, answer: str) -> TokenizedAnswer:
-    """Tokenize an answer on its own (no special tokens), as it follows the prompt."""
-    ids, offsets = _encode(tokenizer, answer, add_special_tokens=False)
+    """Tokenize an answer on its own (no special tokens added), as it follows the prompt. The answer is text: a
+    special-token string in it (``<|im_end|>``) is read as text, never as the special token."""
+    ids, offsets = encode_text(tokenizer, answer, add_special_tokens=False, split_special_tokens=True)
     return TokenizedAnswer(ids=tuple(ids), offsets=tuple(offsets))
 
+
+
+def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+    """Ids of a chat rendered by the tokenizer's template (generation prompt added), each message's content read
+    as text: a special-token string a user wrote never becomes a turn boundary."""
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    spans, pos = [], 0
+    for message in messages:
+        start = text.find(message["content"], pos)
+        if start >= 0:
+            spans.append((start, start + len(message["content"])))
+            pos = start + len(message["content"])
+    return encode_prompt_text(tokenizer, text, False, spans)[0]
+
+
+def encode_plain(tokenizer: Any, text: str) -> list[int]:
+    """Ids of a prompt without a chat template, all of it user text (the tokenizer's BOS/EOS still added)."""
+    return encode_text(tokenizer, text, add_special_tokens=True, split_special_tokens=True)[0]

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from mirage.cli import main
 
 
@@ -63,3 +65,77 @@ def test_module_entry_point_sees_every_command():
     out = subprocess.run([sys.executable, "-m", "mirage.cli", "--help"], capture_output=True, text=True, check=True)
     for command in ("attribute", "score", "bias", "view"):
         assert command in out.stdout
+
+
+def _no_model(monkeypatch):
+    """Fail the test if the command tries to load a model."""
+    from mirage.pipeline import Mirage
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(Mirage, "from_pretrained", refuse)
+
+
+def test_output_equal_to_input_is_refused_and_the_input_kept(tmp_path, xor_item, capsys):
+    src = tmp_path / "same.json"
+    src.write_text(json.dumps(_items(xor_item)))
+    before = src.read_bytes()
+    assert main(["attribute", str(src), "-o", str(src), "--limit", "1"]) == 2
+    assert "is the input file" in capsys.readouterr().err
+    assert src.read_bytes() == before
+    assert main(["attribute", str(src), "-o", str(tmp_path / "./same.json")]) == 2  # another spelling of the path
+    assert src.read_bytes() == before
+
+
+def test_a_foreign_output_file_is_refused_untouched(tmp_path, capsys):
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    notes = tmp_path / "notes.txt"
+    notes.write_text('notes\n{"a": 1}\n')
+    assert main(["attribute", str(empty), "-o", str(notes)]) == 2
+    assert "not a mirage results file" in capsys.readouterr().err
+    assert notes.read_text() == 'notes\n{"a": 1}\n'
+
+
+def test_invalid_items_are_reported_once_without_loading_the_model(tmp_path, monkeypatch, capsys):
+    _no_model(monkeypatch)
+    src = tmp_path / "in.jsonl"
+    bad = [{"question": "", "docs": [{"text": "t"}]}, {"question": "q", "docs": []}, "not an object",
+           {"question": "q", "docs": [{"title": 0, "text": "t"}]}]
+    src.write_text("\n".join(json.dumps(b) for b in bad) + "\n{broken\n")
+    out = tmp_path / "out.jsonl"
+    for _ in range(2):
+        assert main(["attribute", str(src), "-o", str(out)]) == 3
+    errors = [json.loads(line) for line in (tmp_path / "out.jsonl.errors.jsonl").read_text().splitlines()]
+    assert [e["index"] for e in errors] == [0, 1, 2, 3, 4]  # re-running adds no duplicate
+    assert "item 3, field 'docs[0].title'" in errors[3]["error"]
+    assert "5 invalid; attributing 0" in capsys.readouterr().err
+
+
+def test_negative_limit_is_an_argument_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["attribute", "x.json", "-o", str(tmp_path / "o.jsonl"), "--limit", "-1"])
+    assert exit_.value.code == 2 and "negative" in capsys.readouterr().err
+
+
+def test_resume_keys_items_by_content_and_refuses_other_settings(tmp_path, xor_item, capsys):
+    good = _items(xor_item)[0]
+    other = {**good, "id": "other", "docs": good["docs"][1:]}
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps(good) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["attribute", str(src), "-o", str(out), "--quiet"]) == 0
+    # Prepending an item shifts every position: only the new item is attributed, nothing is duplicated.
+    src.write_text(json.dumps(other) + "\n" + json.dumps(good) + "\n")
+    assert main(["attribute", str(src), "-o", str(out), "--quiet"]) == 0
+    assert "1 of 2 items already" in capsys.readouterr().err
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["id"] for r in records) == ["good-1", "other"] and len({r["key"] for r in records}) == 2
+    # Other settings: refused with the differences named, the results kept as they were.
+    before = out.read_bytes()
+    assert main(["attribute", str(src), "-o", str(out), "--cti-std", "2", "--cci-top-k", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "other settings" in err and "config.cti.std_k: 1.0 in the file, 2.0 now" in err
+    assert "config.cci.top_k: None in the file, 1 now" in err
+    assert out.read_bytes() == before

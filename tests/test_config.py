@@ -1,9 +1,19 @@
 """The config tree: validation on construction, YAML round trip, CLI flags mapped onto it."""
 
+import math
+
 import pytest
 
 from mirage.cli import build_parser, config_from_args
-from mirage.config import CCIConfig, ConfigError, CTIConfig, MirageConfig
+from mirage.config import (
+    AggregationConfig,
+    CCIConfig,
+    ConfigError,
+    CTIConfig,
+    GenerationConfig,
+    MirageConfig,
+    PromptConfig,
+)
 
 
 def test_defaults_are_the_reference_settings():
@@ -54,3 +64,184 @@ def test_cli_flags_override_the_config_file(tmp_path):
     assert cfg.cci.top_k == 3 and cfg.cci.top_percent is None and cfg.cti.std_k == 0
     args = build_parser().parse_args(["attribute", "in.json", "-o", "o.jsonl", "--cti-threshold", "0.2"])
     assert config_from_args(args).cti.selector == "threshold"
+
+
+# --- types and finiteness -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: CTIConfig(std_k="one"), "cti.std_k must be a finite number, got 'one'."),
+        (lambda: CTIConfig(std_k=float("nan")), "cti.std_k must be a finite number, got nan."),
+        (lambda: CTIConfig(std_k=float("inf")), "cti.std_k must be a finite number, got inf."),
+        (lambda: CTIConfig(std_k=-math.inf), "cti.std_k must be a finite number, got -inf."),
+        (lambda: CTIConfig(std_k=True), "cti.std_k must be a finite number, got True."),
+        (lambda: CTIConfig(selector="threshold", threshold=math.nan), "cti.threshold must be a finite number, got nan"),
+        (lambda: CTIConfig(selector="threshold", threshold="0.2"), "cti.threshold must be a finite number, got '0.2'"),
+        (lambda: CTIConfig(metric=["js"]), "cti.metric=['js'] is not valid"),
+        (lambda: CCIConfig(top_k=3.7, top_percent=None), "cci.top_k must be an integer >= 1, got 3.7."),
+        (lambda: CCIConfig(top_k=0, top_percent=None), "cci.top_k must be an integer >= 1, got 0."),
+        (lambda: CCIConfig(top_k=True, top_percent=None), "cci.top_k must be an integer >= 1, got True."),
+        (lambda: CCIConfig(top_k="3", top_percent=None), "cci.top_k must be an integer >= 1, got '3'."),
+        (lambda: CCIConfig(top_percent=math.nan), "cci.top_percent must be a number in (0, 100], got nan."),
+        (lambda: CCIConfig(top_percent="5"), "cci.top_percent must be a number in (0, 100], got '5'."),
+        (lambda: CCIConfig(batch_size=0), "cci.batch_size must be an integer >= 1, got 0; null adapts it to free"),
+        (lambda: CCIConfig(batch_size=2.5), "cci.batch_size must be an integer >= 1, got 2.5"),
+        (lambda: CCIConfig(ig_steps=math.inf), "cci.ig_steps must be an integer >= 1, got inf."),
+        (lambda: GenerationConfig(max_new_tokens="abc"), "generation.max_new_tokens must be an integer >= 1, got 'abc'."),
+        (lambda: GenerationConfig(max_new_tokens=True), "generation.max_new_tokens must be an integer >= 1, got True."),
+        (lambda: GenerationConfig(max_new_tokens=0), "generation.max_new_tokens must be an integer >= 1, got 0."),
+        (lambda: GenerationConfig(temperature=0), "generation.temperature must be a finite number > 0, got 0; use do_"),
+        (lambda: GenerationConfig(temperature=math.nan), "generation.temperature must be a finite number > 0, got nan"),
+        (lambda: GenerationConfig(top_p=1.5), "generation.top_p must be a number in (0, 1], got 1.5."),
+        (lambda: GenerationConfig(do_sample="false"), "generation.do_sample must be true or false, got 'false'."),
+        (lambda: GenerationConfig(do_sample=1), "generation.do_sample must be true or false, got 1."),
+        (lambda: GenerationConfig(seed=-1), "generation.seed must be an integer in [0, 2**63), got -1."),
+        (lambda: GenerationConfig(seed=2**64), "generation.seed must be an integer in [0, 2**63)"),
+        (lambda: AggregationConfig(max_citations=2.5), "aggregation.max_citations must be an integer >= 1, got 2.5."),
+        (lambda: AggregationConfig(max_citations=False), "aggregation.max_citations must be an integer >= 1, got False"),
+        (lambda: AggregationConfig(top_context_tokens=-1), "aggregation.top_context_tokens must be an integer >= 0"),
+        (lambda: PromptConfig(name=3), "prompt.name must be a string, got 3."),
+        (lambda: PromptConfig(path=["a.yaml"]), "prompt.path must be a string, got ['a.yaml']; or null."),
+        (lambda: PromptConfig(chat_template="yes"), "prompt.chat_template must be true or false, got 'yes'"),
+        (lambda: PromptConfig(system=1), "prompt.system must be a string, got 1"),
+    ],
+)
+def test_wrong_types_and_non_finite_values_are_config_errors(make, message):
+    with pytest.raises(ConfigError) as err:
+        make()
+    assert str(err.value).startswith(message)
+
+
+def test_long_values_are_shortened_in_messages():
+    with pytest.raises(ConfigError) as err:
+        CTIConfig(std_k="x" * 1000)
+    assert len(str(err.value)) < 120
+
+
+def test_numbers_are_normalised():
+    """Int-valued floats (YAML ``3.0``) become ints; ints and numpy scalars in float fields become floats."""
+    np = pytest.importorskip("numpy")
+    cci = CCIConfig(top_k=3.0, top_percent=None, batch_size=np.int64(4))
+    assert cci.top_k == 3 and type(cci.top_k) is int and type(cci.batch_size) is int
+    cti = CTIConfig(std_k=2, threshold=np.float32(0.5))
+    assert type(cti.std_k) is float and type(cti.threshold) is float and cti.threshold == 0.5
+    assert GenerationConfig(max_new_tokens=8.0, temperature=1).max_new_tokens == 8
+    assert CTIConfig(std_k=-0.5).std_k == -0.5 and CTIConfig(selector="threshold", threshold=0).threshold == 0.0
+    assert PromptConfig(path=__import__("pathlib").Path("p.yaml")).path == "p.yaml"
+    assert PromptConfig(chat_template=None, system=None).chat_template is None
+
+
+def test_valid_values_round_trip_through_json():
+    import json
+
+    cfg = MirageConfig().replace(cti={"std_k": 0}, cci={"top_k": 2.0, "top_percent": None})
+    assert json.loads(json.dumps(cfg.to_dict(), allow_nan=False)) == cfg.to_dict()
+    assert MirageConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("cti: 5\n", "config section 'cti' must be a mapping of fields, got int."),
+        ("cci: [1, 2]\n", "config section 'cci' must be a mapping of fields, got list."),
+        ("generation: abc\n", "config section 'generation' must be a mapping of fields, got str."),
+        ("cti:\n  std_k: one\n", "cti.std_k must be a finite number, got 'one'."),
+        ("cti:\n  std_k: .nan\n", "cti.std_k must be a finite number, got nan."),
+        ("cti:\n  std_k: .inf\n", "cti.std_k must be a finite number, got inf."),
+        ("cci:\n  top_k: 3.7\n  top_percent: null\n", "cci.top_k must be an integer >= 1, got 3.7."),
+        ("generation:\n  max_new_tokens: abc\n", "generation.max_new_tokens must be an integer >= 1, got 'abc'."),
+        ("generation:\n  max_new_tokens: true\n", "generation.max_new_tokens must be an integer >= 1, got True."),
+        ("aggregation:\n  max_citations: 2.5\n", "aggregation.max_citations must be an integer >= 1, got 2.5."),
+        ("cti:\n  1: 2\n", "Unknown key(s) ['1'] in config section 'cti'"),
+        ("bogus: {}\n", "Unknown config section 'bogus'"),
+    ],
+)
+def test_bad_yaml_values_are_config_errors_naming_the_file(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        MirageConfig.from_yaml(path)
+    assert str(err.value) == f"{path}: {message}" or str(err.value).startswith(f"{path}: {message}")
+
+
+def test_yaml_int_valued_floats_are_accepted(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("cci:\n  top_k: 3.0\n  top_percent: null\ngeneration:\n  max_new_tokens: 64.0\ncti:\n  std_k: 0\n")
+    cfg = MirageConfig.from_yaml(path)
+    assert cfg.cci.top_k == 3 and cfg.generation.max_new_tokens == 64 and cfg.cti.std_k == 0.0
+
+
+def test_empty_sections_and_files_mean_defaults(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("cti:\n")
+    assert MirageConfig.from_yaml(path) == MirageConfig()
+    path.write_text("")
+    assert MirageConfig.from_yaml(path) == MirageConfig()
+    assert MirageConfig.from_dict(None) == MirageConfig()
+
+
+@pytest.mark.parametrize("data", [[1, 2], "cti", 5])
+def test_from_dict_needs_a_mapping(data):
+    with pytest.raises(ConfigError, match="a config must be a mapping of sections"):
+        MirageConfig.from_dict(data)
+
+
+def test_replace_checks_sections_and_keys():
+    cfg = MirageConfig()
+    with pytest.raises(ConfigError, match=r"Unknown key\(s\) \['std'\] in config section 'cti'"):
+        cfg.replace(cti={"std": 1})
+    with pytest.raises(ConfigError, match="Unknown config section 'ctx'"):
+        cfg.replace(ctx={"std_k": 1})
+    with pytest.raises(ConfigError, match="config section 'cti' must be a mapping of fields, got int"):
+        cfg.replace(cti=5)
+    with pytest.raises(ConfigError, match="cti.std_k must be a finite number, got nan"):
+        cfg.replace(cti={"std_k": float("nan")})
+    assert cfg.replace(cti={}) == cfg
+
+
+def test_sections_must_be_section_objects():
+    with pytest.raises(ConfigError, match="MirageConfig.cti must be a CTIConfig, got dict"):
+        MirageConfig(cti={"std_k": 2})
+
+
+def test_missing_config_file(tmp_path):
+    path = tmp_path / "missing.yaml"
+    with pytest.raises(ConfigError, match=rf"^{path}: config file not found; give the path of a YAML config file"):
+        MirageConfig.from_yaml(path)
+
+
+def test_directory_instead_of_a_config_file(tmp_path):
+    with pytest.raises(ConfigError, match=rf"^{tmp_path}: is a directory, not a config file; give the path"):
+        MirageConfig.from_yaml(tmp_path)
+
+
+def test_binary_config_file(tmp_path):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x01" * 4)
+    with pytest.raises(ConfigError, match=rf"^{path}: not a UTF-8 text file .*give the path of a YAML config file"):
+        MirageConfig.from_yaml(path)
+
+
+def test_unreadable_config_file(tmp_path):
+    import os
+
+    path = tmp_path / "c.yaml"
+    path.write_text("cti: {}\n")
+    path.chmod(0)
+    try:
+        if os.access(path, os.R_OK):
+            pytest.skip("running as root: permissions are not enforced")
+        with pytest.raises(ConfigError, match=rf"^{path}: cannot read the config file"):
+            MirageConfig.from_yaml(path)
+    finally:
+        path.chmod(0o600)
+
+
+@pytest.mark.parametrize("text", ["cti: [1, 2\n", "cti:\n  std_k: 1\n bad indent: 2\n", "a: b: c\n", "\tcti: {}\n"])
+def test_invalid_yaml_names_the_file_and_line(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"^{path}: not valid YAML at line \d+, column \d+ \(.+\); fix the syntax"):
+        MirageConfig.from_yaml(path)

@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from typing import get_args
 
-from ..cli import EXTRA_COMMANDS, add_config_args, config_from_args
+from ..cli import EXTRA_COMMANDS, add_config_args, check_device_args, config_from_args, non_negative_int
 from ..config import ConfigError
 from .protocol import MODES, BiasConfig, DocSource, MetadataType, Rewrite, Side
 
@@ -54,8 +55,12 @@ def cmd_bias(args: argparse.Namespace) -> int:
     for path in args.compare or []:
         path = Path(path)
         compare.append(BiasStudyResult.load(path / "results.json" if path.is_dir() else path))
-    mirage = Mirage.from_pretrained(args.model, config=mirage_cfg, device=args.device, dtype=args.dtype,
-                                    trust_remote_code=args.trust_remote_code)
+    check_device_args(args)
+
+    @functools.cache
+    def mirage() -> Mirage:  # loaded once the data has been read and checked
+        return Mirage.from_pretrained(args.model, config=mirage_cfg, device=args.device, dtype=args.dtype,
+                                      trust_remote_code=args.trust_remote_code)
     rewriter = None
     if cfg.rewrite != "none" and args.rewrite_model and args.rewrite_model != args.model:
         rewriter = load_model(args.rewrite_model, device=args.device, dtype=args.dtype,
@@ -91,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="custom label pools, comma-separated (e.g. 'Human,Person' 'AI,Machine'); CAB > 0 = toward FIRST")
     p.add_argument("--k", type=int, default=5, help="documents per question, one relevant (default 5)")
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="RAG modes to run (default all)")
-    p.add_argument("--limit", type=int, help="only the first N questions")
+    p.add_argument("--limit", type=non_negative_int, help="only the first N questions")
     p.add_argument("--relevant-side", choices=get_args(Side),
                    help="label side of the relevant documents in the informed mode (default first; second with "
                         "--rewrite relevant)")

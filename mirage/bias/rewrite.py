@@ -13,6 +13,7 @@ from ..generation import generate_answer
 from ..inputs import Document
 from ..models import LoadedModel
 from ..runs import ResumableJSONL
+from ..tokenization import encode_chat, encode_plain
 from .items import BiasItem
 from .protocol import Rewrite
 
@@ -22,11 +23,9 @@ def rewrite_text(lm: LoadedModel, text: str, *, prompt: dict[str, Any], seed: in
     content = str(prompt["template"]).replace("{INST}", str(prompt["instruction"]).strip()).replace("{P}", text)
     tok = lm.tokenizer
     if lm.use_chat_template:
-        rendered = tok.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                           add_generation_prompt=True)
-        ids = tok(rendered, add_special_tokens=False)["input_ids"]
+        ids = encode_chat(tok, [{"role": "user", "content": content}])
     else:
-        ids = tok(content + "\n\n", add_special_tokens=True)["input_ids"]
+        ids = encode_plain(tok, content + "\n\n")
     cfg = GenerationConfig(max_new_tokens=int(prompt.get("max_new_tokens", 320)), seed=seed)
     return generate_answer(lm, ids, cfg=cfg).text.strip()
 
@@ -48,7 +47,7 @@ def rewrite_items(lm: LoadedModel, items: Sequence[BiasItem], which: Rewrite, *,
             is_rel = i + 1 in item.relevant
             if which == "all" or (which == "relevant") == is_rel:
                 blob = f"{lm.name}\n{prompt['instruction']}\n{prompt['template']}\n{doc.text}"
-                key = hashlib.sha1(blob.encode()).hexdigest()
+                key = hashlib.sha1(blob.encode("utf-8", "surrogatepass")).hexdigest()
                 if key not in known:
                     known[key] = rewrite_text(lm, doc.text, prompt=prompt, seed=seed)
                     if cache is not None:

@@ -3,8 +3,6 @@ probabilities, and the citation-stripped answer attributed by mirage; records ar
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -19,8 +17,9 @@ from ..inputs import InputError
 from ..pipeline import Mirage, PreparedItem
 from ..prompts import format_prompt, load_template
 from ..results import AttributionResult
-from ..runs import ResumableJSONL
+from ..runs import ResumableJSONL, content_key
 from ..sharding import owns
+from ..tokenization import encode_chat, encode_plain
 from .items import BiasItem
 from .prompts import BiasPrompts, labelled_docs, load_prompts, mode_template, write_template
 from .protocol import BiasConfig, Metadata, Mode, doc_labels, load_metadata
@@ -82,9 +81,9 @@ def _first_char(text: str, start: int, end: int) -> int:
 def record_key(item: BiasItem, mode: Mode, labels: Sequence[str | None], template: dict[str, str],
                mirage_config: MirageConfig, model: str, explain: bool) -> str:
     """Identifies a generation by everything that determines it, so a re-run skips exactly the finished ones."""
-    blob = json.dumps([item.to_dict(), mode, list(labels), template, mirage_config.to_dict(), model, explain],
-                      sort_keys=True, ensure_ascii=False)
-    return f"{item.id}:{mode}:{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
+    digest = content_key([item.to_dict(), mode, list(labels), template, mirage_config.to_dict(), model, explain],
+                         length=12)
+    return f"{item.id}:{mode}:{digest}"
 
 
 @dataclass(frozen=True)
@@ -195,10 +194,9 @@ class BiasStudy:
             messages = ([{"role": "system", "content": cfg.prompt.system}] if cfg.prompt.system else []) + [
                 {"role": "user", "content": content}, {"role": "assistant", "content": answer},
                 {"role": "user", "content": question}]
-            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            ids = tok(text, add_special_tokens=False)["input_ids"]
+            ids = encode_chat(tok, messages)
         else:
-            ids = tok(f"{prep.prompt.text} {answer}\n\n{question}\n", add_special_tokens=True)["input_ids"]
+            ids = encode_plain(tok, f"{prep.prompt.text} {answer}\n\n{question}\n")
         gen_cfg = GenerationConfig(max_new_tokens=int(self.prompts.explainer.get("max_new_tokens", 128)),
                                    seed=cfg.generation.seed)
         return generate_answer(lm, ids, cfg=gen_cfg).text.strip()

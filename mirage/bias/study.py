@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..inputs import InputError
+from ..lazy import MirageSource, resolve_mirage
 from ..models import LoadedModel
-from ..pipeline import Mirage
 from ..runs import ResumableJSONL
 from ..sharding import in_shards
 from .items import (
@@ -92,7 +92,7 @@ def build_items(data: str, cfg: BiasConfig, *, limit: int | None = None, split: 
     return items
 
 
-def run_bias_study(data: str, *, mirage: Mirage, cfg: BiasConfig, output_dir: str | Path, limit: int | None = None,
+def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_dir: str | Path, limit: int | None = None,
                    split: str = "test", rewriter: LoadedModel | None = None, progress: Progress | None = None,
                    compare: Sequence[BiasStudyResult] = (), embed: Embedder | None = None) -> BiasStudyResult | None:
     """Build the items, run every (item, mode) not yet in ``DIR/generations.jsonl``, and write the results, tables
@@ -101,7 +101,8 @@ def run_bias_study(data: str, *, mirage: Mirage, cfg: BiasConfig, output_dir: st
     ranks None. Document rewriting is not sharded: every rank rewrites (the same, greedy) documents."""
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    items = build_items(data, cfg, limit=limit, split=split, embed=embed)
+    items = build_items(data, cfg, limit=limit, split=split, embed=embed)  # bad data fails before the model loads
+    mirage = resolve_mirage(mirage)
     if cfg.rewrite != "none":
         from .prompts import load_prompts
 

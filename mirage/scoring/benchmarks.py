@@ -19,17 +19,17 @@ from typing import Any
 
 from ..config import MirageConfig
 from ..inputs import InputError
+from ..lazy import resolve_mirage
 from ..results import AttributionResult
 from ..runs import ResumableJSONL
 from ..serialization import library_versions
-from ..sharding import Shard, ShardedJSONL, in_shards, owns
+from ..sharding import Shard, StoreFor, in_shards, owns
 from . import metrics as M
 from .eli5 import ELI5Report, attribute_items, evaluate_eli5, load_alce, load_judgments
 from .xor_attriqa import concat_data, load_xor_attriqa, score_items
 from .xor_eval import CalibrateBy, XorAttriQAReport, evaluate
 
 Progress = Callable[[Iterable, int, str], Iterable]
-StoreFor = Callable[[str | Path], ShardedJSONL]
 
 
 def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
@@ -201,7 +201,7 @@ def score_faithfulness(model: Any, keys: Sequence[str], result_for: Callable[[An
     done = {r["key"]: FaithfulnessResult.from_dict(r["faithfulness"]) for r in store.records()}
     todo = [key for key in keys if key not in done and owns(store, key)]
     if todo:
-        mirage = model() if callable(model) and not hasattr(model, "lm") else model
+        mirage = resolve_mirage(model)
         for key in progress(todo, len(todo), "faithfulness") if progress else todo:
             done[key] = faithfulness(mirage, result_for(mirage, key))
             store.write({"key": key, "faithfulness": done[key].to_dict()})

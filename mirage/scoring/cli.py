@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ..cli import CONFIG_FLAGS, EXTRA_COMMANDS, config_from_args
+from ..cli import CONFIG_FLAGS, EXTRA_COMMANDS, check_device_args, config_from_args, non_negative_int
 from ..config import ConfigError, MirageConfig
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -39,7 +39,7 @@ def _add_model_args(parser: argparse.ArgumentParser, *, skip: set[str]) -> None:
     parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bf16/fp16 on GPU, fp32 on CPU)")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the hub")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N rows of each file (quick looks)")
+    parser.add_argument("--limit", type=non_negative_int, default=None, help="only the first N rows of each file (quick looks)")
     parser.add_argument("-o", "--output", required=True,
                         help="output directory (results.json, the plot, and per-item outputs: re-running resumes)")
     parser.add_argument("--quiet", action="store_true", help="do not print the table")
@@ -56,8 +56,8 @@ def _experiment(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     try:
         data = yaml.safe_load(Path(args.config).read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"{args.config}: cannot read ({err}).") from err
+    except (OSError, ValueError, yaml.YAMLError) as err:  # ValueError: not UTF-8 text
+        raise ConfigError(f"--config {args.config}: cannot read it as a YAML file ({err}).") from err
     return data if isinstance(data, dict) else {}
 
 
@@ -70,6 +70,8 @@ def _config(args: argparse.Namespace, exp: dict[str, Any], *, default_prompt: st
 
 
 def _model_loader(args: argparse.Namespace, name: str, cfg: MirageConfig):
+    check_device_args(args)  # a bad --device fails now, not after the data was read
+
     def load():
         from ..pipeline import Mirage
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..config import MirageConfig
 from ..inputs import InputError
+from ..lazy import resolve_mirage
 from ..results import AttributionResult
 from ..serialization import JSONRecord
 from ..sharding import owns
@@ -148,7 +149,7 @@ def attribute_items(
     failed: list[BadRow] = []
     if not todo:
         return results, failed
-    mirage = model() if callable(model) and not hasattr(model, "lm") else model
+    mirage = resolve_mirage(model)
     base = config or mirage.config
     iterable: Iterable = todo
     if progress is not None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from ..inputs import BadRow, RawRow, read_rows
+from ..runs import content_key
 
 __all__ = ["BadRow", "RawRow", "RowError", "content_key", "parse_rows", "read_rows", "require"]
 
@@ -31,12 +30,6 @@ def require(row: dict[str, Any], name: str, kind: type | tuple[type, ...], *, no
     if nonempty and (not value.strip() if isinstance(value, str) else len(value) == 0):
         raise RowError(f"field {name!r} is empty")
     return value
-
-
-def content_key(payload: Any) -> str:
-    """A stable key for what a model sees (e.g. question, documents and answer): equal inputs share results."""
-    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
 def parse_rows(rows: Iterable[RawRow | BadRow], parse: Callable[[RawRow], T], *, file: str,

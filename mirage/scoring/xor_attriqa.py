@@ -27,6 +27,7 @@ from ..config import MirageConfig
 from ..cti import compute_cti
 from ..forward import answer_logits, model_inputs
 from ..inputs import InputError
+from ..lazy import resolve_mirage
 from ..serialization import JSONRecord
 from ..sharding import owns
 from ..tokenization import tokenize_answer
@@ -238,7 +239,7 @@ def prepare_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = No
     text = parse_answer(item.answer, len(item.passages)).text.strip()
     if not text:
         raise InputError("is empty once citation marks are removed; nothing to attribute.", field="answer")
-    reserve = len(mirage.lm.tokenizer(text, add_special_tokens=False)["input_ids"]) + 1
+    reserve = len(tokenize_answer(mirage.lm.tokenizer, text).ids) + 1
     return text, mirage.prepare(item.rag_item(), config=config or mirage.config, reserve_tokens=reserve)
 
 
@@ -295,7 +296,7 @@ def score_items(
     failed: list[BadRow] = []
     if not todo:
         return scores, failed
-    mirage = model() if callable(model) and not hasattr(model, "lm") else model
+    mirage = resolve_mirage(model)
     iterable: Iterable = todo.values()
     if progress is not None:
         iterable = progress(iterable, len(todo), "xor-attriqa")
