@@ -33,14 +33,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.reference import run_reference
+from benchmarks import SHARED_DATA
 from mirage import Mirage, MirageConfig
-from mirage.aggregation import cite_token, rank_documents
+from mirage.aggregation import cite_sentences, cite_token
 from mirage.config import CCIConfig
 from mirage.generation import generate_answer
-from mirage.sentences import sentence_index
+from mirage.reference import run_reference
 
-SHARED_ELI5 = ROOT.parent / "shared" / "data" / "eli5_alce" / "eli5_eval_sample.json"
+SHARED_ELI5 = SHARED_DATA / "eli5_alce" / "eli5_eval_sample.json"
 
 
 def _release_free_memory() -> None:
@@ -112,15 +112,11 @@ def _cases(n_eli5: int) -> list[dict]:
 
 
 def _reference_citations(res, prep, ref) -> list[list[int]]:
+    """Sentence citations from the reference's context scores, through mirage's own selector and aggregation."""
     cfg = CCIConfig(**res.config["cci"])
-    spans = [(s.start, s.end) for s in res.sentences]
-    per: dict[int, list] = {i: [] for i in range(len(spans))}
-    for i in ref.selected:
-        start = res.tokens[i].start
-        while start < len(res.answer) and res.answer[start].isspace():
-            start += 1
-        per[sentence_index(spans, start)].append(cite_token(ref.cci_scores[i], prep.tokens.context_docs, cfg))
-    return [rank_documents(per[i], res.config["aggregation"]["max_citations"]) for i in range(len(spans))]
+    cited = {i: cite_token(ref.cci_scores[i], prep.tokens.context_docs, cfg) for i in ref.selected}
+    return cite_sentences(res.answer, [(s.start, s.end) for s in res.sentences], [t.start for t in res.tokens], cited,
+                          res.config["aggregation"]["max_citations"])
 
 
 def _compare(m: Mirage, case: dict, cfg: MirageConfig, gen_s: float | None = None) -> tuple[dict, str]:

@@ -32,9 +32,9 @@ from mirage.runs import read_records
 from mirage.scoring.xor_attriqa import (
     ItemScores,
     XorItem,
-    _run_length,
     load_xor_attriqa,
     prepare_item,
+    run_lengths,
     scores_from_records,
 )
 from mirage.scoring.xor_eval import evaluate
@@ -67,7 +67,7 @@ def without(scores: ItemScores, drop: list[int]) -> ItemScores:
     keep = [j for j in range(len(scores.cci[0])) if j not in dropped]
     docs = scores.docs_per_context_token()
     return dataclasses.replace(scores, cci=[[v[j] for j in keep] for v in scores.cci],
-                               context_docs=_run_length([docs[j] for j in keep]))
+                               context_docs=run_lengths([docs[j] for j in keep]))
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .cci import CCIScores, select_context
@@ -122,6 +122,87 @@ def context_spans(
     return spans
 
 
+def sentence_of_token(text: str, start: int, sentences: Sequence[tuple[int, int]]) -> int | None:
+    """The sentence an answer token starting at character ``start`` belongs to (None when there are no sentences).
+
+    The one rule every caller uses: the sentence holding the first non-space character of ``text`` at or after
+    ``start`` (past the last sentence, the last one). A whitespace-only token goes with the text that follows it; a
+    token straddling a sentence boundary goes with the sentence its first visible character is in.
+    """
+    if not sentences:
+        return None
+    while start < len(text) and text[start].isspace():
+        start += 1
+    return sentence_index(list(sentences), start)
+
+
+def cite_sentences(
+    text: str,
+    sentences: Sequence[tuple[int, int]],
+    token_starts: Sequence[int],
+    citations: Mapping[int, TokenCitation],
+    max_citations: int,
+) -> list[list[int]]:
+    """Per sentence, the documents (1-based) it cites: :func:`rank_documents` over the citations of the
+    context-sensitive tokens :func:`sentence_of_token` puts in it (``citations[i]`` is answer token i's citation,
+    ``token_starts[i]`` its first character in ``text``), strongest first, at most ``max_citations``."""
+    per_sentence: list[list[TokenCitation]] = [[] for _ in sentences]
+    for i, cit in citations.items():
+        s = sentence_of_token(text, token_starts[i], sentences)
+        if s is not None:
+            per_sentence[s].append(cit)
+    return [rank_documents(cits, max_citations) for cits in per_sentence]
+
+
+def _top_context(scores: Sequence[float], prompt_text: str, tokenized: TokenizedPrompt, n: int) -> list[ContextCue]:
+    """The ``n`` most salient context tokens of one answer token, strongest first."""
+    top = sorted(range(len(scores)), key=lambda j: -scores[j])[:n]
+    return [
+        ContextCue(token=prompt_text[slice(*tokenized.context_offsets[j])], doc=tokenized.context_docs[j] + 1,
+                   start=tokenized.context_offsets[j][0], end=tokenized.context_offsets[j][1], score=float(scores[j]))
+        for j in top
+    ]
+
+
+def _annotate_tokens(
+    *,
+    tokenizer,
+    text: str,
+    prompt_text: str,
+    tokenized: TokenizedPrompt,
+    answer: TokenizedAnswer,
+    n_docs: int,
+    cti: CTIScores,
+    cci: CCIScores,
+    cci_cfg: CCIConfig,
+    top_context_tokens: int,
+) -> tuple[list[AnswerToken], dict[int, TokenCitation]]:
+    """One :class:`AnswerToken` per answer token with its CTI score; the CCI-scored ones also with their contrast
+    token, cited documents, document scores and top context tokens. Returns the tokens and, per CCI-scored token
+    index (in answer order), its :class:`TokenCitation`."""
+    selected = set(cti.selected)
+    cci_row = {i: k for k, i in enumerate(cci.selected)}
+    by_token: dict[int, TokenCitation] = {}
+    tokens: list[AnswerToken] = []
+    for i, tok_id in enumerate(answer.ids):
+        start, end = answer.offsets[i]
+        tok = AnswerToken(index=i, text=text[start:end] or tokenizer.decode([tok_id]), start=start, end=end,
+                          cti=float(cti.scores[i]), context_sensitive=i in selected,
+                          prob=float(cti.probs[i]) if cti.probs else None)
+        if i in cci_row:
+            k = cci_row[i]
+            scores = cci.scores[k]
+            cit = cite_token(scores, tokenized.context_docs, cci_cfg)
+            by_token[i] = cit
+            contrast = cci.contrast_ids[k]
+            tok.contrast_token = tokenizer.decode([contrast]) if contrast is not None else tokenizer.decode([tok_id])
+            tok.cited_docs = [d + 1 for d, _ in cit.doc_weights]
+            tok.doc_scores = doc_scores(scores, tokenized.context_docs, n_docs)
+            tok.top_context = _top_context(scores, prompt_text, tokenized, top_context_tokens)
+        tokens.append(tok)
+    return tokens, by_token
+
+
 def aggregate(
     *,
     tokenizer,
@@ -137,50 +218,21 @@ def aggregate(
 ) -> tuple[list[SentenceAttribution], list[AnswerToken], list[AnswerSpan], list[ContextSpan]]:
     """Turn token-level CTI/CCI scores into sentence citations, annotated tokens and display spans."""
     text = parsed.text
-    selected = set(cti.selected)
-    by_token: dict[int, TokenCitation] = {}
-    tokens: list[AnswerToken] = []
-    cci_row = {i: k for k, i in enumerate(cci.selected)}
-    for i, tok_id in enumerate(answer.ids):
-        start, end = answer.offsets[i]
-        tok = AnswerToken(index=i, text=text[start:end] or tokenizer.decode([tok_id]), start=start, end=end,
-                          cti=float(cti.scores[i]), context_sensitive=i in selected,
-                          prob=float(cti.probs[i]) if cti.probs else None)
-        if i in cci_row:
-            k = cci_row[i]
-            scores = cci.scores[k]
-            cit = cite_token(scores, tokenized.context_docs, cci_cfg)
-            by_token[i] = cit
-            contrast = cci.contrast_ids[k]
-            tok.contrast_token = tokenizer.decode([contrast]) if contrast is not None else tokenizer.decode([tok_id])
-            tok.cited_docs = [d + 1 for d, _ in cit.doc_weights]
-            tok.doc_scores = doc_scores(scores, tokenized.context_docs, n_docs)
-            top = sorted(range(len(scores)), key=lambda j: -scores[j])[: cfg.top_context_tokens]
-            tok.top_context = [
-                ContextCue(token=prompt_text[slice(*tokenized.context_offsets[j])], doc=tokenized.context_docs[j] + 1,
-                           start=tokenized.context_offsets[j][0], end=tokenized.context_offsets[j][1],
-                           score=float(scores[j]))
-                for j in top
-            ]
-        tokens.append(tok)
-    spans_s = list(parsed.sentences)
-    per_sentence: list[list[TokenCitation]] = [[] for _ in spans_s]
-    for i, cit in by_token.items():
-        if spans_s:
-            first_char = answer.offsets[i][0]
-            while first_char < len(text) and text[first_char].isspace():
-                first_char += 1
-            per_sentence[sentence_index(spans_s, first_char)].append(cit)
+    tokens, by_token = _annotate_tokens(tokenizer=tokenizer, text=text, prompt_text=prompt_text, tokenized=tokenized,
+                                        answer=answer, n_docs=n_docs, cti=cti, cci=cci, cci_cfg=cci_cfg,
+                                        top_context_tokens=cfg.top_context_tokens)
+    cited = cite_sentences(text, parsed.sentences, [start for start, _ in answer.offsets], by_token,
+                           cfg.max_citations)
     sentences = [
         SentenceAttribution(
             index=s,
             text=text[a:b],
             start=a,
             end=b,
-            mirage_citations=rank_documents(per_sentence[s], cfg.max_citations),
+            mirage_citations=cited[s],
             self_citations=list(parsed.citations[s]),
             invalid_self_citations=list(parsed.invalid[s]),
         )
-        for s, (a, b) in enumerate(spans_s)
+        for s, (a, b) in enumerate(parsed.sentences)
     ]
     return sentences, tokens, answer_spans(text, tokens), context_spans(prompt_text, tokenized, by_token, cci)

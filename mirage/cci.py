@@ -6,17 +6,21 @@ y_i^nc == y_i the reference code (inseq's ``contrast_force_inputs``) scores the 
 input, so the target is ``log p(y_i | ctx) - log p(y_i | no ctx)``; the second term does not depend on the attributed
 (with-documents) input, so its gradient is that of ``log p(y_i | ctx)``. We match that.
 
-How the gradients are computed (gradient methods: ``saliency``, ``input_x_gradient``):
+A method is registered by name in :data:`CCI_METHODS` (:func:`register_cci_method`); ``cci.method`` names one. Each
+gives an attribution ``[.., seq, hidden]`` per target, and a context token's score is its L2 norm over ``hidden``.
+How the gradients are computed for gradient methods (``saliency``, ``input_x_gradient``: a ``from_gradient``):
 
 - one forward pass over the attributed input, cut after the furthest selected position (a causal model's later
-  positions cannot affect earlier targets), with the model's parameters frozen so no weight gradient is computed;
+  positions cannot affect earlier targets), with the model's parameters frozen so no weight gradient is computed
+  (or the caller's :class:`~mirage.forward.AttributionGraph`, whose logits CTI already read);
 - the gradients of all selected targets from that one graph, by vmapped backward passes
   (``torch.autograd.grad(..., is_grads_batched=True)``) in memory-bounded chunks; each chunk is reduced to
   ``[chunk, seq]`` at once.
 
-The reference runs a forward and a backward pass per selected token. Models whose operations vmap cannot batch fall
-back to repeating the input once per target (``[chunk, seq, hidden]`` rows that do not interact, one backward of the
-summed targets), which is also how integrated gradients (captum) runs.
+The reference runs a forward and a backward pass per selected token. Models whose operations vmap cannot batch
+(remembered on the model: ``LoadedModel.batched_backward``) fall back to repeating the input once per target
+(``[chunk, seq, hidden]`` rows that do not interact, one backward of the summed targets), which is also how methods
+without ``from_gradient`` (integrated gradients, captum) run.
 Shapes: result scores ``[n_selected, n_context]``.
 """
 
@@ -24,15 +28,81 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from .config import CCIConfig
-from .forward import answer_logits, embed, logits_from_embeds, model_inputs
+from .forward import AttributionGraph, embed, frozen_parameters, graph_from_embeds, logits_from_embeds
 from .models import LoadedModel
+from .registry import Registry
+
+if TYPE_CHECKING:
+    from .config import CCIConfig
+
+#: ``forward(embeds) -> values``: each row's target value ``[n]`` from input embeddings ``[n, seq, hidden]``.
+TargetForward = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class CCIMethodSpec:
+    """One CCI method.
+
+    ``attribute(forward, inputs, cfg)``: the attribution ``[n, seq, hidden]`` of each row's target on ``inputs``
+    ``[n, seq, hidden]`` (the input repeated once per target; captum style). ``from_gradient(grad, inputs)``, for
+    gradient methods only: the attribution ``[n, seq, hidden]`` from the targets' input gradients ``[n, seq, hidden]``
+    and the input ``[seq, hidden]``, so all targets' gradients can come from one shared forward pass.
+    """
+
+    attribute: Callable[[TargetForward, torch.Tensor, CCIConfig], torch.Tensor]
+    from_gradient: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+
+
+def _saliency(forward: TargetForward, inputs: torch.Tensor, cfg: CCIConfig) -> torch.Tensor:
+    from captum.attr import Saliency
+
+    return Saliency(forward).attribute(inputs, abs=True)
+
+
+def _input_x_gradient(forward: TargetForward, inputs: torch.Tensor, cfg: CCIConfig) -> torch.Tensor:
+    from captum.attr import InputXGradient
+
+    return InputXGradient(forward).attribute(inputs)
+
+
+def _integrated_gradients(forward: TargetForward, inputs: torch.Tensor, cfg: CCIConfig) -> torch.Tensor:
+    from captum.attr import IntegratedGradients
+
+    # captum calls ``forward`` with n * steps rows, n at a time: row r belongs to target r % n.
+    return IntegratedGradients(forward).attribute(inputs, n_steps=cfg.ig_steps, internal_batch_size=inputs.shape[0])
+
+
+def _gradient(grad: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+    return grad
+
+
+def _gradient_x_input(grad: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+    return grad * inputs
+
+
+#: The CCI methods by name (see :class:`CCIMethodSpec`).
+CCI_METHODS: Registry[CCIMethodSpec] = Registry("CCI method")
+CCI_METHODS.register("saliency", CCIMethodSpec(_saliency, from_gradient=_gradient))
+CCI_METHODS.register("input_x_gradient", CCIMethodSpec(_input_x_gradient, from_gradient=_gradient_x_input))
+CCI_METHODS.register("integrated_gradients", CCIMethodSpec(_integrated_gradients))
+
+
+def register_cci_method(
+    name: str,
+    attribute: Callable[[TargetForward, torch.Tensor, CCIConfig], torch.Tensor],
+    *,
+    from_gradient: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    overwrite: bool = False,
+) -> None:
+    """Make a method selectable as ``cci.method=name`` (see :class:`CCIMethodSpec`; an existing name is replaced
+    only with ``overwrite``)."""
+    CCI_METHODS.register(name, CCIMethodSpec(attribute, from_gradient=from_gradient), overwrite=overwrite)
 
 
 @dataclass(frozen=True)
@@ -67,21 +137,31 @@ def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int) -> int:
     return max(1, min(n_targets, 64, budget // max(1, per_row)))
 
 
-@contextmanager
-def frozen_parameters(model: torch.nn.Module) -> Iterator[None]:
-    """Turn off ``requires_grad`` on every parameter for the block (no weight gradients), then restore it."""
-    flags = [(p, p.requires_grad) for p in model.parameters()]
-    for p, _ in flags:
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p, flag in flags:
-            p.requires_grad_(flag)
+def shares_graph(lm: LoadedModel, cfg: CCIConfig) -> bool:
+    """Whether CCI takes every gradient from one forward pass: a gradient method (``from_gradient``) on a model
+    whose backward passes vmap can batch (not known to fail)."""
+    return CCI_METHODS.lookup(cfg.method).from_gradient is not None and lm.batched_backward is not False
 
 
-def _targets(logits: torch.Tensor, rows: Sequence[int], cols: Sequence[int], target_ids: Sequence[int],
-             contrast: Sequence[int | None]) -> torch.Tensor:
+@dataclass(frozen=True)
+class _Targets:
+    """The selected answer tokens in answer order, with what their targets need.
+
+    ``base``: the attributed input's embeddings ``[1, seq, hidden]``; ``positions[i]``: the position whose logits
+    predict answer token i; ``idx``: the selected answer indices, ascending; ``contrast``: their contrast tokens;
+    ``context``: the context positions whose scores are kept.
+    """
+
+    base: torch.Tensor
+    answer_ids: Sequence[int]
+    positions: Sequence[int]
+    idx: list[int]
+    contrast: list[int | None]
+    context: torch.Tensor
+
+
+def _target_values(logits: torch.Tensor, rows: Sequence[int], cols: Sequence[int], target_ids: Sequence[int],
+                   contrast: Sequence[int | None]) -> torch.Tensor:
     """Per target b: log p(target_b) - log p(contrast_b), read at ``logits[rows[b], cols[b]]``."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     out = []
@@ -93,65 +173,13 @@ def _targets(logits: torch.Tensor, rows: Sequence[int], cols: Sequence[int], tar
     return torch.stack(out)
 
 
-def _reduce(grad: torch.Tensor, base: torch.Tensor, method: str) -> torch.Tensor:
-    """``[chunk, seq]`` L2 norms over the hidden dimension of the gradient (or gradient × input)."""
-    if method == "input_x_gradient":
-        grad = grad * base
-    return grad.float().norm(dim=-1)
-
-
 class _NoBatchedBackward(RuntimeError):
     """vmap cannot batch one of the model's backward operations."""
 
 
-@dataclass
-class AttributionGraph:
-    """One differentiable forward pass over the attributed input, parameters frozen: the input-embedding leaf
-    ``[1, seq, hidden]`` and the logits ``[1, n_answer, vocab]`` predicting every answer token.
-
-    When the answer was not just generated, the pipeline builds this once and reads CTI's with-documents logits
-    from it, so CCI's backward passes need no forward pass of their own.
-    """
-
-    inputs: torch.Tensor
-    logits: torch.Tensor
-
-    def answer_logits(self) -> torch.Tensor:
-        """Detached fp32 logits ``[n_answer, vocab]`` (what :func:`mirage.forward.answer_logits` returns)."""
-        return self.logits[0].detach().float()
-
-
-def _graph(lm: LoadedModel, embeds: torch.Tensor, answer_ids: Sequence[int],
-           positions: Sequence[int]) -> AttributionGraph:
-    leaf = embeds.clone().requires_grad_(True)
-    return AttributionGraph(inputs=leaf, logits=logits_from_embeds(lm, leaf, answer_ids, positions))
-
-
-def attribution_graph(lm: LoadedModel, input_ids: Sequence[int], answer_ids: Sequence[int],
-                      answer_positions: Sequence[int]) -> AttributionGraph:
-    """Run the attributed input once with gradients to the input embeddings only (see :func:`compute_cci`)."""
-    with frozen_parameters(lm.model):
-        return _graph(lm, embed(lm, input_ids), answer_ids, answer_positions)
-
-
-def _one_graph(lm: LoadedModel, cfg: CCIConfig) -> bool:
-    """Whether CCI takes every gradient from one forward pass (gradient methods, on models vmap can batch)."""
-    return cfg.method != "integrated_gradients" and type(lm.model) not in _NO_BATCHED_BACKWARD
-
-
-def with_documents_logits(lm: LoadedModel, prompt_ids: Sequence[int], answer_ids: Sequence[int], cfg: CCIConfig,
-                          *, for_cci: bool = True) -> tuple[torch.Tensor, AttributionGraph | None]:
-    """CTI's with-documents logits ``[n_answer, vocab]`` (fp32) and, when CCI will take its gradients from one
-    forward pass (and ``for_cci``), the graph of that pass to hand to :func:`compute_cci`; otherwise an inference
-    pass and None."""
-    if for_cci and _one_graph(lm, cfg):
-        input_ids, positions = model_inputs(lm, prompt_ids, answer_ids)
-        graph = attribution_graph(lm, input_ids, answer_ids, positions)
-        return graph.answer_logits(), graph
-    return answer_logits(lm, prompt_ids, answer_ids), None
-
-
-def _batched_gradients(values: torch.Tensor, inputs: torch.Tensor, method: str, chunk: int) -> torch.Tensor:
+def _batched_gradients(values: torch.Tensor, inputs: torch.Tensor,
+                       from_gradient: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                       chunk: int) -> torch.Tensor:
     """``[n_targets, seq]``: vmapped backward passes of ``chunk`` targets at a time through one graph."""
     n = values.shape[0]
     base = inputs.detach()[0]
@@ -169,37 +197,63 @@ def _batched_gradients(values: torch.Tensor, inputs: torch.Tensor, method: str, 
             raise
         except RuntimeError as err:  # vmap has no batching rule for an op of this model
             raise _NoBatchedBackward(str(err)) from err
-        rows.append(_reduce(grad[:, 0], base, method))
+        rows.append(from_gradient(grad[:, 0], base).float().norm(dim=-1))
     return torch.cat(rows)
+
+
+def _from_one_graph(lm: LoadedModel, t: _Targets, cfg: CCIConfig,
+                    graph: AttributionGraph | None) -> list[list[float]] | None:
+    """Scores ``[n_selected, n_context]`` from one forward pass (``graph`` over the whole answer, or one cut after
+    the furthest target); None, and the model remembered, when vmap cannot batch its backward passes."""
+    targets = [t.answer_ids[i] for i in t.idx]
+    if graph is None:
+        graph = graph_from_embeds(lm, *_slice(lm, t.base, t.answer_ids, t.positions, t.idx))
+        cols = list(range(len(t.idx)))  # logits of the selected positions only
+    else:
+        cols = t.idx
+    values = _target_values(graph.logits, [0] * len(t.idx), cols, targets, t.contrast)
+    chunk = cfg.batch_size or auto_batch_size(lm, graph.inputs.shape[1], len(t.idx))
+    try:
+        attr = _batched_gradients(values, graph.inputs, CCI_METHODS.lookup(cfg.method).from_gradient, chunk)
+    except _NoBatchedBackward:
+        lm.batched_backward = False
+        return None
+    lm.batched_backward = True
+    return attr.index_select(1, t.context).tolist()
 
 
 def _repeated_rows(lm: LoadedModel, base: torch.Tensor, answer_ids: Sequence[int], positions: Sequence[int],
                    targets: Sequence[int], contrast: Sequence[int | None], cfg: CCIConfig) -> torch.Tensor:
-    """``[chunk, seq]``: the input repeated once per target, one backward of the summed targets (captum)."""
-    from captum.attr import InputXGradient, IntegratedGradients, Saliency
-
+    """``[chunk, seq]``: the input repeated once per target, attributed by the method (one backward of the summed
+    targets for gradient methods)."""
     chunk = len(targets)
 
     def forward(embeds: torch.Tensor) -> torch.Tensor:
-        # IG calls this with chunk * steps rows: row r belongs to target r % chunk.
+        # Called with a multiple of chunk rows (IG: chunk * steps): row r belongs to target r % chunk.
         n = embeds.shape[0]
         logits = logits_from_embeds(lm, embeds, answer_ids, positions)
         rows = list(range(n))
         cols = [r % chunk for r in range(n)]
-        return _targets(logits, rows, cols, [targets[r % chunk] for r in range(n)],
-                        [contrast[r % chunk] for r in range(n)])
+        return _target_values(logits, rows, cols, [targets[r % chunk] for r in range(n)],
+                              [contrast[r % chunk] for r in range(n)])
 
     inputs = base.expand(chunk, -1, -1).clone().requires_grad_(True)
-    if cfg.method == "saliency":
-        attr = Saliency(forward).attribute(inputs, abs=True)
-    elif cfg.method == "input_x_gradient":
-        attr = InputXGradient(forward).attribute(inputs)
-    else:
-        attr = IntegratedGradients(forward).attribute(inputs, n_steps=cfg.ig_steps, internal_batch_size=chunk)
+    attr = CCI_METHODS.lookup(cfg.method).attribute(forward, inputs, cfg)
     return attr.detach().float().norm(dim=-1)
 
 
-_NO_BATCHED_BACKWARD: set[type] = set()
+def _from_repeated_inputs(lm: LoadedModel, t: _Targets, cfg: CCIConfig) -> list[list[float]]:
+    """Scores ``[n_selected, n_context]`` with the input repeated once per target, in memory-bounded chunks."""
+    out: list[list[float]] = []
+    start = 0
+    while start < len(t.idx):
+        size = cfg.batch_size or auto_batch_size(lm, t.base.shape[1], len(t.idx) - start)
+        idx = t.idx[start : start + size]
+        attr = _repeated_rows(lm, *_slice(lm, t.base, t.answer_ids, t.positions, idx),
+                              [t.answer_ids[i] for i in idx], t.contrast[start : start + size], cfg)
+        out.extend(attr.index_select(1, t.context).tolist())
+        start += size
+    return out
 
 
 def compute_cci(
@@ -217,53 +271,26 @@ def compute_cci(
     """Saliency of each context token for each selected answer token, batched in memory-bounded chunks.
 
     ``input_ids`` is the attributed input (see :func:`mirage.forward.model_inputs`) and ``answer_positions[i]`` the
-    position whose logits predict answer token i. ``graph``: the forward pass of :func:`attribution_graph` over the
-    same input, when the caller already ran it (otherwise one is run, cut after the furthest selected position).
+    position whose logits predict answer token i. ``graph``: the pass of :func:`mirage.forward.attribution_graph`
+    over the same input, when the caller already ran it (otherwise one is run, cut after the furthest selected
+    position).
     """
     contrast_ids = [None if contextless_top[i] == answer_ids[i] else int(contextless_top[i]) for i in selected]
     if not selected:
         return CCIScores(selected=(), contrast_ids=(), scores=())
-    base = embed(lm, input_ids)
-    ctx_index = torch.tensor(list(context_positions), device=lm.device, dtype=torch.long)
     order = sorted(range(len(selected)), key=lambda k: selected[k])
-    results: dict[int, list[float]] = {}
+    targets = _Targets(base=embed(lm, input_ids), answer_ids=answer_ids, positions=answer_positions,
+                       idx=[selected[k] for k in order], contrast=[contrast_ids[k] for k in order],
+                       context=torch.tensor(list(context_positions), device=lm.device, dtype=torch.long))
     with frozen_parameters(lm.model):
-        shared = _one_graph(lm, cfg)
-        if shared:
-            idx = [selected[k] for k in order]
-            contrast = [contrast_ids[k] for k in order]
-            targets = [answer_ids[i] for i in idx]
-            if graph is None:
-                graph = _graph(lm, *_slice(lm, base, answer_ids, answer_positions, idx))
-                cols = list(range(len(idx)))  # logits of the selected positions only
-            else:
-                cols = idx
-            values = _targets(graph.logits, [0] * len(idx), cols, targets, contrast)
-            chunk = cfg.batch_size or auto_batch_size(lm, graph.inputs.shape[1], len(order))
-            try:
-                attr = _batched_gradients(values, graph.inputs, cfg.method, chunk)
-            except _NoBatchedBackward:
-                _NO_BATCHED_BACKWARD.add(type(lm.model))
-                shared = False
-            else:
-                picked = attr.index_select(1, ctx_index)
-                for row, k in enumerate(order):
-                    results[k] = picked[row].tolist()
-        start = 0
-        while not shared and start < len(order):
-            size = cfg.batch_size or auto_batch_size(lm, len(input_ids), len(order) - start)
-            ks = order[start : start + size]
-            idx = [selected[k] for k in ks]
-            attr = _repeated_rows(lm, *_slice(lm, base, answer_ids, answer_positions, idx),
-                                  [answer_ids[i] for i in idx], [contrast_ids[k] for k in ks], cfg)
-            picked = attr.index_select(1, ctx_index)
-            for row, k in enumerate(ks):
-                results[k] = picked[row].tolist()
-            start += size
+        rows = _from_one_graph(lm, targets, cfg, graph) if shares_graph(lm, cfg) else None
+        if rows is None:
+            rows = _from_repeated_inputs(lm, targets, cfg)
+    by_selected = dict(zip(order, rows))
     return CCIScores(
         selected=tuple(selected),
         contrast_ids=tuple(contrast_ids),
-        scores=tuple(tuple(results[k]) for k in range(len(selected))),
+        scores=tuple(tuple(by_selected[k]) for k in range(len(selected))),
     )
 
 

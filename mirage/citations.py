@@ -50,6 +50,13 @@ def strip_citations(raw: str) -> tuple[str, list[tuple[int, list[int]]]]:
     return "".join(out), marks
 
 
+def citation_numbers(text: str) -> list[tuple[int, int, int]]:
+    """Every number inside a citation mark of ``text`` (``[n]``, ``[n][m]``, ``[n, m]``) as ``(n, start, end)``, its
+    character span in ``text``, in order."""
+    return [(int(number.group()), group.start() + number.start(), group.start() + number.end())
+            for group in _GROUP.finditer(text) for number in _NUMBER.finditer(group.group())]
+
+
 def parse_answer(raw: str, n_docs: int) -> ParsedAnswer:
     """Parse self-citations of an answer over ``n_docs`` documents (ids 1..n_docs are valid)."""
     text, marks = strip_citations(raw)

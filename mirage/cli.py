@@ -1,7 +1,11 @@
-"""Command line: parses arguments and calls the library.
+"""The ``mirage`` command: one explicit table of subcommands (:func:`commands`), each added by a ``register``
+function of the module that runs it; importing a module never adds a command.
 
     mirage attribute INPUT.json -o OUTPUT.jsonl [--model NAME] [--config FILE] [--prompt selfcitation|standard]
                      [--cti-std K] [--cci-top-k N | --cci-top-percent P]
+    mirage score {xor-attriqa,eli5} …   (mirage.scoring.cli)
+    mirage bias DATA -o DIR …            (mirage.bias.cli)
+    mirage view RESULTS.jsonl -o report.html
 """
 
 from __future__ import annotations
@@ -13,75 +17,21 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .config import ConfigError, MirageConfig
-from .inputs import InputError, read_items
+from .config import ConfigError
+from .experiment import ExperimentConfig, add_experiment_args, non_negative_int
+from .inputs import InputError, make_item, read_items
 from .models import ModelLoadError
+from .progress import terminal_progress
 from .runs import StoreError, item_keys
-from .sharding import ShardError, StoreFor, in_shards, report_share_done
+from .sharding import ShardedJSONL, ShardError, StoreFor, in_shards, report_share_done
 
-#: CLI flag → (config section, field, type, help). Each option's help is written once, here.
-CONFIG_FLAGS: dict[str, tuple[str, str, type, str]] = {
-    "--prompt": ("prompt", "name", str, "prompt template: selfcitation (ALCE, asks for [n] citations) or standard"),
-    "--max-new-tokens": ("generation", "max_new_tokens", int, "tokens to generate when an item has no output"),
-    "--seed": ("generation", "seed", int, "generation seed"),
-    "--cti-metric": ("cti", "metric", str, "kl_noctx_ctx (reference, default), kl_ctx_noctx (paper), js, prob_diff"),
-    "--cti-std": ("cti", "std_k", float, "CTI: keep tokens with score >= mean + K*std (MIRAGE-EX); default 1"),
-    "--cti-threshold": ("cti", "threshold", float, "CTI: calibrated fixed threshold (MIRAGE-CAL)"),
-    "--cci-method": ("cci", "method", str, "saliency (default), input_x_gradient, integrated_gradients"),
-    "--cci-top-k": ("cci", "top_k", int, "CCI: keep the N most salient context tokens"),
-    "--cci-top-percent": ("cci", "top_percent", float, "CCI: keep the top P%% of context tokens (default 5)"),
-    "--cci-percent-rule": ("cci", "percent_rule", str, "range (max - p(max-min), reference code) or percentile"),
-    "--cci-batch-size": ("cci", "batch_size", int, "selected tokens per backward pass (default: fit free memory)"),
-    "--max-citations": ("aggregation", "max_citations", int, "at most N documents cited per sentence (default 3)"),
-}
+if TYPE_CHECKING:
+    from .pipeline import Mirage
 
-
-def add_config_args(parser: argparse.ArgumentParser) -> None:
-    """Model and pipeline options shared by every command."""
-    parser.add_argument("--model", default="smollm2-135m-instruct",
-                        help="embedded model name, Hugging Face id or local path (default: smollm2-135m-instruct)")
-    parser.add_argument("--config", help="YAML config file (sections prompt, generation, cti, cci, aggregation)")
-    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
-    parser.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bf16/fp16 on GPU, fp32 on CPU)")
-    parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the hub")
-    for flag, (_section, _field, kind, help_text) in CONFIG_FLAGS.items():
-        parser.add_argument(flag, type=kind, default=None, help=help_text)
-
-
-def config_from_args(args: argparse.Namespace) -> MirageConfig:
-    """The config file (if any) with the command-line flags applied on top."""
-    cfg = MirageConfig.from_yaml(args.config) if args.config else MirageConfig()
-    changes: dict[str, dict] = {}
-    for flag, (section, field, _kind, _help) in CONFIG_FLAGS.items():
-        value = getattr(args, flag.lstrip("-").replace("-", "_"))
-        if value is not None:
-            changes.setdefault(section, {})[field] = value
-    if "top_k" in changes.get("cci", {}):
-        changes["cci"].setdefault("top_percent", None)
-    elif "top_percent" in changes.get("cci", {}):
-        changes["cci"].setdefault("top_k", None)
-    if "threshold" in changes.get("cti", {}):
-        changes["cti"].setdefault("selector", "threshold")
-    return cfg.replace(**changes)
-
-
-def _progress(iterable, total: int | None, desc: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(iterable, total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative; give 0 or more")
-    return value
+#: Adds one subcommand (its parser and handler) to the ``mirage`` subparsers.
+Register = Callable[[argparse._SubParsersAction], None]
 
 
 def check_output_file(output: str | Path, inputs: list[str | Path]) -> None:
@@ -98,78 +48,82 @@ def check_output_file(output: str | Path, inputs: list[str | Path]) -> None:
                              f"{out.with_name(out.stem + '.attributed.jsonl')}), never over the input.")
 
 
-def check_device_args(args: argparse.Namespace) -> None:
-    """Validate --device and --dtype before anything slow happens."""
-    from .models import resolve_device, resolve_dtype
+class _Skipped:
+    """Items skipped by ``mirage attribute``: each written once to the errors store, reported and counted."""
 
-    device = resolve_device(args.device)
-    resolve_dtype(args.dtype, device)
+    def __init__(self, errors: ShardedJSONL) -> None:
+        self.errors = errors
+        self.count = 0
+
+    def add(self, key: str, index: int, err: Exception) -> None:
+        self.count += 1
+        message = str(err) if isinstance(err, InputError) else f"item {index}: {type(err).__name__}: {err}"
+        self.errors.write_once({"key": key, "index": index, "error": message})
+        print(f"skipped: {message}", file=sys.stderr)
 
 
-def attribute_settings(model: str, cfg: MirageConfig) -> dict[str, Any]:
-    """What an attribution record depends on: a results file made with other settings is not resumed."""
-    return {"model": model, "config": cfg.to_dict()}
+def _valid_items(todo: list[tuple[str, int, Any]], skipped: _Skipped) -> list[tuple[str, int, Any]]:
+    """The items of ``todo`` that read as items (what needs no model is checked before the model loads)."""
+    valid = []
+    for key, index, raw in todo:
+        try:
+            if isinstance(raw, Exception):
+                raise raw
+            make_item(raw, item=index)
+        except InputError as err:
+            skipped.add(key, index, err)
+            continue
+        valid.append((key, index, raw))
+    return valid
+
+
+def _attribute_items(mirage: Mirage, valid: list[tuple[str, int, Any]], out: ShardedJSONL, skipped: _Skipped, *,
+                     quiet: bool) -> None:
+    """Attribute each item, writing its result to ``out`` (and printing it unless ``quiet``); an item that fails is
+    skipped, never stopping the batch."""
+    from .rendering import result_to_text
+
+    for key, index, raw in terminal_progress(valid, len(valid), "attribute"):
+        try:
+            res = mirage.attribute_item(raw, index=index)
+        except Exception as err:  # one bad item never stops the batch
+            logging.getLogger(__name__).info("item %s failed", index, exc_info=True)
+            skipped.add(key, index, err)
+            continue
+        out.write({"key": key, "index": index, **res.to_dict()})
+        if not quiet:
+            print(result_to_text(res))
 
 
 def cmd_attribute(args: argparse.Namespace) -> int:
     """Attribute every item of INPUT; one JSON line per item in OUTPUT, resumable."""
-    from .inputs import make_item
-    from .pipeline import Mirage
-    from .rendering import result_to_text
-
     check_output_file(args.output, [args.input])
-    cfg = config_from_args(args)
-    check_device_args(args)
+    exp = ExperimentConfig.from_args(args, command="attribute")
+    exp.check_device()
     items = list(read_items(args.input))
-    if args.limit is not None:
-        items = items[: args.limit]
+    if exp.limit is not None:
+        items = items[: exp.limit]
     keys = item_keys(raw for _index, raw in items)
-    settings = attribute_settings(args.model, cfg)
+    settings = exp.fingerprint()
     loaded: list[Mirage] = []
 
     def compute(store_for: StoreFor) -> int:
         out = store_for(args.output, settings=settings)
-        errors = store_for(Path(str(args.output) + ".errors.jsonl"), settings=settings)
+        skipped = _Skipped(store_for(Path(str(args.output) + ".errors.jsonl"), settings=settings))
         todo = [(key, i, raw) for key, (i, raw) in zip(keys, items) if key not in out.done and out.owns(key)]
         where = f"rank {out.shard.rank} of {out.shard.world}: " if out.shard.world > 1 else ""
-        failed = 0
-
-        def fail(key: str, index: int, err: Exception) -> None:
-            nonlocal failed
-            failed += 1
-            message = str(err) if isinstance(err, InputError) else f"item {index}: {type(err).__name__}: {err}"
-            errors.write_once({"key": key, "index": index, "error": message})
-            print(f"skipped: {message}", file=sys.stderr)
-
-        valid = []
-        for key, index, raw in todo:  # what needs no model is checked before the model loads
-            try:
-                if isinstance(raw, Exception):
-                    raise raw
-                make_item(raw, item=index)
-            except InputError as err:
-                fail(key, index, err)
-                continue
-            valid.append((key, index, raw))
+        valid = _valid_items(todo, skipped)
         print(f"{where}{len(items) - len(todo)} of {len(items)} items already in {args.output}"
-              f"{' or in other ranks’ shares' if where else ''}; {failed} invalid; attributing {len(valid)}.",
+              f"{' or in other ranks’ shares' if where else ''}; {skipped.count} invalid; attributing {len(valid)}.",
               file=sys.stderr)
-        if valid and not loaded:
-            loaded.append(Mirage.from_pretrained(args.model, config=cfg, device=args.device, dtype=args.dtype,
-                                                 trust_remote_code=args.trust_remote_code))
-        for key, index, raw in _progress(valid, len(valid), "attribute") if valid else ():
-            try:
-                res = loaded[0].attribute_item(raw, index=index)
-            except Exception as err:  # one bad item never stops the batch
-                logging.getLogger(__name__).info("item %s failed", index, exc_info=True)
-                fail(key, index, err)
-                continue
-            out.write({"key": key, "index": index, **res.to_dict()})
-            if not args.quiet:
-                print(result_to_text(res))
+        if valid:
+            if not loaded:
+                loaded.append(exp.load_mirage())
+            _attribute_items(loaded[0], valid, out, skipped, quiet=args.quiet)
         if todo:
-            print(f"done: {len(todo) - failed} attributed, {failed} skipped (see {errors.path}).", file=sys.stderr)
-        return failed
+            print(f"done: {len(todo) - skipped.count} attributed, {skipped.count} skipped (see "
+                  f"{skipped.errors.path}).", file=sys.stderr)
+        return skipped.count
 
     failed = in_shards(compute)
     if failed is None:
@@ -177,29 +131,54 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     return 0 if failed == 0 else 3
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mirage", description="Model-internals-based RAG answer attribution.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
-    sub = parser.add_subparsers(dest="command", required=True)
+def register_attribute(sub: argparse._SubParsersAction) -> None:
+    """Add ``mirage attribute``."""
     att = sub.add_parser("attribute", help="attribute answers of a JSON/JSONL file of items")
     att.add_argument("input", help='JSON list or JSONL of {"question", "docs": [{"title", "text"}], "output"?}')
     att.add_argument("-o", "--output", required=True, help="output JSONL (re-running skips finished items)")
     att.add_argument("--limit", type=non_negative_int, help="only the first N items")
     att.add_argument("--quiet", action="store_true", help="do not print the attributed answers")
-    add_config_args(att)
+    add_experiment_args(att)
     att.set_defaults(func=cmd_attribute)
-    for register in EXTRA_COMMANDS:
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    """``mirage view``: the HTML report of a results file (:mod:`mirage.report`)."""
+    from . import report
+
+    return report.cmd_view(args)
+
+
+def register_view(sub: argparse._SubParsersAction) -> None:
+    """Add ``mirage view``."""
+    view = sub.add_parser("view", help="write a browsable static HTML report of a results JSONL")
+    view.add_argument("results", help="JSONL written by `mirage attribute`")
+    view.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
+    view.add_argument("--title", help="page title (default: the results file name)")
+    view.set_defaults(func=cmd_view)
+
+
+def commands() -> list[Register]:
+    """The subcommands, in ``--help`` order. The benchmark and bias modules are imported only when the parser is
+    built, so importing :mod:`mirage.cli` stays light."""
+    from .bias.cli import register as register_bias
+    from .scoring.cli import register as register_score
+
+    return [register_attribute, register_score, register_bias, register_view]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``mirage`` argument parser with every subcommand of :func:`commands`."""
+    parser = argparse.ArgumentParser(prog="mirage", description="Model-internals-based RAG answer attribution.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for register in commands():
         register(sub)
     return parser
 
 
-#: Other modules add subcommands here (score, bias, view) with a function taking the subparsers object.
-EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mirage`` command."""
-    _load_extra_commands()
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
@@ -212,19 +191,5 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _load_extra_commands() -> None:
-    import importlib
-
-    for module in ("mirage.scoring.cli", "mirage.bias.cli", "mirage.report"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name is None or not err.name.startswith("mirage"):
-                raise
-
-
 if __name__ == "__main__":
-    # Run the importable module's main: extra commands register into ``mirage.cli``, not into ``__main__``.
-    from mirage.cli import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

@@ -11,6 +11,10 @@ field as ``section.field`` and what it expects (``cci.top_k must be an integer >
   stored as ``str``), or null where the field is optional;
 - ``MirageConfig.from_dict`` / ``from_yaml`` / ``replace`` reject unknown sections and keys and sections that are not
   mappings; ``from_yaml`` turns a missing, unreadable, non-UTF-8 or invalid YAML file into a ConfigError naming it.
+
+A field settable from the command line declares its flag in its metadata: ``flag``, ``help``, and ``implies`` (other
+fields of the section set with it unless also given); :mod:`mirage.experiment` makes every run command's flags from
+these.
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ from typing import Any, Literal, NoReturn, get_args
 
 import yaml
 
+from .cci import CCI_METHODS
+from .cti import CTI_METRICS
+
+#: The built-in CTI metrics and CCI methods; ``cti.metric`` / ``cci.method`` take any name registered in
+#: :data:`mirage.cti.CTI_METRICS` / :data:`mirage.cci.CCI_METHODS`, these included.
 CTIMetric = Literal["kl_noctx_ctx", "kl_ctx_noctx", "js", "prob_diff"]
 CTISelector = Literal["std", "threshold"]
 CCIMethod = Literal["saliency", "input_x_gradient", "integrated_gradients"]
@@ -41,6 +50,12 @@ def _check_literal(owner: str, name: str, value: Any, literal: Any) -> None:
     allowed = get_args(literal)
     if not isinstance(value, str) or value not in allowed:
         raise ConfigError(f"{owner}.{name}={_show(value)} is not valid; choose one of {', '.join(map(repr, allowed))}.")
+
+
+def _check_registered(owner: str, name: str, value: Any, registry: Mapping[str, Any], how: str) -> None:
+    if not isinstance(value, str) or value not in registry:
+        raise ConfigError(f"{owner}.{name}={_show(value)} is not valid; choose one of {', '.join(map(repr, registry))}"
+                          f" (or register one with {how}).")
 
 
 # Type checks shared by the sections. Each takes the section object and a field name, checks the value, stores the
@@ -116,7 +131,8 @@ def _str_field(obj: Any, owner: str, name: str, *, optional: bool = False, path:
 class PromptConfig:
     """Which prompt template (``configs/prompts/<name>.yaml``) builds the RAG prompt."""
 
-    name: str = "selfcitation"
+    name: str = field(default="selfcitation", metadata={
+        "flag": "--prompt", "help": "prompt template: selfcitation (ALCE, asks for [n] citations) or standard"})
     #: Path of a custom template YAML; overrides ``name``.
     path: str | None = None
     #: Use the tokenizer's chat template: None = as the model registry / tokenizer says.
@@ -135,11 +151,13 @@ class PromptConfig:
 class GenerationConfig:
     """How answers are generated when none is given."""
 
-    max_new_tokens: int = 200
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 42
+    max_new_tokens: int = field(default=200, metadata={
+        "flag": "--max-new-tokens", "help": "tokens to generate when an item has no output"})
+    do_sample: bool = field(default=False, metadata={
+        "flag": "--sample", "help": "sample answers (seeds then differ) instead of greedy"})
+    temperature: float = field(default=1.0, metadata={"flag": "--temperature", "help": "sampling temperature"})
+    top_p: float = field(default=1.0, metadata={"flag": "--top-p", "help": "nucleus sampling p"})
+    seed: int = field(default=42, metadata={"flag": "--seed", "help": "generation seed"})
 
     def __post_init__(self) -> None:
         _int_field(self, "generation", "max_new_tokens", minimum=1)
@@ -162,13 +180,17 @@ class CTIConfig:
     ``threshold`` keeps |score| >= ``threshold`` (calibrated, MIRAGE-CAL).
     """
 
-    metric: CTIMetric = "kl_noctx_ctx"
+    metric: str = field(default="kl_noctx_ctx", metadata={
+        "flag": "--cti-metric", "help": "kl_noctx_ctx (reference, default), kl_ctx_noctx (paper), js, prob_diff"})
     selector: CTISelector = "std"
-    std_k: float = 1.0
-    threshold: float | None = None
+    std_k: float = field(default=1.0, metadata={
+        "flag": "--cti-std", "help": "CTI: keep tokens with score >= mean + K*std (MIRAGE-EX); default 1"})
+    threshold: float | None = field(default=None, metadata={
+        "flag": "--cti-threshold", "help": "CTI: calibrated fixed threshold (MIRAGE-CAL)",
+        "implies": {"selector": "threshold"}})
 
     def __post_init__(self) -> None:
-        _check_literal("cti", "metric", self.metric, CTIMetric)
+        _check_registered("cti", "metric", self.metric, CTI_METRICS, "mirage.cti.register_cti_metric")
         _check_literal("cti", "selector", self.selector, CTISelector)
         _float_field(self, "cti", "std_k")
         _float_field(self, "cti", "threshold", optional=True, hint="or null with selector='std'")
@@ -187,15 +209,21 @@ class CCIConfig:
     ``batch_size``: selected tokens per backward pass; None adapts it to free memory.
     """
 
-    method: CCIMethod = "saliency"
-    top_k: int | None = None
-    top_percent: float | None = 5.0
-    percent_rule: PercentRule = "range"
-    batch_size: int | None = None
+    method: str = field(default="saliency", metadata={
+        "flag": "--cci-method", "help": "saliency (default), input_x_gradient, integrated_gradients"})
+    top_k: int | None = field(default=None, metadata={
+        "flag": "--cci-top-k", "help": "CCI: keep the N most salient context tokens", "implies": {"top_percent": None}})
+    top_percent: float | None = field(default=5.0, metadata={
+        "flag": "--cci-top-percent", "help": "CCI: keep the top P%% of context tokens (default 5)",
+        "implies": {"top_k": None}})
+    percent_rule: PercentRule = field(default="range", metadata={
+        "flag": "--cci-percent-rule", "help": "range (max - p(max-min), reference code) or percentile"})
+    batch_size: int | None = field(default=None, metadata={
+        "flag": "--cci-batch-size", "help": "selected tokens per backward pass (default: fit free memory)"})
     ig_steps: int = 16
 
     def __post_init__(self) -> None:
-        _check_literal("cci", "method", self.method, CCIMethod)
+        _check_registered("cci", "method", self.method, CCI_METHODS, "mirage.cci.register_cci_method")
         _check_literal("cci", "percent_rule", self.percent_rule, PercentRule)
         if (self.top_k is None) == (self.top_percent is None):
             raise ConfigError("cci: set exactly one of top_k and top_percent (e.g. top_k=3 or top_percent=5).")
@@ -210,7 +238,8 @@ class CCIConfig:
 class AggregationConfig:
     """How token-level attributions become sentence citations."""
 
-    max_citations: int = 3
+    max_citations: int = field(default=3, metadata={
+        "flag": "--max-citations", "help": "at most N documents cited per sentence (default 3)"})
     #: Context tokens listed per answer token in the result.
     top_context_tokens: int = 5
 
@@ -257,31 +286,8 @@ class MirageConfig:
         Every problem with the file (missing, a directory, unreadable, not UTF-8 text, invalid YAML, invalid values)
         is a ConfigError whose message starts with the path.
         """
-        file = Path(path)
-        fix = "give the path of a YAML config file (sections prompt, generation, cti, cci, aggregation; see configs/)"
-        if not file.exists():
-            raise ConfigError(f"{path}: config file not found; {fix}.")
-        if file.is_dir():
-            raise ConfigError(f"{path}: is a directory, not a config file; {fix}.")
-        try:
-            text = file.read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise ConfigError(f"{path}: not a UTF-8 text file (byte {err.start} cannot be decoded; a binary file?); "
-                              f"{fix}.") from err
-        except OSError as err:
-            raise ConfigError(f"{path}: cannot read the config file ({err.strerror or err}); check it is a readable "
-                              f"file, or {fix}.") from err
-        try:
-            data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as err:
-            where = getattr(err, "problem_mark", None)
-            at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
-            reason = " ".join(str(getattr(err, "problem", None) or err).split())
-            fix = "fix the syntax there" if at else "fix the file: a config is plain YAML text"
-            raise ConfigError(f"{path}: not valid YAML{at} ({reason}); {fix}.") from err
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a mapping of sections (prompt, generation, cti, cci, aggregation).")
-        data = {k: v for k, v in data.items() if k in _SECTIONS or k not in _EXPERIMENT_KEYS}
+        data = read_config_file(path)
+        data = {k: v for k, v in data.items() if k in _SECTIONS or k not in EXPERIMENT_KEYS}
         try:
             return cls.from_dict(data)
         except ConfigError as err:
@@ -323,5 +329,39 @@ _SECTIONS = {
     "cci": CCIConfig,
     "aggregation": AggregationConfig,
 }
-#: Top-level keys of experiment files (``configs/*.yaml``) that are not pipeline settings.
-_EXPERIMENT_KEYS = {"model", "dataset", "description", "data", "text", "limit", "seeds", "nli"}
+#: Top-level keys of experiment files (``configs/*.yaml``) that are not pipeline settings (read by
+#: :class:`mirage.experiment.ExperimentConfig`; ``MirageConfig.from_yaml`` skips them).
+EXPERIMENT_KEYS = frozenset({"model", "dataset", "description", "data", "text", "limit", "seeds", "nli"})
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The top-level mapping of a YAML config or experiment file.
+
+    Every problem with the file (missing, a directory, unreadable, not UTF-8 text, invalid YAML, not a mapping) is a
+    ConfigError whose message starts with the path.
+    """
+    file = Path(path)
+    fix = "give the path of a YAML config file (sections prompt, generation, cti, cci, aggregation; see configs/)"
+    if not file.exists():
+        raise ConfigError(f"{path}: config file not found; {fix}.")
+    if file.is_dir():
+        raise ConfigError(f"{path}: is a directory, not a config file; {fix}.")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not a UTF-8 text file (byte {err.start} cannot be decoded; a binary file?); "
+                          f"{fix}.") from err
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the config file ({err.strerror or err}); check it is a readable "
+                          f"file, or {fix}.") from err
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        reason = " ".join(str(getattr(err, "problem", None) or err).split())
+        fix = "fix the syntax there" if at else "fix the file: a config is plain YAML text"
+        raise ConfigError(f"{path}: not valid YAML{at} ({reason}); {fix}.") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections (prompt, generation, cti, cci, aggregation).")
+    return data

@@ -1,17 +1,28 @@
 """Context-sensitive token identification (CTI): how much each answer token's prediction depends on the documents.
 
-All scores come from two teacher-forced passes (with and without documents) over the whole answer.
+All scores come from two teacher-forced passes (with and without documents) over the whole answer
+(:mod:`mirage.forward`). A metric is a function registered by name in :data:`CTI_METRICS`
+(:func:`register_cti_metric`); ``cti.metric`` names one.
 Shapes: ``logits_ctx``, ``logits_noctx``: ``[n_answer, vocab]``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from .config import CTIConfig
+from .forward import token_probabilities
+from .registry import Registry
+
+if TYPE_CHECKING:
+    from .config import CTIConfig
+
+#: ``metric(logp_ctx, logp_noctx, answer_ids) -> scores``: fp32 log-probabilities ``[n_answer, vocab]`` with and
+#: without the documents, the answer ids ``[n_answer]`` (long), one score per answer token ``[n_answer]``.
+CTIMetricFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -32,25 +43,50 @@ def _kl(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     return (p * diff).sum(-1).clamp_min(0.0)
 
 
+def kl_noctx_ctx(logp_ctx: torch.Tensor, logp_noctx: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
+    """KL(P_no-ctx || P_ctx): the authors' released code (inseq's ``kl_divergence``, contextless input original)."""
+    return _kl(logp_noctx, logp_ctx)
+
+
+def kl_ctx_noctx(logp_ctx: torch.Tensor, logp_noctx: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
+    """KL(P_ctx || P_no-ctx): the direction written in the paper."""
+    return _kl(logp_ctx, logp_noctx)
+
+
+def js(logp_ctx: torch.Tensor, logp_noctx: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
+    """Jensen-Shannon divergence of the two distributions."""
+    logm = torch.logaddexp(logp_ctx, logp_noctx) - torch.log(torch.tensor(2.0))
+    return 0.5 * _kl(logp_ctx, logm) + 0.5 * _kl(logp_noctx, logm)
+
+
+def prob_diff(logp_ctx: torch.Tensor, logp_noctx: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
+    """p_ctx(y) - p_no-ctx(y) of the answer token y."""
+    idx = answer_ids.unsqueeze(-1)
+    return (logp_ctx.gather(-1, idx).exp() - logp_noctx.gather(-1, idx).exp()).squeeze(-1)
+
+
+#: The CTI metrics by name (see :data:`CTIMetricFn`).
+CTI_METRICS: Registry[CTIMetricFn] = Registry("CTI metric")
+CTI_METRICS.register("kl_noctx_ctx", kl_noctx_ctx)
+CTI_METRICS.register("kl_ctx_noctx", kl_ctx_noctx)
+CTI_METRICS.register("js", js)
+CTI_METRICS.register("prob_diff", prob_diff)
+
+
+def register_cti_metric(name: str, fn: CTIMetricFn, *, overwrite: bool = False) -> None:
+    """Make ``fn`` selectable as ``cti.metric=name`` (an existing name is replaced only with ``overwrite``)."""
+    CTI_METRICS.register(name, fn, overwrite=overwrite)
+
+
 def contrast_scores(
     logits_ctx: torch.Tensor, logits_noctx: torch.Tensor, answer_ids: Sequence[int], metric: str
 ) -> torch.Tensor:
-    """Score ``[n_answer]`` of each answer token under ``metric`` (see :class:`CTIConfig`), in fp32."""
+    """Score ``[n_answer]`` of each answer token under the registered ``metric``, in fp32, inf/NaN set to 0."""
+    fn = CTI_METRICS.lookup(metric)
     logp_c = torch.log_softmax(logits_ctx.float(), dim=-1)
     logp_n = torch.log_softmax(logits_noctx.float(), dim=-1)
-    if metric == "kl_noctx_ctx":
-        out = _kl(logp_n, logp_c)
-    elif metric == "kl_ctx_noctx":
-        out = _kl(logp_c, logp_n)
-    elif metric == "js":
-        logm = torch.logaddexp(logp_c, logp_n) - torch.log(torch.tensor(2.0))
-        out = 0.5 * _kl(logp_c, logm) + 0.5 * _kl(logp_n, logm)
-    elif metric == "prob_diff":
-        idx = torch.tensor(list(answer_ids), device=logits_ctx.device).unsqueeze(-1)
-        out = (logp_c.gather(-1, idx).exp() - logp_n.gather(-1, idx).exp()).squeeze(-1)
-    else:
-        raise ValueError(f"unknown CTI metric {metric!r}")
-    return torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
+    ids = torch.tensor(list(answer_ids), device=logits_ctx.device, dtype=torch.long)
+    return torch.nan_to_num(fn(logp_c, logp_n, ids), nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def select_tokens(scores: Sequence[float], cfg: CTIConfig) -> tuple[tuple[int, ...], float]:
@@ -87,10 +123,3 @@ def compute_cti(
         probs=tuple(token_probabilities(logits_ctx, answer_ids)),
     )
 
-
-def token_probabilities(logits: torch.Tensor, ids: Sequence[int]) -> list[float]:
-    """Probability of each token ``ids[i]`` under ``softmax(logits[i])`` (fp32); logits ``[n_tokens, vocab]``."""
-    if not len(ids):
-        return []
-    probs = torch.softmax(logits[: len(ids)].float(), dim=-1)
-    return probs.gather(1, torch.tensor(list(ids), device=probs.device).unsqueeze(1)).squeeze(1).tolist()

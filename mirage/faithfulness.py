@@ -20,7 +20,8 @@ Empty citation sets: a sentence whose set is empty for a method (no self-citatio
 for mirage) has nothing to remove or keep. Its score for that method, and for the random set matched to it, is
 ``None``: it is excluded from that method's means and counted in ``n_empty`` of the summary.
 
-    fr = res.faithfulness(m)                     # or faithfulness(m, res)
+    from mirage.faithfulness import faithfulness, summarize
+    fr = faithfulness(m, res)                    # m: the Mirage res was attributed with
     summarize([fr, ...]).methods["mirage"].drop
 """
 
@@ -33,16 +34,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
-
+from .aggregation import sentence_of_token
 from .config import MirageConfig
-from .forward import answer_logits
-from .sentences import sentence_index
+from .forward import answer_logits, token_probabilities
 from .serialization import JSONRecord, library_versions
 from .tokenization import tokenize_answer
 
 if TYPE_CHECKING:
-    from .pipeline import Mirage
+    from .pipeline import Mirage, PreparedItem
     from .results import AttributionResult
 
 #: Citation sets scored per sentence, in display order. ``random_*`` is a random set as large as the named one.
@@ -209,22 +208,67 @@ def citation_sets(res: AttributionResult, *, seed: int = 0) -> list[dict[str, li
     return out
 
 
-def sentence_of_tokens(text: str, offsets: Sequence[tuple[int, int]],
-                       sentences: Sequence[tuple[int, int]]) -> list[int]:
-    """Sentence index of each answer token: the sentence holding its first non-space character (as aggregation)."""
-    out = []
-    for start, _end in offsets:
-        while start < len(text) and text[start].isspace():
-            start += 1
-        out.append(sentence_index(list(sentences), start) if sentences else -1)
-    return out
+class _SubsetPasses:
+    """The answer's token log-probabilities after a prompt holding only a subset of ``res``'s documents (1-based),
+    one teacher-forced pass per distinct subset (cached); the empty subset is the contextless prompt."""
+
+    def __init__(self, mirage: Mirage, res: AttributionResult, answer_ids: Sequence[int]) -> None:
+        self.mirage = mirage
+        self.res = res
+        self.config = MirageConfig.from_dict(res.config)
+        self.answer_ids = answer_ids
+        self.cache: dict[frozenset[int], list[float]] = {}
+        self._contextless: list[int] | None = None
+
+    def _prepare(self, docs: list[dict[str, Any]]) -> PreparedItem:
+        res = self.res
+        return self.mirage.prepare({"question": res.question, "docs": docs}, config=self.config, index=res.id,
+                                   reserve_tokens=len(self.answer_ids) + 1)
+
+    def prompt_ids(self, kept: frozenset[int]) -> list[int]:
+        """The prompt's token ids with only the ``kept`` documents."""
+        res = self.res
+        if kept:
+            prep = self._prepare([res.docs[d - 1] for d in sorted(kept)])
+            if len(kept) == len(res.docs) and prep.prompt.text != res.prompt:
+                warnings.warn(f"item {res.id}: the rebuilt prompt differs from the result's (truncated documents or "
+                              "another tokenizer); scores are relative to the rebuilt prompt.", stacklevel=4)
+            if self._contextless is None:
+                self._contextless = list(prep.tokens.contextless_ids)
+            return list(prep.tokens.ids)
+        if self._contextless is None:
+            self._contextless = list(self._prepare(res.docs).tokens.contextless_ids)
+        return self._contextless
+
+    def logprobs(self, kept: frozenset[int]) -> list[float]:
+        """Log-probability of each answer token after the prompt with only the ``kept`` documents."""
+        if kept not in self.cache:
+            logits = answer_logits(self.mirage.lm, self.prompt_ids(kept), self.answer_ids)
+            self.cache[kept] = token_probabilities(logits, self.answer_ids, log=True)
+        return self.cache[kept]
 
 
-def token_logprobs(logits: torch.Tensor, answer_ids: Sequence[int]) -> list[float]:
-    """Log-probability of each answer token from logits ``[n_answer, vocab]``."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    ids = torch.tensor(list(answer_ids), device=logits.device)
-    return logp.gather(1, ids[:, None])[:, 0].tolist()
+def _score_sentence(index: int, text: str, sets: dict[str, list[int]], owner: Sequence[int | None],
+                    passes: _SubsetPasses, every: frozenset[int]) -> SentenceFaithfulness:
+    """One sentence's log-probability with all documents and, per citation set, with it removed and kept alone
+    (``owner[i]``: the sentence of answer token i)."""
+
+    def sentence_sum(values: list[float]) -> float:
+        return math.fsum(v for v, o in zip(values, owner) if o == index)
+
+    full_lp = sentence_sum(passes.logprobs(every))
+    scores = {}
+    for method, docs in sets.items():
+        score = CitationSetScore(docs=list(docs))
+        if docs:
+            cited = frozenset(docs)
+            score.removed_logprob = sentence_sum(passes.logprobs(every - cited))
+            score.kept_logprob = sentence_sum(passes.logprobs(cited))
+            score.drop = full_lp - score.removed_logprob
+            score.keep = score.kept_logprob - full_lp
+        scores[method] = score
+    return SentenceFaithfulness(index=index, text=text, n_tokens=sum(o == index for o in owner), full_logprob=full_lp,
+                                sets=scores)
 
 
 def faithfulness(mirage: Mirage, res: AttributionResult, *,
@@ -234,62 +278,18 @@ def faithfulness(mirage: Mirage, res: AttributionResult, *,
     ``mirage`` must hold the model ``res`` was computed with; prompts are rebuilt from ``res.config``.
     """
     cfg = config or FaithfulnessConfig()
-    mcfg = MirageConfig.from_dict(res.config)
-    lm = mirage.lm
-    answer = tokenize_answer(lm.tokenizer, res.answer)
+    answer = tokenize_answer(mirage.lm.tokenizer, res.answer)
     if res.tokens and len(answer.ids) != len(res.tokens):
         raise ValueError(f"the answer tokenizes into {len(answer.ids)} tokens, not the {len(res.tokens)} of the "
                          f"result: load the model the result was computed with ({res.model}).")
-    n_docs = len(res.docs)
-    reserve = len(answer.ids) + 1
-    contextless: list[int] | None = None
-    cache: dict[frozenset[int], list[float]] = {}
-
-    def prompt_ids(kept: frozenset[int]) -> list[int]:
-        nonlocal contextless
-        if kept:
-            docs = [res.docs[d - 1] for d in sorted(kept)]
-            prep = mirage.prepare({"question": res.question, "docs": docs}, config=mcfg, index=res.id,
-                                  reserve_tokens=reserve)
-            if len(kept) == n_docs and prep.prompt.text != res.prompt:
-                warnings.warn(f"item {res.id}: the rebuilt prompt differs from the result's (truncated documents or "
-                              "another tokenizer); scores are relative to the rebuilt prompt.", stacklevel=3)
-            if contextless is None:
-                contextless = list(prep.tokens.contextless_ids)
-            return list(prep.tokens.ids)
-        if contextless is None:
-            full = mirage.prepare({"question": res.question, "docs": res.docs}, config=mcfg, index=res.id,
-                                  reserve_tokens=reserve)
-            contextless = list(full.tokens.contextless_ids)
-        return contextless
-
-    def logprobs(kept: frozenset[int]) -> list[float]:
-        if kept not in cache:
-            cache[kept] = token_logprobs(answer_logits(lm, prompt_ids(kept), answer.ids), answer.ids)
-        return cache[kept]
-
-    every = frozenset(range(1, n_docs + 1))
-    full = logprobs(every)
-    owner = sentence_of_tokens(res.answer, answer.offsets, [(s.start, s.end) for s in res.sentences])
-
-    def sentence_sum(values: list[float], index: int) -> float:
-        return math.fsum(v for v, o in zip(values, owner) if o == index)
-
-    sentences = []
-    for s, sets in zip(res.sentences, citation_sets(res, seed=cfg.seed)):
-        full_lp = sentence_sum(full, s.index)
-        scores = {}
-        for method, docs in sets.items():
-            score = CitationSetScore(docs=list(docs))
-            if docs:
-                cited = frozenset(docs)
-                score.removed_logprob = sentence_sum(logprobs(every - cited), s.index)
-                score.kept_logprob = sentence_sum(logprobs(cited), s.index)
-                score.drop = full_lp - score.removed_logprob
-                score.keep = score.kept_logprob - full_lp
-            scores[method] = score
-        sentences.append(SentenceFaithfulness(index=s.index, text=s.text, n_tokens=sum(o == s.index for o in owner),
-                                              full_logprob=full_lp, sets=scores))
-    return FaithfulnessResult(id=res.id, model=res.model, n_docs=n_docs, sentences=sentences, n_passes=len(cache),
-                              config={"faithfulness": cfg.to_dict(), "attribution": res.config}, versions=library_versions())
-
+    passes = _SubsetPasses(mirage, res, answer.ids)
+    every = frozenset(range(1, len(res.docs) + 1))
+    passes.logprobs(every)  # the full prompt first: its pass also gives the contextless prompt
+    spans = [(s.start, s.end) for s in res.sentences]
+    owner = [sentence_of_token(res.answer, start, spans) for start, _end in answer.offsets]
+    sentences = [_score_sentence(s.index, s.text, sets, owner, passes, every)
+                 for s, sets in zip(res.sentences, citation_sets(res, seed=cfg.seed))]
+    return FaithfulnessResult(id=res.id, model=res.model, n_docs=len(res.docs), sentences=sentences,
+                              n_passes=len(passes.cache),
+                              config={"faithfulness": cfg.to_dict(), "attribution": res.config},
+                              versions=library_versions())

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,11 +43,25 @@ class RAGItem:
     id: str | None = None
 
 
+#: A UTF-16 surrogate code point: JSON's ``\\ud800`` escapes decode to one when unpaired (a pair becomes one character).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_unicode(value: str, *, item: int | str | None, field: str) -> None:
+    """InputError naming the field when ``value`` holds a lone surrogate (text that cannot be encoded as UTF-8)."""
+    found = _SURROGATE.search(value)
+    if found:
+        escape = ascii(found.group())[1:-1]
+        raise InputError(f"contains an unpaired surrogate ({escape}) at character {found.start()}; the text is not "
+                         f"valid Unicode (remove the {escape} escape or give its pair).", item=item, field=field)
+
+
 def _require_text(value: Any, *, item: int | str | None, field: str, allow_empty: bool = False) -> str:
     if value is None:
         raise InputError("is missing; give a string.", item=item, field=field)
     if not isinstance(value, str):
         raise InputError(f"must be a string, got {type(value).__name__}.", item=item, field=field)
+    _check_unicode(value, item=item, field=field)
     if not allow_empty and not value.strip():
         raise InputError("is empty; give non-blank text.", item=item, field=field)
     return value
@@ -61,14 +77,22 @@ def make_document(raw: Any, *, item: int | str | None = None, index: int = 0) ->
     if not isinstance(raw, dict):
         raise InputError(f'must be an object {{"title", "text"}}, got {type(raw).__name__}.', item=item, field=field)
     text = _require_text(raw.get("text"), item=item, field=f"{field}.text")
-    title = raw.get("title") or ""
-    if not isinstance(title, str):
-        raise InputError(f"must be a string, got {type(title).__name__}.", item=item, field=f"{field}.title")
+    title = raw.get("title")
+    if title is None:  # absent or null: no title
+        title = ""
+    elif not isinstance(title, str):  # 0, false and [] too: only a missing title means "no title"
+        raise InputError(f"must be a string, got {type(title).__name__} ({json_repr(title)}); leave it out or give "
+                         'null (or "") for no title.', item=item, field=f"{field}.title")
+    _check_unicode(title, item=item, field=f"{field}.title")
     return Document(title=title.strip(), text=text.strip())
 
 
 def make_item(raw: Any, *, item: int | str | None = None) -> RAGItem:
-    """Validate a raw item ``{"question", "docs": [{"title", "text"}], "output"?}`` into a RAGItem."""
+    """Validate a raw item ``{"question", "docs": [{"title", "text"}], "output"?}`` into a RAGItem.
+
+    Every text (question, titles, document texts, output, a string id) must be valid Unicode: a lone surrogate
+    (an unpaired ``\\ud800`` escape in the JSON) is an InputError naming the field.
+    """
     if isinstance(raw, RAGItem):
         raw = {"question": raw.question, "docs": list(raw.docs), "output": raw.output, "id": raw.id}
     if not isinstance(raw, dict):
@@ -86,17 +110,130 @@ def make_item(raw: Any, *, item: int | str | None = None) -> RAGItem:
     if output is not None:
         output = _require_text(output, item=item, field="output").strip()
     item_id = raw.get("id")
+    if isinstance(item_id, str):
+        _check_unicode(item_id, item=item, field="id")
     return RAGItem(question=question, docs=docs, output=output, id=None if item_id is None else str(item_id))
+
+
+def json_kind(value: Any) -> str:
+    """The JSON name of a parsed value's type: object, list, string, number, boolean, null."""
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "null" if value is None else type(value).__name__
+
+
+def json_repr(value: Any, limit: int = 40) -> str:
+    """``value`` as JSON, cut to ``limit`` characters, for error messages."""
+    text = json.dumps(value, ensure_ascii=True, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- reading files ----------------------------------------------------------------------------------------------------
+
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _looks_utf16(data: bytes) -> bool:
+    """Every other byte zero in the first 4 KiB: UTF-16 text without a byte-order mark (mostly ASCII, as JSON is).
+    Valid UTF-8 JSON never holds a NUL byte (control characters are not allowed in JSON strings)."""
+    sample = data[:4096]
+    if len(sample) < 4 or b"\x00" not in sample:
+        return False
+    half = len(sample) // 2
+    return max(sample[0::2].count(0), sample[1::2].count(0)) >= 0.3 * half
+
+
+def _utf8_copy(path: str | Path) -> str:
+    path = Path(path)
+    return str(path.with_name(f"{path.stem}.utf8{path.suffix}"))
+
+
+def _refuse_utf16(head: bytes, path: str | Path, *, undecodable: bool = False) -> None:
+    """InputError when ``head`` (the file's first bytes) looks like UTF-16; ``undecodable``: it is known not to be
+    UTF-8, and any NUL byte points to UTF-16."""
+    if head.startswith(_UTF16_BOMS):
+        how = "it starts with a UTF-16 byte-order mark"
+    elif _looks_utf16(head):
+        how = "every other byte is 0"
+    elif undecodable and b"\x00" in head[:4096]:
+        how = "it holds NUL bytes"
+    else:
+        return
+    raise InputError(f"{path} is not UTF-8: it looks like UTF-16 ({how}). Re-save it as UTF-8 (e.g. "
+                     f"`iconv -f UTF-16 -t UTF-8 {path} > {_utf8_copy(path)}`, or choose UTF-8 in your editor).")
+
+
+def decode_text(data: bytes, path: str | Path) -> str:
+    """``data`` decoded as UTF-8 (a UTF-8 byte-order mark is dropped); InputError naming ``path`` if it is not UTF-8:
+    UTF-16 is named as such; otherwise the message gives the line of the first byte that is not UTF-8."""
+    _refuse_utf16(data, path)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        _refuse_utf16(data, path, undecodable=True)
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise InputError(f"{path} is not UTF-8: byte 0x{data[err.start]:02x} at line {line}, byte {column} is not "
+                         "valid UTF-8 (the file may be Latin-1 or Windows-1252). Re-save it as UTF-8 (e.g. "
+                         f"`iconv -f latin1 -t UTF-8 {path} > {_utf8_copy(path)}`).") from None
+
+
+def _existing_file(path: str | Path, what: str) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path} is a directory; give a {what}.")
+    if not path.exists():
+        raise InputError(f"{path} does not exist; give a {what}.")
+    return path
+
+
+def read_text(path: str | Path, *, what: str = "UTF-8 text file") -> str:
+    """The text of a UTF-8 file (a UTF-8 byte-order mark is dropped). InputError naming the path when it does not
+    exist, is a directory, cannot be read, or is not UTF-8 (UTF-16 and Latin-1 are named as such); ``what`` says
+    what the file should be."""
+    path = _existing_file(path, what)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise InputError(f"{path} cannot be read ({err.strerror or err}); give a readable {what}.") from None
+    return decode_text(data, path)
+
+
+def text_lines(path: str | Path, *, what: str = "UTF-8 text file") -> Iterator[str]:
+    """The lines of a UTF-8 file, read as a stream (for files too large to hold twice in memory), with the checks and
+    InputErrors of :func:`read_text`."""
+    path = _existing_file(path, what)
+    try:
+        with path.open("rb") as f:
+            _refuse_utf16(f.read(4096), path)
+        with path.open(encoding="utf-8-sig") as f:
+            yield from f
+    except UnicodeDecodeError:
+        decode_text(path.read_bytes(), path)  # raises InputError naming the line
+        raise
+    except OSError as err:
+        raise InputError(f"{path} cannot be read ({err.strerror or err}); give a readable {what}.") from None
 
 
 @dataclass(frozen=True)
 class BadRow:
-    """A row that cannot be used: where it is (1-based line) and why; ``in_list``: it breaks a JSON list."""
+    """A row that cannot be used: where it is (1-based line) and why; ``in_list``: it is an element of a JSON list
+    (``line`` is where that element starts); ``unterminated``: it is a JSONL file's last line and has no newline,
+    as a record cut off mid-write (a stopped run) leaves it."""
 
     file: str
     line: int
     error: str
     in_list: bool = False
+    unterminated: bool = False
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.error}"
@@ -111,69 +248,246 @@ class RawRow:
     data: Any
 
 
-def read_rows(path: str | Path) -> Iterator[RawRow | BadRow]:
-    """Yield the rows of a JSONL file or a JSON list, each with its line number; unparsable rows come as BadRow.
+_WHITESPACE = " \t\r\n"
+#: How a JSON value can start (an object or list with what may follow its bracket): a cheap test before a full parse
+#: (a failed parse is not cheap: its error counts the lines up to where it failed).
+_VALUE_START = re.compile(r'\{[ \t\r\n]*["}]|\[[ \t\r\n]*[\]{\["\-0-9tfnNI]|"|-?[0-9]|true|false|null|NaN|-?Infinity')
 
-    A JSON list that does not parse as a whole is read element by element up to the first broken one.
+
+def read_rows(path: str | Path, *, what: str = "JSON list or JSONL file") -> Iterator[RawRow | BadRow]:
+    """Yield the rows of a JSONL file, a JSON list, or a file holding one JSON object, each with its line number;
+    rows that cannot be parsed come as BadRow, in their place (they count in ``RawRow.index``).
+
+    - A file whose whole text parses as one JSON object (e.g. pretty-printed over many lines) is one row.
+    - A file starting with ``[`` is a JSON list. A broken element becomes one BadRow (its line: where it starts) and
+      reading goes on at the next element (see :func:`_resync`); a missing ``,`` between two whole elements and a
+      trailing ``,`` are tolerated; a list cut short or followed by other text ends with a BadRow saying so. Only
+      when nothing at all can be read does it raise InputError naming the file and line.
+    - Anything else is JSONL, read as :func:`read_jsonl` reads it.
+
+    InputError when the file is missing, a directory, or not UTF-8 (a UTF-8 byte-order mark is accepted).
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
+    text = read_text(path, what=what)
+    body = text.lstrip(_WHITESPACE)
+    if body.startswith("["):
         yield from _read_json_list(path, text)
         return
+    if body.startswith("{"):
+        start = len(text) - len(body)
+        whole = _whole_object(path, text, start)
+        if whole is not None:
+            yield whole
+            return
+    yield from _jsonl_rows(path, io.StringIO(text, newline=None))
+
+
+def read_jsonl(path: str | Path, *, what: str = "JSONL file") -> Iterator[RawRow | BadRow]:
+    """Yield the rows of a JSONL file, one JSON value per line, each with its 1-based line number and its 0-based
+    position among the rows; a line that does not parse comes as a BadRow in its place (counted in
+    ``RawRow.index``), marked ``unterminated`` when it is the last line and lacks its newline. Blank lines are skipped.
+
+    Lines end at ``\\n``, ``\\r\\n`` or ``\\r`` only (which JSON strings cannot hold raw), not at the other breaks of
+    ``str.splitlines`` (U+2028, U+0085, …) that a JSON string may hold. The file is streamed, so a large corpus is
+    never held twice in memory. InputError (from :func:`text_lines`) when the file is missing, a directory, or not
+    UTF-8 (a UTF-8 byte-order mark is accepted); ``what`` says what the file should be. Each caller decides what a
+    BadRow means to it (skip it, warn, or raise an InputError naming ``FILE line N``).
+    """
+    yield from _jsonl_rows(Path(path), text_lines(path, what=what))
+
+
+def _jsonl_rows(path: Path, lines: Iterable[str]) -> Iterator[RawRow | BadRow]:
+    """The rows of JSONL ``lines`` (each with its ``\\n``, universal newlines translated): see :func:`read_jsonl`."""
     index = 0
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip(_WHITESPACE):
             continue
-        try:
-            yield RawRow(index=index, line=lineno, data=json.loads(line))
+        terminated = line.endswith("\n")
+        try:  # without its newline, so that an error at the end of the line is located on it
+            yield RawRow(index=index, line=lineno, data=json.loads(line[:-1] if terminated else line))
         except json.JSONDecodeError as err:
-            yield BadRow(file=str(path), line=lineno, error=f"not valid JSON ({err.msg}, column {err.colno})")
+            yield BadRow(file=str(path), line=lineno, error=f"not valid JSON ({err.msg}, column {err.colno})",
+                         unterminated=not terminated)
         index += 1
+
+
+def _whole_object(path: Path, text: str, start: int) -> RawRow | None:
+    """The file as one row when its whole text is one JSON object; None when it is JSONL (its first line parses
+    alone, or the text is not one object and does not look pretty-printed)."""
+    line = text.count("\n", 0, start) + 1
+    try:
+        data, end = json.JSONDecoder().raw_decode(text, start)
+    except json.JSONDecodeError as err:
+        error = err
+    else:
+        if _skip(text, end) >= len(text):
+            return RawRow(index=0, line=line, data=data)
+        error = json.JSONDecodeError("Extra data", text, _skip(text, end))
+    line_end = text.find("\n", start)
+    if not text[start + 1:line_end if line_end != -1 else len(text)].strip(_WHITESPACE):  # a lone "{": one pretty-printed object, broken (JSONL lines are whole objects)
+        raise InputError(f"{path} is not valid JSON at line {error.lineno} ({error.msg}, column {error.colno}): it "
+                         "starts as one JSON object over several lines but does not parse as one. Fix it there, or "
+                         "give a JSON list, or one object per line (JSONL).")
+    return None
+
+
+class _LineCounter:
+    """1-based line numbers of positions in ``text``, counted incrementally (positions mostly increase)."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.pos, self.line = text, 0, 1
+
+    def __call__(self, pos: int) -> int:
+        if pos < self.pos:
+            return self.text.count("\n", 0, pos) + 1
+        self.line += self.text.count("\n", self.pos, pos)
+        self.pos = pos
+        return self.line
+
+
+def _skip(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in _WHITESPACE:
+        pos += 1
+    return pos
 
 
 def _read_json_list(path: Path, text: str) -> Iterator[RawRow | BadRow]:
     decoder = json.JSONDecoder()
-    pos = text.index("[") + 1
-    index = 0
+    line_of = _LineCounter(text)
+    last_close = text.rfind("]")
+    pos = _skip(text, text.index("[") + 1)
+    index = 0  # elements so far, broken ones included
+    good = 0
 
-    def skip(p: int) -> int:
-        while p < len(text) and text[p] in " \t\r\n":
-            p += 1
-        return p
+    def bad(at: int, error: str) -> BadRow:
+        nonlocal index
+        index += 1
+        return BadRow(file=str(path), line=line_of(at), error=error, in_list=True)
 
-    pos = skip(pos)
-    while pos < len(text) and text[pos] != "]":
-        line = text.count("\n", 0, pos) + 1
+    while True:
+        if pos >= len(text):
+            if index:
+                yield bad(pos, "the list ends without its closing ']' (is the file cut short?)")
+                return
+            raise InputError(f"{path} is not valid JSON at line {line_of(pos)}: the list ends without its closing "
+                             "']' and holds no element.")
+        if text[pos] == "]":
+            rest = _skip(text, pos + 1)
+            if rest < len(text):
+                yield bad(rest, f"text after the list's closing ']' (line {line_of(pos)}) is ignored")
+            return
         try:
             data, end = decoder.raw_decode(text, pos)
+            after = _skip(text, end)
+            if after < len(text) and text[after] not in ",]{[":
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, after)
         except json.JSONDecodeError as err:
-            yield BadRow(file=str(path), line=err.lineno, error=f"not valid JSON ({err.msg}); rest of the file skipped",
-                         in_list=True)
-            return
-        yield RawRow(index=index, line=line, data=data)
+            nxt = _resync(decoder, text, pos, max(err.pos, pos), last_close)
+            if nxt is None and not good:
+                raise InputError(f"{path} is not valid JSON at line {err.lineno} ({err.msg}, column {err.colno}); "
+                                 "nothing in its list could be read. Fix the JSON there.") from None
+            yield bad(pos, f"not valid JSON ({_located(err)}); this list element is skipped")
+            if nxt is None:
+                return
+            pos = nxt
+            continue
+        yield RawRow(index=index, line=line_of(pos), data=data)
         index += 1
-        pos = skip(end)
-        if pos < len(text) and text[pos] == ",":
-            pos = skip(pos + 1)
+        good += 1
+        if after < len(text) and text[after] == ",":
+            pos = _skip(text, after + 1)
+        else:  # "]", the end of the text, or the next element with its "," missing
+            pos = after
+
+
+def _located(err: json.JSONDecodeError) -> str:
+    """``Expecting value at line 3, column 5`` (json's "Unterminated string starting at" reads on)."""
+    where = f"line {err.lineno}, column {err.colno}"
+    return f"{err.msg} {where}" if err.msg.endswith(" at") else f"{err.msg} at {where}"
+
+
+def _chain_ok(decoder: json.JSONDecoder, text: str, pos: int, last_close: int) -> bool:
+    """Whether list elements can be read from ``pos`` up to the list's closing ``]`` (or another broken element):
+    what tells a next element from a value nested in the broken one (its siblings end with a ``]`` or ``}`` that
+    does not close the list)."""
+    n = len(text)
+    while True:
+        try:
+            _, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return True  # another broken element: the chain held up to it
+        after = _skip(text, end)
+        if after >= n:
+            return True
+        if text[after] == "]":
+            return after == last_close
+        if text[after] in "{[":
+            pos = after
+            continue
+        if text[after] != ",":
+            return False
+        pos = _skip(text, after + 1)
+        if pos < n and text[pos] == "]":
+            return pos == last_close
+
+
+def _candidate(decoder: json.JSONDecoder, text: str, pos: int, last_close: int) -> bool | None:
+    """True: a list element that parses starts at ``pos``, followed by more elements up to the list's end (or another
+    broken element); False: a value parses there but is not followed so; None: nothing parses there."""
+    if not _VALUE_START.match(text, pos):
+        return None
+    try:
+        decoder.raw_decode(text, pos)
+    except json.JSONDecodeError:
+        return None
+    return _chain_ok(decoder, text, pos, last_close)
+
+
+_CLOSER = {"{": "}", "[": "]"}
+
+
+def _resync(decoder: json.JSONDecoder, text: str, start: int, error_at: int, last_close: int) -> int | None:
+    """Where the list element after the broken one at ``start`` (first error at ``error_at``) begins; None when no
+    element follows.
+
+    The next element starts after a ``,`` past the error (what precedes the error parsed, so it belongs to the broken
+    element). The first such ``,`` is taken that is followed by a value that parses and is itself followed by more
+    elements up to the list's closing ``]`` (or another broken element): a value nested in the broken element fails
+    that, its siblings ending with a ``]`` or ``}`` that does not close the list. A ``}, {`` whose ``{`` does not parse
+    is taken too: the next element, broken as well, reported on its own.
+    """
+    n = len(text)
+    opener = text[start]
+    i = text.find(",", error_at)
+    while i != -1:
+        nxt = _skip(text, i + 1)
+        if nxt >= n or (text[nxt] == "]" and nxt == last_close):
+            return None  # a trailing comma: the broken element was the last one
+        found = _candidate(decoder, text, nxt, last_close)
+        if found:
+            return nxt
+        if found is None and opener in _CLOSER and text[nxt] == opener:
+            before = i - 1
+            while before > start and text[before] in _WHITESPACE:
+                before -= 1
+            if text[before] == _CLOSER[opener]:
+                return nxt
+        i = text.find(",", i + 1)
+    return None
 
 
 def read_items(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """Yield ``(index, raw item)`` from a JSON list or a JSONL file.
+    """Yield ``(index, raw item)`` from a JSON list, a JSONL file, or a file holding one JSON object (one item).
 
-    A JSONL line that is not valid JSON is yielded as an InputError naming its line; a JSON list that does not
-    parse raises InputError with the line, since its later items cannot be located.
+    A row that cannot be parsed (a JSONL line, or an element of a JSON list) is yielded in its place as an InputError
+    naming its line, so that it is recorded as that item's error; InputError is raised when the file is missing, a
+    directory, not UTF-8, or when nothing at all can be read from it.
     """
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path} does not exist; give a JSON list or JSONL file of items.")
     index = 0
-    for row in read_rows(path):
+    for row in read_rows(path, what='JSON list or JSONL file of items {"question", "docs", "output"?}'):
         if isinstance(row, RawRow):
             index = row.index + 1
             yield row.index, row.data
-        elif row.in_list:
-            raise InputError(f"{path} is not valid JSON at line {row.line}; the list cannot be read past it ({row.error}).")
         else:
             yield index, InputError(f"{row}.", item=index)
             index += 1

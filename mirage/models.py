@@ -64,6 +64,9 @@ class LoadedModel:
     is_encoder_decoder: bool
     use_chat_template: bool
     context_window: int | None
+    #: Whether vmap batches this model's backward passes (CCI's one-graph path): None until CCI first tries,
+    #: False once it failed (CCI then repeats the input per target).
+    batched_backward: bool | None = None
 
     @property
     def device(self) -> torch.device:

@@ -3,6 +3,7 @@
     m = Mirage.from_pretrained("smollm2-135m-instruct")
     res = m.attribute(question, docs)            # or answer="..." to attribute a given answer
     res.sentences[0].mirage_citations
+    scores = m.score_tokens(m.prepare(item), answer)   # the token-scoring stage alone (CTI + CCI, no aggregation)
 """
 
 from __future__ import annotations
@@ -15,17 +16,15 @@ from typing import Any
 import torch
 
 from .aggregation import aggregate
-from .cci import compute_cci, with_documents_logits
-from .citations import parse_answer
+from .citations import ParsedAnswer, parse_answer
 from .config import MirageConfig
-from .cti import compute_cti
-from .forward import answer_logits, model_inputs
-from .generation import generate_answer
+from .generation import Generated, generate_answer
 from .inputs import InputError, RAGItem, make_item
 from .models import LoadedModel, load_model, wrap_model
 from .prompts import BuiltPrompt, Reservation, build_prompt, load_template
 from .results import AttributionResult
 from .serialization import library_versions
+from .token_scores import Targets, TokenScores, score_tokens
 from .tokenization import TokenizedAnswer, TokenizedPrompt, tokenize_answer, tokenize_prompt
 
 
@@ -107,57 +106,36 @@ class Mirage:
         return self.attribute_item({"question": question, "docs": list(docs), "output": answer, "id": id},
                                    config=config)
 
+    def score_tokens(self, prepared: PreparedItem, answer: TokenizedAnswer | str, *, targets: Targets = "selected",
+                     generated: Generated | None = None, config: MirageConfig | None = None) -> TokenScores:
+        """CTI for every answer token and CCI for the ``targets`` (``"selected"`` by CTI, ``"all"`` or ``"none"``);
+        see :mod:`mirage.token_scores`. ``answer`` is the text (or its tokens) to force-decode after the prepared
+        prompt; ``generated``: the generation that produced it, whose logits are then reused."""
+        if isinstance(answer, str):
+            answer = tokenize_answer(self.lm.tokenizer, answer)
+        return score_tokens(self.lm, prepared.tokens, answer, config or self.config, targets=targets,
+                            generated=generated)
+
     def attribute_item(self, item: RAGItem | dict, *, config: MirageConfig | None = None,
                        index: int | str | None = None) -> AttributionResult:
         """Attribute one item ``{"question", "docs", "output"?}``; see :meth:`attribute`."""
         cfg = config or self.config
-        timings: dict[str, float] = {}
         t0 = time.perf_counter()
-        raw_item = make_item(item, item=index)
-        reserve = None
-        if raw_item.output is not None:
-            reserve = len(tokenize_answer(self.lm.tokenizer, raw_item.output).ids) + 1  # the answer, as text
-        prep = self.prepare(raw_item, config=cfg, index=index, reserve_tokens=reserve)
-        timings["prepare"] = time.perf_counter() - t0
-        where = index if index is not None else prep.item.id
-
+        prep = self._prepare_for_output(item, cfg, index)
+        timings = {"prepare": time.perf_counter() - t0}
         generated = None
         if prep.item.output is None:
             t = time.perf_counter()
             generated = generate_answer(self.lm, prep.tokens.ids, cfg=cfg.generation)
             timings["generation"] = time.perf_counter() - t
-            raw_answer = generated.text
-        else:
-            raw_answer = prep.item.output
-        parsed = parse_answer(raw_answer, len(prep.item.docs))
-        text = parsed.text
-        if not text.strip():
-            field = "output" if prep.item.output is not None else "generated answer"
-            raise InputError("is empty once citation marks are removed; nothing to attribute.", item=where,
-                             field=field)
-        answer = tokenize_answer(self.lm.tokenizer, text)
-        return self._attribute_answer(prep, parsed, answer, generated, cfg, timings, t0)
-
-    def _attribute_answer(self, prep, parsed, answer: TokenizedAnswer, generated, cfg: MirageConfig,
-                          timings: dict[str, float], t0: float) -> AttributionResult:
-        lm, tok = self.lm, prep.tokens
-        t = time.perf_counter()
-        if generated is not None and tuple(generated.ids) == answer.ids:
-            logits_ctx, graph = generated.logits, None  # generation already computed the with-documents pass
-        else:
-            logits_ctx, graph = with_documents_logits(lm, tok.ids, answer.ids, cfg.cci)  # CCI reuses the graph
-        logits_noctx = answer_logits(lm, tok.contextless_ids, answer.ids)
-        cti = compute_cti(logits_ctx, logits_noctx, answer.ids, cfg=cfg.cti)
-        timings["cti"] = time.perf_counter() - t
-        t = time.perf_counter()
-        input_ids, positions = model_inputs(lm, tok.ids, answer.ids)
-        cci = compute_cci(lm, input_ids, answer.ids, positions, cti.selected, cti.contextless_top,
-                          tok.context_positions, cfg=cfg.cci, graph=graph)
-        del graph
-        timings["cci"] = time.perf_counter() - t
+        parsed = self._parse_answer(prep, generated, index)
+        answer = tokenize_answer(self.lm.tokenizer, parsed.text)
+        scores = self.score_tokens(prep, answer, generated=generated, config=cfg)
+        timings.update(scores.timings)
         sentences, tokens, spans, ctx_spans = aggregate(
-            tokenizer=lm.tokenizer, prompt_text=prep.prompt.text, tokenized=tok, answer=answer, parsed=parsed,
-            n_docs=len(prep.item.docs), cti=cti, cci=cci, cci_cfg=cfg.cci, cfg=cfg.aggregation)
+            tokenizer=self.lm.tokenizer, prompt_text=prep.prompt.text, tokenized=prep.tokens, answer=answer,
+            parsed=parsed, n_docs=len(prep.item.docs), cti=scores.cti, cci=scores.cci, cci_cfg=cfg.cci,
+            cfg=cfg.aggregation)
         timings["total"] = time.perf_counter() - t0
         return AttributionResult(
             question=prep.item.question,
@@ -167,13 +145,13 @@ class Mirage:
             context=prep.prompt.context,
             prompt=prep.prompt.text,
             contextless_prompt=prep.prompt.contextless_text,
-            model=lm.name,
+            model=self.lm.name,
             config=cfg.to_dict(),
             sentences=sentences,
             tokens=tokens,
             spans=spans,
             context_spans=ctx_spans,
-            cti_threshold=float(cti.threshold),
+            cti_threshold=float(scores.cti.threshold),
             generated=generated is not None,
             truncated_docs=list(prep.prompt.truncated_docs),
             id=prep.item.id,
@@ -181,3 +159,21 @@ class Mirage:
             timings={k: round(v, 4) for k, v in timings.items()},
         )
 
+    def _prepare_for_output(self, item: RAGItem | dict, cfg: MirageConfig, index: int | str | None) -> PreparedItem:
+        """The item prepared with room for its given answer (as text), or for generation when it has none."""
+        raw_item = make_item(item, item=index)
+        reserve = None
+        if raw_item.output is not None:
+            reserve = len(tokenize_answer(self.lm.tokenizer, raw_item.output).ids) + 1
+        return self.prepare(raw_item, config=cfg, index=index, reserve_tokens=reserve)
+
+    def _parse_answer(self, prep: PreparedItem, generated: Generated | None,
+                      index: int | str | None) -> ParsedAnswer:
+        """The given or generated answer with its self-citations parsed out; empty once stripped is an InputError."""
+        raw_answer = generated.text if generated is not None else prep.item.output
+        parsed = parse_answer(raw_answer, len(prep.item.docs))
+        if not parsed.text.strip():
+            field = "output" if prep.item.output is not None else "generated answer"
+            raise InputError("is empty once citation marks are removed; nothing to attribute.",
+                             item=index if index is not None else prep.item.id, field=field)
+        return parsed

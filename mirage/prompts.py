@@ -12,7 +12,7 @@ import yaml
 
 from .config import ConfigError, PromptConfig
 from .inputs import Document, InputError
-from .tokenization import encode_prompt_text, encode_text
+from .tokenization import encode_prompt_text, encode_text, render_chat
 
 PROMPTS_DIR = Path(__file__).parent / "configs" / "prompts"
 
@@ -161,16 +161,11 @@ def render_documents(template: PromptTemplate, docs: tuple[Document, ...]) -> tu
 def _apply_chat(tokenizer: Any, content: str, system: str | None) -> tuple[str, int, Span | None]:
     """The chat-wrapped prompt, where ``content`` starts in it, and the system message's span (if it is found)."""
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
-    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    system_span, after = None, 0
-    if system:
-        for text in dict.fromkeys((system, system.strip())):  # a template may strip it
-            at = rendered.find(text) if text else -1
-            if at >= 0:
-                system_span, after = (at, at + len(text)), at + len(text)
-                break
-    offset = rendered.find(content, after)
-    if offset < 0 and after:
+    rendered, spans = render_chat(tokenizer, messages)
+    system_span = spans[0] if system else None
+    found = spans[-1]
+    offset = found[0] if found is not None and found[1] - found[0] == len(content) else -1
+    if offset < 0:  # the content's exact text, before the system message if the template puts it there
         offset, system_span = rendered.find(content), None
     if offset < 0:
         raise ConfigError("the tokenizer's chat template alters the message text; set prompt.chat_template=false.")
@@ -306,13 +301,6 @@ def build_prompt(
     """
     if max_tokens is None and reservation is not None:
         max_tokens = reservation.max_prompt_tokens
-
-    def build(texts: list[str]) -> tuple[BuiltPrompt, int]:
-        shortened = tuple(Document(title=d.title, text=t) for d, t in zip(docs, texts))
-        b = format_prompt(template, question, shortened, tokenizer=tokenizer, use_chat_template=use_chat_template,
-                          system=system)
-        return b, count_tokens(tokenizer, b.text, b.add_special_tokens, b.user_spans)
-
     built = format_prompt(template, question, docs, tokenizer=tokenizer, use_chat_template=use_chat_template,
                           system=system)
     if max_tokens is None:
@@ -320,6 +308,25 @@ def build_prompt(
     n_tokens = count_tokens(tokenizer, built.text, built.add_special_tokens, built.user_spans)
     if n_tokens <= max_tokens:
         return built
+    built = _fit_documents(template, question, docs, n_tokens, max_tokens, tokenizer=tokenizer,
+                           use_chat_template=use_chat_template, system=system, item=item, reservation=reservation)
+    warnings.warn(
+        f"item {item}: prompt exceeded the model's window; truncated document(s) "
+        f"{list(built.truncated_docs)} to fit {max_tokens} tokens.", stacklevel=2)
+    return built
+
+
+def _fit_documents(template: PromptTemplate, question: str, docs: tuple[Document, ...], n_tokens: int,
+                   max_tokens: int, *, tokenizer: Any, use_chat_template: bool, system: str | None,
+                   item: int | str | None, reservation: Reservation | None) -> BuiltPrompt:
+    """The prompt of ``n_tokens`` tokens cut to ``max_tokens`` by shortening the longest documents (whole tokens
+    from their ends), with ``truncated_docs`` set; InputError when one token per document does not fit."""
+
+    def build(texts: list[str]) -> tuple[BuiltPrompt, int]:
+        shortened = tuple(Document(title=d.title, text=t) for d, t in zip(docs, texts))
+        b = format_prompt(template, question, shortened, tokenizer=tokenizer, use_chat_template=use_chat_template,
+                          system=system)
+        return b, count_tokens(tokenizer, b.text, b.add_special_tokens, b.user_spans)
 
     def doc_offsets(text: str) -> list[Span]:
         return encode_text(tokenizer, text, add_special_tokens=False, split_special_tokens=True)[1]
@@ -340,11 +347,8 @@ def build_prompt(
             break
         offsets = [doc_offsets(t) for t in texts]
     else:
-        texts, built, n_tokens = smallest, minimal, n_minimal
+        texts, built = smallest, minimal
     truncated = tuple(i + 1 for i, (t, o) in enumerate(zip(texts, originals)) if t != o)
-    warnings.warn(
-        f"item {item}: prompt exceeded the model's window; truncated document(s) "
-        f"{list(truncated)} to fit {max_tokens} tokens.", stacklevel=2)
     return BuiltPrompt(**{**built.__dict__, "truncated_docs": truncated})
 
 

@@ -1,8 +1,10 @@
-"""A browsable static HTML report of attribution results: ``mirage view RESULTS.jsonl -o report.html``.
+"""Attribution results as HTML, all of it: one result as a fragment (:func:`result_to_html`, e.g. for a notebook's
+``display(HTML(...))``) and a browsable static report of many (:func:`report_html`, what
+``mirage view RESULTS.jsonl -o report.html`` writes).
 
-One self-contained page (inline CSS and JS, no network): a searchable list of items; per item the question, the
-documents, the answer with spans coloured by document (hovering a span shows its top context tokens), both citation
-sets per sentence with disagreements marked, and an SVG chart of CTI scores over the answer tokens.
+The report is one self-contained page (inline CSS and JS, no network): a searchable list of items; per item the
+question, the documents, the answer with spans coloured by document (hovering a span shows its top context tokens),
+both citation sets per sentence with disagreements marked, and an SVG chart of CTI scores over the answer tokens.
 
 All text is rendered server-side with :func:`html.escape`; the little data the page's script needs (each span's
 context cues) is embedded as JSON in a ``<script type="application/json">`` block with ``<``, ``>`` and ``&``
@@ -14,34 +16,69 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Sequence
+from dataclasses import MISSING, fields
 from html import escape
 from pathlib import Path
 from typing import Any
 
-from .cli import EXTRA_COMMANDS
-from .inputs import InputError
-from .rendering import PALETTE, doc_color, highlighted_answer
+from .inputs import InputError, RawRow, json_kind, read_jsonl
+from .rendering import format_citations
 from .results import AnswerSpan, AttributionResult
 
 #: Context cues listed per answer span when hovering it.
 CUES_PER_SPAN = 6
+#: Background colours of documents 1, 2, … (cycled).
+PALETTE = ["#fde68a", "#a7f3d0", "#bfdbfe", "#fbcfe8", "#ddd6fe", "#fed7aa", "#c7d2fe", "#bbf7d0", "#fecaca", "#e9d5ff"]
+
+
+def doc_color(doc: int) -> str:
+    """Background colour of a 1-based document id."""
+    return PALETTE[(doc - 1) % len(PALETTE)]
 
 
 def read_results(path: str | Path) -> list[AttributionResult]:
-    """The results of a ``mirage attribute`` JSONL file (extra keys such as ``key``/``index`` are ignored)."""
+    """The results of a ``mirage attribute`` JSONL file (extra keys such as ``key``/``index`` are ignored).
+
+    A torn last line (a record cut off without its newline, as a stopped run leaves it) is skipped with a warning;
+    any other line that is not JSON, not an object, or not an attribution result is an InputError naming the file
+    and line; so is a file that is missing, a directory, or not UTF-8.
+    """
     path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path} does not exist; give the JSONL written by `mirage attribute`.")
     out = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append(AttributionResult.from_dict(json.loads(line)))
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise InputError(f"line {lineno} of {path} is not an attribution result ({err}).") from err
+    for row in read_jsonl(path, what="JSONL written by `mirage attribute`"):
+        if isinstance(row, RawRow):
+            out.append(_result(row.data, path, row.line))
+        elif row.unterminated:  # the last line, without its newline: a record cut off mid-write
+            warnings.warn(f"{path}: skipped line {row.line}, a record cut off mid-write (the run was stopped); "
+                          "re-run `mirage attribute` to finish that item.", stacklevel=2)
+        else:
+            raise InputError(f"{path} line {row.line} is {row.error}; a results file has one JSON object per line, "
+                             "as `mirage attribute` writes it.")
     return out
+
+
+#: What a result record must hold (the fields of AttributionResult without a default).
+_REQUIRED = tuple(f.name for f in fields(AttributionResult) if f.default is MISSING and f.default_factory is MISSING)
+
+
+def _result(data: Any, path: Path, lineno: int) -> AttributionResult:
+    if not isinstance(data, dict):
+        raise InputError(f"{path} line {lineno} is a JSON {json_kind(data)}, not an object; a results file has one "
+                         "attribution result object per line, as `mirage attribute` writes it.")
+    missing = [name for name in _REQUIRED if name not in data]
+    if missing:
+        errors_file = " (it looks like the .errors.jsonl of a run: view the results file beside it)" if (
+            "error" in data and "key" in data) else ""
+        raise InputError(f"{path} line {lineno} is not a mirage attribution result: it lacks "
+                         f"{', '.join(repr(m) for m in missing[:4])}{', …' if len(missing) > 4 else ''}"
+                         f"{errors_file}; give the JSONL written by `mirage attribute`.")
+    try:
+        return AttributionResult.from_dict(data)
+    except (AttributeError, KeyError, TypeError, ValueError) as err:
+        raise InputError(f"{path} line {lineno} is not a valid mirage attribution result ({type(err).__name__}: "
+                         f"{err}); give the JSONL written by `mirage attribute`.") from None
 
 
 def span_cues(res: AttributionResult, span: AnswerSpan, limit: int = CUES_PER_SPAN) -> list[dict[str, Any]]:
@@ -62,6 +99,55 @@ def _chips(ids: Sequence[int], n_docs: int) -> str:
     return "".join(
         f'<span class="chip" style="background:{doc_color(i)}">[{i}]</span>' if 1 <= i <= n_docs
         else f'<span class="chip invalid">[{i}]</span>' for i in ids
+    )
+
+
+def highlighted_answer(res: AttributionResult) -> str:
+    """The answer as HTML with attributed spans coloured by (first) document and labelled with their ids."""
+    out, pos = [], 0
+    tokens = {t.index: t for t in res.tokens}
+    for span in res.spans:
+        out.append(escape(res.answer[pos : span.start]))
+        cues = []
+        for i in span.tokens:
+            for cue in tokens[i].top_context[:3]:
+                cues.append(f"[{cue.doc}] {cue.token.strip()} ({cue.score:.3g})")
+        title = escape("; ".join(cues), quote=True)
+        label = "".join(f"[{d}]" for d in span.docs)
+        out.append(
+            f'<mark class="mirage-span" data-docs="{escape(",".join(map(str, span.docs)), quote=True)}" '
+            f'title="{title}" style="background:{doc_color(span.docs[0])}">{escape(span.text)}'
+            f"<sub>{escape(label)}</sub></mark>"
+        )
+        pos = span.end
+    out.append(escape(res.answer[pos:]))
+    return "".join(out)
+
+
+def result_to_html(res: AttributionResult) -> str:
+    """One result as a self-contained HTML fragment: question, highlighted answer, citations per sentence,
+    documents (all text escaped)."""
+    rows = []
+    for s in res.sentences:
+        differ = sorted(s.mirage_citations) != sorted(s.self_citations)
+        rows.append(
+            f'<tr class="{"differ" if differ else "agree"}"><td>{escape(s.text)}</td>'
+            f"<td>{escape(format_citations(s.mirage_citations))}</td>"
+            f"<td>{escape(format_citations(s.self_citations))}</td></tr>"
+        )
+    docs = "".join(
+        f'<li value="{i}"><span style="background:{doc_color(i)}">[{i}]</span> <b>{escape(d["title"])}</b>: '
+        f"{escape(d['text'])}</li>"
+        for i, d in enumerate(res.docs, start=1)
+    )
+    return (
+        '<div class="mirage-result">'
+        f"<p><b>Question:</b> {escape(res.question)}</p>"
+        f'<p class="mirage-answer"><b>Answer:</b> {highlighted_answer(res)}</p>'
+        '<table class="mirage-sentences"><tr><th>Sentence</th><th>mirage</th><th>self-citation</th></tr>'
+        f"{''.join(rows)}</table>"
+        f'<ol class="mirage-docs">{docs}</ol>'
+        "</div>"
     )
 
 
@@ -198,18 +284,6 @@ def cmd_view(args: argparse.Namespace) -> int:
     out = write_report(args.results, args.output, title=args.title)
     print(f"wrote {out}", file=sys.stderr)
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    view = sub.add_parser("view", help="write a browsable static HTML report of a results JSONL")
-    view.add_argument("results", help="JSONL written by `mirage attribute`")
-    view.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
-    view.add_argument("--title", help="page title (default: the results file name)")
-    view.set_defaults(func=cmd_view)
-
-
-if register not in EXTRA_COMMANDS:
-    EXTRA_COMMANDS.append(register)
 
 
 _CSS = """

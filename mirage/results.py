@@ -1,4 +1,8 @@
-"""Attribution results: plain dataclasses that carry their config and versions and round-trip through JSON."""
+"""Attribution results: plain dataclasses that carry their config and versions and round-trip through JSON.
+
+Plain data only: rendering is :mod:`mirage.rendering` (text) and :mod:`mirage.report` (HTML), the faithfulness check
+:func:`mirage.faithfulness.faithfulness`.
+"""
 
 from __future__ import annotations
 
@@ -125,19 +129,3 @@ class AttributionResult(JSONRecord):
     def self_citations(self) -> list[list[int]]:
         """Per sentence, the model's own citations."""
         return [s.self_citations for s in self.sentences]
-
-    def to_html(self) -> str:
-        """A self-contained HTML fragment: the answer with spans coloured by document, citations per sentence."""
-        from .rendering import result_to_html
-
-        return result_to_html(self)
-
-    def faithfulness(self, mirage: Any, **kwargs: Any) -> Any:
-        """Faithfulness of each sentence's citation sets (see :mod:`mirage.faithfulness`) with the ``Mirage`` that
-        computed this result; returns a ``FaithfulnessResult``."""
-        from .faithfulness import faithfulness
-
-        return faithfulness(mirage, self, **kwargs)
-
-    def _repr_html_(self) -> str:
-        return self.to_html()

@@ -42,6 +42,6 @@ def library_versions() -> dict[str, str]:
     import torch
     import transformers
 
-    from . import __version__
+    from .version import __version__
 
     return {"mirage": __version__, "torch": torch.__version__, "transformers": transformers.__version__}

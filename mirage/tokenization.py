@@ -161,17 +161,30 @@ def tokenize_answer(tokenizer: Any, answer: str) -> TokenizedAnswer:
 
 
 
+def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[str, list[tuple[int, int] | None]]:
+    """The chat rendered as text by the tokenizer's template (generation prompt added), and where each message's
+    content lies in it: its exact text, else its stripped text (a template may strip it), searched after the previous
+    message; None where the template altered it. The one place mirage renders a chat."""
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    spans: list[tuple[int, int] | None] = []
+    pos = 0
+    for message in messages:
+        span = None
+        for content in dict.fromkeys((message["content"], message["content"].strip())):
+            at = text.find(content, pos) if content else -1
+            if at >= 0:
+                span = (at, at + len(content))
+                pos = span[1]
+                break
+        spans.append(span)
+    return text, spans
+
+
 def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
     """Ids of a chat rendered by the tokenizer's template (generation prompt added), each message's content read
     as text: a special-token string a user wrote never becomes a turn boundary."""
-    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-    spans, pos = [], 0
-    for message in messages:
-        start = text.find(message["content"], pos)
-        if start >= 0:
-            spans.append((start, start + len(message["content"])))
-            pos = start + len(message["content"])
-    return encode_prompt_text(tokenizer, text, False, spans)[0]
+    text, spans = render_chat(tokenizer, messages)
+    return encode_prompt_text(tokenizer, text, False, [span for span in spans if span is not None])[0]
 
 
 def encode_plain(tokenizer: Any, text: str) -> list[int]:

@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
+
+# The same examples on every run: a property test that passes in CI passes again on the next run.
+settings.register_profile("mirage", derandomize=True)
+settings.load_profile("mirage")
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A document whose text would run as code if a page did not escape it.

@@ -17,7 +17,7 @@ from mirage.bias.metrics import (
     cab_effect,
     cas,
     cas_effect,
-    citation_quality,
+    citation_set_prf,
     exact_match,
     paired_p_value,
     random_baseline,
@@ -57,10 +57,10 @@ def records(mode: str) -> list[BiasRecord]:
     return [rec(f"q{i}", mode, c) for i, c in enumerate(CITED[mode])]
 
 
-def test_citation_quality_and_exact_match():
-    assert citation_quality([1, 2], [1]) == (0.5, 1.0, pytest.approx(2 / 3))
-    assert citation_quality([], [1]) == (0.0, 0.0, 0.0)
-    assert citation_quality([3], [1]) == (0.0, 0.0, 0.0)
+def test_citation_set_prf_and_exact_match():
+    assert citation_set_prf([1, 2], [1]) == (0.5, 1.0, pytest.approx(2 / 3))
+    assert citation_set_prf([], [1]) == (0.0, 0.0, 0.0)
+    assert citation_set_prf([3], [1]) == (0.0, 0.0, 0.0)
     assert exact_match("It was formed in 1913, by Ibn Saud.", ["In 1913"]) is True
     assert exact_match("The answer is the 1913 one", ["1913"]) is True
     assert exact_match("In 19134", ["1913"]) is False  # whole-token match after normalisation

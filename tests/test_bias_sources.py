@@ -102,8 +102,9 @@ def test_build_items_reads_a_beir_folder_end_to_end(tmp_path):
     ("qrels/test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\n", "line 2"),
     ("qrels/test.tsv", "q1\td1\tyes\n", "line 1"),
     ("corpus.jsonl", '{"_id": "d1", "title": "t"}\n', "lacks ['text']"),
-    ("queries.jsonl", '{"_id": "q1", "text": "ok"}\n{not json\n', "line 2 is not JSON"),
-    ("answers.jsonl", '{"_id": "q1", "answers": "1889"}\n', "row 1 needs 'answers'"),
+    ("corpus.jsonl", '\n{"_id": "d1", "text": "t"}\n["d2", "t"]\n', "line 3 is a JSON list, not an object"),
+    ("queries.jsonl", '{"_id": "q1", "text": "ok"}\n{not json\n', "line 2 is not valid JSON (Expecting property name"),
+    ("answers.jsonl", '\n{"_id": "q1", "answers": "1889"}\n', "line 2 needs 'answers'"),
     ("run.trec", "q1 Q0 d1 1\n", "line 1"),
 ])
 def test_malformed_beir_files_name_the_file_and_line(tmp_path, path, content, needle):

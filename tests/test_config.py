@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from mirage.cli import build_parser, config_from_args
+from mirage.cli import build_parser
 from mirage.config import (
     AggregationConfig,
     CCIConfig,
@@ -14,6 +14,11 @@ from mirage.config import (
     MirageConfig,
     PromptConfig,
 )
+from mirage.experiment import ExperimentConfig, pipeline_flags
+
+
+def config_from_args(args) -> MirageConfig:
+    return ExperimentConfig.from_args(args, command="attribute").pipeline
 
 
 def test_defaults_are_the_reference_settings():
@@ -64,6 +69,58 @@ def test_cli_flags_override_the_config_file(tmp_path):
     assert cfg.cci.top_k == 3 and cfg.cci.top_percent is None and cfg.cti.std_k == 0
     args = build_parser().parse_args(["attribute", "in.json", "-o", "o.jsonl", "--cti-threshold", "0.2"])
     assert config_from_args(args).cti.selector == "threshold"
+    args = build_parser().parse_args(["attribute", "in.json", "-o", "o.jsonl", "--cci-top-k", "3",
+                                      "--cci-top-percent", "5"])
+    with pytest.raises(ConfigError, match="exactly one of top_k and top_percent"):
+        config_from_args(args)  # both given: neither clears the other
+
+
+#: Every pipeline flag with its config field and help text, as the commands have always offered them.
+PIPELINE_FLAGS = {
+    "--prompt": ("prompt", "name", "prompt template: selfcitation (ALCE, asks for [n] citations) or standard"),
+    "--max-new-tokens": ("generation", "max_new_tokens", "tokens to generate when an item has no output"),
+    "--sample": ("generation", "do_sample", "sample answers (seeds then differ) instead of greedy"),
+    "--temperature": ("generation", "temperature", "sampling temperature"),
+    "--top-p": ("generation", "top_p", "nucleus sampling p"),
+    "--seed": ("generation", "seed", "generation seed"),
+    "--cti-metric": ("cti", "metric", "kl_noctx_ctx (reference, default), kl_ctx_noctx (paper), js, prob_diff"),
+    "--cti-std": ("cti", "std_k", "CTI: keep tokens with score >= mean + K*std (MIRAGE-EX); default 1"),
+    "--cti-threshold": ("cti", "threshold", "CTI: calibrated fixed threshold (MIRAGE-CAL)"),
+    "--cci-method": ("cci", "method", "saliency (default), input_x_gradient, integrated_gradients"),
+    "--cci-top-k": ("cci", "top_k", "CCI: keep the N most salient context tokens"),
+    "--cci-top-percent": ("cci", "top_percent", "CCI: keep the top P%% of context tokens (default 5)"),
+    "--cci-percent-rule": ("cci", "percent_rule", "range (max - p(max-min), reference code) or percentile"),
+    "--cci-batch-size": ("cci", "batch_size", "selected tokens per backward pass (default: fit free memory)"),
+    "--max-citations": ("aggregation", "max_citations", "at most N documents cited per sentence (default 3)"),
+}
+
+
+def test_pipeline_flags_come_from_the_config_fields(capsys, monkeypatch):
+    found = {f.metadata["flag"]: (section, f.name, f.metadata["help"]) for section, f, _kind in pipeline_flags()}
+    assert found == PIPELINE_FLAGS
+    kinds = {f.metadata["flag"]: kind for _section, f, kind in pipeline_flags()}
+    assert kinds["--cti-std"] is float and kinds["--cci-top-k"] is int and kinds["--sample"] is bool
+    assert kinds["--cti-metric"] is str and kinds["--cci-percent-rule"] is str
+    monkeypatch.setenv("COLUMNS", "2000")  # one line per option: no help text wrapped
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["attribute", "--help"])
+    shown = capsys.readouterr().out
+    for flag, (_section, _field, help_text) in PIPELINE_FLAGS.items():
+        assert flag in shown and help_text.replace("%%", "%") in shown
+
+
+def test_every_flag_parses_into_its_field():
+    argv = ["attribute", "in.json", "-o", "o.jsonl", "--prompt", "standard", "--max-new-tokens", "7", "--sample",
+            "--temperature", "0.5", "--top-p", "0.9", "--seed", "3", "--cti-metric", "js", "--cti-std", "2",
+            "--cci-method", "input_x_gradient", "--cci-top-percent", "10", "--cci-percent-rule", "percentile",
+            "--cci-batch-size", "4", "--max-citations", "2"]
+    cfg = config_from_args(build_parser().parse_args(argv))
+    assert cfg.prompt.name == "standard" and cfg.generation == GenerationConfig(7, True, 0.5, 0.9, 3)
+    assert (cfg.cti.metric, cfg.cti.std_k) == ("js", 2.0)
+    assert (cfg.cci.method, cfg.cci.top_percent, cfg.cci.top_k, cfg.cci.percent_rule, cfg.cci.batch_size) == (
+        "input_x_gradient", 10.0, None, "percentile", 4)
+    assert cfg.aggregation.max_citations == 2
+    assert config_from_args(build_parser().parse_args(["attribute", "in.json", "-o", "o.jsonl"])) == MirageConfig()
 
 
 # --- types and finiteness -------------------------------------------------------------------------------------------
@@ -232,11 +289,16 @@ def test_unreadable_config_file(tmp_path):
     path.chmod(0)
     try:
         if os.access(path, os.R_OK):
-            pytest.skip("running as root: permissions are not enforced")
+            # Running as root, permissions are not enforced: a file whose read fails for root too stands in
+            # (reading /proc/self/mem from offset 0 is an I/O error on Linux).
+            path.chmod(0o600)
+            path.unlink()
+            path.symlink_to("/proc/self/mem")
         with pytest.raises(ConfigError, match=rf"^{path}: cannot read the config file"):
             MirageConfig.from_yaml(path)
     finally:
-        path.chmod(0o600)
+        if path.exists() and not path.is_symlink():
+            path.chmod(0o600)
 
 
 @pytest.mark.parametrize("text", ["cti: [1, 2\n", "cti:\n  std_k: 1\n bad indent: 2\n", "a: b: c\n", "\tcti: {}\n"])

@@ -9,7 +9,7 @@ from mirage import Mirage, MirageConfig
 from mirage.cci import compute_cci, select_context
 from mirage.config import CCIConfig, CTIConfig
 from mirage.cti import compute_cti, contrast_scores, select_tokens
-from mirage.forward import answer_logits, model_inputs
+from mirage.forward import answer_logits, attribution_graph, model_inputs
 
 QUESTION = "When was the Ikhwan party formed?"
 DOCS = [
@@ -112,8 +112,6 @@ def test_batched_cci_matches_one_backward_per_token(tiny_causal):
 def test_shared_forward_matches_repeated_rows_and_leaves_parameters_alone(tiny_causal, monkeypatch, method):
     """The vmapped-backward path (one forward) and the fallback (input repeated per target) give the same scores;
     parameters that required grad still do afterwards."""
-    import mirage.cci as cci_mod
-
     lm = tiny_causal
     prep, ans = _prepared(lm)
     input_ids, positions = model_inputs(lm, prep.tokens.ids, ans.ids)
@@ -122,7 +120,7 @@ def test_shared_forward_matches_repeated_rows_and_leaves_parameters_alone(tiny_c
     flags = [p.requires_grad for p in lm.model.parameters()]
     cfg = CCIConfig(method=method, batch_size=2)
     shared = compute_cci(lm, input_ids, ans.ids, positions, selected, ctx_top, prep.tokens.context_positions, cfg=cfg)
-    monkeypatch.setattr(cci_mod, "_NO_BATCHED_BACKWARD", {type(lm.model)})
+    monkeypatch.setattr(lm, "batched_backward", False)
     repeated = compute_cci(lm, input_ids, ans.ids, positions, selected, ctx_top, prep.tokens.context_positions,
                            cfg=cfg)
     assert torch.allclose(torch.tensor(shared.scores), torch.tensor(repeated.scores), rtol=1e-4, atol=1e-7)
@@ -139,8 +137,6 @@ def test_shared_forward_matches_repeated_rows_and_leaves_parameters_alone(tiny_c
 def test_one_graph_serves_cti_and_cci(tiny_causal):
     """The pipeline's shared forward pass gives CTI the same logits as the inference pass, and CCI the same scores
     as a run that builds its own (cut) graph."""
-    from mirage.cci import attribution_graph
-
     lm = tiny_causal
     prep, ans = _prepared(lm)
     input_ids, positions = model_inputs(lm, prep.tokens.ids, ans.ids)
@@ -157,16 +153,15 @@ def test_one_graph_serves_cti_and_cci(tiny_causal):
 
 
 def test_vmap_failure_falls_back_to_repeated_rows(tiny_causal, monkeypatch):
-    """A model whose backward vmap cannot batch is remembered and attributed by the fallback path."""
-    import mirage.cci as cci_mod
-
+    """A model whose backward vmap cannot batch is remembered (on the loaded model) and attributed by the fallback
+    path."""
     lm = tiny_causal
     prep, ans = _prepared(lm)
     input_ids, positions = model_inputs(lm, prep.tokens.ids, ans.ids)
     top = [0] * len(ans.ids)
     expected = compute_cci(lm, input_ids, ans.ids, positions, [2], top, prep.tokens.context_positions,
                            cfg=CCIConfig())
-    monkeypatch.setattr(cci_mod, "_NO_BATCHED_BACKWARD", set())
+    monkeypatch.setattr(lm, "batched_backward", None)
     real_grad = torch.autograd.grad
 
     def no_vmap(*args, **kwargs):
@@ -176,7 +171,7 @@ def test_vmap_failure_falls_back_to_repeated_rows(tiny_causal, monkeypatch):
 
     monkeypatch.setattr(torch.autograd, "grad", no_vmap)
     out = compute_cci(lm, input_ids, ans.ids, positions, [2], top, prep.tokens.context_positions, cfg=CCIConfig())
-    assert type(lm.model) in cci_mod._NO_BATCHED_BACKWARD
+    assert lm.batched_backward is False
     assert torch.allclose(torch.tensor(out.scores), torch.tensor(expected.scores), rtol=1e-4, atol=1e-7)
 
 

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from mirage import Mirage, MirageConfig
+from mirage.aggregation import sentence_of_token
 from mirage.faithfulness import (
     METHODS,
     FaithfulnessConfig,
@@ -17,9 +18,8 @@ from mirage.faithfulness import (
     faithfulness,
     random_set,
     summarize,
-    token_logprobs,
 )
-from mirage.forward import answer_logits
+from mirage.forward import answer_logits, token_probabilities
 from mirage.tokenization import tokenize_answer
 
 QUESTION = "When was the Ikhwan party formed?"
@@ -45,9 +45,8 @@ def tiny(tiny_causal):
 
 def _sentence_tokens(m, res, index):
     ans = tokenize_answer(m.lm.tokenizer, res.answer)
-    s = res.sentences[index]
-    first = [a + len(res.answer[a:b]) - len(res.answer[a:b].lstrip()) for a, b in ans.offsets]
-    return [i for i, a in enumerate(first) if s.start <= a < s.end], ans
+    spans = [(s.start, s.end) for s in res.sentences]
+    return [i for i, (a, _b) in enumerate(ans.offsets) if sentence_of_token(res.answer, a, spans) == index], ans
 
 
 def test_one_pass_over_the_answer_equals_decoding_each_sentence_after_its_prefix(tiny):
@@ -60,10 +59,10 @@ def test_one_pass_over_the_answer_equals_decoding_each_sentence_after_its_prefix
         idx, _ = _sentence_tokens(m, res, s.index)
         assert s.n_tokens == len(idx)
         prefix, target = list(ans.ids[: idx[0]]), list(ans.ids[idx[0] : idx[-1] + 1])
-        alone = token_logprobs(answer_logits(m.lm, list(prompt) + prefix, target), target)
+        alone = token_probabilities(answer_logits(m.lm, list(prompt) + prefix, target), target, log=True)
         assert math.isclose(s.full_logprob, sum(alone), abs_tol=1e-3)
         total += s.full_logprob
-    every = token_logprobs(answer_logits(m.lm, prompt, ans.ids), ans.ids)
+    every = token_probabilities(answer_logits(m.lm, prompt, ans.ids), ans.ids, log=True)
     assert math.isclose(total, sum(every), abs_tol=1e-3)  # every token belongs to one sentence
 
 
@@ -80,7 +79,7 @@ def test_drop_and_keep_follow_their_definitions(tiny):
     assert every.docs == [1, 2, 3] and every.keep == 0.0
     noctx = m.prepare({"question": QUESTION, "docs": DOCS}, config=m.config).tokens.contextless_ids
     idx, ans = _sentence_tokens(m, res, 1)
-    lp = token_logprobs(answer_logits(m.lm, noctx, ans.ids), ans.ids)
+    lp = token_probabilities(answer_logits(m.lm, noctx, ans.ids), ans.ids, log=True)
     assert math.isclose(every.removed_logprob, sum(lp[i] for i in idx), abs_tol=1e-3)
     # Empty citation sets are not scored, and neither are their random counterparts.
     assert s2.sets["selfcitation"].docs == [] and s2.sets["selfcitation"].drop is None
@@ -113,8 +112,8 @@ def test_random_sets_match_sizes_and_are_seeded(tiny):
 
 def test_result_and_summary_round_trip_and_empty_sets_are_counted(tiny):
     m, res = tiny
-    fr = res.faithfulness(m, config=FaithfulnessConfig(seed=3))
-    assert fr == faithfulness(m, res, config=FaithfulnessConfig(seed=3))
+    fr = faithfulness(m, res, config=FaithfulnessConfig(seed=3))
+    assert fr == faithfulness(m, res, config=FaithfulnessConfig(seed=3))  # seeded: the same sets again
     assert FaithfulnessResult.from_json(fr.to_json()) == fr
     other = copy.deepcopy(fr)
     other.id = "copy"
@@ -140,7 +139,7 @@ def test_removing_the_document_a_sentence_copies_from_drops_its_likelihood(embed
     answer = "The vault combination is 4471, chosen by Elena Marsh [1]. The bakery sells dark rye bread [3]."
     res = embedded_mirage.attribute("What is the vault combination, and what does the bakery sell?", docs,
                                     answer=answer, id="vault")
-    fr = res.faithfulness(embedded_mirage)
+    fr = faithfulness(embedded_mirage, res)
     right, wrong = (s.sets["selfcitation"] for s in fr.sentences)
     assert right.docs == [1] and wrong.docs == [3]
     assert right.drop > 2.0, "removing the document holding the copied facts must make them much less likely"

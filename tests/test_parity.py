@@ -1,16 +1,15 @@
 """Parity with the method's reference procedure: inseq's ``attribute_context`` (contrast_prob_diff, saliency,
-logprob=True) on the same embedded model and the same inputs (see benchmarks/reference.py for the mapping)."""
+logprob=True) on the same embedded model and the same inputs (see mirage/reference.py for the mapping)."""
 
 import pytest
 from scipy.stats import pearsonr
 
-from benchmarks.reference import run_reference
 from mirage import Mirage, MirageConfig
-from mirage.aggregation import cite_token, rank_documents
+from mirage.aggregation import cite_sentences, cite_token
 from mirage.cci import compute_cci
 from mirage.config import CCIConfig
 from mirage.forward import answer_logits, model_inputs
-from mirage.sentences import sentence_index
+from mirage.reference import run_reference
 from mirage.tokenization import tokenize_answer
 
 
@@ -63,14 +62,9 @@ def test_same_context_sensitive_tokens(cases):
 def _citations(res, prep, rows: dict[int, list[float]]) -> list[list[int]]:
     """Sentence citations from per-token context scores, through mirage's own selector and aggregation."""
     cci_cfg = CCIConfig(**res.config["cci"])
-    spans = [(s.start, s.end) for s in res.sentences]
-    per_sentence: dict[int, list] = {i: [] for i in range(len(spans))}
-    for i, scores in rows.items():
-        start = res.tokens[i].start
-        while start < len(res.answer) and res.answer[start].isspace():
-            start += 1
-        per_sentence[sentence_index(spans, start)].append(cite_token(scores, prep.tokens.context_docs, cci_cfg))
-    return [rank_documents(per_sentence[i], res.config["aggregation"]["max_citations"]) for i in range(len(spans))]
+    cited = {i: cite_token(scores, prep.tokens.context_docs, cci_cfg) for i, scores in rows.items()}
+    return cite_sentences(res.answer, [(s.start, s.end) for s in res.sentences], [t.start for t in res.tokens], cited,
+                          res.config["aggregation"]["max_citations"])
 
 
 def test_same_cci_scores_and_sentence_citations(cases, smollm2):
@@ -78,7 +72,7 @@ def test_same_cci_scores_and_sentence_citations(cases, smollm2):
     same selector and aggregation over either give the same sentence citations.
 
     The reference slices its context scores after a prefix it counts by tokenizing the template's prefix alone; with
-    this chat prompt that count is one token short, so benchmarks/reference.py re-aligns the slice and the last
+    this chat prompt that count is one token short, so mirage.reference re-aligns the slice and the last
     context token (the newline closing the documents block) gets no reference score. The comparison therefore runs
     over the tokens the reference scores; the pipeline's own citations are checked against mirage's full scores.
     """

@@ -9,6 +9,7 @@ import torch
 from mirage import AttributionResult, InputError, Mirage, MirageConfig
 from mirage.forward import answer_logits
 from mirage.generation import generate_answer
+from mirage.report import result_to_html
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def test_html_escapes_document_and_answer_text(mirage, xor_item):
     docs = [dict(d) for d in xor_item["docs"]]
     docs[0]["text"] = "<script>alert('x')</script> " + docs[0]["text"]
     res = mirage.attribute(xor_item["question"], docs, answer=xor_item["output"] + " <b>bold</b>")
-    html = res.to_html()
+    html = result_to_html(res)
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert "<b>bold</b>" not in html and "&lt;b&gt;bold&lt;/b&gt;" in html
 

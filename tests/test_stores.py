@@ -132,7 +132,12 @@ def test_fuzz_a_store_killed_at_any_byte_keeps_every_finished_record(tmp_path_fa
     data = path.read_bytes()
     cut = min(cut, len(data))
     path.write_bytes(data[:cut])  # what a kill -9 mid-write leaves
-    finished = [json.loads(line) for line in data[:cut].split(b"\n")[:-1]]
+    *lines, tail = data[:cut].split(b"\n")
+    finished = [json.loads(line) for line in lines]
+    try:  # a whole record that lost only its newline is kept (no proper prefix of a record parses)
+        finished.append(json.loads(tail))
+    except ValueError:
+        pass
     if not finished and 0 < cut < len(b'{"key": "'):  # too little left to tell it is a record: refused, untouched
         with pytest.raises(StoreError):
             _store(path)
@@ -142,6 +147,19 @@ def test_fuzz_a_store_killed_at_any_byte_keeps_every_finished_record(tmp_path_fa
     assert [r["key"] for r in reopened.records()] == [r["key"] for r in finished]
     reopened.write({"key": "next"})
     assert [r["key"] for r in read_records(path)] == [r["key"] for r in finished] + ["next"]
+
+
+def test_a_whole_last_record_without_its_newline_is_kept_and_the_next_starts_a_line(tmp_path):
+    path = tmp_path / "out.jsonl"
+    store = _store(path)
+    store.write({"key": "a", "v": "x"})
+    store.write({"key": "b", "v": "y"})
+    path.write_bytes(path.read_bytes()[:-1])  # killed between the record and its newline
+    reopened = _store(path)
+    assert [r["key"] for r in reopened.records()] == ["a", "b"]
+    reopened.write({"key": "c"})
+    assert [r["key"] for r in read_records(path)] == ["a", "b", "c"]
+    assert path.read_bytes().count(b"\n") == 3
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

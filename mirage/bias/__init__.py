@@ -6,7 +6,7 @@
 """
 
 from .items import BiasItem, beir_items, msmarco_items, read_beir, xor_items
-from .metrics import cab, cas, citation_quality, exact_match, paired_p_value
+from .metrics import cab, cas, citation_set_prf, exact_match, paired_p_value
 from .protocol import BiasConfig, Metadata, doc_labels, load_metadata
 from .records import BiasRecord
 from .results import BiasStudyResult, summarize
@@ -25,7 +25,7 @@ __all__ = [
     "build_items",
     "cab",
     "cas",
-    "citation_quality",
+    "citation_set_prf",
     "doc_labels",
     "exact_match",
     "load_metadata",

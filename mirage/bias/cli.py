@@ -12,15 +12,10 @@ import sys
 from pathlib import Path
 from typing import get_args
 
-from ..cli import EXTRA_COMMANDS, add_config_args, check_device_args, config_from_args, non_negative_int
 from ..config import ConfigError
+from ..experiment import ExperimentConfig, add_experiment_args, non_negative_int
+from ..progress import terminal_progress
 from .protocol import MODES, BiasConfig, DocSource, MetadataType, Rewrite, Side
-
-
-def _progress(iterable, total: int):
-    from tqdm.auto import tqdm
-
-    return tqdm(iterable, total=total, desc="bias", file=sys.stderr, dynamic_ncols=True)
 
 
 def _pool(text: str) -> tuple[str, ...]:
@@ -50,23 +45,22 @@ def cmd_bias(args: argparse.Namespace) -> int:
         raise ConfigError("mirage bias takes its prompts from configs/bias (edit them or pass --prompts-dir), "
                           "not --prompt.")
     cfg = bias_config_from_args(args)
-    mirage_cfg = config_from_args(args)
+    exp = ExperimentConfig.from_args(args, command="bias")
     compare = []
     for path in args.compare or []:
         path = Path(path)
         compare.append(BiasStudyResult.load(path / "results.json" if path.is_dir() else path))
-    check_device_args(args)
+    exp.check_device()
 
     @functools.cache
     def mirage() -> Mirage:  # loaded once the data has been read and checked
-        return Mirage.from_pretrained(args.model, config=mirage_cfg, device=args.device, dtype=args.dtype,
-                                      trust_remote_code=args.trust_remote_code)
+        return exp.load_mirage()
     rewriter = None
-    if cfg.rewrite != "none" and args.rewrite_model and args.rewrite_model != args.model:
-        rewriter = load_model(args.rewrite_model, device=args.device, dtype=args.dtype,
-                              trust_remote_code=args.trust_remote_code)
-    result = run_bias_study(args.data, mirage=mirage, cfg=cfg, output_dir=args.output, limit=args.limit,
-                            split=args.split, rewriter=rewriter, progress=None if args.quiet else _progress,
+    if cfg.rewrite != "none" and args.rewrite_model and args.rewrite_model != exp.model:
+        rewriter = load_model(args.rewrite_model, device=exp.device, dtype=exp.dtype,
+                              trust_remote_code=exp.trust_remote_code)
+    result = run_bias_study(args.data, mirage=mirage, cfg=cfg, output_dir=args.output, limit=exp.limit,
+                            split=args.split, rewriter=rewriter, progress=None if args.quiet else terminal_progress,
                             compare=compare)
     if result is None:
         from ..sharding import report_share_done
@@ -80,6 +74,7 @@ def cmd_bias(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``mirage bias``."""
     p = sub.add_parser("bias", help="attribution sensitivity (CAS) and bias (CAB) to document metadata, for "
                                     "self-citations and mirage's citations",
                        description="Tell the model who wrote each document (vanilla / informed / counterfactual / "
@@ -115,8 +110,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline-draws", type=int, default=1000, help="random-citation baseline draws (default 1000)")
     p.add_argument("--compare", nargs="+", help="other runs' results.json (or folders) to plot beside this one")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table on the terminal")
-    add_config_args(p)
+    add_experiment_args(p)
     p.set_defaults(func=cmd_bias)
-
-
-EXTRA_COMMANDS.append(register)

@@ -10,16 +10,15 @@ from __future__ import annotations
 import csv
 import json
 import random
-import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..inputs import Document, InputError
-
-#: XOR-AttriQA's English queries sometimes end in a stray " [b]" or " [" left by the translation join.
-_STRAY_MARK = re.compile(r"\s*\[[A-Za-z]?\]?\s*$")
+from ..inputs import BadRow, Document, InputError, RawRow, json_kind, read_jsonl, read_rows, read_text, text_lines
+from ..scoring.rows import RowError
+from ..scoring.xor_attriqa import XorRow, clean_query, parse_xor_row  # noqa: F401 - clean_query: public here too
 
 
 @dataclass(frozen=True)
@@ -62,11 +61,6 @@ class BiasItem:
                    source=data.get("source", ""), authors=tuple(data.get("authors") or ()))
 
 
-def clean_query(query: str) -> str:
-    """Strip XOR-AttriQA's stray trailing " [b]" / " [" from an English query."""
-    return _STRAY_MARK.sub("", query).strip()
-
-
 def truncate_words(text: str, max_words: int | None) -> str:
     """The first ``max_words`` words of ``text`` (all of it when None)."""
     if max_words is None:
@@ -90,44 +84,81 @@ def _doc(text: str, max_words: int | None, title: str = "") -> Document:
 
 # -- XOR-AttriQA ----------------------------------------------------------------------------------------------------
 
-def read_xor_rows(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
-    """``(row id, row)`` of an XOR-AttriQA-match JSONL file, or of every ``*.jsonl`` in a folder (sorted by name);
-    the id is ``<file stem>-<line number>``."""
+XorRows = list[tuple[str, dict[str, Any]]]
+
+
+def load_xor_rows(path: str | Path) -> tuple[XorRows, list[BadRow]]:
+    """``(row id, row)`` of an XOR-AttriQA-match JSONL file, or of every ``*.jsonl`` in a folder (sorted by name),
+    and the rows skipped: lines that are not JSON, and rows that :func:`~mirage.scoring.xor_attriqa.parse_xor_row`
+    (the scorer's reading of a row) rejects or that are not match rows (each a BadRow with its file and line,
+    ``str()`` gives ``FILE:LINE: reason``). The id is ``<file stem>-<line number>``. InputError when there is no such
+    file, or one is not UTF-8."""
     path = Path(path)
     files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
     if not files or not all(f.exists() for f in files):
         raise InputError(f"{path}: no XOR-AttriQA JSONL file(s) found.")
-    rows = []
+    rows: XorRows = []
+    bad: list[BadRow] = []
     for f in files:
-        for lineno, line in enumerate(f.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.strip():
-                rows.append((f"{f.stem}-{lineno}", json.loads(line)))
+        for raw in read_rows(f, what="XOR-AttriQA JSONL file"):
+            if isinstance(raw, BadRow):
+                bad.append(raw)
+                continue
+            try:
+                _match_row(raw.data)
+            except RowError as err:
+                bad.append(BadRow(file=str(f), line=raw.line, error=str(err)))
+            else:
+                rows.append((f"{f.stem}-{raw.line}", raw.data))
+    return rows, bad
+
+
+def read_xor_rows(path: str | Path) -> XorRows:
+    """The rows of :func:`load_xor_rows`; each skipped row is reported as a warning ``skipped FILE:LINE: reason``
+    (call :func:`load_xor_rows` to report them otherwise)."""
+    rows, bad = load_xor_rows(path)
+    for row in bad:
+        warnings.warn(f"skipped {row}", stacklevel=2)
     return rows
 
 
-def _xor_passages(row: dict[str, Any], where: str) -> tuple[list[str], list[bool]]:
-    passages, ais = row.get("split_passages_en"), row.get("ais")
-    if not isinstance(passages, list) or not isinstance(ais, list) or len(passages) != len(ais):
-        raise InputError("needs split_passages_en and ais lists of the same length.", item=where)
-    return [str(p) for p in passages], [bool(a) for a in ais]
+def _match_row(data: Any) -> XorRow:
+    """A row of the match release in the English view, as the study reads it: :func:`parse_xor_row`, the query's
+    stray mark removed even when cut short. RowError when the row cannot be used."""
+    row = parse_xor_row(data, text="en")
+    if row.per_passage:
+        raise RowError("is a row of the per-passage release ('ais' one label); the bias study reads the match release "
+                       "('split_passages_en' with a list of 'ais' labels)")
+    return row
+
+
+def _parsed(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, XorRow]]:
+    out = []
+    for row_id, data in rows:
+        try:
+            out.append((row_id, _match_row(data)))
+        except RowError as err:
+            raise InputError(f"{err}.", item=row_id) from None
+    return out
 
 
 def xor_items(rows: Sequence[tuple[str, dict[str, Any]]], *, k: int, seed: int,
               max_doc_words: int | None = None) -> list[BiasItem]:
-    """Items from XOR-AttriQA-match rows (English view) with exactly one passage labelled as supporting.
+    """Items from XOR-AttriQA-match rows (English view, read by :func:`~mirage.scoring.xor_attriqa.parse_xor_row`;
+    InputError naming the row id for a row it rejects) with exactly one passage labelled as supporting.
 
     The supporting passage is the relevant document; up to k-1 of the row's other passages (in retrieval order) are
     the non-relevant ones; a row with fewer passages is padded with non-supporting passages of other rows (seeded);
     the relevant document's position is drawn at random (seeded per row).
     """
+    parsed = _parsed(rows)
     pool: list[tuple[str, str]] = []
-    for row_id, row in rows:
-        passages, ais = _xor_passages(row, row_id)
-        pool.extend((row_id, p) for p, a in zip(passages, ais) if not a)
+    for row_id, row in parsed:
+        pool.extend((row_id, p) for p, a in zip(row.passages, row.labels) if not a)
     items = []
-    for row_id, row in rows:
-        passages, ais = _xor_passages(row, row_id)
-        if sum(ais) != 1 or not row.get("query_en"):
+    for row_id, row in parsed:
+        passages, ais = row.passages, row.labels
+        if sum(ais) != 1:
             continue
         rng = random.Random(f"{seed}:{row_id}")
         relevant = _doc(passages[ais.index(True)], max_doc_words)
@@ -138,9 +169,8 @@ def xor_items(rows: Sequence[tuple[str, dict[str, Any]]], *, k: int, seed: int,
             candidates = list(dict.fromkeys(candidates))
             others += rng.sample(candidates, min(k - 1 - len(others), len(candidates)))
         docs, ids = place_relevant([relevant], [_doc(p, max_doc_words) for p in others], rng)
-        answers = tuple(a for a in [row.get("prediction_en")] if a)
-        items.append(BiasItem(id=row_id, question=clean_query(row["query_en"]), docs=docs, relevant=ids,
-                              answers=answers, source="xor-attriqa"))
+        items.append(BiasItem(id=row_id, question=row.question, docs=docs, relevant=ids, answers=(row.answer,),
+                              source="xor-attriqa"))
     return items
 
 
@@ -148,9 +178,8 @@ def xor_distractor_pool(rows: Sequence[tuple[str, dict[str, Any]]], max_doc_word
                         ) -> list[Document]:
     """Every passage no annotator judged supporting, deduplicated: the candidates for RAGE's non-relevant documents."""
     texts = []
-    for row_id, row in rows:
-        passages, ais = _xor_passages(row, row_id)
-        texts.extend(p for p, a in zip(passages, ais) if not a)
+    for _row_id, row in _parsed(rows):
+        texts.extend(p for p, a in zip(row.passages, row.labels) if not a)
     return [_doc(t, max_doc_words) for t in dict.fromkeys(texts)]
 
 
@@ -165,22 +194,25 @@ class BeirData:
     qrels: Mapping[str, Mapping[str, int]]
 
 
-def _jsonl(path: Path) -> Iterable[dict[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise InputError(f"{path} line {n} is not JSON ({e.msg}); write one JSON object per line.") from None
+def _jsonl(path: Path) -> Iterable[RawRow]:
+    """The rows of a JSONL file of objects (streamed); InputError naming the line of the first that is not one."""
+    for row in read_jsonl(path, what="JSONL file"):
+        if isinstance(row, BadRow):
+            raise InputError(f"{path} line {row.line} is {row.error}; write one JSON object per line.")
+        if not isinstance(row.data, dict):
+            raise InputError(f"{path} line {row.line} is a JSON {json_kind(row.data)}, not an object; write one JSON "
+                             "object per line.")
+        yield row
 
 
 def _beir_rows(path: Path, needed: tuple[str, ...]) -> Iterable[dict[str, Any]]:
     """The rows of a BEIR JSONL file, each checked to carry the ``needed`` fields."""
-    for n, row in enumerate(_jsonl(path), 1):
+    for raw in _jsonl(path):
+        row = raw.data
         missing = [k for k in needed if row.get(k) is None]
         if missing:
-            raise InputError(f"{path} row {n} lacks {missing}; BEIR rows carry {list(needed)}.", field=missing[0])
+            raise InputError(f"{path} line {raw.line} lacks {missing}; BEIR rows carry {list(needed)}.",
+                             field=missing[0])
         yield row
 
 
@@ -196,16 +228,15 @@ def read_beir(path: str | Path, *, split: str = "test") -> BeirData:
               for d in _beir_rows(path / "corpus.jsonl", ("_id", "text"))}
     queries = {str(q["_id"]): q["text"] for q in _beir_rows(path / "queries.jsonl", ("_id", "text"))}
     qrels: dict[str, dict[str, int]] = {}
-    with qrels_path.open(encoding="utf-8") as f:
-        for n, row in enumerate(csv.reader(f, delimiter="\t"), 1):
-            if not row or not "".join(row).strip():
-                continue
-            if n == 1 and row[0].strip().lower().replace("_", "-") in ("query-id", "qid", "query"):
-                continue  # the header BEIR writes: query-id, corpus-id, score
-            if len(row) < 3 or not row[2].strip().lstrip("-").isdigit():
-                raise InputError(f"{qrels_path} line {n} is {row!r}; qrels lines are tab-separated "
-                                 "query-id, corpus-id, integer score.")
-            qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+    for n, row in enumerate(csv.reader(text_lines(qrels_path, what="qrels TSV file"), delimiter="\t"), 1):
+        if not row or not "".join(row).strip():
+            continue
+        if n == 1 and row[0].strip().lower().replace("_", "-") in ("query-id", "qid", "query"):
+            continue  # the header BEIR writes: query-id, corpus-id, score
+        if len(row) < 3 or not row[2].strip().lstrip("-").isdigit():
+            raise InputError(f"{qrels_path} line {n} is {row!r}; qrels lines are tab-separated "
+                             "query-id, corpus-id, integer score.")
+        qrels.setdefault(row[0], {})[row[1]] = int(row[2])
     return BeirData(corpus=corpus, queries=queries, qrels=qrels)
 
 
@@ -230,9 +261,11 @@ def read_answers(path: str | Path) -> dict[str, list[str]]:
     from .metrics import normalize_answer
 
     out = {}
-    for n, row in enumerate(_jsonl(Path(path)), 1):
+    for raw in _jsonl(Path(path)):
+        row = raw.data
         if not isinstance(row.get("answers"), list) or ("_id" not in row and "question" not in row):
-            raise InputError(f"{path} row {n} needs 'answers' (a list) and '_id' or 'question'.", field="answers")
+            raise InputError(f"{path} line {raw.line} needs 'answers' (a list) and '_id' or 'question'.",
+                             field="answers")
         out[str(row["_id"]) if "_id" in row else normalize_answer(row["question"])] = [str(a) for a in row["answers"]]
     return out
 
@@ -240,7 +273,7 @@ def read_answers(path: str | Path) -> dict[str, list[str]]:
 def read_run(path: str | Path) -> dict[str, list[str]]:
     """A TREC run file (``qid Q0 docid rank score tag``): per query, its documents best first."""
     ranked: dict[str, list[tuple[float, str]]] = {}
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(read_text(path, what="TREC run file").split("\n"), 1):
         parts = line.split()
         if not parts:
             continue
@@ -333,7 +366,7 @@ def load_msmarco(split: str = "validation") -> list[dict[str, Any]]:  # pragma: 
 
 def read_items(path: str | Path) -> list[BiasItem]:
     """Items written by :func:`write_items` (one :meth:`BiasItem.to_dict` per line)."""
-    return [BiasItem.from_dict(d) for d in _jsonl(Path(path))]
+    return [BiasItem.from_dict(row.data) for row in _jsonl(Path(path))]
 
 
 def write_items(items: Iterable[BiasItem], path: str | Path) -> None:
@@ -353,8 +386,7 @@ def detect_format(spec: str) -> str:
         if any(path.glob("*.jsonl")):
             return "xor"
     elif path.exists():
-        with path.open(encoding="utf-8") as f:
-            first = json.loads(next((line for line in f if line.strip()), "{}"))
+        first = next((r.data for r in read_rows(path) if isinstance(r, RawRow) and isinstance(r.data, dict)), {})
         if "split_passages_en" in first:
             return "xor"
         if "relevant" in first and "docs" in first:

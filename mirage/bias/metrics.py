@@ -47,9 +47,10 @@ def exact_match(prediction: str, golds: Sequence[str]) -> bool | None:
     return any(f" {normalize_answer(g)} " in pred for g in golds)
 
 
-def citation_quality(cited: Iterable[int], relevant: Iterable[int]) -> tuple[float, float, float]:
-    """Precision, recall and F1 of a set of cited document ids against the relevant ones (0 when nothing is cited,
-    as scikit-learn's ``zero_division=0`` in the studies' code)."""
+def citation_set_prf(cited: Iterable[int], relevant: Iterable[int]) -> tuple[float, float, float]:
+    """Precision, recall and F1 of a set of cited document ids against the set of relevant ones (0 when nothing is
+    cited, as scikit-learn's ``zero_division=0`` in the studies' code). Not ALCE's NLI citation quality
+    (:func:`mirage.scoring.metrics.citation_quality`)."""
     cited_set, relevant_set = set(cited), set(relevant)
     hits = len(cited_set & relevant_set)
     precision = hits / len(cited_set) if cited_set else 0.0
@@ -80,7 +81,7 @@ class QueryMetrics:
 
 def query_metrics(record: BiasRecord, source: CitationSource) -> QueryMetrics:
     cited = cited_docs(record, source)
-    precision, recall, f1 = citation_quality(cited, record.relevant)
+    precision, recall, f1 = citation_set_prf(cited, record.relevant)
     return QueryMetrics(precision=precision, recall=recall, f1=f1, n_citations=len(cited),
                         length=len(record.answer.split()), correct=exact_match(record.answer, record.answers))
 

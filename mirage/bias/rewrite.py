@@ -30,6 +30,14 @@ def rewrite_text(lm: LoadedModel, text: str, *, prompt: dict[str, Any], seed: in
     return generate_answer(lm, ids, cfg=cfg).text.strip()
 
 
+def rewrite_key(model: str, prompt: dict[str, Any], text: str) -> str:
+    """The key of a cached rewrite: the SHA-1 of the model name, the prompt's instruction and template, and the text,
+    joined by newlines. It is not :func:`mirage.runs.content_key` (a hash of canonical JSON, which gives other values)
+    because the ``rewrites.jsonl`` files already written are keyed so and must keep finding their rewrites."""
+    blob = f"{model}\n{prompt['instruction']}\n{prompt['template']}\n{text}"
+    return hashlib.sha1(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def rewrite_items(lm: LoadedModel, items: Sequence[BiasItem], which: Rewrite, *, prompt: dict[str, Any],
                   cache: ResumableJSONL | None = None, seed: int = 42) -> list[BiasItem]:
     """Items whose ``which`` documents (relevant, non-relevant or all) are LLM rewrites, authorship ``llm``.
@@ -46,8 +54,7 @@ def rewrite_items(lm: LoadedModel, items: Sequence[BiasItem], which: Rewrite, *,
         for i, doc in enumerate(item.docs):
             is_rel = i + 1 in item.relevant
             if which == "all" or (which == "relevant") == is_rel:
-                blob = f"{lm.name}\n{prompt['instruction']}\n{prompt['template']}\n{doc.text}"
-                key = hashlib.sha1(blob.encode("utf-8", "surrogatepass")).hexdigest()
+                key = rewrite_key(lm.name, prompt, doc.text)
                 if key not in known:
                     known[key] = rewrite_text(lm, doc.text, prompt=prompt, seed=seed)
                     if cache is not None:

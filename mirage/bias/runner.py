@@ -4,17 +4,19 @@ probabilities, and the citation-stripped answer attributed by mirage; records ar
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..citations import _GROUP, _NUMBER, parse_answer
+from ..aggregation import sentence_of_token
+from ..citations import citation_numbers, parse_answer
 from ..config import GenerationConfig, MirageConfig
-from ..cti import token_probabilities
+from ..forward import token_probabilities
 from ..generation import generate_answer
 from ..inputs import InputError
 from ..pipeline import Mirage, PreparedItem
+from ..progress import Progress
 from ..prompts import format_prompt, load_template
 from ..results import AttributionResult
 from ..runs import ResumableJSONL, content_key
@@ -24,8 +26,6 @@ from .items import BiasItem
 from .prompts import BiasPrompts, labelled_docs, load_prompts, mode_template, write_template
 from .protocol import BiasConfig, Metadata, Mode, doc_labels, load_metadata
 from .records import BiasRecord
-
-Progress = Callable[[Iterable[Any], int], Iterable[Any]]
 
 
 def token_spans(tokenizer: Any, ids: Sequence[int], text: str) -> list[tuple[int, int]]:
@@ -45,37 +45,30 @@ def mark_probabilities(text: str, spans: Sequence[tuple[int, int]], probs: Seque
     1..n_docs: ``(n, p)``, p the product of the probabilities of the tokens overlapping the number's characters
     (the generation probability of that number)."""
     out = []
-    for group in _GROUP.finditer(text):
-        for number in _NUMBER.finditer(group.group()):
-            doc = int(number.group())
-            if not 1 <= doc <= n_docs:
-                continue
-            start, end = group.start() + number.start(), group.start() + number.end()
-            p = 1.0
-            for (s, e), prob in zip(spans, probs):
-                if s < end and e > start:
-                    p *= prob
-            out.append((doc, float(p)))
+    for doc, start, end in citation_numbers(text):
+        if not 1 <= doc <= n_docs:
+            continue
+        p = 1.0
+        for (s, e), prob in zip(spans, probs):
+            if s < end and e > start:
+                p *= prob
+        out.append((doc, float(p)))
     return out
 
 
 def mirage_citation_probabilities(res: AttributionResult, token_probs: Sequence[float]) -> list[tuple[int, float]]:
     """Per sentence and mirage-cited document: the mean generation probability of the sentence's context-sensitive
-    tokens that mirage attributes to that document (``token_probs`` indexed like ``res.tokens``)."""
+    tokens that mirage attributes to that document (``token_probs`` indexed like ``res.tokens``; a token's sentence
+    by :func:`mirage.aggregation.sentence_of_token`, as for the citations)."""
+    spans = [(s.start, s.end) for s in res.sentences]
+    owner = [sentence_of_token(res.answer, t.start, spans) for t in res.tokens]
     out = []
-    for sentence in res.sentences:
+    for s, sentence in enumerate(res.sentences):
         for doc in sentence.mirage_citations:
-            ps = [token_probs[t.index] for t in res.tokens
-                  if doc in t.cited_docs and sentence.start <= _first_char(res.answer, t.start, t.end) < sentence.end]
+            ps = [token_probs[t.index] for t, o in zip(res.tokens, owner) if o == s and doc in t.cited_docs]
             if ps:
                 out.append((doc, float(sum(ps) / len(ps))))
     return out
-
-
-def _first_char(text: str, start: int, end: int) -> int:
-    while start < end - 1 and text[start].isspace():
-        start += 1
-    return start
 
 
 def record_key(item: BiasItem, mode: Mode, labels: Sequence[str | None], template: dict[str, str],
@@ -136,7 +129,7 @@ class BiasStudy:
         planned = self.plan(items)
         done = {r["key"]: BiasRecord.from_dict(r) for r in (out.records() if out else []) if "key" in r}
         todo = [p for p in planned if p.key not in done and owns(out, p.key)]
-        iterator: Iterable[PlannedGeneration] = progress(todo, len(todo)) if progress else todo
+        iterator: Iterable[PlannedGeneration] = progress(todo, len(todo), "bias") if progress else todo
         for p in iterator:
             record = self.generate(p)
             done[p.key] = record

@@ -12,12 +12,15 @@
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..experiment import ExperimentConfig
 from ..inputs import InputError
 from ..lazy import MirageSource, resolve_mirage
 from ..models import LoadedModel
+from ..progress import Progress
 from ..runs import ResumableJSONL
 from ..sharding import in_shards
 from .items import (
@@ -27,12 +30,12 @@ from .items import (
     load_beir_hub,
     load_msmarco,
     load_nq_answers,
+    load_xor_rows,
     msmarco_items,
     read_answers,
     read_beir,
     read_items,
     read_run,
-    read_xor_rows,
     write_items,
     xor_distractor_pool,
     xor_items,
@@ -41,7 +44,7 @@ from .protocol import BiasConfig, load_metadata
 from .rage import Embedder, MiniLMEmbedder, rage_items
 from .results import BiasStudyResult, summarize
 from .rewrite import rewrite_items
-from .runner import BiasStudy, Progress
+from .runner import BiasStudy
 from .tables import plot_cab, render_markdown
 
 #: RAGE candidates drawn from a BEIR corpus (embedding millions of documents is not what a bias study needs).
@@ -53,11 +56,14 @@ def build_items(data: str, cfg: BiasConfig, *, limit: int | None = None, split: 
     """Items from DATA: an XOR-AttriQA-match file or folder, a BEIR folder (optionally with ``answers.jsonl``
     {"_id", "answers"} and a TREC run ``run.trec`` giving the non-relevant documents), a JSONL of prepared items,
     or ``nq`` / ``msmarco`` from the hub. With ``cfg.docs == "rage"`` the non-relevant documents become the RAGE
-    mixture (``embed`` defaults to all-MiniLM-L6-v2)."""
+    mixture (``embed`` defaults to all-MiniLM-L6-v2). XOR-AttriQA rows that cannot be used are skipped, each printed
+    to stderr as ``skipped FILE:LINE: reason`` (before any model is loaded)."""
     kind = detect_format(data)
     pool = None
     if kind == "xor":
-        rows = read_xor_rows(data)
+        rows, bad = load_xor_rows(data)
+        for row in bad:
+            print(f"skipped {row}", file=sys.stderr)
         items = xor_items(rows, k=cfg.k, seed=cfg.seed, max_doc_words=cfg.max_doc_words)
         if cfg.docs == "rage":
             pool = xor_distractor_pool(rows, cfg.max_doc_words)
@@ -110,8 +116,11 @@ def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_d
                               cache=ResumableJSONL(out_dir / "rewrites.jsonl"), seed=cfg.seed)
     write_items(items, out_dir / "items.jsonl")
     study = BiasStudy(mirage, cfg, template_dir=out_dir / "prompts")
-    records = in_shards(lambda store_for: study.run(items, out=store_for(out_dir / "generations.jsonl"),
-                                                    progress=progress))
+    # what the generations depend on, as every run command's resume check compares it: a re-run with another model
+    # or pipeline configuration is refused, not mixed into the same file
+    settings = ExperimentConfig("bias", model=mirage.lm.name, pipeline=study.mirage_config).fingerprint()
+    records = in_shards(lambda store_for: study.run(
+        items, out=store_for(out_dir / "generations.jsonl", settings=settings), progress=progress))
     if records is None:  # one rank of several: rank 0 summarizes
         return None
     result = summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=mirage.lm.name, data=str(data),

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..config import MirageConfig
+from ..experiment import ExperimentConfig
 from ..inputs import InputError
 from ..lazy import resolve_mirage
+from ..progress import Progress
 from ..results import AttributionResult
-from ..runs import ResumableJSONL
+from ..runs import ResumableJSONL, content_key
 from ..serialization import library_versions
 from ..sharding import Shard, StoreFor, in_shards, owns
 from . import metrics as M
@@ -29,11 +31,10 @@ from .eli5 import ELI5Report, attribute_items, evaluate_eli5, load_alce, load_ju
 from .xor_attriqa import concat_data, load_xor_attriqa, score_items
 from .xor_eval import CalibrateBy, XorAttriQAReport, evaluate
 
-Progress = Callable[[Iterable, int, str], Iterable]
-
 
 def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
-    """Record what stored model outputs depend on; refuse a directory holding outputs of different settings."""
+    """Record what stored model outputs depend on (:meth:`ExperimentConfig.fingerprint`) in ``run.json``; refuse a
+    directory holding outputs of different settings."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "run.json"
     expected = json.loads(json.dumps(fingerprint))
@@ -98,8 +99,7 @@ def run_xor_attriqa(
     """
     cfg = config or MirageConfig()
     out = Path(out_dir)
-    check_run(out, {"benchmark": "xor-attriqa", "model": model_name, "prompt": vars(cfg.prompt),
-                    "cti_metric": cfg.cti.metric, "cci_method": cfg.cci.method, "ig_steps": cfg.cci.ig_steps})
+    check_run(out, ExperimentConfig("xor-attriqa", model=model_name, pipeline=cfg).fingerprint())
     test = concat_data(load_xor_attriqa(p, text=text, nli_dir=nli_dir, limit=limit) for p in data)  # type: ignore[arg-type]
     cal = load_xor_attriqa(calibrate_on, text=text, nli_dir=nli_dir, limit=limit) if calibrate_on else None
     items = list(test.items) + (list(cal.items) if cal else [])
@@ -153,10 +153,7 @@ def run_eli5(
     like :func:`run_xor_attriqa` (rank 0 returns the report, other ranks None)."""
     cfg = config or MirageConfig()
     out = Path(out_dir)
-    gen = vars(cfg.generation)
-    check_run(out, {"benchmark": "eli5", "model": model_name, "prompt": vars(cfg.prompt),
-                    "generation": {k: v for k, v in gen.items() if k != "seed"}, "cti": vars(cfg.cti),
-                    "cci": vars(cfg.cci), "aggregation": vars(cfg.aggregation)})
+    check_run(out, ExperimentConfig("eli5", model=model_name, pipeline=cfg).fingerprint())
     data = load_alce(source, limit=limit)
 
     order = [item.key(seed=seed, ndocs=ndocs) for seed in seeds for item in data.items]
@@ -171,12 +168,13 @@ def run_eli5(
     cached = None
     if judge is not None:
         path = out / f"judgments-{_slug(judge.name)}.jsonl"
-        store = ResumableJSONL(path)
+        store = ResumableJSONL(path, settings={"judge": judge.name})
 
         def remember(premise: str, hypothesis: str, decision: bool) -> None:
-            store.write({"premise": premise, "hypothesis": hypothesis, "entails": decision})
+            store.write({"key": content_key([premise, hypothesis]), "premise": premise, "hypothesis": hypothesis,
+                         "entails": decision})
 
-        cached = M.CachedJudge(judge, load_judgments(path), on_new=remember)
+        cached = M.CachedJudge(judge, load_judgments(store), on_new=remember)
     settings = {"model": model_name, "data": str(source), "seeds": list(seeds), "ndocs": ndocs, "limit": limit,
                 "at_most_citations": at_most, "config": cfg.to_dict()}
     if len(set(seeds)) > 1 and not cfg.generation.do_sample:

@@ -9,7 +9,6 @@ recall/precision with an NLI judge (Table 3), quality by sentence length (Figure
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -19,11 +18,13 @@ from typing import Any
 from ..config import MirageConfig
 from ..inputs import InputError
 from ..lazy import resolve_mirage
+from ..progress import Progress
 from ..results import AttributionResult
+from ..runs import ResumableJSONL, content_key
 from ..serialization import JSONRecord
 from ..sharding import owns
 from . import metrics as M
-from .rows import BadRow, RawRow, RowError, content_key, parse_rows, read_rows, require
+from .rows import BadRow, RawRow, RowError, parse_rows, read_rows, require
 
 #: Sentence-length bins (words) of the paper's Figure 6: (low, high) inclusive, high None = no bound.
 LENGTH_BINS: tuple[tuple[int, int | None], ...] = ((1, 10), (11, 20), (21, 30), (31, 40), (41, None))
@@ -132,7 +133,7 @@ def attribute_items(
     ndocs: int | None,
     config: MirageConfig | None = None,
     store: Any = None,
-    progress: Callable[[Iterable, int, str], Iterable] | None = None,
+    progress: Progress | None = None,
 ) -> tuple[dict[str, AttributionResult], list[BadRow]]:
     """Generate and attribute every (item, seed), skipping keys already in ``store`` (a ResumableJSONL, appended item
     by item). The answer is generated with the config's prompt; its self-citations are kept in the result's
@@ -315,15 +316,10 @@ def evaluate_eli5(
                       bad_rows={"count": len(bad), "rows": bad}, settings=dict(settings or {}))
 
 
-def load_judgments(path: str | Path) -> dict[tuple[str, str], bool]:
-    """Cached judge decisions from a JSONL of ``{"premise", "hypothesis", "entails"}``."""
-    path = Path(path)
+def load_judgments(store: ResumableJSONL) -> dict[tuple[str, str], bool]:
+    """Cached judge decisions from a judgments store of ``{"key", "premise", "hypothesis", "entails"}`` records."""
     out: dict[tuple[str, str], bool] = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-                out[(rec["premise"], rec["hypothesis"])] = bool(rec["entails"])
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
+    for rec in store.records():
+        if isinstance(rec.get("premise"), str) and isinstance(rec.get("hypothesis"), str):
+            out[(rec["premise"], rec["hypothesis"])] = bool(rec.get("entails"))
     return out

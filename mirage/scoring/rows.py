@@ -6,9 +6,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from ..inputs import BadRow, RawRow, read_rows
-from ..runs import content_key
 
-__all__ = ["BadRow", "RawRow", "RowError", "content_key", "parse_rows", "read_rows", "require"]
+__all__ = ["BadRow", "RawRow", "RowError", "parse_rows", "read_rows", "require"]
 
 T = TypeVar("T")
 

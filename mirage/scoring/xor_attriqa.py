@@ -4,10 +4,11 @@
     scores, failed = score_items(Mirage.from_pretrained("smollm2-135m-instruct"), data.items)
     report = evaluate(data.items, scores)          # mirage.scoring.xor_eval, no model run
 
-Each match row is one query with its answer and passages. The answer is force-decoded over the concatenated passages;
-the model stage (:func:`score_item`) stores, per answer token, its CTI score and the CCI saliency of every context
-token, so that every setting (example-level or calibrated CTI threshold, top-3 or top-% CCI selection, the top-%
-sweep) is derived afterwards by the core's pure selectors (see :mod:`mirage.scoring.xor_eval`).
+Each match row is one query with its answer and passages, read by :func:`parse_xor_row` (the one parser of these
+rows; the bias study's :mod:`mirage.bias.items` uses it too). The answer is force-decoded over the concatenated
+passages; the model stage (:func:`score_item`) stores, per answer token, its CTI score and the CCI saliency of every
+context token, so that every setting (example-level or calibrated CTI threshold, top-3 or top-% CCI selection, the
+top-% sweep) is derived afterwards by the core's pure selectors (see :mod:`mirage.scoring.xor_eval`).
 
 The per-passage ("full") release has one passage per row; the same loader reads it, and with a single passage the
 CCI selection always keeps it, so the prediction is whether any answer token is context-sensitive.
@@ -17,21 +18,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from ..cci import compute_cci, with_documents_logits
 from ..citations import parse_answer
 from ..config import MirageConfig
-from ..cti import compute_cti
-from ..forward import answer_logits, model_inputs
 from ..inputs import InputError
 from ..lazy import resolve_mirage
+from ..progress import Progress
+from ..runs import content_key
 from ..serialization import JSONRecord
 from ..sharding import owns
 from ..tokenization import tokenize_answer
-from .rows import BadRow, RawRow, RowError, content_key, parse_rows, read_rows, require
+from .rows import BadRow, RawRow, RowError, parse_rows, read_rows, require
 
 TextView = Literal["en", "native"]
 
@@ -39,7 +39,9 @@ TextView = Literal["en", "native"]
 NLI_FILES = {"nli_mt": "{stem}.nli-translate-en.json", "nli_orig": "{stem}.nli-in-lang.json"}
 
 _MARKER = re.compile(r"<(\d+)>")
-_STRAY_B = re.compile(r"\s*\[b\]\s*$")
+#: The stray mark some translated queries end with, left by the translation join: `` [b]``, or `` [`` where the
+#: join cut it short.
+STRAY_MARK = re.compile(r"\s*\[(?:b\])?\s*$")
 
 
 # -- data -------------------------------------------------------------------------------------------------------------
@@ -82,6 +84,16 @@ class XorData:
     bad_rows: tuple[BadRow, ...]
 
 
+def clean_query(query: str, *, cut_marks: bool = True) -> str:
+    """``query`` without its stray trailing mark (:data:`STRAY_MARK`), stripped. ``cut_marks=False`` keeps a mark cut
+    short (`` [``) and removes only a whole `` [b]``: how the scorer reads queries, as its stored scores were computed
+    (the bias study removes both)."""
+    found = STRAY_MARK.search(query)
+    if found and (cut_marks or "]" in found.group()):
+        query = query[: found.start()]
+    return query.strip()
+
+
 def split_marked_passages(text: str, n_expected: int) -> list[str]:
     """Split ``<0> first <1> second …`` into passages; the markers must be exactly 0 … n_expected-1, in order."""
     parts = _MARKER.split(text)
@@ -105,9 +117,34 @@ def _labels(value: Any, name: str) -> tuple[bool, ...]:
     return tuple(bool(v) for v in values)
 
 
-def parse_row(raw: RawRow, *, file: str, split: str, text: TextView) -> XorItem:
-    """Validate one row of the match release (``ais`` a list) or of the per-passage release (``ais`` a boolean)."""
-    row = raw.data
+@dataclass(frozen=True)
+class XorRow:
+    """One XOR-AttriQA row read in one text view (see :func:`parse_xor_row`).
+
+    ``passages[i]`` has the human label ``labels[i]`` (supports the answer or not) and the index ``idxs[i]`` in the
+    per-passage release and the NLI prediction files; ``lang``: the row's ``query_language``, if it has one;
+    ``per_passage``: a row of the per-passage release (one passage, ``idxs`` its position in the file).
+    """
+
+    question: str
+    passages: tuple[str, ...]
+    answer: str
+    labels: tuple[bool, ...]
+    idxs: tuple[int, ...]
+    lang: str | None
+    per_passage: bool
+
+
+def parse_xor_row(data: Any, *, text: TextView = "en", index: int = 0, cut_marks: bool = True) -> XorRow:
+    """The one reading of an XOR-AttriQA row, for the scorer and the bias study: a row of the match release
+    (``ais`` a list, one label per passage) or of the per-passage release (``ais`` a boolean; ``index`` is the row's
+    0-based position in its file), in the English (``en``) or annotated (``native``) text. RowError naming the field
+    when the row cannot be used.
+
+    Passages, question and answer are stripped; the question loses its stray mark (:func:`clean_query`, with
+    ``cut_marks``); labels are booleans (0/1 accepted).
+    """
+    row = data
     if not isinstance(row, dict):
         raise RowError(f"row must be a JSON object, got {type(row).__name__}")
     if "ais" not in row or row["ais"] is None:
@@ -117,7 +154,7 @@ def parse_row(raw: RawRow, *, file: str, split: str, text: TextView) -> XorItem:
     if not labels:
         raise RowError("field 'ais' is empty")
     if per_passage:
-        idxs: tuple[int, ...] = (raw.index,)
+        idxs: tuple[int, ...] = (index,)
         if text == "en":
             question = require(row, "query_translated_en", str)
             passages = [require(row, "passage_en", str).strip()]
@@ -144,25 +181,57 @@ def parse_row(raw: RawRow, *, file: str, split: str, text: TextView) -> XorItem:
             question = require(row, "query", str)
             passages = split_marked_passages(require(row, "passage_in_language", str), len(labels))
             answer = require(row, "prediction", str)
-    question = _STRAY_B.sub("", question).strip()
+    question = clean_query(question, cut_marks=cut_marks)
     if not question:
         raise RowError("the query is empty")
     if not answer.strip():
         raise RowError("the answer is empty")
-    lang = row.get("query_language") or split
-    return XorItem(file=file, line=raw.line, lang=str(lang), question=question, passages=tuple(passages),
-                   answer=answer.strip(), labels=labels, idxs=idxs)
+    lang = row.get("query_language")
+    return XorRow(question=question, passages=tuple(passages), answer=answer.strip(), labels=labels, idxs=idxs,
+                  lang=str(lang) if lang else None, per_passage=per_passage)
+
+
+def parse_row(raw: RawRow, *, file: str, split: str, text: TextView) -> XorItem:
+    """The scorer's item of one row (:func:`parse_xor_row`, keeping a cut-short stray mark; the language defaults to
+    the split's name)."""
+    row = parse_xor_row(raw.data, text=text, index=raw.index, cut_marks=False)
+    return XorItem(file=file, line=raw.line, lang=row.lang or split, question=row.question, passages=row.passages,
+                   answer=row.answer, labels=row.labels, idxs=row.idxs)
 
 
 def _load_nli(path: Path) -> list[int] | None:
+    """An NLI baseline's predictions: a flat JSON list of 0/1 (``true``/``false`` too), one per passage of the split,
+    indexed by the rows' ``idxs``; None when the file is not there. InputError naming the file and the problem."""
     import json
+
+    from ..inputs import json_kind, json_repr, read_text
 
     if not path.exists():
         return None
-    values = json.loads(path.read_text(encoding="utf-8"))
+    expected = "an NLI prediction file is a flat JSON list of 0/1, one per passage, indexed by the rows' 'idxs'"
+    try:
+        values = json.loads(read_text(path, what="JSON list of 0/1 NLI predictions"))
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path} is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); "
+                         f"{expected}.") from None
     if not isinstance(values, list):
-        raise InputError(f"{path}: expected a flat JSON list of 0/1 predictions indexed by the rows' 'idxs'.")
-    return values
+        raise InputError(f"{path} holds a JSON {json_kind(values)}, not a list; {expected}.")
+    wrong = [i for i, v in enumerate(values) if not (isinstance(v, int) and v in (0, 1))]  # bool is an int
+    if wrong:
+        shown = ", ".join(f"[{i}] = {json_repr(values[i])}" for i in wrong[:3])
+        raise InputError(f"{path}: {len(wrong)} of its {len(values)} predictions are not 0 or 1 ({shown}"
+                         f"{', …' if len(wrong) > 3 else ''}); {expected}.")
+    return [int(v) for v in values]
+
+
+def _check_nli_length(path: Path, values: list[int], items: Sequence[XorItem]) -> None:
+    """InputError when a row's ``idxs`` point past the end of an NLI prediction file (one of another split)."""
+    beyond = next((item for item in items if any(i >= len(values) for i in item.idxs)), None)
+    if beyond is not None:
+        need = max(i for item in items for i in item.idxs) + 1
+        raise InputError(f"{path} has {len(values)} predictions, but {beyond.file} line {beyond.line} uses passage "
+                         f"index {max(beyond.idxs)} ('idxs'); the file needs one 0/1 prediction per passage of the "
+                         f"split, at least {need}. Is it the file of another split?")
 
 
 def load_xor_attriqa(path: str | Path, *, text: TextView = "en", nli_dir: str | Path | None = None,
@@ -179,17 +248,18 @@ def load_xor_attriqa(path: str | Path, *, text: TextView = "en", nli_dir: str | 
         raise InputError(f"{path} does not exist; give an XOR-AttriQA JSONL file.")
     split = path.name.split(".")[0]
     folder = Path(nli_dir) if nli_dir else path.parent
-    nli_files = {name: _load_nli(folder / pattern.format(stem=split)) for name, pattern in NLI_FILES.items()}
+    nli_paths = {name: folder / pattern.format(stem=split) for name, pattern in NLI_FILES.items()}
+    nli_files = {name: values for name, nli_path in nli_paths.items()
+                 if (values := _load_nli(nli_path)) is not None}
 
     def parse(raw: RawRow) -> XorItem:
-        item = parse_row(raw, file=str(path), split=split, text=text)
-        nli = {}
-        for name, values in nli_files.items():
-            if values is not None and all(i < len(values) for i in item.idxs):
-                nli[name] = tuple(bool(values[i]) for i in item.idxs)
-        return XorItem(**{**asdict(item), "nli": nli})
+        return parse_row(raw, file=str(path), split=split, text=text)
 
-    items, bad = parse_rows(read_rows(path), parse, file=str(path), limit=limit)
+    items, bad = parse_rows(read_rows(path, what="XOR-AttriQA JSONL file"), parse, file=str(path), limit=limit)
+    for name, values in nli_files.items():
+        _check_nli_length(nli_paths[name], values, items)
+    items = [replace(item, nli={name: tuple(bool(values[i]) for i in item.idxs) for name, values in nli_files.items()})
+             for item in items]
     return XorData(items=tuple(items), bad_rows=tuple(bad))
 
 
@@ -223,7 +293,9 @@ class ItemScores(JSONRecord):
         return [doc for doc, count in self.context_docs for _ in range(count)]
 
 
-def _run_length(values: Sequence[int]) -> list[list[int]]:
+def run_lengths(values: Sequence[int]) -> list[list[int]]:
+    """``[[value, count], …]`` of the runs of equal consecutive values (how :class:`ItemScores` stores
+    ``context_docs``)."""
     out: list[list[int]] = []
     for v in values:
         if out and out[-1][0] == v:
@@ -251,8 +323,9 @@ def scores_from_records(records: Iterable[Any]) -> dict[str, ItemScores]:
 def score_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = None) -> ItemScores:
     """Force-decode the item's answer and compute CTI for every answer token and CCI of every answer token.
 
-    Uses the core stages (prompt, CTI, CCI) directly, because the settings need CCI scores for all answer tokens,
-    not only for those the run's CTI selector keeps. Raises InputError for items the pipeline rejects.
+    Runs the token-scoring stage with CCI for every answer token (``targets="all"``; none with a single passage),
+    because the settings need CCI scores for all answer tokens, not only for those the run's CTI selector keeps.
+    Raises InputError for items the pipeline rejects.
     """
     cfg = config or mirage.config
     lm = mirage.lm
@@ -261,19 +334,11 @@ def score_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = None
     answer = tokenize_answer(lm.tokenizer, text)
     if not answer.ids:
         raise InputError("has no tokens.", field="answer")
-    logits_ctx, graph = with_documents_logits(lm, prep.tokens.ids, answer.ids, cfg.cci, for_cci=n_docs > 1)
-    logits_noctx = answer_logits(lm, prep.tokens.contextless_ids, answer.ids)
-    cti = compute_cti(logits_ctx, logits_noctx, answer.ids, cfg=cfg.cti)
-    cci_rows: list[list[float]] = []
-    if n_docs > 1:
-        input_ids, positions = model_inputs(lm, prep.tokens.ids, answer.ids)
-        everything = tuple(range(len(answer.ids)))
-        cci = compute_cci(lm, input_ids, answer.ids, positions, everything, cti.contextless_top,
-                          prep.tokens.context_positions, cfg=cfg.cci, graph=graph)
-        cci_rows = [[float(f"{v:.6g}") for v in row] for row in cci.scores]
+    scores = mirage.score_tokens(prep, answer, targets="all" if n_docs > 1 else "none", config=cfg)
+    cci_rows = [[float(f"{v:.6g}") for v in row] for row in scores.cci.scores]
     tokens = [text[a:b] or lm.tokenizer.decode([t]) for (a, b), t in zip(answer.offsets, answer.ids)]
-    return ItemScores(key=item.key, tokens=tokens, cti=[float(s) for s in cti.scores], cci=cci_rows,
-                      context_docs=_run_length(prep.tokens.context_docs), n_docs=n_docs,
+    return ItemScores(key=item.key, tokens=tokens, cti=[float(s) for s in scores.cti.scores], cci=cci_rows,
+                      context_docs=run_lengths(prep.tokens.context_docs), n_docs=n_docs,
                       truncated_docs=list(prep.prompt.truncated_docs))
 
 
@@ -283,7 +348,7 @@ def score_items(
     *,
     config: MirageConfig | None = None,
     store: Any = None,
-    progress: Callable[[Iterable, int, str], Iterable] | None = None,
+    progress: Progress | None = None,
 ) -> tuple[dict[str, ItemScores], list[BadRow]]:
     """Scores of every item, running the model only for keys not already in ``store`` (a ResumableJSONL of
     :class:`ItemScores` records, appended item by item). ``model`` is a Mirage, or a function returning one, called

@@ -217,6 +217,61 @@ def _mirage_rows(views: Sequence[ItemView], *, selection: str, cti_for: Callable
     return rows
 
 
+def _calibrated_cti(cal: Calibration, selection: str, metric: str) -> Callable[[ItemView], CTIConfig]:
+    """Per item, the CTI config thresholding at the calibrated value for ``selection`` and the item's language."""
+    return lambda v: CTIConfig(metric=metric, selector="threshold", threshold=cal.threshold(selection, v.item.lang))
+
+
+def _baseline_rows(views: Sequence[ItemView]) -> dict[str, list[tuple[str, list[bool], list[bool], list[float]]]]:
+    """Rows of the settings that need no mirage score: each stored NLI prediction, citing every passage, none."""
+    out = {}
+    for name in NLI_FILES:
+        with_nli = [v for v in views if name in v.item.nli]
+        if with_nli:
+            out[name] = [(v.item.lang, [bool(p) for p in v.item.nli[name]], list(v.item.labels),
+                          [float(p) for p in v.item.nli[name]]) for v in with_nli]
+    out["cite_all"] = [(v.item.lang, [True] * len(v.item.labels), list(v.item.labels), [1.0] * len(v.item.labels))
+                       for v in views]
+    out["cite_none"] = [(v.item.lang, [False] * len(v.item.labels), list(v.item.labels), [0.0] * len(v.item.labels))
+                        for v in views]
+    return out
+
+
+def _setting_tables(views: Sequence[ItemView], langs: Sequence[str], *, selections: Iterable[str], ex_cti: CTIConfig,
+                   calibration: Calibration | None) -> dict[str, dict[str, dict[str, float | None]]]:
+    """``metric → setting → language (and "avg") → value`` for every setting of :data:`SETTINGS` that applies
+    (``cal_*`` only with a calibration) and ``roc_auc["mirage_raw"]``, settings in table order."""
+    tables: dict[str, dict[str, dict[str, float | None]]] = {name: {} for name in (*M.BINARY_METRICS, "roc_auc")}
+
+    def put(setting: str, rows) -> None:
+        per = _per_language(rows, langs)
+        for name, table in tables.items():
+            table[setting] = per[name]
+
+    for sel in selections:
+        put(f"ex_{sel}", _mirage_rows(views, selection=sel, cti_for=lambda v: ex_cti))
+        if calibration is not None:
+            put(f"cal_{sel}", _mirage_rows(views, selection=sel,
+                                           cti_for=_calibrated_cti(calibration, sel, ex_cti.metric)))
+    for setting, rows in _baseline_rows(views).items():
+        put(setting, rows)
+    raw_auc = _per_language([(v.item.lang, [False] * len(v.item.labels), list(v.item.labels),
+                              threshold_free_scores(v)) for v in views], langs)["roc_auc"]
+    tables["roc_auc"]["mirage_raw"] = raw_auc
+    rank = {name: i for i, name in enumerate((*SETTINGS, "mirage_raw"))}
+    return {m: dict(sorted(t.items(), key=lambda kv: rank.get(kv[0], len(rank)))) for m, t in tables.items()}
+
+
+def _counts(views: Sequence[ItemView], langs: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Items, (item, passage) pairs and supporting pairs per language and over all."""
+    counts = {lang: {"items": sum(1 for v in views if v.item.lang == lang),
+                     "pairs": sum(len(v.item.labels) for v in views if v.item.lang == lang),
+                     "supporting": sum(sum(v.item.labels) for v in views if v.item.lang == lang)}
+              for lang in langs}
+    counts["all"] = {k: sum(c[k] for c in counts.values()) for k in ("items", "pairs", "supporting")}
+    return counts
+
+
 def evaluate(
     items: Sequence[XorItem],
     scores: dict[str, ItemScores],
@@ -235,50 +290,10 @@ def evaluate(
     views = build_views(items, scores, selections)
     langs = _languages(v.item for v in views)
     ex_cti = CTIConfig(metric=cfg.cti.metric, selector="std", std_k=cfg.cti.std_k)
+    cal_views = build_views(calibration_items, scores, selections) if calibration_items is not None else []
+    cal = calibrate(cal_views, selections, by=calibrate_by) if cal_views else None
 
-    cal: Calibration | None = None
-    cal_views: list[ItemView] = []
-    if calibration_items is not None:
-        cal_views = build_views(calibration_items, scores, selections)
-        if cal_views:
-            cal = calibrate(cal_views, selections, by=calibrate_by)
-
-    def cal_cti(selection: str) -> Callable[[ItemView], CTIConfig]:
-        assert cal is not None
-        return lambda v: CTIConfig(metric=cfg.cti.metric, selector="threshold",
-                                   threshold=cal.threshold(selection, v.item.lang))
-
-    tables: dict[str, dict[str, dict[str, float | None]]] = {name: {} for name in (*M.BINARY_METRICS, "roc_auc")}
-
-    def put(setting: str, rows) -> None:
-        per = _per_language(rows, langs)
-        for name, table in tables.items():
-            table[setting] = per[name]
-
-    for sel in selections:
-        put(f"ex_{sel}", _mirage_rows(views, selection=sel, cti_for=lambda v: ex_cti))
-        if cal is not None:
-            put(f"cal_{sel}", _mirage_rows(views, selection=sel, cti_for=cal_cti(sel)))
-    for name in NLI_FILES:
-        with_nli = [v for v in views if name in v.item.nli]
-        if with_nli:
-            put(name, [(v.item.lang, [bool(p) for p in v.item.nli[name]], list(v.item.labels),
-                        [float(p) for p in v.item.nli[name]]) for v in with_nli])
-    put("cite_all", [(v.item.lang, [True] * len(v.item.labels), list(v.item.labels), [1.0] * len(v.item.labels))
-                     for v in views])
-    put("cite_none", [(v.item.lang, [False] * len(v.item.labels), list(v.item.labels), [0.0] * len(v.item.labels))
-                      for v in views])
-    raw_auc = _per_language([(v.item.lang, [False] * len(v.item.labels), list(v.item.labels),
-                              threshold_free_scores(v)) for v in views], langs)["roc_auc"]
-    tables["roc_auc"]["mirage_raw"] = raw_auc
-    rank = {name: i for i, name in enumerate((*SETTINGS, "mirage_raw"))}
-    tables = {m: dict(sorted(t.items(), key=lambda kv: rank.get(kv[0], len(rank)))) for m, t in tables.items()}
-
-    counts = {lang: {"items": sum(1 for v in views if v.item.lang == lang),
-                     "pairs": sum(len(v.item.labels) for v in views if v.item.lang == lang),
-                     "supporting": sum(sum(v.item.labels) for v in views if v.item.lang == lang)}
-              for lang in langs}
-    counts["all"] = {k: sum(c[k] for c in counts.values()) for k in ("items", "pairs", "supporting")}
+    tables = _setting_tables(views, langs, selections=selections, ex_cti=ex_cti, calibration=cal)
     sweep = top_percent_sweep(items, calibration_items or [], scores, base_cci=base_cci, ex_cti=ex_cti, langs=langs,
                               percents=percents, calibrate_by=calibrate_by)
     calibration = None
@@ -288,8 +303,8 @@ def evaluate(
     bad = [{"file": b.file, "line": b.line, "error": b.error} for b in bad_rows]
     return XorAttriQAReport(
         agreement=tables["agreement"], precision=tables["precision"], recall=tables["recall"], f1=tables["f1"],
-        balanced_accuracy=tables["balanced_accuracy"], roc_auc=tables["roc_auc"], counts=counts, sweep=sweep,
-        calibration=calibration, bad_rows={"count": len(bad), "rows": bad}, settings=dict(settings or {}),
+        balanced_accuracy=tables["balanced_accuracy"], roc_auc=tables["roc_auc"], counts=_counts(views, langs),
+        sweep=sweep, calibration=calibration, bad_rows={"count": len(bad), "rows": bad}, settings=dict(settings or {}),
     )
 
 

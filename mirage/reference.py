@@ -1,6 +1,8 @@
-"""Reference MIRAGE run: inseq's ``attribute_context`` (CTI + CCI) on an already loaded model.
+"""The reference procedure adapter: the MIRAGE paper's procedure as inseq implements it (``attribute_context``, CTI +
+CCI), run on an already loaded model and mapped onto mirage's prompts, for the parity tests and the benchmarks.
 
-This is the procedure of the MIRAGE paper as implemented in inseq 0.7.1
+inseq is an optional dependency (``bash scripts/setup.sh --test`` installs it), imported only when
+:func:`run_reference` runs. This is the procedure of the MIRAGE paper as implemented in inseq 0.7.1
 (``inseq/commands/attribute_context/attribute_context.py``):
 
 * CTI: ``kl_divergence`` step score between the contextless run (the attributed "original" input) and the
@@ -37,7 +39,7 @@ and would move the model to its default device (we pass the model's own device);
 ``inseq.commands.attribute_context`` calls ``warnings.filterwarnings("ignore")`` and silences transformers logging
 process-wide (both restored after import).
 
-Run ``python benchmarks/reference.py`` for a check against a plain-torch re-implementation.
+``python benchmarks/reference_check.py`` checks it against a plain-torch re-implementation.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from typing import Any
 
 @dataclass
 class ReferenceOutput:
+    """What the reference procedure computed for one answer (token indices are into ``answer_tokens``)."""
+
     answer_tokens: list[str]  # the answer tokens inseq scored for CTI (raw tokenizer tokens, e.g. "ĠIn")
     cti_scores: list[float]  # per answer token: KL(P_noctx || P_ctx)
     cti_threshold: float  # mean + std_k * std of cti_scores (what inseq compared |score| against)
@@ -246,119 +250,3 @@ def run_reference(
             n_scores, n_ctx = len(c.input_context_scores), len(out.context_tokens)
             out.notes.append(f"CCI step {c.cti_idx}: {n_scores} scores for {n_ctx} context tokens")
     return out
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Independent plain-torch check (run `python benchmarks/reference.py`)
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def torch_cti(model, tokenizer, prompt, contextless_prompt, answer):
-    """Teacher-forced per-answer-token KL(P_noctx||P_ctx) and KL(P_ctx||P_noctx)."""
-    import torch
-    import torch.nn.functional as F
-
-    ans = tokenizer(answer, add_special_tokens=False).input_ids
-    lps = []
-    for p in (prompt, contextless_prompt):
-        ids = tokenizer(p, add_special_tokens=False).input_ids + ans
-        with torch.no_grad():
-            logits = model(torch.tensor([ids], device=model.device)).logits[0].float()
-        lps.append(F.log_softmax(logits[len(ids) - len(ans) - 1 : len(ids) - 1], -1))
-    lp_ctx, lp_nc = lps
-    kl_nc_ctx = (lp_nc.exp() * (lp_nc - lp_ctx)).sum(-1)
-    kl_ctx_nc = (lp_ctx.exp() * (lp_ctx - lp_nc)).sum(-1)
-    return kl_nc_ctx.tolist(), kl_ctx_nc.tolist()
-
-
-def torch_cci(model, tokenizer, prompt, context, answer, idx, contrast_token):
-    """L2 norm over hidden dim of d[log p_ctx(y) - log p_ctx(y_nc)]/d embeddings, on the context positions."""
-    import torch
-
-    ans = tokenizer(answer, add_special_tokens=False).input_ids
-    p_ids = tokenizer(prompt, add_special_tokens=False).input_ids
-    ids = torch.tensor([p_ids + ans[:idx]], device=model.device)
-    emb = model.get_input_embeddings()(ids).detach().requires_grad_(True)
-    lp = model(inputs_embeds=emb).logits[0, -1].float().log_softmax(-1)
-    y, y_nc = ans[idx], tokenizer.convert_tokens_to_ids(contrast_token)
-    target = lp[y] - lp[y_nc] if y_nc != y else lp[y]
-    (grad,) = torch.autograd.grad(target, emb)
-    n_before = len(tokenizer(prompt[: prompt.index(context)], add_special_tokens=False).input_ids)
-    n_ctx = len(tokenizer(context, add_special_tokens=False).input_ids)
-    return grad[0].norm(dim=-1)[n_before : n_before + n_ctx].tolist()
-
-
-def _pearson(a, b) -> float:
-    import torch
-
-    x, y = torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
-    x, y = x - x.mean(), y - y.mean()
-    return float((x * y).sum() / (x.norm() * y.norm()))
-
-
-def _demo_cases(tokenizer):
-    import json
-    from pathlib import Path
-
-    def chat(user):
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
-        )
-
-    def fmt_docs(passages):
-        return "".join(f"Document [{i + 1}](Title: ): {p}\n" for i, p in enumerate(passages))
-
-    rows = [json.loads(line) for line in Path("/work/shared/data/xor_attriqa_match/val.jsonl").open()]  # noqa: SIM115
-    cases = []
-    # 1: first val row, two passages, short answer
-    r = rows[0]
-    cases.append(("val[0] short answer", fmt_docs(r["split_passages_en"][:2]), r["query_en"], r["prediction_en"]))
-    # 2: a ~20-token answer (val[40]), passages trimmed to keep the prompt < 400 tokens
-    r = rows[40]
-    cases.append(
-        ("val[40] long answer", fmt_docs([" ".join(p.split()[:70]) for p in r["split_passages_en"][:2]]),
-         r["query_en"], r["prediction_en"])
-    )
-    # 3: curly braces in documents and question (template escaping)
-    docs = fmt_docs(["The {Ikhwan} militia first appeared in 1913 {see note}.", "Kashmir {x} is a region in Asia."])
-    cases.append(("braces", docs, "When did the {Ikhwan} first appear?", "The Ikhwan first appeared in 1913."))
-    out = []
-    for name, docs, q, ans in cases:
-        out.append(dict(  # noqa: C408
-            name=name, prompt=chat(docs + "\nQuestion: " + q), contextless_prompt=chat("Question: " + q),
-                        context=docs, answer=ans))
-    return out
-
-
-if __name__ == "__main__":
-    import torch
-
-    from mirage.models import load_model
-
-    torch.set_num_threads(2)
-    lm = load_model("smollm2-135m-instruct")
-    model, tok = lm.model, lm.tokenizer
-    print(f"tokenizer adds BOS: {tok('x').input_ids != tok('x', add_special_tokens=False).input_ids}; "
-          f"bos_token={tok.bos_token!r} (config bos id {model.config.bos_token_id})")
-    for case in _demo_cases(tok):
-        name = case.pop("name")
-        ref = run_reference(model, tok, **case, std_k=1.0)
-        n_prompt = len(tok(case["prompt"], add_special_tokens=False).input_ids)
-        print(f"\n=== {name}: prompt {n_prompt} tok, answer {len(ref.answer_tokens)} tok, "
-              f"context {len(ref.context_tokens)} tok, inseq {ref.seconds:.1f} s")
-        print("answer tokens:", ref.answer_tokens)
-        print("cti:", [round(s, 3) for s in ref.cti_scores], "threshold", round(ref.cti_threshold, 3))
-        print("selected:", ref.selected, {i: (ref.answer_tokens[i], ref.contrast_tokens[i]) for i in ref.selected})
-        print("notes:", ref.notes or "none")
-        kl_fwd, kl_rev = torch_cti(model, tok, case["prompt"], case["contextless_prompt"], case["answer"])
-        if len(kl_fwd) == len(ref.cti_scores):
-            print(f"pearson(cti, KL(noctx||ctx)) = {_pearson(ref.cti_scores, kl_fwd):.4f}, "
-                  f"max abs diff {max(abs(a - b) for a, b in zip(ref.cti_scores, kl_fwd)):.2e}")
-            print(f"pearson(cti, KL(ctx||noctx)) = {_pearson(ref.cti_scores, kl_rev):.4f}")
-        for idx in ref.selected[:2]:
-            g = torch_cci(model, tok, case["prompt"], case["context"], case["answer"], idx, ref.contrast_tokens[idx])
-            s = ref.cci_scores[idx]
-            ratio = torch.tensor(s) / torch.tensor(g).clamp_min(1e-30)
-            print(f"CCI token {idx} {ref.answer_tokens[idx]!r} vs {ref.contrast_tokens[idx]!r}: "
-                  f"pearson {_pearson(s, g):.4f}, inseq/torch ratio median {ratio.median():.4f} "
-                  f"[{ratio.min():.4f}, {ratio.max():.4f}], inseq sum {sum(s):.3f}")

@@ -1,0 +1,265 @@
+"""One experiment configuration for every run command, read once from an experiment file and the command line.
+
+An :class:`ExperimentConfig` holds what a run command runs: the model, the data files, the XOR-AttriQA text view, the
+row limit, the generation seeds, the NLI judge, the pipeline :class:`~mirage.config.MirageConfig`, and where the model
+runs. An experiment file (``configs/*.yaml``) gives the top-level keys of :data:`mirage.config.EXPERIMENT_KEYS` beside
+the pipeline sections; flags given on the command line win over it. :meth:`ExperimentConfig.fingerprint` is what the
+stored model outputs of a run depend on: every run command's resume check compares it.
+
+    exp = ExperimentConfig.from_yaml("configs/xor_attriqa_cora_mgen.yaml", command="xor-attriqa")
+    exp.fingerprint()     # {"benchmark": "xor-attriqa", "model": "gsarti/cora_mgen", ...}
+    mirage = exp.load_mirage()
+
+The pipeline flags (``--cti-std``, ``--cci-top-k``, …) are made from the metadata of the config fields that declare
+one (``flag``, ``help``, ``implies``; see :mod:`mirage.config`): a new field gets its flag where it is declared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+from .config import EXPERIMENT_KEYS, ConfigError, MirageConfig, read_config_file
+
+if TYPE_CHECKING:
+    from .pipeline import Mirage
+
+#: The model of every command unless the experiment file or ``--model`` names another.
+DEFAULT_MODEL = "smollm2-135m-instruct"
+#: The run commands; each stores model outputs that its resume check guards with the fingerprint.
+Command = Literal["attribute", "xor-attriqa", "eli5", "bias"]
+#: XOR-AttriQA text view: the English translations or the annotated (native) text.
+TextView = Literal["en", "native"]
+#: The prompt a command uses unless the file or ``--prompt`` names one: XOR-AttriQA answers cite nothing.
+DEFAULT_PROMPTS: dict[str, str] = {"xor-attriqa": "standard"}
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """What a run command runs; see the module docstring. ``data`` are input files (``calibrate_on`` the XOR-AttriQA
+    calibration split), ``seeds`` the generation seeds (empty: the pipeline's one seed), ``nli`` the Hugging Face NLI
+    judge of ELI5's citation quality; ``device``, ``dtype`` and ``trust_remote_code`` say how the model is loaded and
+    ``description`` / ``dataset`` describe the file: none of these five changes what is stored."""
+
+    command: Command
+    model: str = DEFAULT_MODEL
+    data: tuple[str, ...] = ()
+    calibrate_on: str | None = None
+    text: TextView = "en"
+    limit: int | None = None
+    seeds: tuple[int, ...] = ()
+    nli: str | None = None
+    pipeline: MirageConfig = field(default_factory=MirageConfig)
+    description: str | None = None
+    dataset: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        if self.command not in get_args(Command):
+            _fail("command", f"one of {', '.join(map(repr, get_args(Command)))}", self.command)
+        if isinstance(self.model, os.PathLike):
+            object.__setattr__(self, "model", os.fspath(self.model))
+        if not isinstance(self.model, str) or not self.model:
+            _fail("model", "a model name, Hugging Face id or local path", self.model)
+        for name in ("calibrate_on", "nli", "description", "dataset", "device", "dtype"):
+            value = getattr(self, name)
+            if isinstance(value, os.PathLike):
+                object.__setattr__(self, name, os.fspath(value))
+            elif value is not None and not isinstance(value, str):
+                _fail(name, "a string or null", value)
+        object.__setattr__(self, "data", _strings("data", self.data))
+        if self.text not in get_args(TextView):
+            _fail("text", f"one of {', '.join(map(repr, get_args(TextView)))}", self.text)
+        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0):
+            _fail("limit", "an integer >= 0 or null", self.limit)
+        seeds = (self.seeds,) if isinstance(self.seeds, int) else self.seeds
+        if not isinstance(seeds, Sequence) or not all(
+                isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+            _fail("seeds", "a list of integers >= 0", self.seeds)
+        object.__setattr__(self, "seeds", tuple(seeds))
+        if not isinstance(self.pipeline, MirageConfig):
+            _fail("pipeline", "a MirageConfig", self.pipeline)
+        if not isinstance(self.trust_remote_code, bool):
+            _fail("trust_remote_code", "true or false", self.trust_remote_code)
+
+    @property
+    def generation_seeds(self) -> tuple[int, ...]:
+        """The seeds answers are generated with: ``seeds``, or the pipeline's generation seed."""
+        return self.seeds or (self.pipeline.generation.seed,)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What this command's stored model outputs depend on; a store holding outputs of another fingerprint is
+        refused, never mixed in.
+
+        ``attribute`` and ``bias`` store whole results: the model and the whole pipeline config. ``xor-attriqa``
+        stores every answer token's raw scores and selects when evaluating: the model, prompt, CTI metric and CCI
+        method. ``eli5`` stores whole results keyed by seed: all but the generation seed. (The shapes are those of
+        the ``run.json`` files and result records already written, so existing runs resume.)
+        """
+        cfg = self.pipeline
+        if self.command == "xor-attriqa":
+            return {"benchmark": "xor-attriqa", "model": self.model, "prompt": dataclasses.asdict(cfg.prompt),
+                    "cti_metric": cfg.cti.metric, "cci_method": cfg.cci.method, "ig_steps": cfg.cci.ig_steps}
+        if self.command == "eli5":
+            generation = {k: v for k, v in dataclasses.asdict(cfg.generation).items() if k != "seed"}
+            return {"benchmark": "eli5", "model": self.model, "prompt": dataclasses.asdict(cfg.prompt),
+                    "generation": generation, "cti": dataclasses.asdict(cfg.cti), "cci": dataclasses.asdict(cfg.cci),
+                    "aggregation": dataclasses.asdict(cfg.aggregation)}
+        return {"model": self.model, "config": cfg.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, command: Command) -> ExperimentConfig:
+        """From an experiment file's mapping: the keys of :data:`~mirage.config.EXPERIMENT_KEYS` (null = unset) and
+        the pipeline sections. ``data`` is a file, a list of files, or ``{eval: files, calibrate_on: file}``."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"an experiment must be a mapping of keys, got {type(data).__name__}.")
+        sections = {key: value for key, value in data.items() if key not in EXPERIMENT_KEYS}
+        pipeline = MirageConfig.from_dict(sections)  # unknown keys are errors naming them
+        prompt = sections.get("prompt")
+        if command in DEFAULT_PROMPTS and not (isinstance(prompt, Mapping) and {"name", "path"} & set(prompt)):
+            pipeline = pipeline.replace(prompt={"name": DEFAULT_PROMPTS[command]})
+        files, calibrate_on = data.get("data"), None
+        if isinstance(files, Mapping):
+            unknown = sorted(map(str, set(files) - {"eval", "calibrate_on"}))
+            if unknown:
+                raise ConfigError(f"Unknown key(s) {unknown} in 'data'; known: ['calibrate_on', 'eval'].")
+            files, calibrate_on = files.get("eval"), files.get("calibrate_on")
+        given = {key: data[key] for key in ("model", "text", "limit", "seeds", "nli", "description", "dataset")
+                 if data.get(key) is not None}
+        return cls(command=command, data=() if files is None else files, calibrate_on=calibrate_on,
+                   pipeline=pipeline, **given)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, *, command: Command) -> ExperimentConfig:
+        """From an experiment file or a pipeline config file; every problem is a ConfigError starting with the
+        path."""
+        data = read_config_file(path)
+        try:
+            return cls.from_dict(data, command=command)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from err
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, *, command: Command) -> ExperimentConfig:
+        """The ``--config`` file (if any) with the flags of ``args`` applied on top (see
+        :func:`add_experiment_args`); positional ``data`` files replace the file's."""
+        config = getattr(args, "config", None)
+        exp = cls.from_yaml(config, command=command) if config else cls.from_dict({}, command=command)
+        changes: dict[str, Any] = {name: getattr(args, name) for name in
+                                   ("model", "calibrate_on", "text", "limit", "nli", "device", "dtype")
+                                   if getattr(args, name, None) is not None}
+        for name in ("data", "seeds"):
+            if getattr(args, name, None):
+                changes[name] = getattr(args, name)
+        if getattr(args, "trust_remote_code", False):
+            changes["trust_remote_code"] = True
+        return dataclasses.replace(exp, pipeline=exp.pipeline.replace(**pipeline_changes(args)), **changes)
+
+    def check_device(self) -> None:
+        """Check ``device`` and ``dtype`` now (a ModelLoadError), before data is read or anything slow happens."""
+        from .models import resolve_device, resolve_dtype
+
+        resolve_dtype(self.dtype, resolve_device(self.device))
+
+    def load_mirage(self) -> Mirage:
+        """The experiment's model, with its pipeline config, on ``device`` in ``dtype``."""
+        from .pipeline import Mirage
+
+        return Mirage.from_pretrained(self.model, config=self.pipeline, device=self.device, dtype=self.dtype,
+                                      trust_remote_code=self.trust_remote_code)
+
+
+def _fail(name: str, expected: str, value: Any) -> typing.NoReturn:
+    text = repr(value)
+    raise ConfigError(f"experiment.{name} must be {expected}, got {text if len(text) <= 60 else text[:57] + '...'}.")
+
+
+def _strings(name: str, value: Any) -> tuple[str, ...]:
+    """A file or a sequence of files as a tuple of strings."""
+    if isinstance(value, (str, os.PathLike)):
+        value = [value]
+    if not isinstance(value, Sequence) or not all(isinstance(v, (str, os.PathLike)) for v in value):
+        _fail(name, "a path or a list of paths", value)
+    return tuple(os.fspath(v) for v in value)
+
+
+# -- command-line flags ----------------------------------------------------------------------------------------------
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give 0 or more")
+    return value
+
+
+def pipeline_flags() -> Iterator[tuple[str, dataclasses.Field, type]]:
+    """``(section, field, value type)`` of every pipeline config field that declares a flag, in declaration order."""
+    sections = typing.get_type_hints(MirageConfig)
+    for section in fields(MirageConfig):
+        section_cls = sections[section.name]
+        hints = typing.get_type_hints(section_cls)
+        for f in fields(section_cls):
+            if "flag" in f.metadata:
+                yield section.name, f, _value_type(hints[f.name])
+
+
+def _value_type(hint: Any) -> type:
+    """``float`` for ``float | None``, ``str`` for a Literal of strings, the type itself otherwise."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        (hint,) = [arg for arg in get_args(hint) if arg is not type(None)]
+    if typing.get_origin(hint) is Literal:
+        return type(get_args(hint)[0])
+    return hint
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:
+    """The model, config-file and pipeline flags every run command takes, less the pipeline flags in ``skip`` (those
+    the command sets itself)."""
+    parser.add_argument("--model", default=None,
+                        help=f"embedded model name, Hugging Face id or local path (default: {DEFAULT_MODEL})")
+    parser.add_argument("--config", help="YAML config: pipeline sections (prompt, generation, cti, cci, aggregation), "
+                                         "and for experiment files (configs/*.yaml) model/data/text/…")
+    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    parser.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bf16/fp16 on GPU, fp32 on CPU)")
+    parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the hub")
+    for _section, f, kind in pipeline_flags():
+        flag, help_text = f.metadata["flag"], f.metadata["help"]
+        if flag in skip:
+            continue
+        if kind is bool:
+            parser.add_argument(flag, action="store_true", default=None, help=help_text)
+        else:
+            parser.add_argument(flag, type=kind, default=None, help=help_text)
+
+
+def pipeline_changes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Per config section, the fields the pipeline flags in ``args`` set, then the fields those imply (unless given
+    too): ``--cci-top-k 3`` is ``{"cci": {"top_k": 3, "top_percent": None}}``."""
+    changes: dict[str, dict[str, Any]] = {}
+    implied: list[tuple[str, str, Any]] = []
+    for section, f, _kind in pipeline_flags():
+        value = getattr(args, _dest(f.metadata["flag"]), None)
+        if value is not None:
+            changes.setdefault(section, {})[f.name] = value
+            implied += [(section, name, v) for name, v in f.metadata.get("implies", {}).items()]
+    for section, name, value in implied:
+        changes[section].setdefault(name, value)
+    return changes

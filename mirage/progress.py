@@ -1,0 +1,21 @@
+"""Progress reporting for long runs: one callable type every runner accepts, and the terminal bar the CLI passes.
+
+A runner takes ``progress: Progress | None`` and wraps its loop as ``progress(items, total, "what")``; ``None`` means
+silent. The library never prints a bar by itself, so notebooks and services choose their own.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+#: ``progress(iterable, total, description) -> iterable``: wraps a loop to report how far it is.
+Progress = Callable[[Iterable[Any], "int | None", str], Iterable[Any]]
+
+
+def terminal_progress(iterable: Iterable[Any], total: int | None, desc: str) -> Iterable[Any]:
+    """A tqdm bar on stderr (the CLI's progress); ``total`` is the number of items the loop will yield."""
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)

@@ -1,0 +1,33 @@
+"""Named implementations of one pipeline concept, so a user adds one without editing the stage's code.
+
+The CTI metrics (:data:`mirage.cti.CTI_METRICS`) and the CCI methods (:data:`mirage.cci.CCI_METHODS`) are registries;
+the configuration accepts any registered name for ``cti.metric`` / ``cci.method``.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(dict[str, T]):
+    """A dict name → implementation that refuses to overwrite silently and names the registered choices."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def register(self, name: str, value: T, *, overwrite: bool = False) -> None:
+        """Add ``value`` under ``name``; an existing name is replaced only with ``overwrite=True``."""
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"a {self.kind} name must be a non-empty string, got {name!r}.")
+        if name in self and not overwrite:
+            raise ValueError(f"{self.kind} {name!r} is already registered; pass overwrite=True to replace it.")
+        self[name] = value
+
+    def lookup(self, name: str) -> T:
+        """The implementation registered as ``name``; a ValueError listing the registered names otherwise."""
+        if name not in self:
+            raise ValueError(f"unknown {self.kind} {name!r}; registered: {', '.join(map(repr, self))}.")
+        return self[name]

@@ -1,0 +1,69 @@
+"""The token-scoring stage: an answer's two teacher-forced passes, CTI for every answer token, CCI for the targets.
+
+    scores = m.score_tokens(m.prepare(item), "It was formed in 1913.")      # Mirage.score_tokens
+    scores.cti.selected, scores.cci.scores
+
+``targets`` picks the answer tokens CCI attributes: ``"selected"`` (those CTI selects, as the pipeline does),
+``"all"`` (every answer token, so that any selection can be derived afterwards, as the XOR-AttriQA scorer does) or
+``"none"`` (CTI only). When the answer was just generated, generation's logits are the with-documents pass; otherwise
+that pass is differentiable when CCI can take its gradients from it (see :func:`mirage.cci.shares_graph`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from .cci import CCIScores, compute_cci, shares_graph
+from .config import MirageConfig
+from .cti import CTIScores, compute_cti
+from .forward import answer_logits, model_inputs, with_documents_logits
+from .generation import Generated
+from .models import LoadedModel
+from .tokenization import TokenizedAnswer, TokenizedPrompt
+
+Targets = Literal["selected", "all", "none"]
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """One answer's token scores: CTI for every answer token (scores, selection, threshold, the contextless top
+    token, the with-documents probabilities), CCI for the targets, and the seconds each took (``cti``, ``cci``)."""
+
+    cti: CTIScores
+    cci: CCIScores
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _cci_targets(cti: CTIScores, n_answer: int, targets: Targets) -> tuple[int, ...]:
+    """The answer indices CCI attributes."""
+    return {"selected": cti.selected, "all": tuple(range(n_answer)), "none": ()}[targets]
+
+
+def score_tokens(lm: LoadedModel, prompt: TokenizedPrompt, answer: TokenizedAnswer, cfg: MirageConfig, *,
+                 targets: Targets = "selected", generated: Generated | None = None) -> TokenScores:
+    """CTI of every token of ``answer`` after ``prompt`` and CCI of the ``targets`` over its context tokens.
+
+    ``generated``: the generation that produced ``answer``, whose logits then serve as the with-documents pass.
+    """
+    if targets not in get_args(Targets):
+        raise ValueError(f"targets={targets!r} is not valid; choose one of {', '.join(map(repr, get_args(Targets)))}.")
+    if not answer.ids:
+        raise ValueError("the answer has no tokens; nothing to score.")
+    t = time.perf_counter()
+    if generated is not None and tuple(generated.ids) == tuple(answer.ids):
+        logits_ctx, graph = generated.logits, None  # generation already computed the with-documents pass
+    else:  # CCI reuses the graph of this pass when it can
+        want_graph = targets != "none" and shares_graph(lm, cfg.cci)
+        logits_ctx, graph = with_documents_logits(lm, prompt.ids, answer.ids, graph=want_graph)
+    logits_noctx = answer_logits(lm, prompt.contextless_ids, answer.ids)
+    cti = compute_cti(logits_ctx, logits_noctx, answer.ids, cfg=cfg.cti)
+    timings = {"cti": time.perf_counter() - t}
+    t = time.perf_counter()
+    input_ids, positions = model_inputs(lm, prompt.ids, answer.ids)
+    cci = compute_cci(lm, input_ids, answer.ids, positions, _cci_targets(cti, len(answer.ids), targets),
+                      cti.contextless_top, prompt.context_positions, cfg=cfg.cci, graph=graph)
+    del graph
+    timings["cci"] = time.perf_counter() - t
+    return TokenScores(cti=cti, cci=cci, timings=timings)

@@ -1,0 +1,3 @@
+"""mirage's version, recorded in every result (a module of its own, so that recording it imports nothing else)."""
+
+__version__ = "0.1.0"

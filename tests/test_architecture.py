@@ -1,0 +1,188 @@
+"""The shape of the package: every module imports on its own, no module uses another's private names, the import
+graph among mirage's modules (imports inside functions included) has no cycle, and the README's layout line lists the
+modules in an order the imports agree with."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "mirage"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _runtime_imports(tree: ast.AST):
+    """Every import statement, in functions too, but not those under ``if TYPE_CHECKING:`` (never run)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                yield from _runtime_imports(child)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        yield from _runtime_imports(node)
+
+
+def _imported(module: str, node: ast.Import | ast.ImportFrom) -> list[tuple[str, str | None]]:
+    """``(module, name)`` pairs an import statement of ``module`` brings in; ``name`` None for ``import x``."""
+    if isinstance(node, ast.Import):
+        return [(alias.name, None) for alias in node.names]
+    package = module.split(".") if MODULES[module].name == "__init__.py" else module.split(".")[:-1]
+    if node.level:
+        base = package[: len(package) - (node.level - 1)]
+        source = ".".join(base + ([node.module] if node.module else []))
+    else:
+        source = node.module or ""
+    return [(f"{source}.{alias.name}", None) if f"{source}.{alias.name}" in MODULES else (source, alias.name)
+            for alias in node.names]
+
+
+def _graph() -> dict[str, set[str]]:
+    """mirage module → the mirage modules it imports (explicitly; a parent package run first is not counted)."""
+    graph = {}
+    for module, path in MODULES.items():
+        deps = set()
+        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            deps |= {source for source, _name in _imported(module, node) if source in MODULES and source != module}
+        graph[module] = deps
+    return graph
+
+
+#: Imports each module named in argv in a child forked from an interpreter that has loaded only the heavy third-party
+#: libraries (no mirage module), so that each import starts from nothing of mirage, without paying torch's import
+#: time once per module; prints one line per module that failed.
+_IMPORT_EACH = """
+import os, sys, traceback
+import scipy.stats, torch, transformers  # noqa: F401  third-party only
+assert not any(name == "mirage" or name.startswith("mirage.") for name in sys.modules)
+for module in sys.argv[1:]:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            __import__(module)
+        except BaseException:
+            os.write(write, traceback.format_exc().encode()[-4000:])
+            os._exit(1)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        error = pipe.read().strip()
+    if os.waitpid(pid, 0)[1]:
+        print(f"{module}: {error.splitlines()[-1] if error else 'failed'}")
+"""
+
+
+def test_every_module_imports_on_its_own():
+    modules = sorted(m for m in MODULES if m != "mirage.__main__")  # __main__ runs the command line
+    if hasattr(os, "fork"):
+        run = subprocess.run([sys.executable, "-c", _IMPORT_EACH, *modules], capture_output=True, text=True,
+                             cwd=ROOT, check=False)
+        assert run.returncode == 0, run.stderr
+        failures = run.stdout.splitlines()
+    else:  # one fresh interpreter per module
+        runs = {m: subprocess.run([sys.executable, "-c", f"import {m}"], capture_output=True, text=True, cwd=ROOT,
+                                  check=False) for m in modules}
+        failures = [f"{m}: {r.stderr.strip().splitlines()[-1]}" for m, r in runs.items() if r.returncode]
+    assert not failures, "\n".join(failures)
+
+
+def test_no_module_imports_private_names_of_another():
+    found = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases = {}  # local name → mirage module, for ``module._name`` access
+        for node in _runtime_imports(tree):
+            for source, name in _imported(module, node):
+                if not source.startswith("mirage"):
+                    continue
+                if name is None:
+                    asname = next((a.asname for a in node.names if a.name == source.split(".")[-1]
+                                   or a.name == source), None)
+                    aliases[asname or source.split(".")[-1]] = source
+                elif name.startswith("_") and not name.endswith("__"):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name} from {source}")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.endswith("__")):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert not found, "private names used across modules (make them public where their concept lives):\n" + \
+        "\n".join(found)
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle, as the modules along it, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        state[module] = 2
+        path.pop()
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module)):
+            return found
+    return None
+
+
+def test_import_graph_has_no_cycle():
+    cycle = _cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_cycle_finder_finds_one():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_readme_layout_follows_the_import_graph():
+    """The README's layout line lists every module; a module in the chain imports only modules of its own stage or
+    of earlier ones (or the modules listed beside the chain, which import only each other)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8").split("## Layout", 1)[1].split("\n## ", 1)[0]
+    layout = text.split("`mirage/`", 1)[1].split("`configs/`", 1)[0]
+    chain, beside = layout.split("beside them", 1)
+    stage = {}
+    for k, part in enumerate(chain.split("→")):
+        for name in re.findall(r"`([a-z_]+)/?`", part):
+            stage[f"mirage.{name}"] = k
+    for name in re.findall(r"`([a-z_]+)`", beside):
+        stage[f"mirage.{name}"] = -1
+
+    def stage_of(module: str) -> int | None:
+        while module not in stage and "." in module:
+            module = module.rsplit(".", 1)[0]
+        return stage.get(module)
+
+    unlisted = sorted(m for m in MODULES if m not in ("mirage", "mirage.__main__") and stage_of(m) is None)
+    assert not unlisted, f"modules missing from the README's layout line: {unlisted}"
+    wrong = []
+    for module, deps in _graph().items():
+        own = stage_of(module)
+        for dep in deps:
+            theirs = stage_of(dep)
+            if own is None or theirs is None or dep == "mirage":
+                continue
+            if (own == -1 and theirs != -1) or (own >= 0 and theirs > own):
+                wrong.append(f"{module} imports {dep}")
+    assert not wrong, "the README's layout order disagrees with the imports:\n" + "\n".join(sorted(wrong))

@@ -1,0 +1,43 @@
+"""``mirage bias`` resumes only its own generations: ``DIR/generations.jsonl`` is opened with the experiment's
+settings (model and pipeline configuration, :meth:`mirage.experiment.ExperimentConfig.fingerprint`), so a re-run with
+another model or configuration is refused before anything is generated, and the file is left as it was."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from mirage.bias.protocol import BiasConfig
+from mirage.bias.study import run_bias_study
+from mirage.config import MirageConfig
+from mirage.experiment import ExperimentConfig
+from mirage.runs import StoreError
+
+ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"
+
+
+def _model(name: str, config: MirageConfig) -> SimpleNamespace:
+    """Enough of a Mirage for the study to open its store; it cannot generate (nothing may be generated)."""
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a generation was attempted")
+
+    return SimpleNamespace(lm=SimpleNamespace(name=name), config=config, generate=refuse, attribute=refuse)
+
+
+@pytest.mark.parametrize("model, config, says", [
+    ("another-model", MirageConfig(), "model: 'smollm2-135m-instruct' in the file, 'another-model' now"),
+    ("smollm2-135m-instruct", MirageConfig().replace(cti={"std_k": 0.5}), "config.cti.std_k: 1.0 in the file, 0.5 now"),
+])
+def test_a_rerun_with_other_settings_is_refused(tmp_path, model, config, says):
+    before = ExperimentConfig("bias", model="smollm2-135m-instruct", pipeline=MirageConfig()).fingerprint()
+    generations = tmp_path / "generations.jsonl"
+    generations.write_text(json.dumps({"key": "xor_bias_rows-1:vanilla:0", "settings": before}) + "\n")
+    content = generations.read_bytes()
+    with pytest.raises(StoreError, match="holds results made with other settings") as err:
+        run_bias_study(str(ROWS), mirage=_model(model, config), cfg=BiasConfig(k=3, modes=("vanilla",)),
+                       output_dir=tmp_path, limit=1)
+    assert says in str(err.value)
+    assert generations.read_bytes() == content

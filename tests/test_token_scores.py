@@ -1,0 +1,145 @@
+"""The token-scoring stage (Mirage.score_tokens) on the embedded model: target modes, reuse of generation's logits,
+and a custom CTI metric and CCI method registered by name, end to end."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mirage import MirageConfig
+from mirage.cci import CCI_METHODS, register_cci_method
+from mirage.config import ConfigError
+from mirage.cti import CTI_METRICS, register_cti_metric
+from mirage.forward import answer_logits, token_probabilities
+from mirage.tokenization import tokenize_answer
+
+QUESTION = "When was the Ikhwan party formed?"
+DOCS = [
+    {"title": "Ikhwan", "text": "The Ikhwan was a Wahhabi militia formed in 1913 by Ibn Saud to settle the tribes."},
+    {"title": "Weather", "text": "Rain fell in the north of the country during the spring of that year."},
+]
+ANSWER = "The Ikhwan was formed in 1913 by Ibn Saud."
+
+
+@pytest.fixture
+def registries():
+    """Whatever a test registers is gone afterwards."""
+    saved = dict(CTI_METRICS), dict(CCI_METHODS)
+    yield
+    for registry, entries in zip((CTI_METRICS, CCI_METHODS), saved):
+        registry.clear()
+        registry.update(entries)
+
+
+@pytest.fixture(scope="module")
+def prepared(embedded_mirage):
+    m = embedded_mirage
+    prep = m.prepare({"question": QUESTION, "docs": DOCS, "output": ANSWER})
+    return prep, tokenize_answer(m.lm.tokenizer, ANSWER)
+
+
+@pytest.fixture(scope="module")
+def selected_scores(embedded_mirage, prepared):
+    prep, answer = prepared
+    return embedded_mirage.score_tokens(prep, answer)
+
+
+def test_selected_targets_are_what_attribute_item_reports(embedded_mirage, prepared, selected_scores):
+    prep, answer = prepared
+    scores = selected_scores
+    res = embedded_mirage.attribute_item({"question": QUESTION, "docs": DOCS, "output": ANSWER})
+    assert [t.cti for t in res.tokens] == list(scores.cti.scores)
+    assert [t.index for t in res.tokens if t.context_sensitive] == list(scores.cti.selected)
+    assert res.cti_threshold == scores.cti.threshold
+    assert scores.cci.selected == scores.cti.selected and scores.cti.selected
+    assert all(len(row) == len(prep.tokens.context_positions) for row in scores.cci.scores)
+    assert set(scores.timings) == {"cti", "cci"} and res.timings["cti"] >= 0
+    # CTI's with-documents probabilities and contextless top tokens come from the two teacher-forced passes
+    with_docs = answer_logits(embedded_mirage.lm, prep.tokens.ids, answer.ids)
+    assert scores.cti.probs == pytest.approx(token_probabilities(with_docs, answer.ids), rel=1e-4, abs=1e-6)
+    no_docs = answer_logits(embedded_mirage.lm, prep.tokens.contextless_ids, answer.ids)
+    assert list(scores.cti.contextless_top) == no_docs.argmax(-1).tolist()
+
+
+def test_all_and_none_targets(embedded_mirage, prepared, selected_scores):
+    """``all`` attributes every answer token (the selected ones as ``selected`` does), ``none`` runs CTI only;
+    CTI is the same in every mode."""
+    prep, answer = prepared
+    every = embedded_mirage.score_tokens(prep, ANSWER, targets="all")
+    assert every.cci.selected == tuple(range(len(answer.ids))) and len(every.cci.scores) == len(answer.ids)
+    assert every.cti == selected_scores.cti
+    for k, i in enumerate(selected_scores.cci.selected):
+        assert every.cci.scores[i] == pytest.approx(selected_scores.cci.scores[k], rel=1e-4, abs=1e-7)
+    none = embedded_mirage.score_tokens(prep, answer, targets="none")
+    assert none.cti == selected_scores.cti and none.cci.scores == ()
+    with pytest.raises(ValueError, match="targets='some'"):
+        embedded_mirage.score_tokens(prep, answer, targets="some")
+
+
+def test_generation_logits_are_reused(embedded_mirage, monkeypatch):
+    """A just-generated answer is scored from generation's logits: no with-documents pass is run again."""
+    import mirage.token_scores as stage
+    from mirage.generation import generate_answer
+
+    m = embedded_mirage
+    cfg = m.config.replace(generation={"max_new_tokens": 8})
+    prep = m.prepare({"question": QUESTION, "docs": DOCS}, config=cfg)
+    gen = generate_answer(m.lm, prep.tokens.ids, cfg=cfg.generation)
+    answer = tokenize_answer(m.lm.tokenizer, gen.text)
+    assert list(answer.ids) == gen.ids
+
+    def no_pass(*args, **kwargs):
+        raise AssertionError("the with-documents pass ran again")
+
+    monkeypatch.setattr(stage, "with_documents_logits", no_pass)
+    scores = m.score_tokens(prep, answer, generated=gen, config=cfg)
+    assert list(scores.cti.probs) == token_probabilities(gen.logits, gen.ids)
+
+
+def _abs_logprob_diff(logp_ctx: torch.Tensor, logp_noctx: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
+    idx = answer_ids.unsqueeze(-1)
+    return (logp_ctx.gather(-1, idx) - logp_noctx.gather(-1, idx)).squeeze(-1).abs()
+
+
+def test_custom_cti_metric_end_to_end(embedded_mirage, prepared, registries):
+    prep, answer = prepared
+    with pytest.raises(ConfigError, match="cti.metric='test_abs_logprob_diff' is not valid; choose one of .*'js'"):
+        MirageConfig().replace(cti={"metric": "test_abs_logprob_diff"})
+    register_cti_metric("test_abs_logprob_diff", _abs_logprob_diff)
+    with pytest.raises(ValueError, match="already registered"):
+        register_cti_metric("test_abs_logprob_diff", _abs_logprob_diff)
+    cfg = MirageConfig().replace(cti={"metric": "test_abs_logprob_diff"})
+    scores = embedded_mirage.score_tokens(prep, answer, config=cfg)
+    lm = embedded_mirage.lm
+    with_docs = token_probabilities(answer_logits(lm, prep.tokens.ids, answer.ids), answer.ids, log=True)
+    no_docs = token_probabilities(answer_logits(lm, prep.tokens.contextless_ids, answer.ids), answer.ids, log=True)
+    manual = [abs(a - b) for a, b in zip(with_docs, no_docs)]
+    assert list(scores.cti.scores) == pytest.approx(manual, rel=1e-4, abs=1e-5)
+    assert scores.cci.selected == scores.cti.selected
+    res = embedded_mirage.attribute(QUESTION, DOCS, answer=ANSWER, config=cfg)
+    assert [t.cti for t in res.tokens] == list(scores.cti.scores)
+
+
+def _doubled_saliency(forward, inputs: torch.Tensor, cfg) -> torch.Tensor:
+    from captum.attr import Saliency
+
+    return 2 * Saliency(forward).attribute(inputs, abs=True)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one-graph", "repeated-input"])
+def test_custom_cci_method_end_to_end(embedded_mirage, prepared, selected_scores, registries, shared):
+    """A registered method runs through the shared-graph path (with ``from_gradient``) or the repeated-input path
+    (without), and the pipeline cites from it."""
+    prep, answer = prepared
+    register_cci_method("test_doubled", _doubled_saliency,
+                        from_gradient=(lambda grad, inputs: 2 * grad) if shared else None)
+    cfg = MirageConfig().replace(cci={"method": "test_doubled"})
+    scores = embedded_mirage.score_tokens(prep, answer, config=cfg)
+    assert scores.cci.selected == selected_scores.cci.selected
+    expected = [[2 * v for v in row] for row in selected_scores.cci.scores]
+    for got, want in zip(scores.cci.scores, expected):
+        assert list(got) == pytest.approx(want, rel=1e-4 if not shared else 1e-6, abs=1e-7)
+    assert embedded_mirage.lm.batched_backward is not False
+    res = embedded_mirage.attribute(QUESTION, DOCS, answer=ANSWER, config=cfg)
+    base = embedded_mirage.attribute(QUESTION, DOCS, answer=ANSWER)
+    assert [s.mirage_citations for s in res.sentences] == [s.mirage_citations for s in base.sentences]
