@@ -35,10 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import SHARED_DATA
 from mirage import Mirage, MirageConfig
-from mirage.aggregation import cite_sentences, cite_token
-from mirage.config import CCIConfig
 from mirage.generation import generate_answer
-from mirage.reference import run_reference
+from mirage.reference import run_reference, sentence_citations
 
 SHARED_ELI5 = SHARED_DATA / "eli5_alce" / "eli5_eval_sample.json"
 
@@ -113,10 +111,7 @@ def _cases(n_eli5: int) -> list[dict]:
 
 def _reference_citations(res, prep, ref) -> list[list[int]]:
     """Sentence citations from the reference's context scores, through mirage's own selector and aggregation."""
-    cfg = CCIConfig(**res.config["cci"])
-    cited = {i: cite_token(ref.cci_scores[i], prep.tokens.context_docs, cfg) for i in ref.selected}
-    return cite_sentences(res.answer, [(s.start, s.end) for s in res.sentences], [t.start for t in res.tokens], cited,
-                          res.config["aggregation"]["max_citations"])
+    return sentence_citations(res, prep.tokens.context_docs, {i: ref.cci_scores[i] for i in ref.selected})
 
 
 def _compare(m: Mirage, case: dict, cfg: MirageConfig, gen_s: float | None = None) -> tuple[dict, str]:

@@ -47,8 +47,13 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from .aggregation import cite_sentences, cite_token
+from .config import CCIConfig
+from .results import AttributionResult
 
 
 @dataclass
@@ -250,3 +255,14 @@ def run_reference(
             n_scores, n_ctx = len(c.input_context_scores), len(out.context_tokens)
             out.notes.append(f"CCI step {c.cti_idx}: {n_scores} scores for {n_ctx} context tokens")
     return out
+
+
+def sentence_citations(res: AttributionResult, context_docs: Sequence[int],
+                       scores: Mapping[int, Sequence[float]]) -> list[list[int]]:
+    """Per sentence of ``res``, the documents that per-token context scores (``scores[i]`` for answer token i, e.g.
+    the reference's) make it cite, through mirage's own CCI selector and aggregation under ``res``'s configuration:
+    what makes two methods' citations comparable. ``context_docs[j]`` is context token j's 0-based document."""
+    cfg = CCIConfig(**res.config["cci"])
+    cited = {i: cite_token(row, context_docs, cfg) for i, row in scores.items()}
+    return cite_sentences(res.answer, [(s.start, s.end) for s in res.sentences], [t.start for t in res.tokens], cited,
+                          res.config["aggregation"]["max_citations"])

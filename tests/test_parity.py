@@ -5,11 +5,10 @@ import pytest
 from scipy.stats import pearsonr
 
 from mirage import Mirage, MirageConfig
-from mirage.aggregation import cite_sentences, cite_token
 from mirage.cci import compute_cci
 from mirage.config import CCIConfig
 from mirage.forward import answer_logits, model_inputs
-from mirage.reference import run_reference
+from mirage.reference import run_reference, sentence_citations
 from mirage.tokenization import tokenize_answer
 
 
@@ -60,11 +59,7 @@ def test_same_context_sensitive_tokens(cases):
 
 
 def _citations(res, prep, rows: dict[int, list[float]]) -> list[list[int]]:
-    """Sentence citations from per-token context scores, through mirage's own selector and aggregation."""
-    cci_cfg = CCIConfig(**res.config["cci"])
-    cited = {i: cite_token(scores, prep.tokens.context_docs, cci_cfg) for i, scores in rows.items()}
-    return cite_sentences(res.answer, [(s.start, s.end) for s in res.sentences], [t.start for t in res.tokens], cited,
-                          res.config["aggregation"]["max_citations"])
+    return sentence_citations(res, prep.tokens.context_docs, rows)
 
 
 def test_same_cci_scores_and_sentence_citations(cases, smollm2):
