@@ -1,10 +1,39 @@
-"""mirage: model-internals-based answer attribution for retrieval-augmented generation."""
+"""mirage: model-internals-based answer attribution for retrieval-augmented generation.
+
+``import mirage`` is light: torch and transformers load when :class:`Mirage` (or :func:`attribute_dataset`) is first
+used, so that ``mirage --help`` and configuration code start at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .config import AggregationConfig, CCIConfig, CTIConfig, GenerationConfig, MirageConfig, PromptConfig
 from .inputs import Document, InputError, RAGItem
-from .pipeline import Mirage
 from .results import AttributionResult
 from .version import __version__ as __version__
+
+if TYPE_CHECKING:
+    from .frames import read_results
+    from .pipeline import Mirage, attribute_dataset
+
+#: Names imported from their module on first access (they bring torch).
+_LAZY = {"Mirage": "pipeline", "attribute_dataset": "pipeline", "read_results": "frames"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "AggregationConfig",
@@ -18,4 +47,6 @@ __all__ = [
     "MirageConfig",
     "PromptConfig",
     "RAGItem",
+    "attribute_dataset",
+    "read_results",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -9,7 +11,15 @@ from .cci import CCIScores, select_context
 from .citations import ParsedAnswer
 from .config import AggregationConfig, CCIConfig
 from .cti import CTIScores
-from .results import AnswerSpan, AnswerToken, ContextCue, ContextSpan, SentenceAttribution
+from .results import (
+    AnswerSpan,
+    AnswerToken,
+    ContextCue,
+    ContextSpan,
+    SaliencyMatrix,
+    SentenceAttribution,
+    summed_shares,
+)
 from .sentences import sentence_index
 from .tokenization import TokenizedAnswer, TokenizedPrompt
 
@@ -51,6 +61,48 @@ def rank_documents(citations: Sequence[TokenCitation], max_citations: int) -> li
             strength[doc] = strength.get(doc, 0.0) + weight
     ranked = sorted(strength.items(), key=lambda kv: (-kv[1], kv[0]))
     return [doc + 1 for doc, _ in ranked[:max_citations]]
+
+
+def content_mask(tokenized: TokenizedPrompt, user_spans: Sequence[tuple[int, int]]) -> tuple[bool, ...]:
+    """Per context token, whether it is document content: whether its characters overlap user text
+    (``BuiltPrompt.user_spans``, which inside the documents block are the documents' titles and texts) rather than
+    lying wholly in the prompt's scaffolding (``Document``, ``[1]``, ``](``, ``Title:``)."""
+    merged: list[list[int]] = []  # sorted, overlaps merged: ends increase with starts
+    for s, e in sorted(user_spans):
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        elif e > s:
+            merged.append([s, e])
+    starts = [s for s, _ in merged]
+    mask = []
+    for start, end in tokenized.context_offsets:
+        k = bisect.bisect_left(starts, end) - 1  # the last span starting before the token ends
+        mask.append(end > start and k >= 0 and merged[k][1] > start)
+    return tuple(mask)
+
+
+def content_view(tokenized: TokenizedPrompt, cci: CCIScores, content: Sequence[bool]) -> tuple[TokenizedPrompt,
+                                                                                                CCIScores]:
+    """The prompt's context tokens and the CCI scores restricted to the content tokens (``content[j]`` true), for
+    ``aggregation.context="content"``: ``[n_selected, n_content]``."""
+    if len(content) != len(tokenized.context_positions):
+        raise ValueError(f"content mask of {len(content)} entries for {len(tokenized.context_positions)} context "
+                         "tokens.")
+    keep = [j for j, c in enumerate(content) if c]
+    restricted = dataclasses.replace(
+        tokenized, context_positions=tuple(tokenized.context_positions[j] for j in keep),
+        context_docs=tuple(tokenized.context_docs[j] for j in keep),
+        context_offsets=tuple(tokenized.context_offsets[j] for j in keep))
+    return restricted, dataclasses.replace(cci, scores=tuple(tuple(row[j] for j in keep) for row in cci.scores))
+
+
+def saliency_matrix(tokenized: TokenizedPrompt, cci: CCIScores, content: Sequence[bool] | None = None,
+                    ) -> SaliencyMatrix:
+    """The whole CCI saliency ``[n_selected, n_context]`` over every context token, stored compactly (what
+    ``aggregation.keep_saliency`` puts in the result)."""
+    return SaliencyMatrix.encode(cci.scores, answer_tokens=cci.selected, context_positions=tokenized.context_positions,
+                                 context_docs=tokenized.context_docs, context_offsets=tokenized.context_offsets,
+                                 content=content)
 
 
 def _widen(text: str, start: int, end: int) -> tuple[int, int]:
@@ -136,6 +188,18 @@ def sentence_of_token(text: str, start: int, sentences: Sequence[tuple[int, int]
     return sentence_index(list(sentences), start)
 
 
+def tokens_by_sentence(text: str, sentences: Sequence[tuple[int, int]], token_starts: Sequence[int],
+                       indices: Sequence[int]) -> list[list[int]]:
+    """Per sentence, the answer tokens among ``indices`` that :func:`sentence_of_token` puts in it
+    (``token_starts[i]``: token i's first character in ``text``), in the order given."""
+    per_sentence: list[list[int]] = [[] for _ in sentences]
+    for i in indices:
+        s = sentence_of_token(text, token_starts[i], sentences)
+        if s is not None:
+            per_sentence[s].append(i)
+    return per_sentence
+
+
 def cite_sentences(
     text: str,
     sentences: Sequence[tuple[int, int]],
@@ -146,20 +210,19 @@ def cite_sentences(
     """Per sentence, the documents (1-based) it cites: :func:`rank_documents` over the citations of the
     context-sensitive tokens :func:`sentence_of_token` puts in it (``citations[i]`` is answer token i's citation,
     ``token_starts[i]`` its first character in ``text``), strongest first, at most ``max_citations``."""
-    per_sentence: list[list[TokenCitation]] = [[] for _ in sentences]
-    for i, cit in citations.items():
-        s = sentence_of_token(text, token_starts[i], sentences)
-        if s is not None:
-            per_sentence[s].append(cit)
-    return [rank_documents(cits, max_citations) for cits in per_sentence]
+    return [rank_documents([citations[i] for i in members], max_citations)
+            for members in tokens_by_sentence(text, sentences, token_starts, list(citations))]
 
 
 def _top_context(scores: Sequence[float], prompt_text: str, tokenized: TokenizedPrompt, n: int) -> list[ContextCue]:
-    """The ``n`` most salient context tokens of one answer token, strongest first."""
+    """The ``n`` most salient context tokens of one answer token, strongest first, each with its share of the
+    token's total positive saliency over these context tokens."""
     top = sorted(range(len(scores)), key=lambda j: -scores[j])[:n]
+    total = sum(max(0.0, float(v)) for v in scores)
     return [
         ContextCue(token=prompt_text[slice(*tokenized.context_offsets[j])], doc=tokenized.context_docs[j] + 1,
-                   start=tokenized.context_offsets[j][0], end=tokenized.context_offsets[j][1], score=float(scores[j]))
+                   start=tokenized.context_offsets[j][0], end=tokenized.context_offsets[j][1], score=float(scores[j]),
+                   share=max(0.0, float(scores[j])) / total if total > 0 else 0.0)
         for j in top
     ]
 
@@ -198,6 +261,9 @@ def _annotate_tokens(
             tok.contrast_token = tokenizer.decode([contrast]) if contrast is not None else tokenizer.decode([tok_id])
             tok.cited_docs = [d + 1 for d, _ in cit.doc_weights]
             tok.doc_scores = doc_scores(scores, tokenized.context_docs, n_docs)
+            tok.doc_shares = [0.0] * n_docs
+            for d, weight in cit.doc_weights:
+                tok.doc_shares[d] = weight
             tok.top_context = _top_context(scores, prompt_text, tokenized, top_context_tokens)
         tokens.append(tok)
     return tokens, by_token
@@ -215,23 +281,33 @@ def aggregate(
     cci: CCIScores,
     cci_cfg: CCIConfig,
     cfg: AggregationConfig,
+    content: Sequence[bool] | None = None,
 ) -> tuple[list[SentenceAttribution], list[AnswerToken], list[AnswerSpan], list[ContextSpan]]:
-    """Turn token-level CTI/CCI scores into sentence citations, annotated tokens and display spans."""
+    """Turn token-level CTI/CCI scores into sentence citations, annotated tokens and display spans.
+
+    ``content``: per context token, whether it is document content (:func:`content_mask`); with
+    ``cfg.context="content"`` (which needs it) attribution considers those context tokens only.
+    """
     text = parsed.text
+    if cfg.context == "content":
+        if content is None:
+            raise ValueError("aggregation.context='content' needs the content mask of the context tokens "
+                             "(aggregation.content_mask(tokenized, prompt.user_spans)).")
+        tokenized, cci = content_view(tokenized, cci, content)
     tokens, by_token = _annotate_tokens(tokenizer=tokenizer, text=text, prompt_text=prompt_text, tokenized=tokenized,
                                         answer=answer, n_docs=n_docs, cti=cti, cci=cci, cci_cfg=cci_cfg,
                                         top_context_tokens=cfg.top_context_tokens)
-    cited = cite_sentences(text, parsed.sentences, [start for start, _ in answer.offsets], by_token,
-                           cfg.max_citations)
+    members = tokens_by_sentence(text, parsed.sentences, [start for start, _ in answer.offsets], list(by_token))
     sentences = [
         SentenceAttribution(
             index=s,
             text=text[a:b],
             start=a,
             end=b,
-            mirage_citations=cited[s],
+            mirage_citations=rank_documents([by_token[i] for i in members[s]], cfg.max_citations),
             self_citations=list(parsed.citations[s]),
             invalid_self_citations=list(parsed.invalid[s]),
+            doc_scores=summed_shares([tokens[i] for i in members[s]], n_docs),
         )
         for s, (a, b) in enumerate(parsed.sentences)
     ]

@@ -2,10 +2,10 @@
 function of the module that runs it; importing a module never adds a command.
 
     mirage attribute INPUT.json -o OUTPUT.jsonl [--model NAME] [--config FILE] [--prompt selfcitation|standard]
-                     [--cti-std K] [--cci-top-k N | --cci-top-percent P]
+                     [--cti-std K | --cti-threshold T] [--cci-top-k N | --cci-top-percent P]
     mirage score {xor-attriqa,eli5} …   (mirage.scoring.cli)
     mirage bias DATA -o DIR …            (mirage.bias.cli)
-    mirage view RESULTS.jsonl -o report.html
+    mirage view RESULTS.jsonl [OTHER.jsonl] -o report.html
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -131,9 +132,13 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     return 0 if failed == 0 else 3
 
 
+ATTRIBUTE_HELP = "attribute answers of a JSON/JSONL file of items"
+VIEW_HELP = "write a browsable static HTML report of a results JSONL, or compare two"
+
+
 def register_attribute(sub: argparse._SubParsersAction) -> None:
     """Add ``mirage attribute``."""
-    att = sub.add_parser("attribute", help="attribute answers of a JSON/JSONL file of items")
+    att = sub.add_parser("attribute", help=ATTRIBUTE_HELP)
     att.add_argument("input", help='JSON list or JSONL of {"question", "docs": [{"title", "text"}], "output"?}')
     att.add_argument("-o", "--output", required=True, help="output JSONL (re-running skips finished items)")
     att.add_argument("--limit", type=non_negative_int, help="only the first N items")
@@ -143,43 +148,84 @@ def register_attribute(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    """``mirage view``: the HTML report of a results file (:mod:`mirage.report`)."""
-    from . import report
+    """``mirage view``: the HTML report of a results file, or of two side by side (:mod:`mirage.report`)."""
+    from .report import write_report
 
-    return report.cmd_view(args)
+    check_output_file(args.output, args.results)
+    out = write_report(args.results, args.output, title=args.title)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
 
 
 def register_view(sub: argparse._SubParsersAction) -> None:
     """Add ``mirage view``."""
-    view = sub.add_parser("view", help="write a browsable static HTML report of a results JSONL")
-    view.add_argument("results", help="JSONL written by `mirage attribute`")
+    view = sub.add_parser("view", help=VIEW_HELP)
+    view.add_argument("results", nargs="+", metavar="RESULTS",
+                      help="JSONL written by `mirage attribute`; give two (two models or two settings) to compare "
+                      "them side by side, items matched by question and documents")
     view.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
-    view.add_argument("--title", help="page title (default: the results file name)")
+    view.add_argument("--title", help="page title (default: the results file names)")
     view.set_defaults(func=cmd_view)
 
 
-def commands() -> list[Register]:
-    """The subcommands, in ``--help`` order. The benchmark and bias modules are imported only when the parser is
-    built, so importing :mod:`mirage.cli` stays light."""
-    from .bias.cli import register as register_bias
-    from .scoring.cli import register as register_score
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its name and one-line help, which ``mirage --help`` lists without importing the module that
+    runs it, and ``register``, which returns that module's register function (importing it only then)."""
 
-    return [register_attribute, register_score, register_bias, register_view]
+    name: str
+    help: str
+    register: Callable[[], Register]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``mirage`` argument parser with every subcommand of :func:`commands`."""
+def _register_score() -> Register:
+    from .scoring.cli import register
+
+    return register
+
+
+def _register_bias() -> Register:
+    from .bias.cli import register
+
+    return register
+
+
+def commands() -> list[Command]:
+    """The subcommands, in ``--help`` order. A command's module is imported only when that command is parsed, so
+    ``mirage --help`` and ``mirage attribute …`` never import the benchmark and bias modules (nor torch)."""
+    return [
+        Command("attribute", ATTRIBUTE_HELP, lambda: register_attribute),
+        Command("score", "score a benchmark of the method's paper: xor-attriqa, eli5", _register_score),
+        Command("bias", "attribution sensitivity (CAS) and bias (CAB) to document metadata, for self-citations and "
+                        "mirage's citations", _register_bias),
+        Command("view", VIEW_HELP, lambda: register_view),
+    ]
+
+
+def _command_name(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option (the top-level options take no value)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``mirage`` argument parser. Without ``argv`` every subcommand of :func:`commands` is built in full; with
+    it, only the one ``argv`` names (the others are listed by name and help only), so parsing imports nothing else."""
     parser = argparse.ArgumentParser(prog="mirage", description="Model-internals-based RAG answer attribution.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
-    for register in commands():
-        register(sub)
+    wanted = None if argv is None else _command_name(argv)
+    for command in commands():
+        if argv is None or command.name == wanted:
+            command.register()(sub)
+        else:
+            sub.add_parser(command.name, help=command.help, add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mirage`` command."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     if not args.verbose:

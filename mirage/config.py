@@ -12,9 +12,10 @@ field as ``section.field`` and what it expects (``cci.top_k must be an integer >
 - ``MirageConfig.from_dict`` / ``from_yaml`` / ``replace`` reject unknown sections and keys and sections that are not
   mappings; ``from_yaml`` turns a missing, unreadable, non-UTF-8 or invalid YAML file into a ConfigError naming it.
 
-A field settable from the command line declares its flag in its metadata: ``flag``, ``help``, and ``implies`` (other
-fields of the section set with it unless also given); :mod:`mirage.experiment` makes every run command's flags from
-these.
+A field settable from the command line declares its flag in its metadata: ``flag``, ``help``, ``implies`` (other
+fields of the section set with it unless also given, by the flag and by ``MirageConfig.replace``) and ``exclusive``
+(a name shared by fields that choose the same thing: their flags exclude each other); :mod:`mirage.experiment` makes
+every run command's flags from these.
 """
 
 from __future__ import annotations
@@ -30,16 +31,18 @@ from typing import Any, Literal, NoReturn, get_args
 
 import yaml
 
-from .cci import CCI_METHODS
-from .cti import CTI_METRICS
-
 #: The built-in CTI metrics and CCI methods; ``cti.metric`` / ``cci.method`` take any name registered in
-#: :data:`mirage.cti.CTI_METRICS` / :data:`mirage.cci.CCI_METHODS`, these included.
+#: :data:`mirage.cti.CTI_METRICS` / :data:`mirage.cci.CCI_METHODS`, these included (a built-in name is accepted
+#: without importing those modules, which bring torch).
 CTIMetric = Literal["kl_noctx_ctx", "kl_ctx_noctx", "js", "prob_diff"]
 CTISelector = Literal["std", "threshold"]
 CCIMethod = Literal["saliency", "input_x_gradient", "integrated_gradients"]
 PercentRule = Literal["range", "percentile"]
-PromptName = Literal["selfcitation", "standard"]
+#: ``cci.top_percent`` when neither it nor ``cci.top_k`` is set.
+DEFAULT_TOP_PERCENT = 5.0
+PromptName = Literal["selfcitation", "standard", "cora_mgen"]  # the built-in templates (configs/prompts)
+ContextView = Literal["all", "content"]
+CitationRule = Literal["reference", "learned"]
 
 
 class ConfigError(ValueError):
@@ -52,7 +55,21 @@ def _check_literal(owner: str, name: str, value: Any, literal: Any) -> None:
         raise ConfigError(f"{owner}.{name}={_show(value)} is not valid; choose one of {', '.join(map(repr, allowed))}.")
 
 
-def _check_registered(owner: str, name: str, value: Any, registry: Mapping[str, Any], how: str) -> None:
+def _registry(owner: str) -> Mapping[str, Any]:
+    """The registry of CTI metrics (``owner`` "cti") or CCI methods ("cci"), imported when first needed."""
+    if owner == "cti":
+        from .cti import CTI_METRICS
+
+        return CTI_METRICS
+    from .cci import CCI_METHODS
+
+    return CCI_METHODS
+
+
+def _check_registered(owner: str, name: str, value: Any, builtin: Any, how: str) -> None:
+    if isinstance(value, str) and value in get_args(builtin):
+        return  # registered by its module on import
+    registry = _registry(owner)
     if not isinstance(value, str) or value not in registry:
         raise ConfigError(f"{owner}.{name}={_show(value)} is not valid; choose one of {', '.join(map(repr, registry))}"
                           f" (or register one with {how}).")
@@ -132,7 +149,8 @@ class PromptConfig:
     """Which prompt template (``configs/prompts/<name>.yaml``) builds the RAG prompt."""
 
     name: str = field(default="selfcitation", metadata={
-        "flag": "--prompt", "help": "prompt template: selfcitation (ALCE, asks for [n] citations) or standard"})
+        "flag": "--prompt", "help": "prompt template: selfcitation (ALCE, asks for [n] citations), standard, or "
+        "cora_mgen (CORA mGEN's input format, for encoder-decoders)"})
     #: Path of a custom template YAML; overrides ``name``.
     path: str | None = None
     #: Use the tokenizer's chat template: None = as the model registry / tokenizer says.
@@ -177,20 +195,24 @@ class CTIConfig:
     KL(P_ctx || P_no-ctx), the direction written in the paper; ``js`` = Jensen-Shannon divergence; ``prob_diff`` =
     p_ctx(y) - p_no-ctx(y) of the answer token.
     ``selector``: ``std`` keeps tokens with |score| >= mean + std_k * std over the answer (example-level, MIRAGE-EX);
-    ``threshold`` keeps |score| >= ``threshold`` (calibrated, MIRAGE-CAL).
+    ``threshold`` keeps |score| >= ``threshold`` (calibrated, MIRAGE-CAL). Left unset (None) it follows
+    ``threshold``: ``CTIConfig(threshold=0.5)`` selects by that threshold, ``CTIConfig()`` by ``std``.
     """
 
     metric: str = field(default="kl_noctx_ctx", metadata={
         "flag": "--cti-metric", "help": "kl_noctx_ctx (reference, default), kl_ctx_noctx (paper), js, prob_diff"})
-    selector: CTISelector = "std"
+    selector: CTISelector | None = None
     std_k: float = field(default=1.0, metadata={
-        "flag": "--cti-std", "help": "CTI: keep tokens with score >= mean + K*std (MIRAGE-EX); default 1"})
+        "flag": "--cti-std", "help": "CTI: keep tokens with score >= mean + K*std (MIRAGE-EX); default 1",
+        "implies": {"selector": "std"}, "exclusive": "cti selector"})
     threshold: float | None = field(default=None, metadata={
         "flag": "--cti-threshold", "help": "CTI: calibrated fixed threshold (MIRAGE-CAL)",
-        "implies": {"selector": "threshold"}})
+        "implies": {"selector": "threshold"}, "exclusive": "cti selector"})
 
     def __post_init__(self) -> None:
-        _check_registered("cti", "metric", self.metric, CTI_METRICS, "mirage.cti.register_cti_metric")
+        _check_registered("cti", "metric", self.metric, CTIMetric, "mirage.cti.register_cti_metric")
+        if self.selector is None:
+            _set(self, "selector", "std" if self.threshold is None else "threshold")
         _check_literal("cti", "selector", self.selector, CTISelector)
         _float_field(self, "cti", "std_k")
         _float_field(self, "cti", "threshold", optional=True, hint="or null with selector='std'")
@@ -202,7 +224,8 @@ class CTIConfig:
 class CCIConfig:
     """Contextual cues imputation.
 
-    Exactly one of ``top_k`` and ``top_percent`` selects context tokens per context-sensitive answer token.
+    One of ``top_k`` and ``top_percent`` selects context tokens per context-sensitive answer token: setting one
+    leaves the other unset; with neither, ``top_percent`` is 5 (``CCIConfig(top_k=3)`` keeps the top 3 tokens).
     ``percent_rule``: ``range`` keeps scores >= max - p/100 * (max - min), the rule of the authors' released code and
     the default, because the published numbers come from it; ``percentile`` keeps scores at or above the (100 - p)-th
     percentile, the paper's wording.
@@ -212,10 +235,11 @@ class CCIConfig:
     method: str = field(default="saliency", metadata={
         "flag": "--cci-method", "help": "saliency (default), input_x_gradient, integrated_gradients"})
     top_k: int | None = field(default=None, metadata={
-        "flag": "--cci-top-k", "help": "CCI: keep the N most salient context tokens", "implies": {"top_percent": None}})
-    top_percent: float | None = field(default=5.0, metadata={
+        "flag": "--cci-top-k", "help": "CCI: keep the N most salient context tokens", "implies": {"top_percent": None},
+        "exclusive": "cci selector"})
+    top_percent: float | None = field(default=None, metadata={
         "flag": "--cci-top-percent", "help": "CCI: keep the top P%% of context tokens (default 5)",
-        "implies": {"top_k": None}})
+        "implies": {"top_k": None}, "exclusive": "cci selector"})
     percent_rule: PercentRule = field(default="range", metadata={
         "flag": "--cci-percent-rule", "help": "range (max - p(max-min), reference code) or percentile"})
     batch_size: int | None = field(default=None, metadata={
@@ -223,10 +247,13 @@ class CCIConfig:
     ig_steps: int = 16
 
     def __post_init__(self) -> None:
-        _check_registered("cci", "method", self.method, CCI_METHODS, "mirage.cci.register_cci_method")
+        _check_registered("cci", "method", self.method, CCIMethod, "mirage.cci.register_cci_method")
         _check_literal("cci", "percent_rule", self.percent_rule, PercentRule)
-        if (self.top_k is None) == (self.top_percent is None):
-            raise ConfigError("cci: set exactly one of top_k and top_percent (e.g. top_k=3 or top_percent=5).")
+        if self.top_k is None and self.top_percent is None:
+            _set(self, "top_percent", DEFAULT_TOP_PERCENT)
+        if self.top_k is not None and self.top_percent is not None:
+            raise ConfigError(f"cci: set one of top_k and top_percent, not both (got top_k={_show(self.top_k)}, "
+                              f"top_percent={_show(self.top_percent)}); e.g. top_k=3 or top_percent=5.")
         _int_field(self, "cci", "top_k", minimum=1, optional=True)
         _float_field(self, "cci", "top_percent", expected="a number in (0, 100]", ok=lambda v: 0 < v <= 100,
                      optional=True)
@@ -242,10 +269,32 @@ class AggregationConfig:
         "flag": "--max-citations", "help": "at most N documents cited per sentence (default 3)"})
     #: Context tokens listed per answer token in the result.
     top_context_tokens: int = 5
+    #: Context tokens attribution considers: ``all`` of the documents block (the reference's) or only ``content``,
+    #: the documents' titles and texts (not the prompt's ``Document [1](Title: …`` scaffolding).
+    context: ContextView = field(default="all", metadata={
+        "flag": "--context", "help": "context tokens to attribute to: all (reference, default) or content "
+        "(document titles and texts, not the prompt's scaffolding)"})
+    #: Keep the whole CCI saliency matrix (selected answer tokens × context tokens, float16) in the result.
+    keep_saliency: bool = field(default=False, metadata={
+        "flag": "--keep-saliency", "help": "keep the whole saliency matrix (selected tokens x context tokens)"})
+    #: How a sentence's documents are chosen: ``reference`` (the union of the documents behind its context-sensitive
+    #: tokens, the method's rule) or ``learned`` (a classifier over per-document features of the model's internals,
+    #: :mod:`mirage.learned`; costs one leave-one-out and one single-document pass per document).
+    rule: CitationRule = field(default="reference", metadata={
+        "flag": "--citation-rule", "help": "reference (default: the documents behind the context-sensitive tokens) "
+        "or learned (a classifier over per-document internals features; see the README)"})
+    #: The learned rule's classifier (a ``learned.json``); default: the one shipped for the model, if any.
+    learned_model: str | None = field(default=None, metadata={
+        "flag": "--learned-model", "help": "classifier file for --citation-rule learned (default: the one shipped "
+        "for the embedded model)"})
 
     def __post_init__(self) -> None:
         _int_field(self, "aggregation", "max_citations", minimum=1)
         _int_field(self, "aggregation", "top_context_tokens", minimum=0)
+        _check_literal("aggregation", "context", self.context, ContextView)
+        _check_literal("aggregation", "rule", self.rule, CitationRule)
+        _str_field(self, "aggregation", "learned_model", optional=True, path=True)
+        _bool_field(self, "aggregation", "keep_saliency")
 
 
 @dataclass(frozen=True)
@@ -294,7 +343,11 @@ class MirageConfig:
             raise ConfigError(f"{path}: {err}") from err
 
     def replace(self, **sections: Mapping[str, Any] | None) -> MirageConfig:
-        """A copy with some fields of some sections replaced: ``cfg.replace(cti={"std_k": 0})``."""
+        """A copy with some fields of some sections replaced: ``cfg.replace(cti={"std_k": 0})``.
+
+        A field set here also sets the fields it implies unless they are given too (see :func:`with_implied`):
+        ``replace(cci={"top_k": 3})`` clears ``cci.top_percent``, ``replace(cti={"threshold": 0.5})`` selects by it.
+        """
         updated = {
             name: _build_section(name, changes, base=getattr(self, name, None))
             for name, changes in sections.items()
@@ -318,8 +371,27 @@ def _build_section(name: Any, value: Any, base: Any = None) -> Any:
         shown = sorted(map(str, unknown))
         raise ConfigError(f"Unknown key(s) {shown} in config section {name!r}; known: {sorted(known)}.")
     if base is not None:
-        return dataclasses.replace(base, **value)
+        return dataclasses.replace(base, **with_implied(name, value))
     return section_cls(**value)
+
+
+def with_implied(section: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``changes`` to a config section plus the fields that the changed fields imply (their metadata ``implies``),
+    unless given too: ``{"top_k": 3}`` → ``{"top_k": 3, "top_percent": None}``. A field set to None implies nothing.
+    Two changed fields implying different values of one field are a ConfigError naming both."""
+    by_name = {f.name: f for f in fields(_SECTIONS[section])}
+    out, source = dict(changes), {}
+    for key, value in changes.items():
+        if value is None:
+            continue
+        for other, implied in by_name[key].metadata.get("implies", {}).items():
+            if other in changes:
+                continue
+            if other in source and out[other] != implied:
+                raise ConfigError(f"{section}.{source[other]} and {section}.{key} are both set, and they ask for "
+                                  f"different {section}.{other}; give one of them, or set {section}.{other} too.")
+            out[other], source[other] = implied, key
+    return out
 
 
 _SECTIONS = {

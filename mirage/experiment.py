@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from .config import EXPERIMENT_KEYS, ConfigError, MirageConfig, read_config_file
+from .config import EXPERIMENT_KEYS, ConfigError, MirageConfig, read_config_file, with_implied
 
 if TYPE_CHECKING:
     from .pipeline import Mirage
@@ -51,7 +51,7 @@ class ExperimentConfig:
     command: Command
     model: str = DEFAULT_MODEL
     data: tuple[str, ...] = ()
-    calibrate_on: str | None = None
+    calibrate_on: tuple[str, ...] = ()
     text: TextView = "en"
     limit: int | None = None
     seeds: tuple[int, ...] = ()
@@ -70,7 +70,8 @@ class ExperimentConfig:
             object.__setattr__(self, "model", os.fspath(self.model))
         if not isinstance(self.model, str) or not self.model:
             _fail("model", "a model name, Hugging Face id or local path", self.model)
-        for name in ("calibrate_on", "nli", "description", "dataset", "device", "dtype"):
+        object.__setattr__(self, "calibrate_on", _strings("calibrate_on", self.calibrate_on or ()))
+        for name in ("nli", "description", "dataset", "device", "dtype"):
             value = getattr(self, name)
             if isinstance(value, os.PathLike):
                 object.__setattr__(self, name, os.fspath(value))
@@ -101,25 +102,32 @@ class ExperimentConfig:
         refused, never mixed in.
 
         ``attribute`` and ``bias`` store whole results: the model and the whole pipeline config. ``xor-attriqa``
-        stores every answer token's raw scores and selects when evaluating: the model, prompt, CTI metric and CCI
-        method. ``eli5`` stores whole results keyed by seed: all but the generation seed. (The shapes are those of
+        stores raw per-token scores and selects when evaluating: the model, prompt (and its template's text), CTI
+        metric and CCI method. ``eli5`` stores whole results keyed by seed: all but the generation seed. (The shapes are those of
         the ``run.json`` files and result records already written, so existing runs resume.)
         """
         cfg = self.pipeline
         if self.command == "xor-attriqa":
+            from .prompts import load_template
+            from .runs import content_key
+
+            # the template's text too: its passages are untitled, and how an untitled document renders changed
             return {"benchmark": "xor-attriqa", "model": self.model, "prompt": dataclasses.asdict(cfg.prompt),
+                    "template": content_key(dataclasses.asdict(load_template(cfg.prompt))),
                     "cti_metric": cfg.cti.metric, "cci_method": cfg.cci.method, "ig_steps": cfg.cci.ig_steps}
         if self.command == "eli5":
             generation = {k: v for k, v in dataclasses.asdict(cfg.generation).items() if k != "seed"}
             return {"benchmark": "eli5", "model": self.model, "prompt": dataclasses.asdict(cfg.prompt),
                     "generation": generation, "cti": dataclasses.asdict(cfg.cti), "cci": dataclasses.asdict(cfg.cci),
-                    "aggregation": dataclasses.asdict(cfg.aggregation)}
-        return {"model": self.model, "config": cfg.to_dict()}
+                    "aggregation": _aggregation(cfg)}
+        config = cfg.to_dict()
+        config["aggregation"] = _aggregation(cfg)
+        return {"model": self.model, "config": config}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, command: Command) -> ExperimentConfig:
         """From an experiment file's mapping: the keys of :data:`~mirage.config.EXPERIMENT_KEYS` (null = unset) and
-        the pipeline sections. ``data`` is a file, a list of files, or ``{eval: files, calibrate_on: file}``."""
+        the pipeline sections. ``data`` is a file, a list of files, or ``{eval: files, calibrate_on: file or files}``."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"an experiment must be a mapping of keys, got {type(data).__name__}.")
         sections = {key: value for key, value in data.items() if key not in EXPERIMENT_KEYS}
@@ -135,7 +143,7 @@ class ExperimentConfig:
             files, calibrate_on = files.get("eval"), files.get("calibrate_on")
         given = {key: data[key] for key in ("model", "text", "limit", "seeds", "nli", "description", "dataset")
                  if data.get(key) is not None}
-        return cls(command=command, data=() if files is None else files, calibrate_on=calibrate_on,
+        return cls(command=command, data=() if files is None else files, calibrate_on=calibrate_on or (),
                    pipeline=pipeline, **given)
 
     @classmethod
@@ -181,6 +189,17 @@ class ExperimentConfig:
 def _fail(name: str, expected: str, value: Any) -> typing.NoReturn:
     text = repr(value)
     raise ConfigError(f"experiment.{name} must be {expected}, got {text if len(text) <= 60 else text[:57] + '...'}.")
+
+
+#: Aggregation fields added after stores were first written: left out of a fingerprint while at their defaults (the
+#: behaviour those stores were written with), so existing runs resume.
+_LATER_AGGREGATION = ("context", "keep_saliency", "rule", "learned_model")
+
+
+def _aggregation(cfg: MirageConfig) -> dict[str, Any]:
+    out = dataclasses.asdict(cfg.aggregation)
+    defaults = dataclasses.asdict(type(cfg.aggregation)())
+    return {k: v for k, v in out.items() if k not in _LATER_AGGREGATION or v != defaults[k]}
 
 
 def _strings(name: str, value: Any) -> tuple[str, ...]:
@@ -240,26 +259,27 @@ def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] 
     parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bf16/fp16 on GPU, fp32 on CPU)")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the hub")
+    groups: dict[str, Any] = {}  # flags of fields with the same metadata "exclusive" name: at most one of them
     for _section, f, kind in pipeline_flags():
         flag, help_text = f.metadata["flag"], f.metadata["help"]
         if flag in skip:
             continue
+        exclusive = f.metadata.get("exclusive")
+        if exclusive and exclusive not in groups:
+            groups[exclusive] = parser.add_mutually_exclusive_group()
+        target = groups[exclusive] if exclusive else parser
         if kind is bool:
-            parser.add_argument(flag, action="store_true", default=None, help=help_text)
+            target.add_argument(flag, action="store_true", default=None, help=help_text)
         else:
-            parser.add_argument(flag, type=kind, default=None, help=help_text)
+            target.add_argument(flag, type=kind, default=None, help=help_text)
 
 
 def pipeline_changes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Per config section, the fields the pipeline flags in ``args`` set, then the fields those imply (unless given
     too): ``--cci-top-k 3`` is ``{"cci": {"top_k": 3, "top_percent": None}}``."""
     changes: dict[str, dict[str, Any]] = {}
-    implied: list[tuple[str, str, Any]] = []
     for section, f, _kind in pipeline_flags():
         value = getattr(args, _dest(f.metadata["flag"]), None)
         if value is not None:
             changes.setdefault(section, {})[f.name] = value
-            implied += [(section, name, v) for name, v in f.metadata.get("implies", {}).items()]
-    for section, name, value in implied:
-        changes[section].setdefault(name, value)
-    return changes
+    return {section: with_implied(section, fields_set) for section, fields_set in changes.items()}

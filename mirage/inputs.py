@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,16 +67,42 @@ def _require_text(value: Any, *, item: int | str | None, field: str, allow_empty
     return value
 
 
-def make_document(raw: Any, *, item: int | str | None = None, index: int = 0) -> Document:
-    """Validate one document: a mapping with ``text`` (required) and ``title`` (may be empty), or a Document."""
+#: Names of a document's text (Pyserini/BEIR corpora say ``contents``, some QA sets ``passage``) and of an item's
+#: documents (DPR and retriever outputs say ``ctxs``), in the order they are looked for. One item or document may use
+#: only one name of each.
+TEXT_FIELDS = ("text", "contents", "passage")
+DOCS_FIELDS = ("docs", "ctxs")
+
+
+def _one_of(raw: Mapping[str, Any], names: Sequence[str], *, item: int | str | None, prefix: str = "") -> str | None:
+    """Which of ``names`` ``raw`` gives (a null value counts as absent); InputError naming them when it gives
+    several."""
+    given = [name for name in names if raw.get(name) is not None]
+    if len(given) > 1:
+        shown = " and ".join(repr(f"{prefix}{name}") for name in given)
+        raise InputError(f"has both {shown}; give only one (they mean the same).", item=item,
+                         field=f"{prefix}{given[0]}".rstrip("."))
+    return given[0] if given else None
+
+
+def make_document(raw: Any, *, item: int | str | None = None, index: int = 0, field: str = "docs") -> Document:
+    """Validate one document: a mapping with its text (``text``, or ``contents`` / ``passage``; required) and a
+    ``title`` (may be empty or absent), a plain string (the text, no title), or a Document. ``field`` is the name of
+    the item's documents list, for error messages."""
     if isinstance(raw, Document):
         raw = {"title": raw.title, "text": raw.text}
-    field = f"docs[{index}]"
+    field = f"{field}[{index}]"
     if isinstance(raw, str):
-        raise InputError('must be an object {"title": ..., "text": ...}, not a bare string.', item=item, field=field)
-    if not isinstance(raw, dict):
-        raise InputError(f'must be an object {{"title", "text"}}, got {type(raw).__name__}.', item=item, field=field)
-    text = _require_text(raw.get("text"), item=item, field=f"{field}.text")
+        text = _require_text(raw, item=item, field=field)
+        return Document(title="", text=text.strip())
+    if not isinstance(raw, Mapping):
+        raise InputError(f'must be an object {{"title", "text"}} or a string, got {type(raw).__name__}.', item=item,
+                         field=field)
+    key = _one_of(raw, TEXT_FIELDS, item=item, prefix=f"{field}.")
+    if key is None:
+        raise InputError('is missing; give the document\'s text as "text" (or "contents" / "passage").', item=item,
+                         field=f"{field}.text")
+    text = _require_text(raw.get(key), item=item, field=f"{field}.{key}")
     title = raw.get("title")
     if title is None:  # absent or null: no title
         title = ""
@@ -87,25 +113,62 @@ def make_document(raw: Any, *, item: int | str | None = None, index: int = 0) ->
     return Document(title=title.strip(), text=text.strip())
 
 
+def _doc_rows(docs_raw: Mapping[str, Any], *, item: int | str | None, field: str) -> list[Any]:
+    """Documents given column-wise, as a ``datasets`` ``Sequence`` feature of dicts stores them
+    (``{"title": [...], "text": [...]}``), as one dict per document; InputError when they are not all lists of one
+    length (one document given as an object instead of a list of them included)."""
+    columns = {key: value for key, value in docs_raw.items() if value is not None}
+    lengths = {key: len(value) for key, value in columns.items() if _is_list(value)}
+    if not columns or len(lengths) < len(columns):
+        scalars = [repr(key) for key in columns if key not in lengths]
+        what = (f"an object whose {', '.join(scalars)} {'is not a list' if len(scalars) == 1 else 'are not lists'} "
+                "(one document?)" if columns else "an empty object")
+        raise InputError(f'must be a list of documents, got {what}; give a list of {{"title", "text"}} objects (or '
+                         'of strings), or lists of one value per document under "title" and "text".', item=item,
+                         field=field)
+    if len(set(lengths.values())) > 1:
+        shown = ", ".join(f"{key!r} has {n}" for key, n in lengths.items())
+        raise InputError(f"is given column by column, but the columns differ in length ({shown}); give one value per "
+                         "document in each.", item=item, field=field)
+    n = next(iter(lengths.values()))
+    return [{key: columns[key][i] for key in columns} for i in range(n)]
+
+
+def _is_list(value: Any) -> bool:
+    """A list-like value (a list, a tuple, any non-text Sequence, a numpy array), not a string."""
+    if isinstance(value, (str, bytes, Mapping)):
+        return False
+    return isinstance(value, Sequence) or (hasattr(value, "__len__") and hasattr(value, "__getitem__")
+                                           and hasattr(value, "tolist"))
+
+
 def make_item(raw: Any, *, item: int | str | None = None) -> RAGItem:
     """Validate a raw item ``{"question", "docs": [{"title", "text"}], "output"?}`` into a RAGItem.
 
-    Every text (question, titles, document texts, output, a string id) must be valid Unicode: a lone surrogate
-    (an unpaired ``\\ud800`` escape in the JSON) is an InputError naming the field.
+    The item may be any mapping (a ``datasets`` row, ``LazyRow`` included). Its documents may be called ``docs`` or
+    ``ctxs``, and given as a list of objects, of plain strings (texts without titles), or column by column
+    (``{"title": [...], "text": [...]}``, as a ``datasets`` ``Sequence`` feature stores them); a document's text may
+    be called ``text``, ``contents`` or ``passage``. Every text (question, titles, document texts, output, a string
+    id) must be valid Unicode: a lone surrogate (an unpaired ``\\ud800`` escape in the JSON) is an InputError naming
+    the field.
     """
     if isinstance(raw, RAGItem):
         raw = {"question": raw.question, "docs": list(raw.docs), "output": raw.output, "id": raw.id}
-    if not isinstance(raw, dict):
+    if not isinstance(raw, Mapping):
         raise InputError(f'must be an object {{"question", "docs", "output"?}}, got {type(raw).__name__}.', item=item)
     question = _require_text(raw.get("question"), item=item, field="question").strip()
-    docs_raw = raw.get("docs")
-    if docs_raw is None:
-        raise InputError('is missing; give a list of {"title", "text"} objects.', item=item, field="docs")
-    if not isinstance(docs_raw, (list, tuple)):
-        raise InputError(f"must be a list, got {type(docs_raw).__name__}.", item=item, field="docs")
-    if not docs_raw:
-        raise InputError("is empty; attribution needs at least one document.", item=item, field="docs")
-    docs = tuple(make_document(d, item=item, index=i) for i, d in enumerate(docs_raw))
+    docs_field = _one_of(raw, DOCS_FIELDS, item=item)
+    if docs_field is None:
+        raise InputError('is missing; give a list of {"title", "text"} objects (or of strings) as "docs" (or "ctxs").',
+                         item=item, field="docs")
+    docs_raw = raw[docs_field]
+    if isinstance(docs_raw, Mapping):
+        docs_raw = _doc_rows(docs_raw, item=item, field=docs_field)
+    if not _is_list(docs_raw):
+        raise InputError(f"must be a list, got {type(docs_raw).__name__}.", item=item, field=docs_field)
+    if not len(docs_raw):
+        raise InputError("is empty; attribution needs at least one document.", item=item, field=docs_field)
+    docs = tuple(make_document(d, item=item, index=i, field=docs_field) for i, d in enumerate(docs_raw))
     output = raw.get("output")
     if output is not None:
         output = _require_text(output, item=item, field="output").strip()

@@ -19,17 +19,24 @@ import os
 import pickle
 import shutil
 import socket
+import sys
 import tempfile
 import threading
+import time
 import urllib.parse
 import urllib.request
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 import yaml
+
+if TYPE_CHECKING:  # torch is imported when a model is loaded or a device checked, so importing mirage stays light
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +99,8 @@ def cache_dir() -> Path:
 
 def default_device() -> torch.device:
     """CUDA when available (under a launcher, the GPU of this process's ``LOCAL_RANK``), else CPU."""
+    import torch
+
     if not torch.cuda.is_available():
         return torch.device("cpu")
     local = os.environ.get("LOCAL_RANK")
@@ -102,6 +111,8 @@ def default_device() -> torch.device:
 
 def default_dtype(device: torch.device) -> torch.dtype:
     """bf16 (or fp16 where bf16 is unsupported) on CUDA, fp32 on CPU."""
+    import torch
+
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.float32
@@ -117,6 +128,8 @@ def resolve_device(device: str | torch.device | int | None = None) -> torch.devi
     CUDA (or an index past the visible GPUs), MPS where it is unavailable, and device types a model cannot run on.
     An int ``i`` means ``cuda:i``. Cheap: it loads nothing, so the CLI calls it before reading any input.
     """
+    import torch
+
     if device is None or (isinstance(device, str) and device.strip().lower() == "auto"):
         return default_device()
     if isinstance(device, torch.device):
@@ -155,14 +168,17 @@ def resolve_device(device: str | torch.device | int | None = None) -> torch.devi
     return dev
 
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16}
+#: dtype names accepted by :func:`resolve_dtype` → the ``torch`` attribute.
+_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+           "float16": "float16", "fp16": "float16"}
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | str | None = None) -> torch.dtype:
     """The torch dtype for ``dtype`` (a name such as ``"bf16"``, a torch dtype, or None/``"auto"`` = the default for
     ``device``, see :func:`default_dtype`); an unknown name is a ModelLoadError. Cheap, like :func:`resolve_device`.
     """
+    import torch
+
     if dtype is None or (isinstance(dtype, str) and dtype.strip().lower() == "auto"):
         dev = device if isinstance(device, torch.device) else resolve_device(device)
         return default_dtype(dev)
@@ -171,7 +187,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | str | 
     key = dtype.strip().lower().removeprefix("torch.") if isinstance(dtype, str) else None
     if key not in _DTYPES:
         raise ModelLoadError(f"dtype={dtype!r} is not supported; use one of {sorted(_DTYPES)} or 'auto'.")
-    return _DTYPES[key]
+    return getattr(torch, _DTYPES[key])
 
 
 _resolve_dtype = resolve_dtype  # the name used before it was public
@@ -372,24 +388,70 @@ def _gguf_path(spec: EmbeddedModelSpec) -> Path:
     return path
 
 
+@contextmanager
+def quiet_transformers_loading() -> Iterator[None]:
+    """Within: no per-load tqdm bars from ``transformers`` ("Loading weights", "Writing model shards", the GGUF
+    de-quantization), so that a run shows one progress bar, its own. Hugging Face hub download bars stay as they
+    were; every switch is restored on exit."""
+    from transformers.utils import logging as hf_logging
+
+    bars_on = hf_logging.is_progress_bar_enabled()
+    # transformers' switch also flips the hub's (download) bars: keep the hub's settings, per group, as they were.
+    hub_tqdm = importlib.import_module("huggingface_hub.utils.tqdm")  # the module (the package exports a class so named)
+    hub_states = getattr(hub_tqdm, "progress_bar_states", None)
+    hub_saved = dict(hub_states) if isinstance(hub_states, dict) else None
+
+    def restore_hub() -> None:
+        if hub_saved is not None:
+            hub_states.clear()
+            hub_states.update(hub_saved)
+
+    # The GGUF reader uses tqdm directly; point it at transformers' switchable tqdm while we load.
+    gguf_module = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
+    gguf_tqdm = getattr(gguf_module, "tqdm", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the hub's note that HF_HUB_DISABLE_PROGRESS_BARS overrides it
+        hf_logging.disable_progress_bar()
+    restore_hub()
+    if gguf_tqdm is not None:
+        gguf_module.tqdm = hf_logging.tqdm
+    try:
+        yield
+    finally:
+        if gguf_tqdm is not None:
+            gguf_module.tqdm = gguf_tqdm
+        if bars_on:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                hf_logging.enable_progress_bar()
+        restore_hub()
+
+
 def _convert_embedded(spec: EmbeddedModelSpec, target: Path) -> None:
-    """Convert the GGUF file to a safetensors checkpoint in ``target`` (written atomically)."""
+    """Convert the GGUF file to a safetensors checkpoint in ``target`` (written atomically), saying so first."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = _gguf_path(spec)
-    logger.info("Converting %s from GGUF once; cached in %s", spec.name, target)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    config = model.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config  # our own freshly loaded object: GGUF weights are already de-quantized
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(model.state_dict())
+    logger.warning("mirage: converting the embedded model %s from GGUF to a safetensors checkpoint, once (about "
+                   "20-60 s on a CPU); later loads read the cache in %s.", spec.name, target)
+    start = time.perf_counter()
+    import transformers.modeling_gguf_pytorch_utils  # noqa: F401 - loaded now, so that its bar is silenced too
+
+    with quiet_transformers_loading():
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config  # our own freshly loaded object: GGUF weights are already de-quantized
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(model.state_dict())
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=target.parent))
     try:
-        plain.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        with quiet_transformers_loading():
+            plain.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
         stamp = {"format": _CACHE_FORMAT, "source": str(gguf), "source_size": gguf.stat().st_size}
         (tmp / "mirage-cache.json").write_text(json.dumps(stamp))
         if target.exists():
@@ -398,6 +460,7 @@ def _convert_embedded(spec: EmbeddedModelSpec, target: Path) -> None:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    logger.info("Converted %s in %.0f s.", spec.name, time.perf_counter() - start)
 
 
 def embedded_checkpoint(name: str) -> Path:
@@ -445,8 +508,9 @@ def load_model(
     auto = AutoModelForSeq2SeqLM if is_enc_dec else AutoModelForCausalLM
     tokenizer = _from_pretrained("tokenizer", name, source, offline,
                                  lambda: AutoTokenizer.from_pretrained(source, **remote))
-    model = _from_pretrained("weights", name, source, offline,
-                             lambda: auto.from_pretrained(source, dtype=torch_dtype, **remote))
+    with quiet_transformers_loading():
+        model = _from_pretrained("weights", name, source, offline,
+                                 lambda: auto.from_pretrained(source, dtype=torch_dtype, **remote))
     model.to(dev).eval()
     if use_chat_template is None:
         use_chat_template = spec.chat_template if spec else bool(getattr(tokenizer, "chat_template", None))

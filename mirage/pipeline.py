@@ -4,28 +4,36 @@
     res = m.attribute(question, docs)            # or answer="..." to attribute a given answer
     res.sentences[0].mirage_citations
     scores = m.score_tokens(m.prepare(item), answer)   # the token-scoring stage alone (CTI + CCI, no aggregation)
+    ds = attribute_dataset(ds, m)                # a datasets.Dataset with the attribution as columns
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .aggregation import aggregate
+from .aggregation import aggregate, content_mask, saliency_matrix, tokens_by_sentence
 from .citations import ParsedAnswer, parse_answer
-from .config import MirageConfig
+from .config import ConfigError, MirageConfig
 from .generation import Generated, generate_answer
 from .inputs import InputError, RAGItem, make_item
+from .learned import learned_citations, load_learned
 from .models import LoadedModel, load_model, wrap_model
+from .passage_signals import passage_signals
 from .prompts import BuiltPrompt, Reservation, build_prompt, load_template
-from .results import AttributionResult
+from .results import AttributionResult, SentenceAttribution
 from .serialization import library_versions
-from .token_scores import Targets, TokenScores, score_tokens
+from .token_scores import TargetSpec, TokenScores, score_tokens
 from .tokenization import TokenizedAnswer, TokenizedPrompt, tokenize_answer, tokenize_prompt
+
+if TYPE_CHECKING:
+    import datasets
 
 
 @dataclass(frozen=True)
@@ -96,17 +104,32 @@ class Mirage:
     def attribute(
         self,
         question: str,
-        docs: Sequence[dict | Any],
+        docs: Sequence[Mapping[str, Any] | str] | Mapping[str, Sequence[Any]],
         *,
         answer: str | None = None,
         config: MirageConfig | None = None,
         id: str | None = None,
+        max_new_tokens: int | None = None,
+        do_sample: bool | None = None,
+        sample: bool | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
     ) -> AttributionResult:
-        """Generate (or force-decode ``answer``) and attribute each sentence to the documents it relied on."""
-        return self.attribute_item({"question": question, "docs": list(docs), "output": answer, "id": id},
-                                   config=config)
+        """Generate (or force-decode ``answer``) and attribute each sentence to the documents it relied on.
 
-    def score_tokens(self, prepared: PreparedItem, answer: TokenizedAnswer | str, *, targets: Targets = "selected",
+        ``docs``: ``{"title", "text"}`` objects, plain strings (texts without titles), or columns
+        ``{"title": [...], "text": [...]}`` (see :func:`mirage.inputs.make_item`). ``max_new_tokens``, ``do_sample``
+        (or its alias ``sample``), ``temperature``, ``top_p`` and ``seed`` override the config's ``generation``
+        section for this call.
+        """
+        cfg = with_generation(config or self.config, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                              sample=sample, temperature=temperature, top_p=top_p, seed=seed)
+        docs_given = docs if isinstance(docs, (str, Mapping)) else list(docs)  # a wrong type is make_item's error
+        return self.attribute_item({"question": question, "docs": docs_given, "output": answer, "id": id},
+                                   config=cfg)
+
+    def score_tokens(self, prepared: PreparedItem, answer: TokenizedAnswer | str, *, targets: TargetSpec = "selected",
                      generated: Generated | None = None, config: MirageConfig | None = None) -> TokenScores:
         """CTI for every answer token and CCI for the ``targets`` (``"selected"`` by CTI, ``"all"`` or ``"none"``);
         see :mod:`mirage.token_scores`. ``answer`` is the text (or its tokens) to force-decode after the prepared
@@ -132,10 +155,15 @@ class Mirage:
         answer = tokenize_answer(self.lm.tokenizer, parsed.text)
         scores = self.score_tokens(prep, answer, generated=generated, config=cfg)
         timings.update(scores.timings)
+        content = content_mask(prep.tokens, prep.prompt.user_spans)
         sentences, tokens, spans, ctx_spans = aggregate(
             tokenizer=self.lm.tokenizer, prompt_text=prep.prompt.text, tokenized=prep.tokens, answer=answer,
             parsed=parsed, n_docs=len(prep.item.docs), cti=scores.cti, cci=scores.cci, cci_cfg=cfg.cci,
-            cfg=cfg.aggregation)
+            cfg=cfg.aggregation, content=content)
+        if cfg.aggregation.rule == "learned":
+            t = time.perf_counter()
+            sentences = self._learned_citations(prep, parsed.text, answer, scores, sentences, content, cfg)
+            timings["learned"] = time.perf_counter() - t
         timings["total"] = time.perf_counter() - t0
         return AttributionResult(
             question=prep.item.question,
@@ -157,7 +185,26 @@ class Mirage:
             id=prep.item.id,
             versions=library_versions(),
             timings={k: round(v, 4) for k, v in timings.items()},
+            saliency=saliency_matrix(prep.tokens, scores.cci, content) if cfg.aggregation.keep_saliency else None,
         )
+
+    def _learned_citations(self, prep: PreparedItem, text: str, answer: TokenizedAnswer, scores: TokenScores,
+                           sentences: list[SentenceAttribution], content: Sequence[bool],
+                           cfg: MirageConfig) -> list[SentenceAttribution]:
+        """The sentences with the learned rule's citations (``aggregation.rule: learned``; :mod:`mirage.learned`):
+        ``mirage_citations`` by the classifier, ``doc_scores`` its probabilities."""
+        model = load_learned(cfg.aggregation.learned_model, self.lm.name)
+        signals = passage_signals(self, prep, answer.ids, config=cfg,
+                                  leave_one_out=any(f.startswith("loo_") for f in model.features),
+                                  attention="attention" in model.features).to_dict()
+        members = tokens_by_sentence(text, [(s.start, s.end) for s in sentences], [a for a, _b in answer.offsets],
+                                     range(len(answer.ids)))
+        cited = learned_citations(
+            model, cti=scores.cti.scores, rows=dict(zip(scores.cci.selected, scores.cci.scores)),
+            docs=prep.tokens.context_docs, n_docs=len(prep.item.docs), selected=scores.cti.selected,
+            sentences=members, content=content, signals=signals, max_citations=cfg.aggregation.max_citations)
+        return [dataclasses.replace(s, mirage_citations=ids, doc_scores=[round(p, 6) for p in probs])
+                for s, (ids, probs) in zip(sentences, cited)]
 
     def _prepare_for_output(self, item: RAGItem | dict, cfg: MirageConfig, index: int | str | None) -> PreparedItem:
         """The item prepared with room for its given answer (as text), or for generation when it has none."""
@@ -177,3 +224,68 @@ class Mirage:
             raise InputError("is empty once citation marks are removed; nothing to attribute.",
                              item=index if index is not None else prep.item.id, field=field)
         return parsed
+
+
+def with_generation(config: MirageConfig, *, max_new_tokens: int | None = None, do_sample: bool | None = None,
+                    sample: bool | None = None, temperature: float | None = None, top_p: float | None = None,
+                    seed: int | None = None) -> MirageConfig:
+    """``config`` with the generation settings that are given (not None) replaced; ``sample`` is an alias of
+    ``do_sample`` (the CLI's ``--sample``). A ConfigError names a bad value's field (``generation.max_new_tokens``)."""
+    if do_sample is not None and sample is not None and do_sample != sample:
+        raise ConfigError(f"generation.do_sample: do_sample={do_sample!r} and sample={sample!r} disagree; give one.")
+    given = {"max_new_tokens": max_new_tokens, "do_sample": do_sample if do_sample is not None else sample,
+             "temperature": temperature, "top_p": top_p, "seed": seed}
+    changes = {key: value for key, value in given.items() if value is not None}
+    return config.replace(generation=changes) if changes else config
+
+
+#: The columns :func:`attribute_dataset` adds (before its ``prefix``), with their ``datasets`` feature types.
+DATASET_COLUMNS = ("answer", "sentences", "mirage_citations", "self_citations", "mirage_result")
+
+
+def attribute_dataset(dataset: datasets.Dataset, mirage: Mirage, *, config: MirageConfig | None = None,
+                      prefix: str = "", desc: str = "mirage attribute", **generation: Any) -> datasets.Dataset:
+    """Attribute every row of a Hugging Face ``datasets.Dataset``; a new Dataset with the rows' columns and these:
+
+    - ``answer`` (string): the attributed answer, self-citation marks removed (the row's ``output`` when it has
+      one, force-decoded; otherwise generated);
+    - ``sentences`` (list of strings): its sentences;
+    - ``mirage_citations`` / ``self_citations`` (list of lists of int): per sentence, the 1-based documents mirage
+      attributes it to (strongest first) and those the model cited itself;
+    - ``mirage_result`` (string): the whole :class:`~mirage.results.AttributionResult` as JSON
+      (``AttributionResult.from_json``).
+
+    Rows are read as :func:`mirage.inputs.make_item` reads items: ``question``, ``docs`` or ``ctxs`` (objects,
+    strings, or a ``Sequence`` feature's columns), ``output`` and ``id`` optional. Every row is checked before any is
+    attributed: a bad one is an InputError naming its index and field. ``prefix`` is put before each new column's
+    name; a new column that exists already is a ValueError (give a ``prefix``). ``generation``: the overrides that
+    :meth:`Mirage.attribute` takes (``max_new_tokens=16``, ``seed``, ...). The rows are attributed one at a time in
+    this process, under ``datasets``' progress bar (``desc``); nothing is cached by ``datasets`` (the model is not a
+    hashable input), so a second call computes again.
+    """
+    import datasets as hf_datasets
+
+    cfg = with_generation(config or mirage.config, **generation)
+    names = {column: f"{prefix}{column}" for column in DATASET_COLUMNS}
+    taken = sorted(set(names.values()) & set(dataset.column_names))
+    if taken:
+        raise ValueError(f"the dataset already has column(s) {taken}; attribute_dataset(..., prefix='mirage_') or "
+                         "another prefix names the new columns apart.")
+    for index, row in enumerate(dataset):
+        make_item(row, item=index)  # every row checked before the model runs on any
+    value, ids = hf_datasets.Value, hf_datasets.Sequence(hf_datasets.Sequence(hf_datasets.Value("int64")))
+    features = dataset.features.copy()
+    features.update({names["answer"]: value("string"), names["sentences"]: hf_datasets.Sequence(value("string")),
+                     names["mirage_citations"]: ids, names["self_citations"]: ids,
+                     names["mirage_result"]: value("string")})
+
+    def attribute_row(row: Mapping[str, Any], index: int) -> dict[str, Any]:
+        res = mirage.attribute_item(row, config=cfg, index=index)
+        return {names["answer"]: res.answer, names["sentences"]: [s.text for s in res.sentences],
+                names["mirage_citations"]: [list(s.mirage_citations) for s in res.sentences],
+                names["self_citations"]: [list(s.self_citations) for s in res.sentences],
+                names["mirage_result"]: res.to_json()}
+
+    # A fresh fingerprint: datasets would otherwise hash attribute_row, and with it the model, to name a cache.
+    return dataset.map(attribute_row, with_indices=True, features=features, desc=desc, load_from_cache_file=False,
+                       new_fingerprint=uuid.uuid4().hex)

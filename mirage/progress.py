@@ -6,6 +6,7 @@ silent. The library never prints a bar by itself, so notebooks and services choo
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -15,7 +16,14 @@ Progress = Callable[[Iterable[Any], "int | None", str], Iterable[Any]]
 
 
 def terminal_progress(iterable: Iterable[Any], total: int | None, desc: str) -> Iterable[Any]:
-    """A tqdm bar on stderr (the CLI's progress); ``total`` is the number of items the loop will yield."""
-    from tqdm.auto import tqdm
+    """A tqdm bar on stderr (the CLI's progress); ``total`` is the number of items the loop will yield.
+
+    In a notebook with ``ipywidgets`` installed it is a widget (``tqdm.auto``); without ``ipywidgets`` a plain text
+    bar, never tqdm's "IProgress not found" warning.
+    """
+    if importlib.util.find_spec("ipywidgets") is not None:
+        from tqdm.auto import tqdm
+    else:
+        from tqdm.std import tqdm
 
     return tqdm(iterable, total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)

@@ -19,19 +19,22 @@ PROMPTS_DIR = Path(__file__).parent / "configs" / "prompts"
 
 @dataclass(frozen=True)
 class PromptTemplate:
-    """A prompt template: ``template`` uses {INST}, {Q}, {D}; ``doc_template`` uses {ID}, {T}, {P}."""
+    """A prompt template: ``template`` uses {INST}, {Q}, {D}; ``doc_template`` uses {ID}, {T}, {P};
+    ``untitled_doc_template`` (optional, {ID}, {P}) renders a document whose title is empty, so that it does not
+    read ``Document [1](Title: ): …``."""
 
     name: str
     instruction: str
     template: str
     contextless_template: str
     doc_template: str
+    untitled_doc_template: str | None = None
 
     def __post_init__(self) -> None:
         for field, needed in (("template", ("{Q}", "{D}")), ("contextless_template", ("{Q}",)),
-                              ("doc_template", ("{P}",))):
+                              ("doc_template", ("{P}",)), ("untitled_doc_template", ("{P}",))):
             for placeholder in needed:
-                if placeholder not in getattr(self, field):
+                if getattr(self, field) is not None and placeholder not in getattr(self, field):
                     raise ConfigError(f"prompt template {self.name!r}: {field} must contain {placeholder}.")
         if "{D}" in self.contextless_template:
             raise ConfigError(f"prompt template {self.name!r}: contextless_template must not contain {{D}}.")
@@ -91,7 +94,8 @@ def _load_template_file(path: str) -> PromptTemplate:
     missing = keys - set(data)
     if missing:
         raise ConfigError(f"prompt template file {path} lacks {sorted(missing)}.")
-    return PromptTemplate(**{k: data[k] for k in keys})
+    optional = {k: data[k] for k in ("untitled_doc_template",) if data.get(k) is not None}
+    return PromptTemplate(**{k: data[k] for k in keys}, **optional)
 
 
 def available_prompts() -> list[str]:
@@ -144,7 +148,9 @@ def _render_documents(template: PromptTemplate,
     """The documents block, each document's span inside it, and the spans of the titles and texts."""
     parts, spans, user, pos = [], [], [], 0
     for i, doc in enumerate(docs, start=1):
-        entry, found = _fill_spans(template.doc_template, {"ID": str(i), "T": doc.title, "P": doc.text})
+        form = template.untitled_doc_template if not doc.title and template.untitled_doc_template else \
+            template.doc_template
+        entry, found = _fill_spans(form, {"ID": str(i), "T": doc.title, "P": doc.text})
         parts.append(entry)
         spans.append((pos, pos + len(entry)))
         user.extend((pos + s, pos + e) for key, s, e in found if key in ("T", "P"))

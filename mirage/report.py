@@ -1,41 +1,60 @@
-"""Attribution results as HTML, all of it: one result as a fragment (:func:`result_to_html`, e.g. for a notebook's
-``display(HTML(...))``) and a browsable static report of many (:func:`report_html`, what
-``mirage view RESULTS.jsonl -o report.html`` writes).
+"""Attribution results as HTML, all of it: one result as a self-contained fragment (:func:`result_to_html`, or
+:func:`display` in a notebook) and a browsable static report of one run or two side by side (:func:`report_html`,
+what ``mirage view RESULTS.jsonl [OTHER.jsonl] -o report.html`` writes).
 
-The report is one self-contained page (inline CSS and JS, no network): a searchable list of items; per item the
-question, the documents, the answer with spans coloured by document (hovering a span shows its top context tokens),
-both citation sets per sentence with disagreements marked, and an SVG chart of CTI scores over the answer tokens.
+The report is one self-contained page (inline CSS and JS, no network): a searchable, filterable list of items; per
+item the question, the answer with spans coloured by document (hovering a span shows its top context tokens and
+outlines them in the documents), an SVG chart of CTI scores over the answer tokens, both citation sets per sentence
+(and, comparing two runs, both runs' sets) with disagreements marked, and the documents with a per-token heat of the
+saliency behind the answer, prompt scaffolding (``Document [1](Title: …``) greyed. Any table's visible rows download
+as CSV.
 
-All text is rendered server-side with :func:`html.escape`; the little data the page's script needs (each span's
-context cues) is embedded as JSON in a ``<script type="application/json">`` block with ``<``, ``>`` and ``&``
-written as ``\\u`` escapes, and is inserted with ``textContent``.
+Saliencies are shown as shares (a context token's saliency over its answer token's total), never as raw gradient
+norms, which differ by orders of magnitude between answer tokens.
+
+Markup comes from the Jinja2 templates in ``mirage/templates`` with autoescape on, so every text of a result is
+escaped; the little data the page's script needs is embedded as JSON in a ``<script type="application/json">`` block
+with ``<``, ``>`` and ``&`` written as ``\\u`` escapes, and is inserted with ``textContent``.
 """
 
 from __future__ import annotations
 
-import argparse
+import difflib
 import json
-import sys
 import warnings
 from collections.abc import Sequence
-from dataclasses import MISSING, fields
-from html import escape
+from dataclasses import MISSING, dataclass, fields, replace
+from functools import cache
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
+
 from .inputs import InputError, RawRow, json_kind, read_jsonl
-from .rendering import format_citations
-from .results import AnswerSpan, AttributionResult
+from .results import AnswerSpan, AnswerToken, AttributionResult, ContextCue, SentenceAttribution
+from .runs import item_keys
 
 #: Context cues listed per answer span when hovering it.
 CUES_PER_SPAN = 6
+#: Selected context spans listed under each document.
+CUES_PER_DOC = 12
 #: Background colours of documents 1, 2, … (cycled).
 PALETTE = ["#fde68a", "#a7f3d0", "#bfdbfe", "#fbcfe8", "#ddd6fe", "#fed7aa", "#c7d2fe", "#bbf7d0", "#fecaca", "#e9d5ff"]
+#: Heat colours (RGB) of document content and of prompt scaffolding.
+HEAT_RGB = (234, 88, 12)
+SCAFFOLD_RGB = (100, 116, 139)
+#: Names of the runs in a comparison.
+RUN_NAMES = ("A", "B")
 
 
 def doc_color(doc: int) -> str:
     """Background colour of a 1-based document id."""
     return PALETTE[(doc - 1) % len(PALETTE)]
+
+
+# --- reading ----------------------------------------------------------------------------------------------------
 
 
 def read_results(path: str | Path) -> list[AttributionResult]:
@@ -81,152 +100,472 @@ def _result(data: Any, path: Path, lineno: int) -> AttributionResult:
                          f"{err}); give the JSONL written by `mirage attribute`.") from None
 
 
-def span_cues(res: AttributionResult, span: AnswerSpan, limit: int = CUES_PER_SPAN) -> list[dict[str, Any]]:
-    """The strongest context tokens behind a span's answer tokens (one entry per context position)."""
+# --- saliency shares and the documents' layout in the prompt ------------------------------------------------------
+
+
+def stores_shares(res: AttributionResult) -> bool:
+    """Whether the result stores each cue's share (``ContextCue.share``; results written before it do not)."""
+    return any(getattr(c, "share", None) is not None for t in res.tokens for c in t.top_context)
+
+
+def cue_share(token: AnswerToken, cue: ContextCue) -> float:
+    """A context cue's saliency as a share of its answer token's total saliency: ``cue.share`` when the result
+    stores it; otherwise, for older results, its score over the summed positive scores of the token's stored top
+    context tokens (all that is left of the total)."""
+    stored = getattr(cue, "share", None)
+    if stored is not None:
+        return float(stored)
+    total = sum(max(0.0, c.score) for c in token.top_context)
+    return max(0.0, cue.score) / total if total > 0 else 0.0
+
+
+def context_mode(res: AttributionResult) -> str:
+    """Which context tokens the result was attributed to: ``"content"`` (the documents' titles and texts only) or
+    ``"all"`` (the whole documents block, scaffolding included; results older than the option)."""
+    mode = (res.config.get("aggregation") or {}).get("context")
+    return mode if isinstance(mode, str) else "all"
+
+
+@dataclass(frozen=True)
+class DocRegion:
+    """Where 1-based document ``doc``'s entry lies in ``res.prompt`` (character offsets): ``start:end`` from its
+    scaffolding (``Document [1](Title: ``) to the next entry, ``title`` and ``text`` the spans of its title (None
+    when absent) and of its text as inserted (cut short when the document was truncated)."""
+
+    doc: int
+    start: int
+    end: int
+    title: tuple[int, int] | None
+    text: tuple[int, int]
+
+    def is_content(self, start: int, end: int) -> bool:
+        """Whether the characters ``start:end`` overlap the document's title or text (else: prompt scaffolding)."""
+        return any(a < end and start < b for a, b in [self.text, *([self.title] if self.title else [])])
+
+
+def _located(prompt: str, text: str, lo: int, hi: int) -> tuple[int, int] | None:
+    """Where ``text``, or else its longest prefix (a document cut to fit the window), first lies in ``prompt[lo:hi]``."""
+    at = prompt.find(text, lo, hi)
+    if at >= 0:
+        return at, at + len(text)
+    if not text or prompt.find(text[:1], lo, hi) < 0:
+        return None
+    good, bad = 1, len(text)  # prompt holds text[:good] and not text[:bad]
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if prompt.find(text[:mid], lo, hi) >= 0 else (good, mid)
+    at = prompt.find(text[:good], lo, hi)
+    return at, at + good
+
+
+def doc_regions(res: AttributionResult) -> list[DocRegion] | None:
+    """Each document's entry in the prompt, found from the stored texts: the documents block ``res.context`` in the
+    prompt, then each document's text (or its kept prefix) in order and its title before it. None when the prompt
+    does not hold them (a result edited by hand)."""
+    base = res.prompt.find(res.context) if res.context else -1
+    if base < 0:
+        return None
+    stop, cursor, found = base + len(res.context), base, []
+    for d in res.docs:
+        text = _located(res.prompt, d.get("text", ""), cursor, stop)
+        if text is None:
+            return None
+        start = cursor
+        while start < text[0] and res.prompt[start].isspace():
+            start += 1
+        title = d.get("title") or ""
+        at = res.prompt.find(title, start, text[0]) if title else -1
+        found.append((start, (at, at + len(title)) if at >= 0 else None, text))
+        cursor = text[1]
+    return [DocRegion(doc=k + 1, start=start, end=found[k + 1][0] if k + 1 < len(found) else stop, title=title,
+                      text=text) for k, (start, title, text) in enumerate(found)]
+
+
+def is_scaffolding(regions: list[DocRegion] | None, doc: int, start: int, end: int) -> bool:
+    """Whether prompt characters ``start:end`` of document ``doc`` are scaffolding, not its title or text."""
+    if not regions or not 1 <= doc <= len(regions):
+        return False
+    return not regions[doc - 1].is_content(start, end)
+
+
+@dataclass(frozen=True)
+class Heat:
+    """Saliency on a stretch of the prompt: the largest share of an answer token's saliency (0–1), the answer
+    tokens it drove, and whether the CCI selector kept it (a stored ``ContextSpan``)."""
+
+    start: int
+    end: int
+    share: float
+    tokens: tuple[int, ...]
+    kept: bool = False
+
+
+def _shares_of_matrix(res: AttributionResult) -> list[Heat]:
+    """Per context token of the stored saliency matrix (``[n_selected, n_context]``), each answer token's share."""
+    sal = res.saliency
+    matrix = sal.to_numpy()
+    considered = [bool(c) for c in sal.content] if (sal.content is not None and context_mode(res) == "content") \
+        else [True] * len(sal.context_positions)
+    out = []
+    for k, answer_index in enumerate(sal.answer_tokens):
+        row = [max(0.0, float(v)) if ok else 0.0 for v, ok in zip(matrix[k], considered)]
+        total = sum(row)
+        if total <= 0:
+            continue
+        out.extend(Heat(start=a, end=b, share=v / total, tokens=(answer_index,))
+                   for v, (a, b) in zip(row, sal.context_offsets) if v > 0 and b > a)
+    return out
+
+
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    """``start:end`` without the whitespace at either end (unchanged when it is all whitespace: a newline token)."""
+    a, b = start, end
+    while a < b and text[a].isspace():
+        a += 1
+    while b > a and text[b - 1].isspace():
+        b -= 1
+    return (a, b) if b > a else (start, end)
+
+
+def heat_of(res: AttributionResult) -> list[Heat]:
+    """Every stretch of the prompt that carries saliency: each context token of the stored saliency matrix when
+    the result has one, otherwise each answer token's top context tokens; plus the context spans the selector kept."""
+    tokens = {t.index: t for t in res.tokens}
+    if getattr(res, "saliency", None) is not None:
+        found = _shares_of_matrix(res)
+    else:
+        found = [Heat(start=c.start, end=c.end, share=cue_share(t, c), tokens=(t.index,))
+                 for t in res.tokens for c in t.top_context if c.end > c.start]
+    out = [replace(h, start=a, end=b) for h in found for a, b in [_trimmed(res.prompt, h.start, h.end)]]
+    for s in res.context_spans:
+        inside = [h.share for h in out if h.start < s.end and s.start < h.end]
+        if inside:
+            share = max(inside)
+        else:  # kept, yet below every listed cue of its answer tokens: the weakest listed share bounds its own
+            share = max((min(cue_share(tokens[i], c) for c in tokens[i].top_context) for i in s.answer_tokens
+                         if i in tokens and tokens[i].top_context), default=0.0)
+        out.append(Heat(start=s.start, end=s.end, share=share, tokens=tuple(s.answer_tokens), kept=True))
+    return out
+
+
+# --- view models: what the templates lay out ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A piece of a document's entry as shown: its text, and when it carries saliency its heat colour and tooltip."""
+
+    text: str
+    scaffold: bool
+    share: float | None = None
+    tokens: str = ""  # answer token indices, space separated
+    color: str = ""
+    title: str = ""
+    kept: bool = False
+
+
+@dataclass(frozen=True)
+class Cue:
+    """A selected context span listed under its document."""
+
+    text: str
+    share: float
+    scaffold: bool
+
+
+@dataclass(frozen=True)
+class DocView:
+    """A document as shown: its entry in the prompt cut into segments, and the selected context listed under it."""
+
+    doc: int
+    title: str
+    color: str
+    truncated: bool
+    segments: list[Segment] | None  # None: the entry was not found in the prompt; show the stored text
+    text: str
+    rest: str  # the part of a truncated document the prompt did not hold
+    cues: list[Cue]
+
+
+@dataclass(frozen=True)
+class SpanView:
+    """An attributed answer span, or a plain stretch of the answer (``docs`` empty)."""
+
+    text: str
+    docs: tuple[int, ...] = ()
+    color: str = ""
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One answer token's bar in the CTI chart (SVG user units)."""
+
+    x: float
+    y: float
+    width: float
+    height: float
+    fill: str
+    outlined: bool
+    label: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    """The CTI chart of an answer: one bar per token and the selection threshold."""
+
+    width: int
+    height: int
+    bars: list[Bar]
+    threshold: float
+    threshold_y: float
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One result as shown in one column."""
+
+    res: AttributionResult
+    answer: list[SpanView]
+    chart: Chart
+    docs: list[DocView]
+    content_only: bool
+    approximate_shares: bool
+    n_differ: int
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the citations table: a sentence and, per run, its attribution there (None: not in that run)."""
+
+    text: str
+    cells: tuple[SentenceAttribution | None, ...]
+    self_differ: bool
+    runs_differ: bool
+
+
+@dataclass(frozen=True)
+class ItemView:
+    """One item of the report: its result in each run (None where a run lacks it) and its citations table."""
+
+    number: int
+    question: str
+    id: str | None
+    runs: tuple[RunView | None, ...]
+    rows: list[Row]
+    n_docs: int
+    haystack: str
+
+    @property
+    def only(self) -> int | None:
+        """The run the item is in when it is in one run only (of two)."""
+        present = [k for k, r in enumerate(self.runs) if r is not None]
+        return present[0] if len(self.runs) > 1 and len(present) == 1 else None
+
+    @property
+    def n_self_differ(self) -> int:
+        return sum(r.self_differ for r in self.rows)
+
+    @property
+    def n_runs_differ(self) -> int:
+        return sum(r.runs_differ for r in self.rows) or int(self.only is not None)
+
+
+def same_citations(a: Sequence[int], b: Sequence[int]) -> bool:
+    """Whether two citation lists cite the same documents (order aside)."""
+    return sorted(a) == sorted(b)
+
+
+def sentence_shares(s: SentenceAttribution) -> list[float]:
+    """Per document, its share of the sentence's attribution (``SentenceAttribution.doc_scores``; empty in results
+    written before it existed)."""
+    return list(getattr(s, "doc_scores", None) or [])
+
+
+def _differ(s: SentenceAttribution) -> bool:
+    return not same_citations(s.mirage_citations, s.self_citations)
+
+
+def row_flags(row: Row, names: Sequence[str]) -> list[tuple[str, str]]:
+    """The badges of a citations-table row, as (CSS class, text): within a run mirage against self-citation, and
+    with two runs (``names``) the runs against each other."""
+    if not names:
+        return [("differ", "differ")] if row.self_differ else [("agree", "agree")]
+    flags = [("differ", "mirage ≠ self")] if row.self_differ else []
+    if row.runs_differ:
+        missing = [k for k, s in enumerate(row.cells) if s is None]
+        flags.append(("diverge", f"only in {names[1 - missing[0]]}" if missing else f"{names[0]} ≠ {names[1]}"))
+    return flags or [("agree", "agree")]
+
+
+def _token_label(tokens: dict[int, AnswerToken], indices: Sequence[int], limit: int = 4) -> str:
+    names = [f"“{tokens[i].text.strip() or tokens[i].text}”" for i in indices[:limit] if i in tokens]
+    return ", ".join(names) + (f" and {len(indices) - limit} more" if len(indices) > limit else "")
+
+
+def document_segments(res: AttributionResult, region: DocRegion, heat: Sequence[Heat], top: float,
+                      tokens: dict[int, AnswerToken]) -> list[Segment]:
+    """A document's entry cut where saliency, title or text start or end; each piece with its largest share (the
+    heat colour is relative to ``top``, the item's largest), its answer tokens, and whether it is scaffolding."""
+    inside = [h for h in heat if h.start < region.end and region.start < h.end]
+    cuts = {region.start, region.end}
+    for a, b in [region.text, region.title or region.text, *((h.start, h.end) for h in inside)]:
+        cuts |= {min(max(a, region.start), region.end), min(max(b, region.start), region.end)}
+    out: list[Segment] = []
+    for a, b in pairwise(sorted(cuts)):
+        cover = [h for h in inside if h.start < b and a < h.end]
+        scaffold = not region.is_content(a, b)
+        text = res.prompt[a:b]
+        if not cover:
+            seg = Segment(text=text, scaffold=scaffold)
+        else:
+            share = max(h.share for h in cover)
+            drove = sorted({i for h in cover for i in h.tokens})
+            kept = any(h.kept for h in cover)
+            rgb = SCAFFOLD_RGB if scaffold else HEAT_RGB
+            alpha = 0.12 + 0.78 * min(1.0, share / top) if top > 0 else 0.12
+            title = (f"{share:.1%} of an answer token's saliency · behind {_token_label(tokens, drove)}"
+                     f"{' · kept by CCI' if kept else ''}{' · prompt scaffolding' if scaffold else ''}")
+            if not text.strip():
+                text = text.replace("\n", "↵\n") if "\n" in text else text
+            seg = Segment(text=text, scaffold=scaffold, share=share, tokens=" ".join(map(str, drove)),
+                          color=f"rgba({rgb[0]},{rgb[1]},{rgb[2]},{alpha:.2f})", title=title, kept=kept)
+        prev = out[-1] if out else None
+        if prev and prev.share is None and seg.share is None and prev.scaffold == seg.scaffold:
+            out[-1] = Segment(text=prev.text + seg.text, scaffold=seg.scaffold)
+        else:
+            out.append(seg)
+    while out and out[-1].share is None and not out[-1].text.rstrip():
+        out.pop()
+    if out and out[-1].share is None:
+        out[-1] = Segment(text=out[-1].text.rstrip(), scaffold=out[-1].scaffold)
+    return out
+
+
+def _documents(res: AttributionResult, regions: list[DocRegion] | None, tokens: dict[int, AnswerToken]
+               ) -> list[DocView]:
+    heat = heat_of(res)
+    top = max((h.share for h in heat), default=0.0)
+    spans = {(h.start, h.end): h.share for h in heat if h.kept}
+    views = []
+    for i, d in enumerate(res.docs, start=1):
+        region = regions[i - 1] if regions else None
+        segments = document_segments(res, region, heat, top, tokens) if region else None
+        kept_len = region.text[1] - region.text[0] if region else len(d["text"])
+        cues = sorted((Cue(text=c.text, share=spans.get((c.start, c.end), 0.0),
+                           scaffold=is_scaffolding(regions, i, c.start, c.end))
+                       for c in res.context_spans if c.doc == i), key=lambda c: -c.share)[:CUES_PER_DOC]
+        views.append(DocView(doc=i, title=d.get("title", ""), color=doc_color(i), truncated=i in res.truncated_docs,
+                             segments=segments, text=d["text"], rest=d["text"][kept_len:] if region else "",
+                             cues=cues))
+    return views
+
+
+def span_cues(res: AttributionResult, span: AnswerSpan, limit: int = CUES_PER_SPAN,
+              regions: list[DocRegion] | None = None) -> list[dict[str, Any]]:
+    """The strongest context tokens behind a span's answer tokens (one entry per context position, its largest
+    share over the span's tokens), strongest first; ``scaffold`` marks prompt scaffolding."""
     tokens = {t.index: t for t in res.tokens}
     best: dict[tuple[int, int], dict[str, Any]] = {}
     for i in span.tokens:
         for cue in tokens[i].top_context:
-            key = (cue.start, cue.end)
-            if key not in best or cue.score > best[key]["score"]:
-                best[key] = {"token": cue.token.strip(), "doc": cue.doc, "score": round(cue.score, 4)}
-    return sorted(best.values(), key=lambda c: -c["score"])[:limit]
+            key, share = (cue.start, cue.end), cue_share(tokens[i], cue)
+            if key not in best or share > best[key]["share"]:
+                best[key] = {"token": cue.token.strip(), "doc": cue.doc, "share": round(share, 4),
+                             "score": round(cue.score, 4),
+                             "scaffold": is_scaffolding(regions, cue.doc, cue.start, cue.end)}
+    return sorted(best.values(), key=lambda c: -c["share"])[:limit]
 
 
-def _chips(ids: Sequence[int], n_docs: int) -> str:
-    if not ids:
-        return '<span class="none">none</span>'
-    return "".join(
-        f'<span class="chip" style="background:{doc_color(i)}">[{i}]</span>' if 1 <= i <= n_docs
-        else f'<span class="chip invalid">[{i}]</span>' for i in ids
-    )
-
-
-def highlighted_answer(res: AttributionResult) -> str:
-    """The answer as HTML with attributed spans coloured by (first) document and labelled with their ids."""
+def _answer(res: AttributionResult, regions: list[DocRegion] | None) -> list[SpanView]:
     out, pos = [], 0
-    tokens = {t.index: t for t in res.tokens}
     for span in res.spans:
-        out.append(escape(res.answer[pos : span.start]))
-        cues = []
-        for i in span.tokens:
-            for cue in tokens[i].top_context[:3]:
-                cues.append(f"[{cue.doc}] {cue.token.strip()} ({cue.score:.3g})")
-        title = escape("; ".join(cues), quote=True)
-        label = "".join(f"[{d}]" for d in span.docs)
-        out.append(
-            f'<mark class="mirage-span" data-docs="{escape(",".join(map(str, span.docs)), quote=True)}" '
-            f'title="{title}" style="background:{doc_color(span.docs[0])}">{escape(span.text)}'
-            f"<sub>{escape(label)}</sub></mark>"
-        )
+        out.append(SpanView(text=res.answer[pos : span.start]))
+        title = "; ".join(f"[{c['doc']}] {c['token']} {c['share']:.0%}{' (scaffolding)' if c['scaffold'] else ''}"
+                          for c in span_cues(res, span, regions=regions))
+        out.append(SpanView(text=span.text, docs=tuple(span.docs), color=doc_color(span.docs[0]), title=title))
         pos = span.end
-    out.append(escape(res.answer[pos:]))
-    return "".join(out)
+    out.append(SpanView(text=res.answer[pos:]))
+    return [s for s in out if s.text]
 
 
-def result_to_html(res: AttributionResult) -> str:
-    """One result as a self-contained HTML fragment: question, highlighted answer, citations per sentence,
-    documents (all text escaped)."""
-    rows = []
-    for s in res.sentences:
-        differ = sorted(s.mirage_citations) != sorted(s.self_citations)
-        rows.append(
-            f'<tr class="{"differ" if differ else "agree"}"><td>{escape(s.text)}</td>'
-            f"<td>{escape(format_citations(s.mirage_citations))}</td>"
-            f"<td>{escape(format_citations(s.self_citations))}</td></tr>"
-        )
-    docs = "".join(
-        f'<li value="{i}"><span style="background:{doc_color(i)}">[{i}]</span> <b>{escape(d["title"])}</b>: '
-        f"{escape(d['text'])}</li>"
-        for i, d in enumerate(res.docs, start=1)
-    )
-    return (
-        '<div class="mirage-result">'
-        f"<p><b>Question:</b> {escape(res.question)}</p>"
-        f'<p class="mirage-answer"><b>Answer:</b> {highlighted_answer(res)}</p>'
-        '<table class="mirage-sentences"><tr><th>Sentence</th><th>mirage</th><th>self-citation</th></tr>'
-        f"{''.join(rows)}</table>"
-        f'<ol class="mirage-docs">{docs}</ol>'
-        "</div>"
-    )
-
-
-def cti_chart(res: AttributionResult, *, width: int = 760, height: int = 90) -> str:
-    """An inline SVG bar chart of the CTI score of each answer token, the selection threshold dashed.
-
-    Context-sensitive tokens are coloured by their first cited document (grey if they cite none).
-    """
+def _chart(res: AttributionResult, width: int = 760, height: int = 90) -> Chart:
     tokens = res.tokens
-    if not tokens:
-        return '<p class="none">no answer tokens</p>'
     top = max([t.cti for t in tokens] + [res.cti_threshold, 1e-9])
-    step = width / len(tokens)
+    step = width / max(1, len(tokens))
     bars = []
     for k, t in enumerate(tokens):
         h = max(1.0, (height - 4) * max(t.cti, 0.0) / top)
-        if t.context_sensitive:
-            fill = doc_color(t.cited_docs[0]) if t.cited_docs else "#9ca3af"
-            stroke = ' stroke="#374151" stroke-width="0.6"'
-        else:
-            fill, stroke = "#cbd5e1", ""
+        fill = (doc_color(t.cited_docs[0]) if t.cited_docs else "#9ca3af") if t.context_sensitive else "#cbd5e1"
         label = f"{t.text!r} CTI {t.cti:.3g}" + (f" → {', '.join(map(str, t.cited_docs))}" if t.cited_docs else "")
-        bars.append(f'<rect x="{k * step:.2f}" y="{height - h:.2f}" width="{max(step - 0.6, 0.6):.2f}" '
-                    f'height="{h:.2f}" fill="{fill}"{stroke}><title>{escape(label)}</title></rect>')
-    y = height - (height - 4) * res.cti_threshold / top
-    return (f'<svg class="cti" viewBox="0 0 {width} {height}" width="100%" height="{height}" '
-            f'preserveAspectRatio="none" role="img" aria-label="CTI score per answer token">'
-            f'{"".join(bars)}<line x1="0" x2="{width}" y1="{y:.2f}" y2="{y:.2f}" stroke="#dc2626" '
-            f'stroke-dasharray="4 3" stroke-width="1"><title>threshold {res.cti_threshold:.3g}</title></line></svg>')
+        bars.append(Bar(x=round(k * step, 2), y=round(height - h, 2), width=round(max(step - 0.6, 0.6), 2),
+                        height=round(h, 2), fill=fill, outlined=t.context_sensitive, label=label))
+    return Chart(width=width, height=height, bars=bars, threshold=res.cti_threshold,
+                 threshold_y=round(height - (height - 4) * res.cti_threshold / top, 2))
 
 
-def _sentences_table(res: AttributionResult) -> str:
-    n = len(res.docs)
+def run_view(res: AttributionResult) -> RunView:
+    """What one column shows of a result."""
+    regions = doc_regions(res)
+    tokens = {t.index: t for t in res.tokens}
+    return RunView(res=res, answer=_answer(res, regions), chart=_chart(res), docs=_documents(res, regions, tokens),
+                   content_only=context_mode(res) == "content",
+                   approximate_shares=bool(res.context_spans or res.spans) and not stores_shares(res),
+                   n_differ=sum(_differ(s) for s in res.sentences))
+
+
+def align_sentences(a: AttributionResult, b: AttributionResult) -> list[tuple[SentenceAttribution | None,
+                                                                               SentenceAttribution | None]]:
+    """The sentences of two answers side by side: by position when the answers are the same text, otherwise
+    matched by text (a sentence in one answer only is paired with None)."""
+    if a.answer == b.answer and len(a.sentences) == len(b.sentences):
+        return list(zip(a.sentences, b.sentences))
+    pairs: list[tuple[SentenceAttribution | None, SentenceAttribution | None]] = []
+    texts = ([s.text.strip() for s in a.sentences], [s.text.strip() for s in b.sentences])
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, *texts, autojunk=False).get_opcodes():
+        if op == "equal":
+            pairs += list(zip(a.sentences[i1:i2], b.sentences[j1:j2]))
+        else:
+            pairs += [(s, None) for s in a.sentences[i1:i2]] + [(None, s) for s in b.sentences[j1:j2]]
+    return pairs
+
+
+def _rows(results: Sequence[AttributionResult | None]) -> list[Row]:
+    present = [r for r in results if r is not None]
+    if len(results) == 1 or len(present) == 1:
+        k = next(i for i, r in enumerate(results) if r is not None)
+        return [Row(text=s.text, cells=tuple(s if i == k else None for i in range(len(results))),
+                    self_differ=_differ(s), runs_differ=len(results) > 1) for s in present[0].sentences]
     rows = []
-    for s in res.sentences:
-        differ = sorted(s.mirage_citations) != sorted(s.self_citations)
-        mark = '<span class="badge differ">differ</span>' if differ else '<span class="badge agree">agree</span>'
-        rows.append(f'<tr class="{"differ" if differ else "agree"}"><td>{escape(s.text)}</td>'
-                    f'<td class="cites self">{_chips(s.self_citations + s.invalid_self_citations, n)}</td>'
-                    f'<td class="cites mirage">{_chips(s.mirage_citations, n)}</td><td>{mark}</td></tr>')
-    return ('<table class="sentences"><thead><tr><th>Sentence</th><th>self-citation</th><th>mirage</th><th></th>'
-            f'</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+    for sa, sb in align_sentences(*present):
+        cells = (sa, sb)
+        runs_differ = sa is None or sb is None or not (same_citations(sa.mirage_citations, sb.mirage_citations)
+                                                       and same_citations(sa.self_citations, sb.self_citations))
+        rows.append(Row(text=(sa or sb).text, cells=cells, self_differ=any(_differ(s) for s in cells if s),
+                        runs_differ=runs_differ))
+    return rows
 
 
-def _documents(res: AttributionResult) -> str:
-    items = []
-    for i, d in enumerate(res.docs, start=1):
-        cues = [c for c in res.context_spans if c.doc == i]
-        cue_html = ""
-        if cues:
-            cue_html = '<div class="ctx">selected context: ' + " ".join(
-                f'<span class="cue" style="border-color:{doc_color(i)}">{escape(c.text)}</span>'
-                for c in sorted(cues, key=lambda c: -c.score)[:12]) + "</div>"
-        trunc = ' <span class="none">(truncated in the prompt)</span>' if i in res.truncated_docs else ""
-        items.append(f'<li class="doc"><span class="chip" style="background:{doc_color(i)}">[{i}]</span> '
-                     f'<b>{escape(d.get("title", ""))}</b>{trunc}<div class="doctext">{escape(d["text"])}</div>'
-                     f"{cue_html}</li>")
-    return f'<ol class="docs">{"".join(items)}</ol>'
+def item_view(results: Sequence[AttributionResult | None], number: int) -> ItemView:
+    """One item of one run, or of two runs (None where a run lacks it)."""
+    first = next(r for r in results if r is not None)
+    haystack = " ".join([first.question, first.id or ""] + [r.answer for r in results if r] +
+                        [d.get("title", "") for d in first.docs])
+    return ItemView(number=number, question=first.question, id=first.id,
+                    runs=tuple(run_view(r) if r is not None else None for r in results), rows=_rows(results),
+                    n_docs=len(first.docs), haystack=haystack.lower())
 
 
-def _disagreements(res: AttributionResult) -> int:
-    return sum(sorted(s.mirage_citations) != sorted(s.self_citations) for s in res.sentences)
-
-
-def item_html(res: AttributionResult, number: int) -> str:
-    """One item's panel (hidden until selected)."""
-    model = f" · model {escape(res.model)}" if res.model else ""
-    return (
-        f'<section class="item" id="item-{number}" data-item="{number}" hidden>'
-        f'<h2>{escape(res.question)}</h2><p class="meta">item {number}'
-        f'{" · id " + escape(res.id) if res.id else ""}{model} · {len(res.sentences)} sentence(s), '
-        f"{_disagreements(res)} with differing citations</p>"
-        f'<h3>Answer</h3><div class="answer">{highlighted_answer(res)}</div>'
-        f'<h3>CTI score per answer token</h3>{cti_chart(res)}<p class="caption">One bar per answer token; '
-        "context-sensitive tokens are coloured by the document they cite; dashed line: selection threshold "
-        f"({res.cti_threshold:.3g}).</p>"
-        f'<h3>Citations per sentence</h3>{_sentences_table(res)}'
-        f"<h3>Documents</h3>{_documents(res)}</section>"
-    )
+def pair_runs(a: Sequence[AttributionResult], b: Sequence[AttributionResult]
+              ) -> list[tuple[AttributionResult | None, AttributionResult | None]]:
+    """The items of two runs matched by content (question and documents, :func:`mirage.runs.item_keys`; the n-th
+    repeat of an item matches the n-th repeat): ``a``'s items in order, then those only in ``b``."""
+    keys_a, keys_b = ([{"question": r.question, "docs": r.docs} for r in run] for run in (a, b))
+    by_b = dict(zip(item_keys(keys_b), b))
+    ka = item_keys(keys_a)
+    pairs: list[tuple[AttributionResult | None, AttributionResult | None]] = [(r, by_b.pop(k, None))
+                                                                               for k, r in zip(ka, a)]
+    return pairs + [(None, r) for r in by_b.values()]
 
 
 def overview(results: Sequence[AttributionResult]) -> dict[str, float | int]:
@@ -238,152 +577,139 @@ def overview(results: Sequence[AttributionResult]) -> dict[str, float | int]:
         "sentences": len(sentences),
         "no_self_citation": sum(not s.self_citations for s in sentences) / n,
         "no_mirage_citation": sum(not s.mirage_citations for s in sentences) / n,
-        "agreement": sum(sorted(s.self_citations) == sorted(s.mirage_citations) for s in sentences) / n,
+        "agreement": sum(same_citations(s.self_citations, s.mirage_citations) for s in sentences) / n,
     }
 
 
-def _json_for_script(data: Any) -> str:
-    text = json.dumps(data, ensure_ascii=False)
-    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
-
-
-def report_html(results: Sequence[AttributionResult], *, title: str = "mirage report") -> str:
-    """The whole self-contained page for ``results``."""
-    entries, panels, data = [], [], []
-    for k, res in enumerate(results, start=1):
-        haystack = " ".join([res.question, res.answer, res.id or ""] + [d.get("title", "") for d in res.docs])
-        n_diff = _disagreements(res)
-        badge = f'<span class="badge differ">{n_diff} differ</span>' if n_diff else ""
-        entries.append(f'<li><a href="#item-{k}" class="entry" data-item="{k}" '
-                       f'data-search="{escape(haystack.lower(), quote=True)}">'
-                       f'<span class="q">{escape(res.question)}</span><span class="sub">{len(res.sentences)} '
-                       f"sentence(s) · {len(res.spans)} span(s) {badge}</span></a></li>")
-        panels.append(item_html(res, k))
-        data.append({"spans": [{"docs": s.docs, "text": s.text, "cues": span_cues(res, s)} for s in res.spans]})
+def _summary(results: Sequence[AttributionResult]) -> str:
     ov = overview(results)
-    summary = (f"{ov['items']} item(s), {ov['sentences']} sentence(s) · no self-citation "
-               f"{ov['no_self_citation']:.0%} · no mirage citation {ov['no_mirage_citation']:.0%} · "
-               f"same citations {ov['agreement']:.0%}")
-    return _PAGE.format(title=escape(title), summary=escape(summary), entries="".join(entries),
-                        panels="".join(panels) or '<p class="none">No results.</p>', data=_json_for_script(data),
-                        css=_CSS, js=_JS.replace("%COLORS%", json.dumps(PALETTE)))
+    return (f"{ov['items']} item(s), {ov['sentences']} sentence(s) · no self-citation {ov['no_self_citation']:.0%} · "
+            f"no mirage citation {ov['no_mirage_citation']:.0%} · same citations {ov['agreement']:.0%}")
 
 
-def write_report(results_path: str | Path, output: str | Path, *, title: str | None = None) -> Path:
-    """Read a results JSONL and write the report page; returns the output path."""
-    results = read_results(results_path)
+# --- rendering ----------------------------------------------------------------------------------------------------
+
+
+@cache
+def _env() -> Environment:
+    env = Environment(loader=PackageLoader("mirage", "templates"), autoescape=True, trim_blocks=True,
+                      lstrip_blocks=True, undefined=StrictUndefined)
+    env.globals.update(doc_color=doc_color, sentence_shares=sentence_shares, row_flags=row_flags)
+    return env
+
+
+@cache
+def _asset(name: str) -> Markup:
+    """A CSS or JS file of ``mirage/templates``, inserted verbatim (it holds no user text)."""
+    env = _env()
+    return Markup(env.loader.get_source(env, name)[0])
+
+
+def _parts() -> Any:
+    return _env().get_template("parts.html.j2").module
+
+
+def _json_for_script(data: Any) -> Markup:
+    text = json.dumps(data, ensure_ascii=False)
+    return Markup(text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e"))
+
+
+def highlighted_answer(res: AttributionResult) -> str:
+    """The answer as HTML with attributed spans coloured by (first) document and labelled with their ids; each
+    span's ``title`` lists its strongest context tokens with their shares."""
+    return str(_parts().answer_text(_answer(res, doc_regions(res))))
+
+
+def cti_chart(res: AttributionResult, *, width: int = 760, height: int = 90) -> str:
+    """An inline SVG bar chart of the CTI score of each answer token, the selection threshold dashed.
+
+    Context-sensitive tokens are coloured by their first cited document (grey if they cite none).
+    """
+    if not res.tokens:
+        return '<p class="none">no answer tokens</p>'
+    return str(_parts().chart(_chart(res, width, height)))
+
+
+def result_to_html(res: AttributionResult) -> str:
+    """One result as a self-contained HTML fragment with its own scoped ``<style>`` (no script): question, the
+    highlighted answer, citations per sentence, and the documents with the saliency heat (all text escaped)."""
+    item = item_view([res], 1)
+    return _env().get_template("result.html.j2").render(item=item, run=item.runs[0], css=_asset("mirage.css"))
+
+
+class ResultHTML:
+    """A result rendered for a notebook: Jupyter shows :meth:`_repr_html_`; ``str()`` is the HTML fragment."""
+
+    def __init__(self, res: AttributionResult) -> None:
+        self.html = result_to_html(res)
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def __str__(self) -> str:
+        return self.html
+
+
+def display(res: AttributionResult) -> ResultHTML:
+    """The result as a notebook shows it: end a cell with ``display(res)`` (or pass it to IPython's ``display``)."""
+    return ResultHTML(res)
+
+
+def _script_data(items: Sequence[ItemView]) -> dict[str, Any]:
+    out = []
+    for item in items:
+        runs = []
+        for run in item.runs:
+            if run is None:
+                runs.append(None)
+                continue
+            regions = doc_regions(run.res)
+            runs.append({"spans": [{"docs": s.docs, "text": s.text, "tokens": s.tokens,
+                                    "cues": span_cues(run.res, s, regions=regions)} for s in run.res.spans]})
+        out.append({"runs": runs})
+    return {"colors": PALETTE, "items": out}
+
+
+def report_html(results: Sequence[AttributionResult], *, title: str = "mirage report",
+                other: Sequence[AttributionResult] | None = None, labels: Sequence[str] = RUN_NAMES) -> str:
+    """The whole self-contained page for ``results``; with ``other``, the two runs side by side, items matched by
+    content (``labels`` name the runs, e.g. their files)."""
+    if other is None:
+        items = [item_view([r], k) for k, r in enumerate(results, start=1)]
+        summary = [_summary(results)]
+        run_labels: list[str] = []
+    else:
+        items = [item_view(pair, k) for k, pair in enumerate(pair_runs(results, other), start=1)]
+        run_labels = [f"{name}: {label}" for name, label in zip(RUN_NAMES, labels)]
+        both = sum(i.only is None for i in items)
+        summary = [f"{name} — {_summary(run)}" for name, run in zip(run_labels, (results, other))]
+        summary.append(f"{both} item(s) in both runs, {sum(i.only == 0 for i in items)} only in A, "
+                       f"{sum(i.only == 1 for i in items)} only in B · "
+                       f"{sum(i.n_runs_differ > 0 for i in items if i.only is None)} of {both} with citations that "
+                       "differ between the runs")
+    return _env().get_template("report.html.j2").render(
+        title=title, summary=summary, items=items, labels=run_labels, compare=other is not None,
+        data=_json_for_script(_script_data(items)), css=_asset("mirage.css") + _asset("page.css"),
+        js=_asset("report.js"))
+
+
+def _label(paths: Sequence[Path]) -> list[str]:
+    """Short names telling the files apart: their names, or their paths when the names are the same."""
+    names = [p.name for p in paths]
+    return names if len(set(names)) == len(names) else [str(p) for p in paths]
+
+
+def write_report(results_path: str | Path | Sequence[str | Path], output: str | Path, *,
+                 title: str | None = None) -> Path:
+    """Read one results JSONL (or two, to compare) and write the report page; returns the output path."""
+    paths = [Path(results_path)] if isinstance(results_path, (str, Path)) else [Path(p) for p in results_path]
+    if not 1 <= len(paths) <= 2:
+        raise InputError(f"mirage view takes one results file, or two to compare; got {len(paths)}.")
+    runs = [read_results(p) for p in paths]
+    names = _label(paths)
+    html = report_html(runs[0], title=title or f"mirage report: {' vs '.join(names)}",
+                       other=runs[1] if len(runs) == 2 else None, labels=names)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(report_html(results, title=title or f"mirage report: {Path(results_path).name}"),
-                      encoding="utf-8")
+    output.write_text(html, encoding="utf-8")
     return output
-
-
-def cmd_view(args: argparse.Namespace) -> int:
-    """``mirage view``: write the HTML report of a results file."""
-    out = write_report(args.results, args.output, title=args.title)
-    print(f"wrote {out}", file=sys.stderr)
-    return 0
-
-
-_CSS = """
-*{box-sizing:border-box}body{margin:0;font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#1f2937;
-background:#f8fafc}header{padding:10px 18px;background:#1e293b;color:#f8fafc}header h1{margin:0;font-size:18px}
-header p{margin:2px 0 0;color:#cbd5e1;font-size:13px}.layout{display:flex;min-height:calc(100vh - 60px)}
-nav{width:310px;flex:none;border-right:1px solid #e2e8f0;background:#fff;padding:10px;overflow-y:auto;
-max-height:calc(100vh - 60px);position:sticky;top:0}nav input{width:100%;padding:7px 9px;border:1px solid #cbd5e1;
-border-radius:6px;font:inherit}nav ul{list-style:none;margin:8px 0 0;padding:0}nav .entry{display:block;padding:7px 8px;
-border-radius:6px;color:inherit;text-decoration:none;border:1px solid transparent}nav .entry:hover{background:#f1f5f9}
-nav .entry.active{background:#e0e7ff;border-color:#a5b4fc}nav .q{display:block;font-weight:600;overflow:hidden;
-text-overflow:ellipsis;display:-webkit-box;-webkit-line-clamp:2;-webkit-box-orient:vertical}
-nav .sub{font-size:12px;color:#64748b}#count{font-size:12px;color:#64748b;margin-top:6px}
-main{flex:1;padding:6px 24px 40px;max-width:1000px}h2{font-size:19px;margin:14px 0 2px}h3{font-size:14px;
-margin:18px 0 6px;color:#334155;text-transform:uppercase;letter-spacing:.04em}.meta{color:#64748b;margin:0;font-size:12px}
-.answer{background:#fff;border:1px solid #e2e8f0;border-radius:8px;padding:12px 14px;font-size:15px;line-height:1.8;
-white-space:pre-wrap}mark.mirage-span{border-radius:3px;padding:1px 2px;cursor:help;color:inherit}
-mark.mirage-span sub{font-size:10px;color:#475569;margin-left:1px}mark.mirage-span:hover{outline:2px solid #334155}
-table.sentences{border-collapse:collapse;width:100%;background:#fff;border:1px solid #e2e8f0}
-table.sentences th,table.sentences td{padding:6px 8px;border-bottom:1px solid #e2e8f0;text-align:left;vertical-align:top}
-table.sentences th{background:#f1f5f9;font-size:12px}tr.differ td:first-child{border-left:4px solid #f97316}
-tr.agree td:first-child{border-left:4px solid #22c55e}td.cites{white-space:nowrap}
-.chip{display:inline-block;border-radius:4px;padding:0 5px;margin-right:2px;font-size:12px;font-weight:600}
-.chip.invalid{background:#fee2e2;color:#991b1b;text-decoration:line-through}.none{color:#94a3b8;font-style:italic}
-.badge{display:inline-block;border-radius:9px;padding:0 7px;font-size:11px;font-weight:600}
-.badge.differ{background:#ffedd5;color:#9a3412}.badge.agree{background:#dcfce7;color:#166534}
-ol.docs{list-style:none;padding:0;margin:0}li.doc{background:#fff;border:1px solid #e2e8f0;border-radius:8px;
-padding:8px 12px;margin-bottom:8px}.doctext{color:#334155;font-size:13px;margin-top:4px;max-height:9em;overflow:auto;
-white-space:pre-wrap}.ctx{margin-top:6px;font-size:12px;color:#64748b}.cue{display:inline-block;border:2px solid;
-border-radius:4px;padding:0 4px;margin:2px 2px 0 0;color:#1f2937}svg.cti{background:#fff;border:1px solid #e2e8f0;
-border-radius:6px;display:block}.caption{font-size:12px;color:#64748b;margin:3px 0 0}
-.layout{background:linear-gradient(to right,#fff 310px,#f8fafc 310px)}#tip{position:fixed;z-index:10;background:#0f172a;color:#f8fafc;border-radius:6px;
-padding:8px 10px;font-size:12px;max-width:360px;box-shadow:0 4px 14px rgba(0,0,0,.25);pointer-events:none}
-#tip .t{font-weight:600;margin-bottom:4px}#tip table{border-collapse:collapse}#tip td{padding:1px 6px 1px 0}
-#tip .d{border-radius:3px;padding:0 4px;color:#111827;font-weight:600}
-"""
-
-_JS = """
-(function(){
-  const data = JSON.parse(document.getElementById('mirage-data').textContent);
-  const entries = Array.from(document.querySelectorAll('nav .entry'));
-  const panels = Array.from(document.querySelectorAll('section.item'));
-  const colors = %COLORS%;
-  function show(k){
-    panels.forEach(p => { p.hidden = p.dataset.item !== String(k); });
-    entries.forEach(e => e.classList.toggle('active', e.dataset.item === String(k)));
-  }
-  entries.forEach(e => e.addEventListener('click', ev => {
-    ev.preventDefault(); show(e.dataset.item); history.replaceState(null, '', '#item-' + e.dataset.item);
-  }));
-  const search = document.getElementById('search');
-  const count = document.getElementById('count');
-  function filter(){
-    const words = search.value.toLowerCase().split(/\\s+/).filter(Boolean);
-    let n = 0;
-    entries.forEach(e => {
-      const ok = words.every(w => e.dataset.search.includes(w));
-      e.parentElement.hidden = !ok; n += ok;
-    });
-    count.textContent = n + ' of ' + entries.length + ' item(s)';
-  }
-  search.addEventListener('input', filter); filter();
-  const tip = document.getElementById('tip');
-  panels.forEach(p => {
-    const spans = data[Number(p.dataset.item) - 1].spans;
-    p.querySelectorAll('mark.mirage-span').forEach((m, i) => {
-      m.dataset.title = m.title; m.removeAttribute('title');
-      m.addEventListener('mouseenter', () => {
-        const s = spans[i]; if (!s) return;
-        tip.replaceChildren();
-        const head = document.createElement('div'); head.className = 't';
-        head.textContent = '\\u201c' + s.text + '\\u201d \\u2192 documents ' + s.docs.map(d => '[' + d + ']').join('');
-        tip.appendChild(head);
-        const table = document.createElement('table');
-        s.cues.forEach(c => {
-          const tr = table.insertRow();
-          const d = tr.insertCell(); const b = document.createElement('span'); b.className = 'd';
-          b.style.background = colors[(c.doc - 1) % colors.length]; b.textContent = '[' + c.doc + ']'; d.appendChild(b);
-          tr.insertCell().textContent = c.token; tr.insertCell().textContent = c.score.toPrecision(3);
-        });
-        tip.appendChild(table);
-        const r = m.getBoundingClientRect();
-        tip.style.left = Math.min(r.left, window.innerWidth - 370) + 'px';
-        tip.style.top = (r.bottom + 6) + 'px'; tip.hidden = false;
-      });
-      m.addEventListener('mouseleave', () => { tip.hidden = true; });
-    });
-  });
-  const start = /^#item-(\\d+)$/.exec(location.hash);
-  show(start && panels[Number(start[1]) - 1] ? start[1] : (panels.length ? 1 : 0));
-})();
-"""
-
-_PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title><style>{css}</style></head>
-<body><header><h1>{title}</h1><p id="summary">{summary}</p></header>
-<div class="layout"><nav><input id="search" type="search" placeholder="Search questions, answers, titles…"
-aria-label="search items"><div id="count"></div><ul id="entries">{entries}</ul></nav>
-<main>{panels}</main></div><div id="tip" hidden></div>
-<script type="application/json" id="mirage-data">{data}</script>
-<script>{js}</script></body></html>
-"""

@@ -5,13 +5,15 @@
 
 ``targets`` picks the answer tokens CCI attributes: ``"selected"`` (those CTI selects, as the pipeline does),
 ``"all"`` (every answer token, so that any selection can be derived afterwards, as the XOR-AttriQA scorer does) or
-``"none"`` (CTI only). When the answer was just generated, generation's logits are the with-documents pass; otherwise
+``"none"`` (CTI only), or explicit answer indices, or a function of the :class:`CTIScores` returning them (the
+XOR-AttriQA scorer asks for the tokens some setting selects). When the answer was just generated, generation's logits are the with-documents pass; otherwise
 that pass is differentiable when CCI can take its gradients from it (see :func:`mirage.cci.shares_graph`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -24,6 +26,8 @@ from .models import LoadedModel
 from .tokenization import TokenizedAnswer, TokenizedPrompt
 
 Targets = Literal["selected", "all", "none"]
+#: What ``targets`` accepts: a named choice, answer indices, or a function of the CTI scores giving the indices.
+TargetSpec = Targets | Sequence[int] | Callable[[CTIScores], Iterable[int]]
 
 
 @dataclass(frozen=True)
@@ -36,18 +40,24 @@ class TokenScores:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def _cci_targets(cti: CTIScores, n_answer: int, targets: Targets) -> tuple[int, ...]:
-    """The answer indices CCI attributes."""
-    return {"selected": cti.selected, "all": tuple(range(n_answer)), "none": ()}[targets]
+def _cci_targets(cti: CTIScores, n_answer: int, targets: TargetSpec) -> tuple[int, ...]:
+    """The answer indices CCI attributes, ascending."""
+    if isinstance(targets, str):
+        return {"selected": cti.selected, "all": tuple(range(n_answer)), "none": ()}[targets]
+    chosen = targets(cti) if callable(targets) else targets
+    picked = tuple(sorted({int(t) for t in chosen}))
+    if any(not 0 <= t < n_answer for t in picked):
+        raise ValueError(f"CCI targets {list(picked)} must be answer indices in [0, {n_answer}).")
+    return picked
 
 
 def score_tokens(lm: LoadedModel, prompt: TokenizedPrompt, answer: TokenizedAnswer, cfg: MirageConfig, *,
-                 targets: Targets = "selected", generated: Generated | None = None) -> TokenScores:
+                 targets: TargetSpec = "selected", generated: Generated | None = None) -> TokenScores:
     """CTI of every token of ``answer`` after ``prompt`` and CCI of the ``targets`` over its context tokens.
 
     ``generated``: the generation that produced ``answer``, whose logits then serve as the with-documents pass.
     """
-    if targets not in get_args(Targets):
+    if isinstance(targets, str) and targets not in get_args(Targets):
         raise ValueError(f"targets={targets!r} is not valid; choose one of {', '.join(map(repr, get_args(Targets)))}.")
     if not answer.ids:
         raise ValueError("the answer has no tokens; nothing to score.")
@@ -55,7 +65,8 @@ def score_tokens(lm: LoadedModel, prompt: TokenizedPrompt, answer: TokenizedAnsw
     if generated is not None and tuple(generated.ids) == tuple(answer.ids):
         logits_ctx, graph = generated.logits, None  # generation already computed the with-documents pass
     else:  # CCI reuses the graph of this pass when it can
-        want_graph = targets != "none" and shares_graph(lm, cfg.cci)
+        want_graph = (targets != "none" and not (isinstance(targets, Sequence) and not isinstance(targets, str)
+                                                 and not targets)) and shares_graph(lm, cfg.cci)
         logits_ctx, graph = with_documents_logits(lm, prompt.ids, answer.ids, graph=want_graph)
     logits_noctx = answer_logits(lm, prompt.contextless_ids, answer.ids)
     cti = compute_cti(logits_ctx, logits_noctx, answer.ids, cfg=cfg.cti)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mirage.bias.items import BiasItem, clean_query, read_xor_rows, xor_items
 from mirage.bias.metrics import (
@@ -55,6 +57,17 @@ CITED = {
 
 def records(mode: str) -> list[BiasRecord]:
     return [rec(f"q{i}", mode, c) for i, c in enumerate(CITED[mode])]
+
+
+@settings(max_examples=60, deadline=None)
+@given(cited=st.sets(st.integers(1, 6)), relevant=st.sets(st.integers(1, 6)))
+def test_citation_set_prf_is_scikit_learns_over_the_documents(cited, relevant):
+    from sklearn.metrics import precision_recall_fscore_support
+
+    docs = range(1, 7)
+    expected = precision_recall_fscore_support([d in relevant for d in docs], [d in cited for d in docs],
+                                               average="binary", zero_division=0)[:3]
+    assert citation_set_prf(cited, relevant) == pytest.approx(tuple(float(v) for v in expected))
 
 
 def test_citation_set_prf_and_exact_match():

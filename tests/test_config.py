@@ -34,7 +34,6 @@ def test_defaults_are_the_reference_settings():
         (lambda: CTIConfig(metric="kl"), "cti.metric"),
         (lambda: CTIConfig(selector="threshold"), "cti.threshold"),
         (lambda: CCIConfig(top_k=3, top_percent=5), "top_k and top_percent"),
-        (lambda: CCIConfig(top_k=None, top_percent=None), "top_k and top_percent"),
         (lambda: CCIConfig(method="lime"), "cci.method"),
         (lambda: CCIConfig(top_k=None, top_percent=150), "cci.top_percent"),
     ],
@@ -69,15 +68,44 @@ def test_cli_flags_override_the_config_file(tmp_path):
     assert cfg.cci.top_k == 3 and cfg.cci.top_percent is None and cfg.cti.std_k == 0
     args = build_parser().parse_args(["attribute", "in.json", "-o", "o.jsonl", "--cti-threshold", "0.2"])
     assert config_from_args(args).cti.selector == "threshold"
-    args = build_parser().parse_args(["attribute", "in.json", "-o", "o.jsonl", "--cci-top-k", "3",
-                                      "--cci-top-percent", "5"])
-    with pytest.raises(ConfigError, match="exactly one of top_k and top_percent"):
-        config_from_args(args)  # both given: neither clears the other
+    args = build_parser().parse_args(["attribute", "in.json", "-o", "o.jsonl", "--config", str(path), "--cti-std", "2"])
+    assert config_from_args(args).cti == CTIConfig(std_k=2)
+
+
+@pytest.mark.parametrize("flags", [["--cci-top-k", "3", "--cci-top-percent", "5"],
+                                   ["--cti-std", "2", "--cti-threshold", "0.5"]])
+def test_flags_that_select_the_same_thing_exclude_each_other(flags, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["attribute", "in.json", "-o", "o.jsonl", *flags])
+    assert f"argument {flags[2]}: not allowed with argument {flags[0]}" in capsys.readouterr().err
+
+
+def test_setting_one_selector_clears_the_other():
+    """The issue's traps: top_k beside the default top_percent, a threshold beside the std selector."""
+    assert (CCIConfig(top_k=3).top_k, CCIConfig(top_k=3).top_percent) == (3, None)
+    assert CCIConfig().top_percent == 5.0 and CCIConfig(top_k=None, top_percent=None) == CCIConfig()
+    assert CCIConfig(top_percent=10).top_k is None
+    cfg = MirageConfig().replace(cci={"top_k": 3})
+    assert (cfg.cci.top_k, cfg.cci.top_percent) == (3, None)
+    assert MirageConfig().replace(cci={"top_k": 3}).replace(cci={"top_percent": 10}).cci == CCIConfig(top_percent=10)
+    assert MirageConfig().replace(cci={"top_k": 3}).replace(cci={"top_k": None}).cci == CCIConfig()
+    assert CTIConfig(threshold=1.0).selector == "threshold" and CTIConfig().selector == "std"
+    assert CTIConfig(selector="std", threshold=1.0).selector == "std"  # said explicitly: kept
+    cfg = MirageConfig().replace(cti={"threshold": 0.5})
+    assert (cfg.cti.selector, cfg.cti.threshold) == ("threshold", 0.5)
+    assert cfg.replace(cti={"std_k": 2}).cti.selector == "std"  # back to the std selector
+    with pytest.raises(ConfigError, match=r"cti\.threshold and cti\.std_k are both set"):
+        MirageConfig().replace(cti={"threshold": 0.5, "std_k": 2})
+    with pytest.raises(ConfigError, match="set one of top_k and top_percent, not both"):
+        MirageConfig().replace(cci={"top_k": 3, "top_percent": 5})
+    path_cfg = MirageConfig.from_dict({"cci": {"top_k": 3}, "cti": {"threshold": 0.2}})
+    assert (path_cfg.cci.top_percent, path_cfg.cti.selector) == (None, "threshold")
 
 
 #: Every pipeline flag with its config field and help text, as the commands have always offered them.
 PIPELINE_FLAGS = {
-    "--prompt": ("prompt", "name", "prompt template: selfcitation (ALCE, asks for [n] citations) or standard"),
+    "--prompt": ("prompt", "name", ("prompt template: selfcitation (ALCE, asks for [n] citations), standard, or "
+                                    "cora_mgen (CORA mGEN's input format, for encoder-decoders)")),
     "--max-new-tokens": ("generation", "max_new_tokens", "tokens to generate when an item has no output"),
     "--sample": ("generation", "do_sample", "sample answers (seeds then differ) instead of greedy"),
     "--temperature": ("generation", "temperature", "sampling temperature"),
@@ -92,6 +120,10 @@ PIPELINE_FLAGS = {
     "--cci-percent-rule": ("cci", "percent_rule", "range (max - p(max-min), reference code) or percentile"),
     "--cci-batch-size": ("cci", "batch_size", "selected tokens per backward pass (default: fit free memory)"),
     "--max-citations": ("aggregation", "max_citations", "at most N documents cited per sentence (default 3)"),
+    "--context": ("aggregation", "context", ("context tokens to attribute to: all (reference, default) or content "
+                                             "(document titles and texts, not the prompt's scaffolding)")),
+    "--keep-saliency": ("aggregation", "keep_saliency",
+                        "keep the whole saliency matrix (selected tokens x context tokens)"),
 }
 
 

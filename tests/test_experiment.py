@@ -25,7 +25,7 @@ def _args(*argv: str):
 def test_experiment_file_gives_every_key():
     exp = ExperimentConfig.from_yaml(CORA, command="xor-attriqa")
     assert exp.model == "gsarti/cora_mgen" and exp.text == "native" and exp.dataset == "xor_attriqa_match"
-    assert [Path(p).name for p in exp.data] == ["fi.jsonl", "ru.jsonl"] and Path(exp.calibrate_on).name == "val.jsonl"
+    assert [Path(p).name for p in exp.data] == ["fi.jsonl", "ru.jsonl"] and Path(exp.calibrate_on[0]).name == "val.jsonl"
     assert exp.pipeline.prompt.name == "cora_mgen" and exp.pipeline.prompt.chat_template is False
     assert exp.description.startswith("XOR-AttriQA") and exp.limit is None and exp.seeds == ()
 
@@ -46,7 +46,7 @@ def test_flags_win_over_the_file():
                  "--limit", "0", "--prompt", "standard", "--cti-std", "2", "-o", "out")
     exp = ExperimentConfig.from_args(args, command="xor-attriqa")
     assert (exp.model, exp.text, exp.limit, exp.data) == ("m2", "en", 0, ("d.jsonl",))
-    assert Path(exp.calibrate_on).name == "val.jsonl"  # not given on the command line: the file's
+    assert Path(exp.calibrate_on[0]).name == "val.jsonl"  # not given on the command line: the file's
     assert exp.pipeline.prompt.name == "standard" and exp.pipeline.cti.std_k == 2.0
     assert exp.pipeline.prompt.chat_template is False  # the file's, under the flag's prompt name
 
@@ -113,7 +113,11 @@ def test_a_fingerprint_holds_what_the_stored_outputs_depend_on():
     assert fp("eli5", base.replace(generation={"seed": 7})) == fp("eli5")
     assert fp("eli5", selectors) != fp("eli5")
     # attribute stores whole results of one config.
-    assert fp("attribute") == {"model": DEFAULT_MODEL, "config": base.to_dict()}
+    stored_shape = base.to_dict()
+    stored_shape["aggregation"] = {k: v for k, v in stored_shape["aggregation"].items()
+                                   if k in ("max_citations", "top_context_tokens")}  # later fields at defaults: absent
+    assert fp("attribute") == {"model": DEFAULT_MODEL, "config": stored_shape}
+    assert fp("attribute", base.replace(aggregation={"rule": "learned"})) != fp("attribute")
     # How the model is loaded, the limit and the data are no part of it.
     assert fp("attribute", device="cpu", dtype="float32", limit=3, data=("x",)) == fp("attribute")
 

@@ -14,6 +14,7 @@ EXPECTED = {
     "01_quickstart.ipynb": ["mirage-span", "context-sensitive tokens"],
     "02_mirage_vs_selfcitation.ipynb": ["no self-citation", "mean Jaccard", "random_mirage"],
     "03_attribution_bias.ipynb": ["Self-citation", "MIRAGE", "CAB P / R", "cab.png"],
+    "04_attribution_quality.ipynb": ["supporting", "learned", "coefficient"],
 }
 
 

@@ -7,13 +7,15 @@ browser download is not used. The screenshot is kept as ``artifacts/report.png``
 from __future__ import annotations
 
 import copy
+import csv
+import io
 import json
 from pathlib import Path
 
 import pytest
 
 from mirage.cli import main as cli_main
-from mirage.report import report_html
+from mirage.report import align_sentences, cue_share, report_html, span_cues
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -117,12 +119,29 @@ def test_report_in_a_real_browser(browser, report):
     assert "Kitchen notes <b>not bold</b>" in docs_text
     assert page.evaluate("window.__mirage_pwned") is None
 
-    # Hovering a span shows its top context tokens.
+    # The documents show the saliency as heat over their text, the prompt's scaffolding greyed.
+    heat = panel.locator("ol.docs mark.heat")
+    assert heat.count() > 0
+    scaffold = panel.locator("ol.docs .scaffold").first
+    assert scaffold.inner_text().startswith("Document [1]")
+    grey = scaffold.evaluate("e => getComputedStyle(e).color")
+    assert grey != panel.locator("ol.docs .doctext").first.evaluate("e => getComputedStyle(e).color")
+
+    # Hovering a span shows its top context tokens with their shares, and outlines the heat it drew on.
     marks.first.hover()
     tip = page.locator("#tip")
     tip.wait_for(state="visible")
-    cue = next(t for t in generated.tokens if t.index in generated.spans[0].tokens and t.top_context).top_context[0]
-    assert cue.token.strip() in tip.inner_text()
+    token = next(t for t in generated.tokens if t.index in generated.spans[0].tokens and t.top_context)
+    assert token.top_context[0].token.strip() in tip.inner_text()
+    first = span_cues(generated, generated.spans[0])[0]  # the strongest share over the span's tokens
+    assert first["share"] == pytest.approx(max(cue_share(t, c) for t in generated.tokens if t.index in generated.spans[0].tokens
+                                 for c in t.top_context), abs=1e-4)
+    assert tip.locator("tr").first.inner_text().split()[-1] == f"{100 * first['share']:.1f}%"
+    linked = panel.locator("ol.docs mark.heat.linked")
+    assert linked.count() > 0
+    span_tokens = {str(i) for i in generated.spans[0].tokens}
+    assert all(span_tokens & set((linked.nth(k).get_attribute("data-tokens") or "").split())
+               for k in range(linked.count()))
 
     path_png = ROOT / "artifacts" / "report.png"
     path_png.parent.mkdir(exist_ok=True)
@@ -137,5 +156,114 @@ def test_report_in_a_real_browser(browser, report):
     tip.wait_for(state="visible")
     assert EVIL in tip.inner_text()
     assert page.evaluate("window.__mirage_pwned") is None
+    assert errors == []
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def compare_report(report, tmp_path_factory):
+    """Two runs written through ``mirage view A B``: A holds the generated, forced and markup items; B a copy of the
+    forced one citing another document in its first sentence, the markup item unchanged, and an item of its own."""
+    generated, forced, evil = report[1]
+    forced_b = copy.deepcopy(forced)
+    s0 = forced_b.sentences[0]
+    s0.mirage_citations = [] if s0.mirage_citations else [1]
+    only_b = copy.deepcopy(generated)
+    only_b.question = "Is raw cookie dough safe to eat?"
+    folder = tmp_path_factory.mktemp("compare")
+    paths = []
+    for name, run in [("a.jsonl", [generated, forced, evil]), ("b.jsonl", [forced_b, copy.deepcopy(evil), only_b])]:
+        paths.append(folder / name)
+        paths[-1].write_text("".join(json.dumps(r.to_dict()) + "\n" for r in run))
+    out = folder / "compare.html"
+    assert cli_main(["view", *map(str, paths), "-o", str(out)]) == 0
+    return out, (generated, forced, evil), (forced_b, only_b)
+
+
+def _marks(ids: list[int]) -> str:
+    return "".join(f"[{i}]" for i in ids)
+
+
+def _download(page, button) -> list[list[str]]:
+    with page.expect_download() as info:
+        button.click()
+    text = Path(info.value.path()).read_text(encoding="utf-8")
+    assert text.startswith("\ufeff")
+    return list(csv.reader(io.StringIO(text[1:])))
+
+
+def test_two_runs_compared_in_a_real_browser(browser, compare_report):
+    path, (generated, forced, evil), (forced_b, only_b) = compare_report
+    page = browser.new_page(viewport={"width": 1400, "height": 900}, accept_downloads=True)
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(path.as_uri())
+    html = path.read_text()
+    assert "http://" not in html and "https://" not in html and html.count("<script") == 2
+
+    # Items matched by question and documents; those in one run only are listed as such.
+    entries = page.locator("nav .entry")
+    assert entries.count() == 4
+    assert "only in A" in entries.nth(0).inner_text() and "only in B" in entries.nth(3).inner_text()
+    assert "A ≠ B" in entries.nth(1).inner_text() and "A ≠ B" not in entries.nth(2).inner_text()
+    assert "1 only in A, 1 only in B" in page.inner_text("header")
+
+    # Both runs side by side.
+    entries.nth(1).click()
+    panel = page.locator("section.item:not([hidden])")
+    assert panel.locator(".runs").first.locator(".run .answer").count() == 2
+    assert panel.locator(".run h3.runlabel").first.inner_text() == "A: a.jsonl"
+    rows = panel.locator("table.sentences tbody tr")
+    assert rows.count() == len(align_sentences(forced, forced_b)) == len(forced.sentences)
+    assert "diverge" in (rows.nth(0).get_attribute("class") or "")
+    assert all("diverge" not in (rows.nth(k).get_attribute("class") or "") for k in range(1, rows.count()))
+    assert panel.locator("ol.docs").count() == 2 and panel.locator("ol.docs mark.heat").count() > 0
+
+    # The filter: items, then rows, where the two runs' citations differ.
+    page.select_option("#filter", "runs")
+    assert "3 of 4" in page.inner_text("#count")
+    assert page.locator("nav li:not([hidden]) .entry").count() == 3
+    assert entries.nth(2).locator("xpath=..").get_attribute("hidden") is not None
+    visible = panel.locator("table.sentences tbody tr:not([hidden])")
+    assert visible.count() == 1
+
+    # CSV of the visible rows of this item's table.
+    table = _download(page, panel.locator("button.csv"))
+    assert table[0] == ["Sentence", "A self-citation", "A mirage", "B self-citation", "B mirage", "agreement"]
+    s_a, s_b = forced.sentences[0], forced_b.sentences[0]
+    assert table[1:] == [[s_a.text, _marks(s_a.self_citations + s_a.invalid_self_citations),
+                          _marks(s_a.mirage_citations), _marks(s_b.self_citations + s_b.invalid_self_citations),
+                          _marks(s_b.mirage_citations), table[1][5]]]
+    assert "A ≠ B" in table[1][5]
+
+    # CSV of every listed item, rows as filtered.
+    listed = _download(page, page.locator("#csv-all"))
+    assert listed[0][:3] == ["item", "question", "Sentence"]
+    assert [(r[0], r[1]) for r in listed[1:]] == (
+        [("1", generated.question)] * len(generated.sentences) + [("2", forced.question)]
+        + [("4", only_b.question)] * len(only_b.sentences))
+
+    # mirage against self-citation, within each run.
+    page.select_option("#filter", "self")
+    differ = [any(sorted(s.mirage_citations) != sorted(s.self_citations) for s in r.sentences)
+              for r in (generated, forced, evil)]
+    differ[1] = differ[1] or any(sorted(s.mirage_citations) != sorted(s.self_citations) for s in forced_b.sentences)
+    differ.append(any(sorted(s.mirage_citations) != sorted(s.self_citations) for s in only_b.sentences))
+    assert page.locator("nav li:not([hidden]) .entry").count() == sum(differ)
+    page.select_option("#filter", "all")
+    assert "4 of 4" in page.inner_text("#count")
+
+    # Markup stays text in both columns; hovering a span of run B shows its context.
+    entries.nth(2).click()
+    panel = page.locator("section.item:not([hidden])")
+    assert EVIL in panel.locator("h2").inner_text()
+    panel.locator('.answer[data-run="1"] mark.mirage-span').first.hover()
+    page.locator("#tip").wait_for(state="visible")
+    assert EVIL in page.inner_text("#tip")
+    assert page.evaluate("window.__mirage_pwned") is None
+
+    entries.nth(1).click()
+    path_png = ROOT / "artifacts" / "report_compare.png"
+    page.screenshot(path=str(path_png), full_page=True)
     assert errors == []
     page.close()

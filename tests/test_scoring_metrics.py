@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mirage.config import MirageConfig
 from mirage.scoring import metrics as M
@@ -30,6 +32,26 @@ def test_binary_scores_by_hand():
     assert M.balanced_accuracy(c) == pytest.approx((2 / 3 + 1 / 2) / 2 * 100)
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.tuples(*[st.integers(0, 30)] * 4))
+def test_binary_scores_are_the_confusion_formulas(cells):
+    tp, fp, tn, fn = cells
+    c = M.BinaryCounts.of([True] * tp + [True] * fp + [False] * tn + [False] * fn,
+                          [True] * tp + [False] * fp + [False] * tn + [True] * fn)
+    assert (c.tp, c.fp, c.tn, c.fn) == cells
+
+    def pct(num, den):
+        return None if den == 0 else 100 * num / den
+
+    rates = [r for r in (pct(tp, tp + fn), pct(tn, tn + fp)) if r is not None]
+    expected = {"agreement": pct(tp + tn, c.total), "precision": pct(tp, tp + fp), "recall": pct(tp, tp + fn),
+                "f1": pct(2 * tp, 2 * tp + fp + fn), "balanced_accuracy": sum(rates) / len(rates) if rates else None}
+    for name, fn_ in M.BINARY_METRICS.items():
+        got = fn_(c)
+        assert (got is None) == (expected[name] is None), name
+        assert got is None or got == pytest.approx(expected[name]), name
+
+
 def test_cite_none_agrees_with_the_majority_but_has_no_recall():
     c = M.BinaryCounts.of([False] * 4, [True, False, False, False])
     assert M.agreement(c) == 75.0
@@ -46,6 +68,25 @@ def test_undefined_scores_are_none_and_skipped_by_averages():
     assert M.agreement(M.BinaryCounts()) is None
     assert M.mean_defined([50.0, None, 70.0]) == 60.0
     assert M.mean_defined([None]) is None
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="shared data not present")
+def test_binary_scores_reproduce_the_published_nli_rows():
+    """The NLI baselines' rows of the committed XOR-AttriQA results (computed from the TRUE model's predictions with
+    hand-written counts before the scores came from scikit-learn): every binary score and ROC-AUC, fi and ru."""
+    stored = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "xor_attriqa_smollm2_en"
+                         / "results.json").read_text())
+    for lang in ("fi", "ru"):
+        items = load_xor_attriqa(SHARED / "xor_attriqa_match" / f"{lang}.jsonl", text="en").items
+        labels = [y for i in items for y in i.labels]
+        for setting in ("nli_mt", "nli_orig"):
+            preds = [bool(p) for i in items for p in i.nli[setting]]
+            counts = M.BinaryCounts.of(preds, labels)
+            assert counts.total == len(labels) and counts.tp + counts.fn == sum(labels)
+            for name, fn in M.BINARY_METRICS.items():
+                assert fn(counts) == pytest.approx(stored[name][setting][lang], abs=1e-9), (lang, setting, name)
+            assert M.roc_auc([float(p) for p in preds], labels) == pytest.approx(stored["roc_auc"][setting][lang])
+    assert round(stored["agreement"]["nli_mt"]["avg"], 1) == 82.7  # the README's row
 
 
 def test_roc_auc_by_hand():
@@ -167,7 +208,7 @@ def test_xor_settings_by_hand():
     assert rep.sweep["percents"][0] == 3 and len(rep.sweep["agreement"]["ex"]["avg"]) == len(rep.sweep["percents"])
     # top-100 % keeps every context token: every passage of an item with a context-sensitive token is cited
     assert rep.sweep["agreement"]["ex"]["avg"][-1] == 25.0
-    assert set(rep.agreement) == set(SETTINGS) - {"nli_orig"}
+    assert set(rep.agreement) == set(SETTINGS) - {"nli_orig"} | {"learned"}
 
 
 def test_xor_report_round_trips_through_json():

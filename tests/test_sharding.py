@@ -134,7 +134,13 @@ def test_two_torchrun_ranks_give_the_single_process_results(tmp_path):
     two = json.loads((sharded / "results.json").read_text())
     assert _without_run_details(two) == _without_run_details(one)
     assert shard_files(sharded / "scores.jsonl") == [sharded / "scores.jsonl"]
-    assert len((sharded / "scores.jsonl").read_text().splitlines()) == len(items)
+    def keys(run):
+        return sorted(json.loads(line)["key"] for line in (run / "scores.jsonl").read_text().splitlines())
+
+    # every record one process writes (item records, CCI rows, passage signals), each once; a rank's calibration
+    # search sees only part of the items, so it may have asked for a few rows more
+    assert set(keys(single)) <= set(keys(sharded)) and len(set(keys(sharded))) == len(keys(sharded))
+    assert sum(1 for line in (sharded / "scores.jsonl").read_text().splitlines() if '"cti"' in line) == len(items)
 
 
 @pytest.mark.slow

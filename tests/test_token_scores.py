@@ -74,6 +74,15 @@ def test_all_and_none_targets(embedded_mirage, prepared, selected_scores):
     assert none.cti == selected_scores.cti and none.cci.scores == ()
     with pytest.raises(ValueError, match="targets='some'"):
         embedded_mirage.score_tokens(prep, answer, targets="some")
+    # explicit indices, or a function of the CTI scores, attribute exactly those tokens (ascending)
+    picked = embedded_mirage.score_tokens(prep, answer, targets=[3, 0])
+    assert picked.cci.selected == (0, 3)
+    for k, i in enumerate(picked.cci.selected):
+        assert picked.cci.scores[k] == pytest.approx(every.cci.scores[i], rel=1e-4, abs=1e-7)
+    chosen = embedded_mirage.score_tokens(prep, answer, targets=lambda cti: set(cti.selected) | {1})
+    assert chosen.cci.selected == tuple(sorted(set(selected_scores.cti.selected) | {1}))
+    with pytest.raises(ValueError, match="must be answer indices"):
+        embedded_mirage.score_tokens(prep, answer, targets=[len(answer.ids)])
 
 
 def test_generation_logits_are_reused(embedded_mirage, monkeypatch):

@@ -50,7 +50,11 @@ def exact_match(prediction: str, golds: Sequence[str]) -> bool | None:
 def citation_set_prf(cited: Iterable[int], relevant: Iterable[int]) -> tuple[float, float, float]:
     """Precision, recall and F1 of a set of cited document ids against the set of relevant ones (0 when nothing is
     cited, as scikit-learn's ``zero_division=0`` in the studies' code). Not ALCE's NLI citation quality
-    (:func:`mirage.scoring.metrics.citation_quality`)."""
+    (:func:`mirage.scoring.metrics.citation_quality`).
+
+    Set arithmetic rather than ``precision_recall_fscore_support`` over the documents: the same numbers (a test
+    checks), but the study calls it for every query, mode and metric, and scikit-learn's validation made summarising
+    the 423-answer bias study 30 times slower (0.8 s to 24 s)."""
     cited_set, relevant_set = set(cited), set(relevant)
     hits = len(cited_set & relevant_set)
     precision = hits / len(cited_set) if cited_set else 0.0

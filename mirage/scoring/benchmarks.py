@@ -29,7 +29,17 @@ from ..sharding import Shard, StoreFor, in_shards, owns
 from . import metrics as M
 from .eli5 import ELI5Report, attribute_items, evaluate_eli5, load_alce, load_judgments
 from .xor_attriqa import concat_data, load_xor_attriqa, score_items
-from .xor_eval import CalibrateBy, XorAttriQAReport, evaluate
+from .xor_eval import (
+    SETTING_GROUPS,
+    CalibrateBy,
+    RowsNeeded,
+    XorAttriQAReport,
+    build_views,
+    calibrated_floor,
+    calibration_rows,
+    calibration_selections,
+    evaluate,
+)
 
 
 def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
@@ -52,7 +62,8 @@ def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
 def _save(out_dir: Path, report: Any, figure: Any, figure_name: str) -> None:
     (out_dir / "results.json").write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n",
                                           encoding="utf-8")
-    figure.savefig(out_dir / figure_name, dpi=130)
+    if figure is not None:
+        figure.savefig(out_dir / figure_name, dpi=130)
 
 
 def _model_stages(model: Any, out: Path, outputs_for: Callable[[StoreFor], tuple[dict, list]],
@@ -81,49 +92,115 @@ def run_xor_attriqa(
     model_name: str,
     config: MirageConfig | None = None,
     text: str = "en",
-    calibrate_on: str | Path | None = None,
+    calibrate_on: str | Path | Sequence[str | Path] | None = None,
     calibrate_by: CalibrateBy = "global",
     nli_dir: str | Path | None = None,
     limit: int | None = None,
     faithfulness: bool = False,
+    all_tokens: bool = False,
+    signals: bool = True,
+    groups: Sequence[str] = SETTING_GROUPS,
     progress: Progress | None = None,
     shard: Shard | None = None,
 ) -> XorAttriQAReport | None:
-    """Score XOR-AttriQA files (and the calibration file) and write ``results.json`` and ``sweep.png``.
+    """Score XOR-AttriQA files (and the calibration files) and write ``results.json`` and ``sweep.png``.
+
+    Only what the settings need is computed, item by item into ``scores.jsonl``: CTI of every answer token, the
+    passage signals (leave-one-out, attention) and the CCI rows of the tokens MIRAGE-EX selects for every item; for
+    calibration items, the rows the exact calibration search reaches (it goes down from the highest CTI threshold
+    and stops when no lower one can win; see :func:`mirage.scoring.xor_eval.calibrate_threshold`); then, for test
+    items, the rows of the tokens some calibrated threshold selects. ``all_tokens`` computes every row of every item (what
+    the threshold-free ``mirage_raw`` ROC-AUC needs); without ``signals``, no passage signals, and so no ``learned``
+or ``passage_score`` setting. ``groups`` (:data:`~mirage.scoring.xor_eval.SETTING_GROUPS`) limits the settings, and
+so the work, to those asked for: ``learned`` alone computes no CCI row at all. A row already stored is never
+computed again.
 
     ``model``: a Mirage, or a function returning one (called only if some item still needs the model).
-    ``limit`` keeps the first N rows of each file, the calibration file included. With ``faithfulness``, each test
-    answer is attributed as a whole (sentence citations by the config's CCI selector) and checked; results are kept
-    in ``faithfulness.jsonl``. Under a launcher (``torchrun``, ``accelerate launch``; see :mod:`mirage.sharding`)
-    each rank scores its shard; rank 0 returns the report of all of them, other ranks None.
+    ``calibrate_on``: one file or several (their items are pooled to calibrate the CTI thresholds and fit the
+    learned classifier). ``limit`` keeps the first N rows of each file, the calibration files included. With
+    ``faithfulness``, each test answer is attributed as a whole (sentence citations by the config's CCI selector)
+    and checked; results are kept in ``faithfulness.jsonl``. Under a launcher (``torchrun``, ``accelerate launch``;
+    see :mod:`mirage.sharding`) each rank scores its shard; rank 0 returns the report of all of them, other ranks
+    None.
     """
     cfg = config or MirageConfig()
     out = Path(out_dir)
     check_run(out, ExperimentConfig("xor-attriqa", model=model_name, pipeline=cfg).fingerprint())
     test = concat_data(load_xor_attriqa(p, text=text, nli_dir=nli_dir, limit=limit) for p in data)  # type: ignore[arg-type]
-    cal = load_xor_attriqa(calibrate_on, text=text, nli_dir=nli_dir, limit=limit) if calibrate_on else None
-    items = list(test.items) + (list(cal.items) if cal else [])
+    cal_files = ([] if calibrate_on is None else [calibrate_on] if isinstance(calibrate_on, (str, Path))
+                 else list(calibrate_on))
+    cal = concat_data(load_xor_attriqa(p, text=text, nli_dir=nli_dir, limit=limit) for p in cal_files) \
+        if cal_files else None
     by_key = {item.key: item for item in test.items}
 
+    unknown = sorted(set(groups) - set(SETTING_GROUPS))
+    if unknown:
+        raise InputError(f"unknown settings {unknown}; choose from {list(SETTING_GROUPS)}.")
+    ex_rows = "ex" in groups
+    use_signals = signals and "learned" in groups
+
+    def calibration_scores(store: Any) -> tuple[dict, list]:
+        """Calibration items: MIRAGE-EX rows and signals, then, round by round, the rows the calibration search
+        reaches (:func:`calibration_rows`) until it can run."""
+        scores, failed = score_items(model, cal.items, config=cfg, store=store, progress=progress,
+                                     signals=use_signals, ex_rows=ex_rows, stage="calibration")
+        if "cal" not in groups:
+            return scores, failed
+        names = calibration_selections(cfg)
+        asked: dict = {}
+        while True:
+            need = calibration_rows(build_views(cal.items, scores, names), names, by=calibrate_by)
+            need = {key: rows for key, rows in need.items() if owns(store, key) and rows - asked.get(key, set())}
+            if not need:  # done (or, on one rank of several, what is left belongs to other ranks)
+                return scores, failed
+            for key, rows in need.items():
+                asked.setdefault(key, set()).update(rows)
+            scores, more = score_items(model, cal.items, config=cfg, store=store, progress=progress,
+                                       needs=lambda item, _cti, need=need: need.get(item.key, ()),
+                                       signals=use_signals, ex_rows=ex_rows, stage="calibration rows")
+            failed += [f for f in more if f not in failed]
+
+    def outputs(store_for: StoreFor) -> tuple[dict, list]:
+        store = store_for(out / "scores.jsonl")
+        scores, failed = calibration_scores(store) if cal is not None else ({}, [])
+        floor = None
+        if cal is not None and not all_tokens and "cal" in groups:
+            try:
+                floor = calibrated_floor(cal.items, scores, config=cfg, calibrate_by=calibrate_by)
+            except RowsNeeded:  # a rank of several: rank 0 completes the calibration rows and these test rows
+                floor = None
+
+        def needed(_item: Any, cti: Sequence[float]) -> list[int]:
+            if all_tokens:
+                return list(range(len(cti)))
+            return [] if floor is None else [t for t, c in enumerate(cti) if abs(c) >= floor]
+
+        test_scores, test_failed = score_items(model, test.items, config=cfg, store=store, progress=progress,
+                                               needs=needed, signals=use_signals, ex_rows=ex_rows,
+                                               stage="xor-attriqa")
+        return {**scores, **test_scores}, failed + [f for f in test_failed if f not in failed]
+
     done = _model_stages(
-        model, out, lambda store_for: score_items(model, items, config=cfg, store=store_for(out / "scores.jsonl"),
-                                                  progress=progress),
-        lambda _scores: list(by_key), lambda m, key, _scores: m.attribute_item(by_key[key].rag_item(), config=cfg),
+        model, out, outputs, lambda _scores: list(by_key),
+        lambda m, key, _scores: m.attribute_item(by_key[key].rag_item(), config=cfg),
         faithfulness=faithfulness, progress=progress, shard=shard)
     if done is None:
         return None
     scores, failed, faith = done
     bad = list(test.bad_rows) + (list(cal.bad_rows) if cal else []) + failed
     settings = {"model": model_name, "text": text, "data": [str(p) for p in data],
-                "calibrate_on": str(calibrate_on) if calibrate_on else None, "calibrate_by": calibrate_by,
-                "limit": limit, "config": cfg.to_dict()}
+                "calibrate_on": [str(p) for p in cal_files] or None, "calibrate_by": calibrate_by,
+                "limit": limit, "all_tokens": all_tokens, "signals": use_signals, "groups": list(groups),
+                "config": cfg.to_dict()}
     report = evaluate(test.items, scores, config=cfg, calibration_items=cal.items if cal else None,
-                      calibrate_by=calibrate_by, bad_rows=bad, settings=settings)
+                      calibrate_by=calibrate_by, bad_rows=bad, settings=settings, learned=use_signals, groups=groups)
     report.versions = library_versions()
     report.faithfulness = faith
+    if report.features and report.features.get("learned"):  # for `mirage attribute --citation-rule learned`
+        (out / "learned.json").write_text(json.dumps(report.features["learned"], indent=2) + "\n", encoding="utf-8")
     from .plots import sweep_figure
 
-    _save(out, report, sweep_figure(report.sweep), "sweep.png")
+    _save(out, report, sweep_figure(report.sweep) if report.sweep else None, "sweep.png")
     return report
 
 

@@ -1,7 +1,7 @@
 """``mirage score xor-attriqa`` and ``mirage score eli5``: parse arguments, call :mod:`mirage.scoring.benchmarks`,
 print the table.
 
-    mirage score xor-attriqa DATA... --model NAME [--text en|native] [--calibrate-on FILE] -o DIR
+    mirage score xor-attriqa DATA... --model NAME [--text en|native] [--calibrate-on FILE...] -o DIR
     mirage score eli5 DATA --model NAME [--prompt selfcitation|standard] [--nli MODEL] [--seeds 1 2 3] -o DIR
 
 Both accept ``--config FILE``: a pipeline YAML, or an experiment file (``configs/*.yaml``) whose top-level ``model``,
@@ -82,8 +82,8 @@ def cmd_xor_attriqa(args: argparse.Namespace) -> int:
         raise ConfigError("give at least one XOR-AttriQA file (DATA…), or 'data' in the --config file.")
     report = run_xor_attriqa(
         _model_loader(exp), list(exp.data), out_dir=args.output, model_name=exp.model, config=exp.pipeline,
-        text=exp.text, calibrate_on=exp.calibrate_on, calibrate_by=args.calibrate_by, nli_dir=args.nli_dir,
-        limit=exp.limit, faithfulness=args.faithfulness, progress=terminal_progress)
+        text=exp.text, calibrate_on=exp.calibrate_on or None, calibrate_by=args.calibrate_by, nli_dir=args.nli_dir,
+        limit=exp.limit, faithfulness=args.faithfulness, all_tokens=args.all_tokens, groups=args.settings, progress=terminal_progress)
     return _finish(args, report, xor_table, "sweep.png")
 
 
@@ -134,7 +134,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="en: English translations (English models, default); native: the annotated text")
     xor.add_argument("--faithfulness", action="store_true",
                      help="also score how much each citation set matters to the model (mirage.faithfulness)")
-    xor.add_argument("--calibrate-on", help="split to calibrate MIRAGE-CAL's CTI threshold on (e.g. val.jsonl)")
+    xor.add_argument("--calibrate-on", nargs="+", metavar="FILE",
+                     help="splits to calibrate on (e.g. train.jsonl val.jsonl; never the test files): MIRAGE-CAL's "
+                          "CTI thresholds and the learned passage classifier are fitted on their pooled items")
+    xor.add_argument("--settings", nargs="+", choices=["ex", "cal", "learned"], default=["ex", "cal", "learned"],
+                     help="settings to compute (default all): ex (MIRAGE-EX), cal (MIRAGE-CAL and the top-%% sweep), "
+                          "learned (the learned classifier and the passage score; needs no CCI row)")
+    xor.add_argument("--all-tokens", action="store_true",
+                     help="compute CCI for every answer token of every item (slower; needed only for the "
+                          "threshold-free mirage_raw ROC-AUC); by default only the tokens some setting selects")
     xor.add_argument("--calibrate-by", choices=["global", "language"], default="global",
                      help="one threshold, or one per language of the calibration split (as the reference code)")
     xor.add_argument("--nli-dir", help="folder of <split>.nli-*.json baseline predictions (default: beside DATA)")

@@ -1,13 +1,16 @@
 """Metric arithmetic for the benchmarks: binary agreement scores, ROC-AUC, ALCE citation quality, citation-set overlap.
 
 Every score is a percentage in [0, 100], or ``None`` where it is undefined (no pairs, a class absent, …); averages
-skip undefined values. ROC-AUC is a fraction in [0, 1], as usual.
+skip undefined values. ROC-AUC is a fraction in [0, 1], as usual. The binary scores are scikit-learn's
+(``confusion_matrix``, ``accuracy_score``, ``precision_recall_fscore_support`` with ``zero_division=nan``,
+``balanced_accuracy_score``, ``roc_auc_score``), imported when first used.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -28,14 +31,22 @@ class BinaryCounts:
     def of(cls, predictions: Sequence[bool], labels: Sequence[bool]) -> BinaryCounts:
         if len(predictions) != len(labels):
             raise ValueError(f"{len(predictions)} predictions for {len(labels)} labels.")
-        tp = sum(1 for p, y in zip(predictions, labels) if p and y)
-        fp = sum(1 for p, y in zip(predictions, labels) if p and not y)
-        fn = sum(1 for p, y in zip(predictions, labels) if not p and y)
-        return cls(tp=tp, fp=fp, fn=fn, tn=len(labels) - tp - fp - fn)
+        if not len(labels):
+            return cls()
+        from sklearn.metrics import confusion_matrix
+
+        tn, fp, fn, tp = confusion_matrix([bool(y) for y in labels], [bool(p) for p in predictions],
+                                          labels=[False, True]).ravel()
+        return cls(tp=int(tp), fp=int(fp), tn=int(tn), fn=int(fn))
 
     @property
     def total(self) -> int:
         return self.tp + self.fp + self.tn + self.fn
+
+    def weighted(self) -> tuple[list[int], list[int], list[int]]:
+        """The counts as scikit-learn input: labels and predictions of the four cells (tp, fp, tn, fn), each
+        weighted by its count (``sample_weight``)."""
+        return [1, 0, 0, 1], [1, 1, 0, 0], [self.tp, self.fp, self.tn, self.fn]
 
 
 def percent(num: float, den: float) -> float | None:
@@ -43,30 +54,57 @@ def percent(num: float, den: float) -> float | None:
     return None if den == 0 else 100.0 * num / den
 
 
+def _as_percent(value: float) -> float | None:
+    return None if math.isnan(value) else 100.0 * float(value)
+
+
+def _prf(c: BinaryCounts) -> tuple[float | None, float | None, float | None]:
+    """Precision, recall and F1 (%) on the supporting class; None where scikit-learn's ``zero_division`` applies."""
+    if c.total == 0:
+        return None, None, None
+    from sklearn.metrics import precision_recall_fscore_support
+
+    labels, predictions, weights = c.weighted()
+    p, r, f, _ = precision_recall_fscore_support(labels, predictions, sample_weight=weights, average="binary",
+                                                 zero_division=math.nan)
+    return _as_percent(p), _as_percent(r), _as_percent(f)
+
+
 def agreement(c: BinaryCounts) -> float | None:
     """% of pairs where the prediction equals the label (accuracy)."""
-    return percent(c.tp + c.tn, c.total)
+    if c.total == 0:
+        return None
+    from sklearn.metrics import accuracy_score
+
+    labels, predictions, weights = c.weighted()
+    return _as_percent(accuracy_score(labels, predictions, sample_weight=weights))
 
 
 def precision(c: BinaryCounts) -> float | None:
     """% of predicted supporting passages that humans judged supporting; undefined with no positive prediction."""
-    return percent(c.tp, c.tp + c.fp)
+    return _prf(c)[0]
 
 
 def recall(c: BinaryCounts) -> float | None:
     """% of supporting passages predicted as supporting; undefined with no supporting passage."""
-    return percent(c.tp, c.tp + c.fn)
+    return _prf(c)[1]
 
 
 def f1(c: BinaryCounts) -> float | None:
     """F1 on the supporting class, 2TP / (2TP + FP + FN): 0 when nothing is predicted but something supports."""
-    return percent(2 * c.tp, 2 * c.tp + c.fp + c.fn)
+    return _prf(c)[2]
 
 
 def balanced_accuracy(c: BinaryCounts) -> float | None:
-    """Mean of the recalls of both classes (as sklearn: with one class present, that class's recall)."""
-    rates = [r for r in (percent(c.tp, c.tp + c.fn), percent(c.tn, c.tn + c.fp)) if r is not None]
-    return sum(rates) / len(rates) if rates else None
+    """Mean of the recalls of both classes (with one class present, that class's recall)."""
+    if c.total == 0:
+        return None
+    from sklearn.metrics import balanced_accuracy_score
+
+    labels, predictions, weights = c.weighted()
+    with warnings.catch_warnings():  # a class with no pair: scikit-learn warns and averages the other's recall
+        warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
+        return _as_percent(balanced_accuracy_score(labels, predictions, sample_weight=weights))
 
 
 def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .eli5 import ELI5Report
-from .xor_eval import SETTINGS, XorAttriQAReport
+from .xor_eval import TABLE_ORDER, XorAttriQAReport
 
 SETTING_NAMES = {
     "ex_top3": "MIRAGE-EX top-3",
@@ -17,6 +17,8 @@ SETTING_NAMES = {
     "cite_all": "cite every passage",
     "cite_none": "cite none",
     "mirage_raw": "MIRAGE |CTI| x CCI share",
+    "learned": "MIRAGE learned",
+    "passage_score": "MIRAGE passage score",
 }
 XOR_METRICS = {
     "agreement": "Agreement with human labels (%)",
@@ -56,7 +58,7 @@ def xor_table(report: XorAttriQAReport, metrics: list[str] | None = None) -> str
     for metric in metrics or list(XOR_METRICS):
         table = getattr(report, metric)
         digits = 3 if metric == "roc_auc" else 1
-        order = [s for s in (*SETTINGS, "mirage_raw") if s in table]
+        order = [s for s in TABLE_ORDER if s in table]
         rows = [[SETTING_NAMES.get(s, s), *[_fmt(table[s].get(lang), digits) for lang in [*langs, "avg"]]]
                 for s in order]
         blocks.append(grid(XOR_METRICS[metric], ["", *langs, "avg"], rows))
@@ -65,7 +67,9 @@ def xor_table(report: XorAttriQAReport, metrics: list[str] | None = None) -> str
         thr = ", ".join(f"{k}={v:.4g}" for k, v in cal["thresholds"].items())
         blocks.append(f"MIRAGE-CAL: CTI thresholds calibrated on {cal['items']} items ({cal['by']}): {thr}")
     else:
-        blocks.append("MIRAGE-CAL: not run (no --calibrate-on).")
+        asked = report.settings.get("groups") or ["cal"]
+        blocks.append("MIRAGE-CAL: not run (no --calibrate-on)." if "cal" in asked
+                      else "MIRAGE-CAL: not asked for (--settings).")
     blocks.append(f"Bad rows skipped: {report.bad_rows['count']}")
     return "\n\n".join(blocks)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from ..aggregation import content_mask
 from ..citations import parse_answer
 from ..config import MirageConfig
 from ..inputs import InputError
@@ -275,22 +276,72 @@ def concat_data(parts: Iterable[XorData]) -> XorData:
 class ItemScores(JSONRecord):
     """The model's view of one item, enough to derive every setting.
 
-    ``cti[t]``: CTI score of answer token t; ``cci[t][j]``: saliency of context token j for answer token t
-    (``[n_answer, n_context]``; empty when there is a single passage, which is then always kept);
-    ``context_docs``: run-length ``[[doc, count], …]`` of the 0-based passage of each context token.
+    ``cti[t]``: CTI score of answer token t; ``cci[t]``: saliency of every context token for answer token t, for the
+    tokens whose CCI was computed (a mapping; a run stores the tokens some setting selects, see
+    :func:`needed_tokens`; empty when there is a single passage, which is then always kept); ``context_docs``:
+    run-length ``[[doc, count], …]`` of the 0-based passage of each context token; ``signals``: the
+    leave-one-passage-out and attention signals (:class:`mirage.passage_signals.PassageSignals` as a dict), when
+    computed. Stores written before per-token rows read back with every token's row.
     """
 
     key: str
     tokens: list[str]
     cti: list[float]
-    cci: list[list[float]]
+    cci: dict[int, list[float]]
     context_docs: list[list[int]]
     n_docs: int
     truncated_docs: list[int] = field(default_factory=list)
+    signals: dict[str, Any] | None = None
+    #: Run-length ``[[flag, count], …]``: 1 for a context token of passage text, 0 for the template's scaffolding
+    #: (``Document [1]:``, newlines); empty in stores written before it was recorded.
+    context_content: list[list[int]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        rows = self.cci or {}
+        # a list (stores written before per-token rows) holds every token's row
+        self.cci = ({t: list(r) for t, r in enumerate(rows)} if isinstance(rows, list)
+                    else {int(t): list(r) for t, r in rows.items()})
+
+    def to_record(self) -> dict[str, Any]:
+        """The item's record without its CCI rows (they are stored one record per token, see :func:`row_record`)."""
+        out = self.to_dict()
+        out["cci"] = {}
+        return out
 
     def docs_per_context_token(self) -> list[int]:
         return [doc for doc, count in self.context_docs for _ in range(count)]
+
+    def content_per_context_token(self) -> list[bool] | None:
+        """Whether each context token is passage text (None when not recorded)."""
+        if not self.context_content:
+            return None
+        return [bool(flag) for flag, count in self.context_content for _ in range(count)]
+
+    def lacks_signals(self) -> bool:
+        """Whether the item's passage signals are absent or older than the single-passage ones (one passage: none
+        needed)."""
+        return self.n_docs > 1 and (self.signals is None or not self.signals.get("only_logprob"))
+
+    def missing(self, tokens: Iterable[int]) -> list[int]:
+        """Of ``tokens``, those whose CCI row is not there (none when a single passage needs no CCI)."""
+        if self.n_docs == 1:
+            return []
+        return sorted(t for t in set(tokens) if t not in self.cci)
+
+
+def row_key(item_key: str, token: int) -> str:
+    return f"{item_key}#{token}"
+
+
+def row_record(item_key: str, token: int, row: Sequence[float]) -> dict[str, Any]:
+    """The stored record of one answer token's CCI row."""
+    return {"key": row_key(item_key, token), "item": item_key, "token": token, "cci": [float(f"{v:.6g}") for v in row]}
+
+
+def signals_record(item_key: str, signals: dict[str, Any]) -> dict[str, Any]:
+    """The stored record of an item's passage signals."""
+    # keyed apart from the signals records of earlier versions (without the single-passage ones), which it replaces
+    return {"key": f"{item_key}#passage-signals", "item": item_key, "signals": signals}
 
 
 def run_lengths(values: Sequence[int]) -> list[list[int]]:
@@ -316,30 +367,99 @@ def prepare_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = No
 
 
 def scores_from_records(records: Iterable[Any]) -> dict[str, ItemScores]:
-    """Stored :class:`ItemScores` by key, from the records of a run's ``scores.jsonl`` (other records ignored)."""
-    return {rec["key"]: ItemScores.from_dict(rec) for rec in records if isinstance(rec, dict) and "cti" in rec}
+    """Stored :class:`ItemScores` by key, from the records of a run's ``scores.jsonl``: item records, their
+    per-token CCI rows and their signals merged (other records ignored)."""
+    records = [rec for rec in records if isinstance(rec, dict)]
+    out = {rec["key"]: ItemScores.from_dict(rec) for rec in records if "cti" in rec}
+    for rec in records:
+        owner = out.get(rec.get("item"))  # type: ignore[arg-type]
+        if owner is None:
+            continue
+        if "token" in rec and "cci" in rec:
+            owner.cci[int(rec["token"])] = rec["cci"]
+        elif "signals" in rec and (owner.signals is None or not owner.signals.get("only_logprob")):
+            owner.signals = rec["signals"]
+    return out
 
 
-def score_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = None) -> ItemScores:
-    """Force-decode the item's answer and compute CTI for every answer token and CCI of every answer token.
+def ex_config(cfg: MirageConfig) -> MirageConfig:
+    """The run's config with the example-level CTI selector (MIRAGE-EX: mean + k·std of the answer's scores)."""
+    from ..config import CTIConfig
 
-    Runs the token-scoring stage with CCI for every answer token (``targets="all"``; none with a single passage),
-    because the settings need CCI scores for all answer tokens, not only for those the run's CTI selector keeps.
-    Raises InputError for items the pipeline rejects.
-    """
-    cfg = config or mirage.config
+    return replace(cfg, cti=CTIConfig(metric=cfg.cti.metric, selector="std", std_k=cfg.cti.std_k))
+
+
+#: The passage signals the scorer computes: what the learned classifier's features need (the single-passage and
+#: no-passage log-probabilities), not the leave-one-out passes or the attention weights.
+SIGNALS = {"leave_one_out": False, "attention": False}
+#: What a run needs CCI rows for, given an item and its CTI scores: answer indices.
+Needs = Callable[[XorItem, Sequence[float]], Iterable[int]]
+
+
+def score_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = None,
+               targets: str | Sequence[int] | Callable[[Any], Iterable[int]] = "selected",
+               signals: bool = False) -> ItemScores:
+    """Force-decode the item's answer: CTI for every answer token and CCI for ``targets`` (``"selected"``: the tokens
+    MIRAGE-EX selects; ``"all"``; answer indices; or a function of the CTI scores giving them), none with a single
+    passage; with ``signals``, the leave-one-passage-out and attention signals too. Raises InputError for items the
+    pipeline rejects."""
+    cfg = ex_config(config or mirage.config)
     lm = mirage.lm
     n_docs = len(item.passages)
     text, prep = prepare_item(mirage, item, config=cfg)
     answer = tokenize_answer(lm.tokenizer, text)
     if not answer.ids:
         raise InputError("has no tokens.", field="answer")
-    scores = mirage.score_tokens(prep, answer, targets="all" if n_docs > 1 else "none", config=cfg)
-    cci_rows = [[float(f"{v:.6g}") for v in row] for row in scores.cci.scores]
+    scores = mirage.score_tokens(prep, answer, targets=targets if n_docs > 1 else "none", config=cfg)
+    rows = {int(t): [float(f"{v:.6g}") for v in row] for t, row in zip(scores.cci.selected, scores.cci.scores)}
     tokens = [text[a:b] or lm.tokenizer.decode([t]) for (a, b), t in zip(answer.offsets, answer.ids)]
-    return ItemScores(key=item.key, tokens=tokens, cti=[float(s) for s in scores.cti.scores], cci=cci_rows,
+    sig = None
+    if signals and n_docs > 1:
+        from ..passage_signals import passage_signals
+
+        sig = passage_signals(mirage, prep, answer.ids, config=cfg, **SIGNALS).to_dict()
+    content = content_mask(prep.tokens, prep.prompt.user_spans)
+    return ItemScores(key=item.key, tokens=tokens, cti=[float(s) for s in scores.cti.scores], cci=rows,
                       context_docs=run_lengths(prep.tokens.context_docs), n_docs=n_docs,
-                      truncated_docs=list(prep.prompt.truncated_docs))
+                      truncated_docs=list(prep.prompt.truncated_docs), signals=sig,
+                      context_content=run_lengths([int(c) for c in content]))
+
+
+def _write(store: Any, scores: ItemScores, rows: Iterable[int], *, item: bool = False, signals: bool = False) -> None:
+    if store is None:
+        return
+    if item:
+        store.write(scores.to_record())
+    for t in sorted(rows):
+        store.write(row_record(scores.key, t, scores.cci[t]))
+    if signals and scores.signals is not None:
+        store.write(signals_record(scores.key, scores.signals))
+
+
+def _wanted(item: XorItem, cti: Sequence[float], config: MirageConfig | None, needs: Needs | None,
+            ex_rows: bool = True) -> set[int]:
+    """The answer tokens whose CCI rows a run keeps: MIRAGE-EX's (with ``ex_rows``), and those ``needs`` names."""
+    from ..cti import select_tokens
+
+    wanted = set(select_tokens(cti, ex_config(config or MirageConfig()).cti)[0]) if ex_rows else set()
+    return wanted | (set(needs(item, cti)) if needs is not None else set())
+
+
+def _update(mirage: Any, item: XorItem, sc: ItemScores, *, config: MirageConfig | None, needs: Needs | None,
+            signals: bool, store: Any, ex_rows: bool = True) -> None:
+    """Add to an already scored item the CCI rows it lacks and, with ``signals``, its passage signals."""
+    missing = sc.missing(_wanted(item, sc.cti, config, needs, ex_rows))
+    if missing:
+        new = score_item(mirage, item, config=config, targets=missing).cci
+        sc.cci.update(new)
+        _write(store, sc, new)
+    if signals and sc.lacks_signals():
+        from ..passage_signals import passage_signals
+
+        text, prep = prepare_item(mirage, item, config=ex_config(config or mirage.config))
+        sc.signals = passage_signals(mirage, prep, tokenize_answer(mirage.lm.tokenizer, text).ids, **SIGNALS,
+                                     config=ex_config(config or mirage.config)).to_dict()
+        _write(store, sc, (), signals=True)
 
 
 def score_items(
@@ -349,14 +469,23 @@ def score_items(
     config: MirageConfig | None = None,
     store: Any = None,
     progress: Progress | None = None,
+    needs: Needs | None = None,
+    signals: bool = False,
+    ex_rows: bool = True,
+    stage: str = "xor-attriqa",
 ) -> tuple[dict[str, ItemScores], list[BadRow]]:
-    """Scores of every item, running the model only for keys not already in ``store`` (a ResumableJSONL of
-    :class:`ItemScores` records, appended item by item). ``model`` is a Mirage, or a function returning one, called
-    only if something needs to run. Items the pipeline rejects come back as BadRow."""
+    """Scores of every item, running the model only for what ``store`` (a ResumableJSONL, appended as each item
+    finishes) lacks. An item not scored yet gets, in one pass, CTI, the CCI rows of its MIRAGE-EX tokens (with
+    ``ex_rows``) and of ``needs(item, cti)``, and with ``signals`` its passage signals; an item scored before gets only the rows and
+    signals it lacks. ``model`` is a Mirage, or a function returning one, called only if something needs to run.
+    Items the pipeline rejects come back as BadRow."""
     scores = scores_from_records(store.records()) if store is not None else {}
     todo: dict[str, XorItem] = {}
     for item in items:
-        if item.key not in scores and owns(store, item.key):
+        sc = scores.get(item.key)
+        if owns(store, item.key) and (
+                sc is None or sc.missing(_wanted(item, sc.cti, config, needs, ex_rows))
+                or (signals and sc.lacks_signals())):
             todo.setdefault(item.key, item)
     failed: list[BadRow] = []
     if not todo:
@@ -364,16 +493,18 @@ def score_items(
     mirage = resolve_mirage(model)
     iterable: Iterable = todo.values()
     if progress is not None:
-        iterable = progress(iterable, len(todo), "xor-attriqa")
+        iterable = progress(iterable, len(todo), stage)
     for item in iterable:
         try:
-            res = score_item(mirage, item, config=config)
+            sc = scores.get(item.key)
+            if sc is None:
+                def targets(cti: Any, item: XorItem = item) -> set[int]:
+                    return _wanted(item, cti.scores, config, needs, ex_rows)
+
+                sc = scores[item.key] = score_item(mirage, item, config=config, targets=targets, signals=signals)
+                _write(store, sc, sc.cci, item=True, signals=True)
+            else:
+                _update(mirage, item, sc, config=config, needs=needs, signals=signals, store=store, ex_rows=ex_rows)
         except InputError as err:
             failed.append(BadRow(file=item.file, line=item.line, error=f"rejected by the pipeline: {err}"))
-            continue
-        scores[item.key] = res
-        if store is not None:
-            store.write(res.to_dict())
     return scores, failed
-
-

@@ -17,8 +17,10 @@ from typing import Any, Literal
 
 from ..aggregation import doc_scores
 from ..cci import select_context
-from ..config import CCIConfig, CTIConfig, MirageConfig
+from ..config import CCIConfig, ContextView, CTIConfig, MirageConfig
 from ..cti import select_tokens
+from ..learned import LearnedModel, fit_learned
+from ..passage_features import ALL_TOKEN_FEATURES, FEATURES, document_features, matrix
 from ..serialization import JSONRecord
 from . import metrics as M
 from .rows import BadRow
@@ -28,12 +30,24 @@ CalibrateBy = Literal["global", "language"]
 
 #: Reported settings, in table order.
 SETTINGS = ("ex_top3", "ex_top5pct", "cal_top3", "cal_top5pct", "nli_mt", "nli_orig", "cite_all", "cite_none")
+#: Every row a report can have, in table order: the settings, then ``learned`` (with calibration) and the
+#: threshold-free ``passage_score`` and ``mirage_raw`` (ROC-AUC only; ``mirage_raw`` with every CCI row).
+TABLE_ORDER = (*SETTINGS[:4], "learned", *SETTINGS[4:], "passage_score", "mirage_raw")
 #: The CCI selections of the paper's table: top-3 tokens and top-5 %.
 CCI_SELECTIONS: dict[str, dict[str, Any]] = {"top3": {"top_k": 3, "top_percent": None},
                                              "top5pct": {"top_k": None, "top_percent": 5.0}}
 #: The top-% values of the sweep (the paper's Figure 4).
 SWEEP_PERCENTS = (3, 5, 7, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100)
-REPORT_FORMAT = 1
+REPORT_FORMAT = 2
+#: The groups of settings a run can ask for: ``ex`` (MIRAGE-EX: CCI rows of the example-level tokens), ``cal``
+#: (MIRAGE-CAL and the top-% sweep: calibration rows, and test rows above the calibrated thresholds) and ``learned``
+#: (the learned classifier and the threshold-free passage score: the passage signals, no CCI row).
+SETTING_GROUPS: tuple[str, ...] = ("ex", "cal", "learned")
+#: The threshold-free per-passage score of the ``passage_score`` setting (a feature of
+#: :mod:`mirage.passage_features`): how much the passage alone raises the answer's log-probability over no passage.
+#: Chosen as the single feature with the best ROC-AUC on the calibration splits (train + val, English view,
+#: smollm2: 0.798; the leave-one-out drop 0.722, the best CCI aggregation 0.709), never on test rows.
+PASSAGE_SCORE = "only_gain"
 
 
 # -- settings ---------------------------------------------------------------------------------------------------------
@@ -42,11 +56,16 @@ REPORT_FORMAT = 1
 @dataclass(frozen=True)
 class TokenView:
     """Per answer token of one item: CTI score, passages kept by each CCI selection, and saliency share per passage
-    (largest saliency on the passage over the largest on the context; 1 for the only passage)."""
+    (largest saliency on the passage over the largest on the context; 1 for the only passage); ``kept`` and
+    ``share`` are None for a token whose CCI row was not computed (no setting selects it)."""
 
     cti: float
-    kept: dict[str, frozenset[int]]
-    share: tuple[float, ...]
+    kept: dict[str, frozenset[int]] | None
+    share: tuple[float, ...] | None
+
+
+class MissingRows(ValueError):
+    """A setting selected a token whose CCI row the run did not compute."""
 
 
 @dataclass(frozen=True)
@@ -55,22 +74,34 @@ class ItemView:
     tokens: tuple[TokenView, ...]
 
 
-def build_views(items: Sequence[XorItem], scores: dict[str, ItemScores], selections: dict[str, CCIConfig]
-                ) -> list[ItemView]:
-    """Apply each CCI selection to every token of every scored item (items without scores are left out)."""
+def build_views(items: Sequence[XorItem], scores: dict[str, ItemScores], selections: dict[str, CCIConfig], *,
+                context: ContextView = "all") -> list[ItemView]:
+    """Apply each CCI selection to every token of every scored item (items without scores are left out).
+    ``context="content"`` attributes to passage text only, leaving out the template's scaffolding tokens (as
+    ``aggregation.context`` does for ``mirage attribute``; a ValueError for stores that did not record them)."""
     views = []
     for item in items:
         sc = scores.get(item.key)
         if sc is None:
             continue
         docs = sc.docs_per_context_token()
+        keep = None
+        if context == "content" and sc.n_docs > 1:
+            mask = sc.content_per_context_token()
+            if mask is None:
+                raise ValueError("these stored scores do not record which context tokens are passage text; "
+                                 "score them again to evaluate the content-only view.")
+            keep = [j for j, is_text in enumerate(mask) if is_text]
+            docs = [docs[j] for j in keep]
         toks = []
         for t, cti in enumerate(sc.cti):
-            if sc.n_docs == 1 or not sc.cci:
+            kept: dict[str, frozenset[int]] | None = None
+            share: tuple[float, ...] | None = None
+            if sc.n_docs == 1:
                 kept = {name: frozenset({0}) for name in selections}
-                share: tuple[float, ...] = (1.0,) * sc.n_docs
-            else:
-                row = sc.cci[t]
+                share = (1.0,)
+            elif t in sc.cci:
+                row = sc.cci[t] if keep is None else [sc.cci[t][j] for j in keep]
                 kept = {name: frozenset(docs[j] for j in select_context(row, cfg)) for name, cfg in selections.items()}
                 share = tuple(doc_scores(row, docs, sc.n_docs))
             toks.append(TokenView(cti=cti, kept=kept, share=share))
@@ -83,52 +114,126 @@ def selected_tokens(view: ItemView, cti: CTIConfig) -> tuple[int, ...]:
     return select_tokens([t.cti for t in view.tokens], cti)[0]
 
 
+def _row(view: ItemView, t: int) -> TokenView:
+    tok = view.tokens[t]
+    if tok.kept is None:
+        raise MissingRows(f"answer token {t} of {view.item.file} line {view.item.line} is selected but has no CCI row "
+                          "in the stored scores; run the scorer again (it computes the rows the settings select).")
+    return tok
+
+
 def predict(view: ItemView, selected: Sequence[int], selection: str) -> list[bool]:
     """Per passage: kept by ``selection`` for at least one selected (context-sensitive) token."""
     kept: set[int] = set()
     for t in selected:
-        kept |= view.tokens[t].kept[selection]
+        kept |= _row(view, t).kept[selection]  # type: ignore[index]
     return [d in kept for d in range(len(view.item.passages))]
 
 
 def passage_scores(view: ItemView, selected: Sequence[int]) -> list[float]:
     """Per passage, the score before the CCI threshold: its largest saliency share over the selected tokens."""
     n = len(view.item.passages)
-    return [max((view.tokens[t].share[d] for t in selected), default=0.0) for d in range(n)]
+    return [max((_row(view, t).share[d] for t in selected), default=0.0) for d in range(n)]  # type: ignore[index]
+
+
+def has_every_row(view: ItemView) -> bool:
+    return all(t.share is not None for t in view.tokens)
 
 
 def threshold_free_scores(view: ItemView) -> list[float]:
-    """Per passage, with no threshold at all: max over answer tokens of CTI score × saliency share."""
+    """Per passage, with no threshold at all: max over answer tokens of CTI score × saliency share (needs every
+    token's CCI row)."""
     n = len(view.item.passages)
-    return [max((abs(t.cti) * t.share[d] for t in view.tokens), default=0.0) for d in range(n)]
+    return [max((abs(t.cti) * _row(view, k).share[d] for k, t in enumerate(view.tokens)), default=0.0)  # type: ignore[index]
+            for d in range(n)]
 
 
-def calibrate_threshold(views: Sequence[ItemView], selection: str) -> tuple[float, float | None]:
+class RowsNeeded(Exception):
+    """Calibration reached tokens whose CCI rows are not stored: ``rows`` maps item keys to the answer indices to
+    compute before calibrating again (see :func:`calibration_rows`)."""
+
+    def __init__(self, rows: dict[str, set[int]]) -> None:
+        super().__init__(f"{sum(map(len, rows.values()))} CCI rows needed")
+        self.rows = rows
+
+
+def _scan(views: Sequence[ItemView], selection: str, ahead: int) -> tuple[float, int, int]:
+    """Exact bounded search for the agreement-maximising CTI threshold (see :func:`calibrate_threshold`): the best
+    candidate, its index in the descending candidate list, and the number of correct pairs. RowsNeeded when it must
+    look at tokens without rows (it asks for the next ``ahead`` candidates' tokens)."""
+    tokens = sorted(((abs(tok.cti), vi, k) for vi, v in enumerate(views) for k, tok in enumerate(v.tokens)),
+                    reverse=True)
+    values = sorted({t for t, _vi, _k in tokens}, reverse=True)
+    candidates = [values[0] * 2 + 1.0, *values]  # descending; the first cites nothing
+    n_pairs = sum(len(v.item.labels) for v in views)
+    kept: list[set[int]] = [set() for _ in views]
+    fp = 0
+    correct = sum(1 for v in views for y in v.item.labels if not y)  # citing nothing: the unsupported pairs
+    best_i, best_correct = 0, correct
+    pos = 0
+    for i, t in enumerate(candidates[1:], start=1):
+        start = pos
+        while pos < len(tokens) and tokens[pos][0] >= t:
+            pos += 1
+        lacking = [(vi, k) for _t, vi, k in tokens[start:pos] if views[vi].tokens[k].kept is None]
+        if lacking:
+            cut = candidates[min(len(candidates) - 1, i + ahead)]
+            rows: dict[str, set[int]] = {}
+            for _t, vi, k in tokens[start:]:
+                if _t < cut:
+                    break
+                if views[vi].tokens[k].kept is None:
+                    rows.setdefault(views[vi].item.key, set()).add(k)
+            raise RowsNeeded(rows)
+        for _t, vi, k in tokens[start:pos]:
+            labels = views[vi].item.labels
+            for d in views[vi].tokens[k].kept[selection]:  # type: ignore[index]
+                if d not in kept[vi]:
+                    kept[vi].add(d)
+                    correct += 1 if labels[d] else -1
+                    fp += 0 if labels[d] else 1
+        if correct >= best_correct:  # ties go to the lower threshold
+            best_i, best_correct = i, correct
+        if n_pairs - fp < best_correct:  # lower thresholds only add citations: none can reach the best again
+            break
+    return candidates[best_i], best_i, best_correct
+
+
+def calibrate_threshold(views: Sequence[ItemView], selection: str, *, ahead: int = 64) -> tuple[float, float | None]:
     """The CTI threshold maximising agreement on ``views`` with the CCI ``selection``, and that agreement.
 
     Candidates are the observed |CTI| scores (and one above all, citing nothing); between two candidates the
     selection is the same, so the midpoint with the next lower score is returned. Ties go to the lowest threshold.
+    The search goes down from the highest threshold and stops as soon as no lower one can tie the best (lowering the
+    threshold only adds citations, so pairs wrongly cited stay wrong): the tokens below that point need no CCI row.
+    Raises :class:`RowsNeeded` when it reaches a token without its row.
     """
-    values = sorted({abs(t.cti) for v in views for t in v.tokens})
-    if not values:
+    if not any(v.tokens for v in views):
         return 0.0, None
-    top = values[-1]
-    candidates = values + [top * 2 + 1.0]
-    best_t, best_agree, best_i = candidates[0], -1.0, 0
-    for i, t in enumerate(candidates):
-        preds: list[bool] = []
-        labels: list[bool] = []
-        for v in views:
-            sel = [k for k, tok in enumerate(v.tokens) if abs(tok.cti) >= t]
-            preds += predict(v, sel, selection)
-            labels += list(v.item.labels)
-        counts = M.BinaryCounts.of(preds, labels)
-        agree = M.agreement(counts) or 0.0
-        if agree > best_agree + 1e-12:
-            best_t, best_agree, best_i = t, agree, i
-    lower = candidates[best_i - 1] if best_i > 0 else 0.0
-    threshold = (lower + best_t) / 2 if best_i > 0 else best_t
-    return float(threshold), best_agree
+    best, best_i, best_correct = _scan(views, selection, ahead)
+    values = sorted({abs(tok.cti) for v in views for tok in v.tokens}, reverse=True)
+    lower = values[best_i] if best_i < len(values) else None  # the next candidate below the best
+    threshold = best if lower is None else (lower + best) / 2  # the lowest observed score: itself
+    n_pairs = sum(len(v.item.labels) for v in views)
+    agreement = M.agreement(M.BinaryCounts(tp=0, fp=0, tn=best_correct, fn=n_pairs - best_correct))
+    return float(threshold), agreement
+
+
+def calibration_rows(views: Sequence[ItemView], selections: Iterable[str], *, by: CalibrateBy = "global"
+                     ) -> dict[str, set[int]]:
+    """The CCI rows calibrating ``selections`` still needs (item key → answer indices); empty when it can run."""
+    need: dict[str, set[int]] = {}
+    groups = [list(views)]
+    if by == "language":
+        groups += [[v for v in views if v.item.lang == lang] for lang in sorted({v.item.lang for v in views})]
+    for sel in selections:
+        for group in groups:
+            try:
+                calibrate_threshold(group, sel)
+            except RowsNeeded as err:
+                for key, rows in err.rows.items():
+                    need.setdefault(key, set()).update(rows)
+    return need
 
 
 @dataclass(frozen=True)
@@ -177,6 +282,10 @@ class XorAttriQAReport(JSONRecord):
     versions: dict[str, str] = field(default_factory=dict)
     #: With ``--faithfulness``: mean drop/keep per citation method (:class:`mirage.faithfulness.FaithfulnessSummary`).
     faithfulness: dict[str, Any] | None = None
+    #: The per-passage features: ``passage_score`` (the feature behind that setting), ``roc_auc`` of each feature
+    #: on the test items, and, with calibration, the ``learned`` model (:class:`LearnedModel` as a dict), its
+    #: standardised ``coefficients`` and each feature's ``roc_auc_calibration``.
+    features: dict[str, Any] | None = None
     format: int = REPORT_FORMAT
 
 
@@ -192,7 +301,7 @@ def _languages(items: Iterable[XorItem]) -> list[str]:
     return list(seen)
 
 
-def _per_language(rows: Sequence[tuple[str, list[bool], list[bool], list[float]]], langs: Sequence[str]
+def per_language(rows: Sequence[tuple[str, list[bool], list[bool], list[float]]], langs: Sequence[str]
                   ) -> dict[str, dict[str, float | None]]:
     """rows: (lang, predictions, labels, scores) per item → metric → lang/avg → value."""
     out: dict[str, dict[str, float | None]] = {name: {} for name in (*M.BINARY_METRICS, "roc_auc")}
@@ -238,27 +347,30 @@ def _baseline_rows(views: Sequence[ItemView]) -> dict[str, list[tuple[str, list[
 
 
 def _setting_tables(views: Sequence[ItemView], langs: Sequence[str], *, selections: Iterable[str], ex_cti: CTIConfig,
-                   calibration: Calibration | None) -> dict[str, dict[str, dict[str, float | None]]]:
+                   calibration: Calibration | None, ex: bool = True
+                   ) -> dict[str, dict[str, dict[str, float | None]]]:
     """``metric → setting → language (and "avg") → value`` for every setting of :data:`SETTINGS` that applies
     (``cal_*`` only with a calibration) and ``roc_auc["mirage_raw"]``, settings in table order."""
     tables: dict[str, dict[str, dict[str, float | None]]] = {name: {} for name in (*M.BINARY_METRICS, "roc_auc")}
 
     def put(setting: str, rows) -> None:
-        per = _per_language(rows, langs)
+        per = per_language(rows, langs)
         for name, table in tables.items():
             table[setting] = per[name]
 
     for sel in selections:
-        put(f"ex_{sel}", _mirage_rows(views, selection=sel, cti_for=lambda v: ex_cti))
+        if ex:
+            put(f"ex_{sel}", _mirage_rows(views, selection=sel, cti_for=lambda v: ex_cti))
         if calibration is not None:
             put(f"cal_{sel}", _mirage_rows(views, selection=sel,
                                            cti_for=_calibrated_cti(calibration, sel, ex_cti.metric)))
     for setting, rows in _baseline_rows(views).items():
         put(setting, rows)
-    raw_auc = _per_language([(v.item.lang, [False] * len(v.item.labels), list(v.item.labels),
-                              threshold_free_scores(v)) for v in views], langs)["roc_auc"]
-    tables["roc_auc"]["mirage_raw"] = raw_auc
-    rank = {name: i for i, name in enumerate((*SETTINGS, "mirage_raw"))}
+    if views and all(has_every_row(v) for v in views):  # every CCI row: only runs with --all-tokens
+        tables["roc_auc"]["mirage_raw"] = per_language(
+            [(v.item.lang, [False] * len(v.item.labels), list(v.item.labels), threshold_free_scores(v))
+             for v in views], langs)["roc_auc"]
+    rank = {name: i for i, name in enumerate(TABLE_ORDER)}
     return {m: dict(sorted(t.items(), key=lambda kv: rank.get(kv[0], len(rank)))) for m, t in tables.items()}
 
 
@@ -272,6 +384,88 @@ def _counts(views: Sequence[ItemView], langs: Sequence[str]) -> dict[str, dict[s
     return counts
 
 
+def calibration_selections(config: MirageConfig | None = None, percents: Sequence[float] = SWEEP_PERCENTS
+                           ) -> dict[str, CCIConfig]:
+    """Every CCI selection some calibrated setting uses: the table's (top-3, top-5 %) and the sweep's top-p %."""
+    base = asdict((config or MirageConfig()).cci)
+    return {**{name: CCIConfig(**{**base, **sel}) for name, sel in CCI_SELECTIONS.items()},
+            **{f"top{p}pct": CCIConfig(**{**base, "top_k": None, "top_percent": float(p)}) for p in percents}}
+
+
+def calibrated_floor(calibration_items: Sequence[XorItem], scores: dict[str, ItemScores], *,
+                     config: MirageConfig | None = None, calibrate_by: CalibrateBy = "global",
+                     percents: Sequence[float] = SWEEP_PERCENTS) -> float | None:
+    """The lowest CTI threshold any calibrated setting (``cal_*`` and the sweep's calibrated top-%) picks on the
+    calibration items: test tokens with |CTI| at or above it are the ones those settings can select, so they are
+    the test tokens that need CCI rows beyond MIRAGE-EX's. None without calibration items. Raises RowsNeeded when the
+    calibration items lack rows (:func:`calibration_rows`)."""
+    names = calibration_selections(config, percents)
+    views = build_views(calibration_items, scores, names)
+    if not views:
+        return None
+    cal = calibrate(views, names, by=calibrate_by)
+    values = list(cal.thresholds.values()) + [t for per in cal.by_language.values() for t in per.values()]
+    return min(values) if values else None
+
+
+def passage_features(scores: ItemScores, *, cti: CTIConfig | None = None) -> list[dict[str, float]]:
+    """The per-passage features (:func:`mirage.passage_features.document_features`) of a scored item, over the
+    tokens MIRAGE-EX selects (``cti``: its selector; the example-level default)."""
+    selected = select_tokens(scores.cti, cti or CTIConfig(selector="std"))[0] if scores.n_docs > 1 else []
+    return document_features(cti=scores.cti, rows=scores.cci, docs=scores.docs_per_context_token(),
+                             n_docs=scores.n_docs, selected=selected, content=scores.content_per_context_token(),
+                             signals=scores.signals)
+
+
+def _feature_rows(items: Sequence[XorItem], scores: dict[str, ItemScores], cti: CTIConfig
+                  ) -> list[tuple[XorItem, list[dict[str, float]]]]:
+    return [(item, passage_features(scores[item.key], cti=cti)) for item in items if item.key in scores]
+
+
+def fit_learned_model(calibration_items: Sequence[XorItem], scores: dict[str, ItemScores], *, cti: CTIConfig,
+                      names: Sequence[str] = FEATURES) -> LearnedModel:
+    """The learned classifier fitted on the calibration items' passages (:mod:`mirage.learned`)."""
+    rows = _feature_rows(calibration_items, scores, cti)
+    X = [r for _item, feats in rows for r in matrix(feats, names)]
+    y = [label for item, _feats in rows for label in item.labels]
+    groups = [item.key for item, feats in rows for _ in feats]
+    return fit_learned(X, y, groups=groups, names=names)
+
+
+def _learned_rows(model: LearnedModel, rows: Sequence[tuple[XorItem, list[dict[str, float]]]]):
+    out = []
+    for item, feats in rows:
+        probs = model.predict_proba(matrix(feats, model.features))
+        out.append((item.lang, [p >= model.threshold for p in probs], list(item.labels), probs))
+    return out
+
+
+def pair_scores(items: Sequence[XorItem], scores: dict[str, ItemScores], *, config: MirageConfig | None = None,
+                model: LearnedModel | None = None) -> list[dict[str, Any]]:
+    """One row per scored (item, passage) pair: key, language, passage index, human label, the ``passage_score``
+    and, given the fitted ``model``, the learned probability and prediction (for ROC curves and peer comparisons)."""
+    cfg = config or MirageConfig()
+    ex_cti = CTIConfig(metric=cfg.cti.metric, selector="std", std_k=cfg.cti.std_k)
+    out = []
+    for item, feats in _feature_rows(items, scores, ex_cti):
+        probs = model.predict_proba(matrix(feats, model.features)) if model is not None else [None] * len(feats)
+        for d, (f, label) in enumerate(zip(feats, item.labels)):
+            row = {"key": item.key, "lang": item.lang, "passage": d, "label": bool(label),
+                   "passage_score": f[PASSAGE_SCORE]}
+            if model is not None:
+                row.update(learned=probs[d], learned_cites=probs[d] >= model.threshold)
+            out.append(row)
+    return out
+
+
+def _feature_aucs(rows: Sequence[tuple[XorItem, list[dict[str, float]]]], langs: Sequence[str]
+                  ) -> dict[str, dict[str, float | None]]:
+    """ROC-AUC of each single feature, per language and averaged (which features carry the signal)."""
+    names = [n for n in (*FEATURES, *ALL_TOKEN_FEATURES) if rows and all(n in f for _i, feats in rows for f in feats)]
+    return {name: per_language([(item.lang, [False] * len(feats), list(item.labels), [f[name] for f in feats])
+                                 for item, feats in rows], langs)["roc_auc"] for name in names}
+
+
 def evaluate(
     items: Sequence[XorItem],
     scores: dict[str, ItemScores],
@@ -282,20 +476,49 @@ def evaluate(
     percents: Sequence[float] = SWEEP_PERCENTS,
     bad_rows: Sequence[BadRow] = (),
     settings: dict[str, Any] | None = None,
+    learned: bool = True,
+    context: ContextView = "all",
+    groups: Sequence[str] = SETTING_GROUPS,
 ) -> XorAttriQAReport:
-    """All settings and baselines per language from stored scores (no model run)."""
+    """The settings of ``groups`` (:data:`SETTING_GROUPS`) and the baselines per language from stored scores (no model
+    run). With ``learned`` (the items have their passage signals), the ``passage_score`` setting and the features'
+    ROC-AUC, and with calibration items the ``learned`` classifier, fitted on them and applied to ``items``."""
+    unknown = sorted(set(groups) - set(SETTING_GROUPS))
+    if unknown:
+        raise ValueError(f"unknown setting groups {unknown}; choose from {list(SETTING_GROUPS)}.")
+    learned = learned and "learned" in groups
     cfg = config or MirageConfig()
     base_cci = cfg.cci
     selections = {name: CCIConfig(**{**asdict(base_cci), **sel}) for name, sel in CCI_SELECTIONS.items()}
-    views = build_views(items, scores, selections)
+    views = build_views(items, scores, selections, context=context)
     langs = _languages(v.item for v in views)
     ex_cti = CTIConfig(metric=cfg.cti.metric, selector="std", std_k=cfg.cti.std_k)
-    cal_views = build_views(calibration_items, scores, selections) if calibration_items is not None else []
-    cal = calibrate(cal_views, selections, by=calibrate_by) if cal_views else None
+    cal_views = (build_views(calibration_items, scores, selections, context=context)
+                 if calibration_items is not None else [])
+    cal = calibrate(cal_views, selections, by=calibrate_by) if cal_views and "cal" in groups else None
 
-    tables = _setting_tables(views, langs, selections=selections, ex_cti=ex_cti, calibration=cal)
-    sweep = top_percent_sweep(items, calibration_items or [], scores, base_cci=base_cci, ex_cti=ex_cti, langs=langs,
-                              percents=percents, calibrate_by=calibrate_by)
+    tables = _setting_tables(views, langs, selections=selections, ex_cti=ex_cti, calibration=cal, ex="ex" in groups)
+    test_rows = _feature_rows([v.item for v in views], scores, ex_cti)
+    features: dict[str, Any] | None = None
+    if learned:
+        tables["roc_auc"]["passage_score"] = per_language(
+            [(item.lang, [False] * len(feats), list(item.labels), [f[PASSAGE_SCORE] for f in feats])
+             for item, feats in test_rows], langs)["roc_auc"]
+        features = {"passage_score": PASSAGE_SCORE, "roc_auc": _feature_aucs(test_rows, langs)}
+    if cal_views and features is not None:
+        cal_items = [v.item for v in cal_views]
+        model = fit_learned_model(cal_items, scores, cti=ex_cti)
+        per = per_language(_learned_rows(model, test_rows), langs)
+        for name, table in tables.items():
+            table["learned"] = per[name]
+        cal_rows = _feature_rows(cal_items, scores, ex_cti)
+        features.update(learned=model.to_dict(), coefficients=model.coefficients(),
+                        roc_auc_calibration=_feature_aucs(cal_rows, _languages(cal_items)))
+    sweep: dict[str, Any] = {}
+    if "ex" in groups:
+        sweep = top_percent_sweep(items, (calibration_items or []) if "cal" in groups else [], scores,
+                                  base_cci=base_cci, ex_cti=ex_cti, langs=langs, percents=percents,
+                                  calibrate_by=calibrate_by, context=context)
     calibration = None
     if cal is not None:
         calibration = {"items": len(cal_views), "by": calibrate_by, "thresholds": cal.thresholds,
@@ -305,13 +528,14 @@ def evaluate(
         agreement=tables["agreement"], precision=tables["precision"], recall=tables["recall"], f1=tables["f1"],
         balanced_accuracy=tables["balanced_accuracy"], roc_auc=tables["roc_auc"], counts=_counts(views, langs),
         sweep=sweep, calibration=calibration, bad_rows={"count": len(bad), "rows": bad}, settings=dict(settings or {}),
+        features=features,
     )
 
 
 def top_percent_sweep(items: Sequence[XorItem], calibration_items: Sequence[XorItem], scores: dict[str, ItemScores],
                       *, base_cci: CCIConfig, ex_cti: CTIConfig, langs: Sequence[str],
-                      percents: Sequence[float] = SWEEP_PERCENTS, calibrate_by: CalibrateBy = "global"
-                      ) -> dict[str, Any]:
+                      percents: Sequence[float] = SWEEP_PERCENTS, calibrate_by: CalibrateBy = "global",
+                      context: ContextView = "all") -> dict[str, Any]:
     """Agreement and F1 for CCI top-p% selection over ``percents`` (the paper's Figure 4): with the example-level
     CTI threshold and, given calibration items, with the CTI threshold recalibrated for each p."""
     out: dict[str, Any] = {"percents": list(percents), "agreement": {"ex": {}, "cal": {}}, "f1": {"ex": {}, "cal": {}},
@@ -319,8 +543,8 @@ def top_percent_sweep(items: Sequence[XorItem], calibration_items: Sequence[XorI
     names = {p: f"top{p}pct" for p in percents}
     selections = {names[p]: CCIConfig(**{**asdict(base_cci), "top_k": None, "top_percent": float(p)})
                   for p in percents}
-    views = build_views(items, scores, selections)
-    cal_views = build_views(calibration_items, scores, selections) if calibration_items else []
+    views = build_views(items, scores, selections, context=context)
+    cal_views = build_views(calibration_items, scores, selections, context=context) if calibration_items else []
     for p in percents:
         name = names[p]
         variants: dict[str, Callable[[ItemView], CTIConfig]] = {"ex": lambda v: ex_cti}
@@ -330,7 +554,7 @@ def top_percent_sweep(items: Sequence[XorItem], calibration_items: Sequence[XorI
             variants["cal"] = lambda v, c=cal, n=name: CTIConfig(metric=ex_cti.metric, selector="threshold",
                                                                   threshold=c.threshold(n, v.item.lang))
         for variant, cti_for in variants.items():
-            per = _per_language(_mirage_rows(views, selection=name, cti_for=cti_for), langs)
+            per = per_language(_mirage_rows(views, selection=name, cti_for=cti_for), langs)
             for metric in ("agreement", "f1"):
                 for lang, value in per[metric].items():
                     out[metric][variant].setdefault(lang, []).append(value)

@@ -1,0 +1,109 @@
+"""Time ``mirage score xor-attriqa`` before and after "compute only what a setting needs", in one run.
+
+    python benchmarks/bench_xor_scoring.py ../shared/data/xor_attriqa_match --limit 5 --threads 2
+
+Both runs score the first N rows of fi and ru, calibrated on the first N rows of val, with the same loaded model,
+into fresh directories: **before** computes every answer token's CCI row (``all_tokens=True``, no passage signals:
+what the scorer did until now); **after** the new default's CCI rows (those of the tokens some setting selects;
+every row only for calibration items), without the passage signals, so its outputs are today's; and
+**after_with_signals** the full new default, adding the leave-one-out and attention passes that the learned and
+passage-score settings need. It checks that ``results.json`` is identical for every pre-existing setting (and the
+sweep and the calibration) between before and after, prints the wall time of each and the ratios, the seconds per
+test item by answer length, and writes ``benchmarks/results/xor_scoring.json``. Run it on an otherwise idle
+machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from statistics import median
+
+import torch
+
+from mirage import Mirage
+from mirage.scoring.benchmarks import run_xor_attriqa
+from mirage.scoring.xor_attriqa import load_xor_attriqa
+from mirage.scoring.xor_eval import SETTINGS
+
+#: (name, all_tokens, signals): today's scorer; the new default without the passage signals (the same outputs as
+#: today); the new default (plus the leave-one-out and attention passes the learned setting needs).
+RUNS = (("before", True, False), ("after", False, False), ("after_with_signals", False, True))
+METRICS = ("agreement", "precision", "recall", "f1", "balanced_accuracy", "roc_auc")
+
+
+class Timed:
+    """A progress callable that records when each item finishes (seconds per item key)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, iterable, total, stage):
+        last = time.perf_counter()
+        for item in iterable:
+            yield item
+            now = time.perf_counter()
+            if stage == "xor-attriqa":
+                self.seconds[item.key] = now - last
+            last = now
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("data_dir", help="folder with fi.jsonl, ru.jsonl, val.jsonl (XOR-AttriQA match release)")
+    ap.add_argument("--limit", type=int, default=5, help="rows of each file (default 5)")
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--text", default="en", choices=["en", "native"])
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--out", default="benchmarks/results/xor_scoring.json")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    data = Path(args.data_dir)
+    test = [data / "fi.jsonl", data / "ru.jsonl"]
+    cal = [data / "val.jsonl"]
+    m = Mirage.from_pretrained(args.model)
+    reports, walls, timers = {}, {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, all_tokens, signals in RUNS:
+            timers[name] = Timed()
+            start = time.perf_counter()
+            report = run_xor_attriqa(m, test, out_dir=Path(tmp) / name, model_name=args.model, text=args.text,
+                                     calibrate_on=cal, limit=args.limit, all_tokens=all_tokens, signals=signals,
+                                     progress=timers[name])
+            walls[name] = time.perf_counter() - start
+            reports[name] = report.to_dict()
+            rows = sum(1 for line in (Path(tmp) / name / "scores.jsonl").read_text().splitlines()
+                       if '"token"' in line)
+            print(f"{name}: {walls[name]:.1f} s, {rows} CCI rows stored")
+    before, after = reports["before"], reports["after"]  # after_with_signals adds settings, changes none
+    identical = all(before[metric][s] == after[metric][s] for metric in METRICS for s in SETTINGS) \
+        and before["sweep"] == after["sweep"] and before["calibration"] == after["calibration"]
+    items = [i for p in test for i in load_xor_attriqa(p, text=args.text, limit=args.limit).items]
+    length = {}
+    for item in items:
+        length[item.key] = len(m.lm.tokenizer(item.answer, add_special_tokens=False)["input_ids"])
+    by_len: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name, _a, _s in RUNS}
+    for name in by_len:
+        for key, sec in timers[name].seconds.items():
+            n = length.get(key, 0)
+            bucket = "1" if n <= 1 else "2-4" if n <= 4 else "5-9" if n <= 9 else "10+"
+            by_len[name][bucket].append(sec)
+    per_len = {b: {name: round(median(by_len[name][b]), 2) if by_len[name].get(b) else None for name in by_len}
+               for b in ("1", "2-4", "5-9", "10+")}
+    out = {"model": args.model, "text": args.text, "limit": args.limit, "threads": torch.get_num_threads(),
+           "seconds": {k: round(v, 1) for k, v in walls.items()},
+           "speedup": {name: round(walls["before"] / walls[name], 2) for name in walls if name != "before"},
+           "identical_results_for_existing_settings": identical, "median_seconds_per_test_item_by_answer_tokens":
+           per_len, "test_items": len(items)}
+    print(json.dumps(out, indent=2))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""Per-document signals of one answer beyond CTI and CCI: how much the answer's likelihood drops when a document is
+left out of the prompt, and how much attention the answer pays to each document.
+
+    sig = passage_signals(m, m.prepare(item), answer_ids)
+    sig.drop[j]         # log p(answer | all documents) - log p(answer | all but document j+1), nats
+    sig.only_logprob[j] # per answer token, log p with document j+1 alone (sufficiency)
+    sig.attention[j]    # share of the answer's attention to the documents block that lands on document j+1
+
+Leave-one-out and single-document prompts are the template's prompt with those documents, renumbered, as in the
+faithfulness check (:mod:`mirage.faithfulness`); the no-document prompt is the contextless one. The with-documents
+pass runs once with its key/value cache kept; every other pass reuses that cache for the tokens it shares with the
+full prompt (everything before the first document that differs), so the n leave-one-out passes cost about n/2 full
+passes and the n single-document passes about one. Attention is read from that same pass (the model runs it with eager
+attention, restored afterwards), averaged over layers and heads, from the positions that predict answer tokens.
+
+Shapes: ``n_docs`` documents, ``n_answer`` answer tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .config import MirageConfig
+from .forward import model_inputs, token_probabilities
+from .serialization import JSONRecord
+
+if TYPE_CHECKING:
+    from .pipeline import Mirage, PreparedItem
+
+
+@dataclass
+class PassageSignals(JSONRecord):
+    """``logprob[t]``: log p of answer token t with all documents; ``loo_logprob[j][t]``: the same without document
+    j (0-based; empty when not computed); ``drop[j]``: the summed difference (larger: the answer leans more on document j); ``attention[j]``:
+    document j's share of the answer's attention to the documents (empty when the model cannot return attention);
+    ``only_logprob[j][t]``: log p of answer token t with document j alone; ``none_logprob[t]``: with no document
+    (the contextless prompt). Empty lists in signals stored before they were computed."""
+
+    logprob: list[float]
+    loo_logprob: list[list[float]]
+    drop: list[float]
+    attention: list[float]
+    only_logprob: list[list[float]] = field(default_factory=list)
+    none_logprob: list[float] = field(default_factory=list)
+
+
+@contextmanager
+def _eager_attention(model: Any) -> Iterator[bool]:
+    """Eager attention for the block, so the pass can return attention weights (the model's own restored after);
+    yields whether attention weights will come back."""
+    current = getattr(model.config, "_attn_implementation", None)
+    setter = getattr(model, "set_attn_implementation", None)
+    if current == "eager" or setter is None:
+        yield current == "eager"
+        return
+    try:
+        setter("eager")
+    except (ValueError, ImportError, NotImplementedError):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        setter(current)
+
+
+def _crop(cache: Any, length: int) -> None:
+    """Cut a key/value cache back to its first ``length`` positions (a negative count works across versions)."""
+    excess = cache.get_seq_length() - length
+    if excess > 0:
+        cache.crop(-excess)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _doc_attention(attentions: Sequence[torch.Tensor], rows: Sequence[int], context_positions: Sequence[int],
+                   context_docs: Sequence[int], n_docs: int) -> list[float]:
+    """Per document, its share of the attention from ``rows`` to the context tokens, mean over layers and heads."""
+    if not attentions or not context_positions:
+        return []
+    rows_t = torch.tensor(list(rows))
+    cols = torch.tensor(list(context_positions))
+    # [layers, heads, n_rows, n_context] -> mean over layers, heads, rows
+    mass = torch.stack([a[0][:, rows_t][:, :, cols].float() for a in attentions]).mean(dim=(0, 1, 2))
+    per_doc = torch.zeros(n_docs).index_add_(0, torch.tensor(list(context_docs)), mass)
+    total = float(per_doc.sum())
+    return (per_doc / total).tolist() if total > 0 else [0.0] * n_docs
+
+
+@torch.inference_mode()
+def passage_signals(mirage: Mirage, prepared: PreparedItem, answer_ids: Sequence[int], *,
+                    config: MirageConfig | None = None, attention: bool = True,
+                    leave_one_out: bool = True) -> PassageSignals:
+    """Log-probabilities of ``answer_ids`` after ``prepared``'s prompt, with each document alone and with none,
+    (with ``leave_one_out``) without each document, and (with ``attention``, causal models) the answer's attention
+    share per document. Decoder-only models reuse the shared-prefix cache; encoder-decoders run each prompt
+    whole."""
+    cfg = config or mirage.config
+    lm = mirage.lm
+    docs = [{"title": d.title, "text": d.text} for d in prepared.item.docs]
+    n_docs = len(docs)
+    full_ids = list(prepared.tokens.ids)
+    reserve = len(answer_ids) + 1
+
+    def with_docs(kept: list[int]) -> list[int]:
+        if not kept:
+            return list(prepared.tokens.contextless_ids)
+        prep = mirage.prepare({"question": prepared.item.question, "docs": [docs[i] for i in kept]}, config=cfg,
+                              reserve_tokens=reserve)
+        return list(prep.tokens.ids)
+
+    # prompts in the order their shared prefixes with the full prompt shrink: each leave-one-out prompt from the
+    # last document down, then each document alone and no document (all share only what precedes document 1)
+    n_loo = n_docs if leave_one_out else 0
+    prompts = [with_docs([i for i in range(n_docs) if i != j]) for j in reversed(range(n_loo))]
+    prompts += [with_docs([j]) for j in range(n_docs)] + [with_docs([])]
+    seq, positions = model_inputs(lm, full_ids, answer_ids)
+    attn: list[float] = []
+    if lm.is_encoder_decoder:
+        from .forward import answer_logits
+
+        full = token_probabilities(answer_logits(lm, full_ids, answer_ids), answer_ids, log=True)
+        scored = [token_probabilities(answer_logits(lm, ids, answer_ids), answer_ids, log=True) for ids in prompts]
+    else:
+        ids = torch.tensor([seq], device=lm.device)
+        with _eager_attention(lm.model) as eager:
+            out = lm.model(input_ids=ids, use_cache=True, output_attentions=bool(attention and eager))
+        keep = torch.tensor(positions, device=lm.device)
+        full = token_probabilities(out.logits[0, keep].float(), answer_ids, log=True)
+        if attention and getattr(out, "attentions", None):
+            docs_of = list(prepared.tokens.context_docs)
+            attn = _doc_attention(out.attentions, positions, prepared.tokens.context_positions, docs_of, n_docs)
+        cache = out.past_key_values
+        del out
+        answer_tail = list(answer_ids[:-1])
+        scored = []
+        for ids_j in prompts:  # the cache is only ever cut: each prompt shares no more with it than the one before
+            shared = min(_common_prefix(full_ids, ids_j), len(ids_j) - 1, cache.get_seq_length())
+            _crop(cache, shared)
+            suffix = torch.tensor([ids_j[shared:] + answer_tail], device=lm.device)
+            logits = lm.model(input_ids=suffix, past_key_values=cache, use_cache=True).logits[0]
+            first = len(ids_j) - shared - 1  # suffix position predicting the first answer token
+            scored.append(token_probabilities(logits[first: first + len(answer_ids)].float(), answer_ids, log=True))
+            _crop(cache, shared)
+    loo = scored[:n_loo][::-1]
+    only = scored[n_loo: n_loo + n_docs]
+    none = scored[n_loo + n_docs]
+    drop = [sum(full) - sum(row) for row in loo]
+    return PassageSignals(logprob=full, loo_logprob=loo, drop=drop, attention=attn, only_logprob=only,
+                          none_logprob=none)
