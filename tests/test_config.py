@@ -124,6 +124,11 @@ PIPELINE_FLAGS = {
                                              "(document titles and texts, not the prompt's scaffolding)")),
     "--keep-saliency": ("aggregation", "keep_saliency",
                         "keep the whole saliency matrix (selected tokens x context tokens)"),
+    "--citation-rule": ("aggregation", "rule", ("reference (default: the documents behind the context-sensitive "
+                                                "tokens) or learned (a classifier over per-document internals "
+                                                "features; see the README)")),
+    "--learned-model": ("aggregation", "learned_model", ("classifier file for --citation-rule learned (default: "
+                                                         "the one shipped for the embedded model)")),
 }
 
 
