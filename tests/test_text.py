@@ -66,7 +66,7 @@ def test_citations_to_missing_documents_are_reported_not_dropped():
         ({"question": "q"}, "docs"),
         ({"question": "q", "docs": []}, "docs"),
         ({"question": "q", "docs": [{"title": "t", "text": " "}]}, "docs[0].text"),
-        ({"question": "q", "docs": ["bare string"]}, "docs[0]"),
+        ({"question": "q", "docs": [42]}, "docs[0]"),  # a bare string is a document now; a number is not
         ({"question": "q", "docs": [{"text": "x"}], "output": ""}, "output"),
         ({"question": 3, "docs": [{"text": "x"}]}, "question"),
     ],
