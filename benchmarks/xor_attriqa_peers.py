@@ -31,15 +31,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.contextcite_xor import STORE_NAME, contextcite_scores
 from mirage.config import MirageConfig
-from mirage.learned import best_f1_threshold
 from mirage.runs import read_records
+from mirage.scoring.metrics import best_threshold
 from mirage.scoring.tables import SETTING_NAMES, XOR_METRICS, grid
 from mirage.scoring.xor_attriqa import XorItem, concat_data, load_xor_attriqa, scores_from_records
 from mirage.scoring.xor_eval import (
@@ -61,18 +59,6 @@ def ex_rule(scores: Sequence[float]) -> list[bool]:
         return [s > 0 for s in scores]
     cut = statistics.mean(scores) + statistics.stdev(scores)
     return [s > 0 and s >= cut - 1e-12 for s in scores]
-
-
-def best_agreement_threshold(values: Sequence[float], labels: Sequence[bool]) -> float:
-    """The global threshold maximising agreement (cite when score >= threshold), midpoint rule, ties to the lower."""
-    cands = sorted(set(values), reverse=True)
-    best_t, best_correct = cands[0] + 1.0, sum(1 for y in labels if not y)
-    for i, t in enumerate(cands):
-        correct = sum(1 for v, y in zip(values, labels) if (v >= t) == y)
-        if correct >= best_correct:
-            lower = cands[i + 1] if i + 1 < len(cands) else t - 1.0
-            best_t, best_correct = (t + lower) / 2, correct
-    return best_t
 
 
 def peer_rows(items: Sequence[XorItem], cc: dict[str, list[float]], rule) -> list:
@@ -123,8 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cc:
         cal_values = [v for i in cal_both for v in cc[i.key]]
         cal_labels = [y for i in cal_both for y in i.labels]
-        t_agree = best_agreement_threshold(cal_values, cal_labels)
-        t_f1, _ = best_f1_threshold(np.asarray(cal_values), np.asarray(cal_labels))
+        t_agree, _ = best_threshold(cal_values, cal_labels, "agreement")
+        t_f1, _ = best_threshold(cal_values, cal_labels, "f1")
         rules = {"contextcite_ex": ex_rule,
                  "contextcite_cal_agreement": lambda s: [v >= t_agree for v in s],
                  "contextcite_cal_f1": lambda s: [v >= t_f1 for v in s]}

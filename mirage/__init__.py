@@ -6,10 +6,11 @@ used, so that ``mirage --help`` and configuration code start at once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .config import AggregationConfig, CCIConfig, CTIConfig, GenerationConfig, MirageConfig, PromptConfig
 from .inputs import Document, InputError, RAGItem
+from .lazy import lazy_exports
 from .results import AttributionResult
 from .version import __version__ as __version__
 
@@ -21,18 +22,7 @@ if TYPE_CHECKING:
 _LAZY = {"Mirage": "pipeline", "attribute_dataset": "pipeline", "read_results": "frames"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [

@@ -34,6 +34,8 @@ class CTIScores:
     threshold: float
     contextless_top: tuple[int, ...]
     probs: tuple[float, ...] = ()  # each answer token's probability with the documents in the prompt
+    logprobs: tuple[float, ...] = ()  # its log-probability with the documents (log_softmax)
+    contextless_logprobs: tuple[float, ...] = ()  # and without them
 
 
 def _kl(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
@@ -121,5 +123,7 @@ def compute_cti(
         threshold=threshold,
         contextless_top=tuple(int(i) for i in logits_noctx.argmax(-1).tolist()),
         probs=tuple(token_probabilities(logits_ctx, answer_ids)),
+        logprobs=tuple(token_probabilities(logits_ctx, answer_ids, log=True)),
+        contextless_logprobs=tuple(token_probabilities(logits_noctx, answer_ids, log=True)),
     )
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from .config import ConfigError
 from .passage_features import document_features, matrix
+from .scoring.metrics import best_threshold
 from .serialization import JSONRecord
 
 #: Inverse regularisation strengths tried.
@@ -67,19 +68,6 @@ class LearnedModel(JSONRecord):
         return dict(sorted(zip(self.features, self.coef), key=lambda kv: -abs(kv[1])))
 
 
-def best_f1_threshold(probs: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
-    """The probability threshold maximising F1 (midpoint between neighbouring scores), and that F1."""
-    order = np.argsort(-probs)
-    p, y = probs[order], labels[order].astype(float)
-    tp = np.cumsum(y)
-    fp = np.cumsum(1 - y)
-    positives = y.sum()
-    f1 = 2 * tp / (tp + fp + positives)
-    best = int(np.argmax(f1))
-    below = p[best + 1] if best + 1 < len(p) else p[best] - 1e-6
-    return float((p[best] + below) / 2), float(f1[best])
-
-
 def fit_learned(X: Sequence[Sequence[float]], y: Sequence[bool], *, groups: Sequence[Any], names: Sequence[str],
                 C_grid: Sequence[float] = C_GRID, folds: int = FOLDS, seed: int = 0) -> LearnedModel:
     """Fit the classifier on calibration rows (``groups``: each row's item, so folds keep items whole)."""
@@ -115,7 +103,7 @@ def fit_learned(X: Sequence[Sequence[float]], y: Sequence[bool], *, groups: Sequ
         oof_by_c[c] = oof
         aucs[c] = float(roc_auc_score(labels, oof))
     best_c = max(C_grid, key=lambda c: (aucs[c], -c))  # ties: the stronger regularisation
-    threshold, oof_f1 = best_f1_threshold(oof_by_c[best_c], labels)
+    threshold, oof_f1 = best_threshold(oof_by_c[best_c], labels, "f1")
     fitted = model(best_c).fit(z, labels)
     return LearnedModel(features=list(names), mean=mean.tolist(), scale=scale.tolist(),
                         coef=fitted.coef_[0].tolist(), intercept=float(fitted.intercept_[0]), threshold=threshold,

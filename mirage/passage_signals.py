@@ -102,11 +102,14 @@ def _doc_attention(attentions: Sequence[torch.Tensor], rows: Sequence[int], cont
 @torch.inference_mode()
 def passage_signals(mirage: Mirage, prepared: PreparedItem, answer_ids: Sequence[int], *,
                     config: MirageConfig | None = None, attention: bool = True,
-                    leave_one_out: bool = True) -> PassageSignals:
+                    leave_one_out: bool = True, logprob: Sequence[float] | None = None,
+                    none_logprob: Sequence[float] | None = None) -> PassageSignals:
     """Log-probabilities of ``answer_ids`` after ``prepared``'s prompt, with each document alone and with none,
     (with ``leave_one_out``) without each document, and (with ``attention``, causal models) the answer's attention
     share per document. Decoder-only models reuse the shared-prefix cache; encoder-decoders run each prompt
-    whole."""
+    whole. ``logprob`` / ``none_logprob``: the answer's log-probabilities with all documents / with none, when a
+    caller has them already (CTI's two passes): those passes are then not run again (a causal model without
+    attention or leave-one-out runs only the prompt's part before the first document, for the cache)."""
     cfg = config or mirage.config
     lm = mirage.lm
     docs = [{"title": d.title, "text": d.text} for d in prepared.item.docs]
@@ -125,23 +128,34 @@ def passage_signals(mirage: Mirage, prepared: PreparedItem, answer_ids: Sequence
     # last document down, then each document alone and no document (all share only what precedes document 1)
     n_loo = n_docs if leave_one_out else 0
     prompts = [with_docs([i for i in range(n_docs) if i != j]) for j in reversed(range(n_loo))]
-    prompts += [with_docs([j]) for j in range(n_docs)] + [with_docs([])]
+    prompts += [with_docs([j]) for j in range(n_docs)]
+    if none_logprob is None:
+        prompts.append(with_docs([]))
+    for name, given in (("logprob", logprob), ("none_logprob", none_logprob)):
+        if given is not None and len(given) != len(answer_ids):
+            raise ValueError(f"{name} has {len(given)} values for {len(answer_ids)} answer tokens.")
     seq, positions = model_inputs(lm, full_ids, answer_ids)
     attn: list[float] = []
     if lm.is_encoder_decoder:
         from .forward import answer_logits
 
-        full = token_probabilities(answer_logits(lm, full_ids, answer_ids), answer_ids, log=True)
+        full = (list(logprob) if logprob is not None
+                else token_probabilities(answer_logits(lm, full_ids, answer_ids), answer_ids, log=True))
         scored = [token_probabilities(answer_logits(lm, ids, answer_ids), answer_ids, log=True) for ids in prompts]
     else:
-        ids = torch.tensor([seq], device=lm.device)
-        with _eager_attention(lm.model) as eager:
-            out = lm.model(input_ids=ids, use_cache=True, output_attentions=bool(attention and eager))
-        keep = torch.tensor(positions, device=lm.device)
-        full = token_probabilities(out.logits[0, keep].float(), answer_ids, log=True)
-        if attention and getattr(out, "attentions", None):
-            docs_of = list(prepared.tokens.context_docs)
-            attn = _doc_attention(out.attentions, positions, prepared.tokens.context_positions, docs_of, n_docs)
+        if logprob is not None and not attention and not leave_one_out:  # only the cache of the shared prefix
+            shared = min(min(_common_prefix(full_ids, ids_j), len(ids_j) - 1) for ids_j in prompts)
+            out = lm.model(input_ids=torch.tensor([full_ids[:max(shared, 1)]], device=lm.device), use_cache=True)
+            full = list(logprob)
+        else:
+            with _eager_attention(lm.model) as eager:
+                out = lm.model(input_ids=torch.tensor([seq], device=lm.device), use_cache=True,
+                               output_attentions=bool(attention and eager))
+            keep = torch.tensor(positions, device=lm.device)
+            full = token_probabilities(out.logits[0, keep].float(), answer_ids, log=True)
+            if attention and getattr(out, "attentions", None):
+                docs_of = list(prepared.tokens.context_docs)
+                attn = _doc_attention(out.attentions, positions, prepared.tokens.context_positions, docs_of, n_docs)
         cache = out.past_key_values
         del out
         answer_tail = list(answer_ids[:-1])
@@ -156,7 +170,7 @@ def passage_signals(mirage: Mirage, prepared: PreparedItem, answer_ids: Sequence
             _crop(cache, shared)
     loo = scored[:n_loo][::-1]
     only = scored[n_loo: n_loo + n_docs]
-    none = scored[n_loo + n_docs]
+    none = list(none_logprob) if none_logprob is not None else scored[n_loo + n_docs]
     drop = [sum(full) - sum(row) for row in loo]
     return PassageSignals(logprob=full, loo_logprob=loo, drop=drop, attention=attn, only_logprob=only,
                           none_logprob=none)

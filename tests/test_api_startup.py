@@ -27,7 +27,8 @@ from mirage import CCIConfig, CTIConfig, MirageConfig
 CCIConfig(top_k=3); CTIConfig(threshold=1.0, metric="js"); MirageConfig().replace(cci={"top_k": 3})
 from mirage.cli import build_parser, main
 for argv in (["--help"], ["attribute", "--help"], ["attribute"], ["attribute", "in.json", "-o", "x.jsonl",
-             "--cti-std", "2", "--cti-threshold", "1"], ["-v", "view", "--help"]):
+             "--cti-std", "2", "--cti-threshold", "1"], ["-v", "view", "--help"], ["score", "--help"],
+             ["score", "xor-attriqa", "--help"], ["score", "eli5", "--help"], ["bias", "--help"]):
     try:
         main(argv)
     except SystemExit:
@@ -43,7 +44,9 @@ def test_import_mirage_and_parsing_arguments_import_no_torch():
                          check=True)
     found = json.loads(run.stdout.strip().splitlines()[-1])
     assert found["heavy"] == []
-    assert not [m for m in found["mirage"] if m.startswith(("mirage.scoring", "mirage.bias", "mirage.pipeline"))]
+    # the score and bias commands' parsers come from their packages' cli modules only (not the scorers themselves)
+    assert not [m for m in found["mirage"] if m.startswith(("mirage.scoring.", "mirage.bias.", "mirage.pipeline"))
+                and m not in ("mirage.scoring.cli", "mirage.bias.cli", "mirage.bias.protocol")]
     assert "argument --cti-threshold: not allowed with argument --cti-std" in run.stderr
 
 
@@ -52,6 +55,11 @@ def test_from_mirage_import_mirage_still_works_lazily():
                           "from mirage import Mirage, attribute_dataset; print(Mirage.__module__, 'torch' in sys.modules)")],
                          capture_output=True, text=True, cwd=ROOT, check=True)
     assert run.stdout.split() == ["mirage.pipeline", "True"]
+    run = subprocess.run([sys.executable, "-c", ("from mirage.scoring import run_xor_attriqa, evaluate; "
+                          "from mirage.bias import BiasConfig, run_bias_study; import mirage.bias as b; "
+                          "print(run_xor_attriqa.__module__, run_bias_study.__module__, 'cas' in dir(b))")],
+                         capture_output=True, text=True, cwd=ROOT, check=True)
+    assert run.stdout.split() == ["mirage.scoring.benchmarks", "mirage.bias.study", "True"]
     with pytest.raises(AttributeError, match="no attribute 'Mirrage'"):
         import mirage
 

@@ -64,6 +64,24 @@ def test_leave_one_out_reuses_the_cache_exactly(fixture, request):
     if not m.lm.is_encoder_decoder:
         assert len(sig.attention) == len(DOCS) and sum(sig.attention) == pytest.approx(1.0)
     assert m.lm.model.config._attn_implementation == attention_before  # restored after the pass
+    # the scorer's path: CTI's two passes give the with-documents and no-document log-probabilities, which are not
+    # run again (a causal model runs only the prompt's part before the first document, for the cache)
+    cti = m.score_tokens(prep, answer, targets="none").cti
+    assert cti.logprobs == pytest.approx(full, abs=1e-4) and cti.contextless_logprobs == pytest.approx(none, abs=1e-4)
+    calls = []
+    hook = m.lm.model.register_forward_pre_hook(lambda _mod, args, kwargs: calls.append(kwargs["input_ids"].shape[1]),
+                                                with_kwargs=True)
+    try:
+        lite = passage_signals(m, prep, answer.ids, attention=False, leave_one_out=False, logprob=cti.logprobs,
+                               none_logprob=cti.contextless_logprobs)
+    finally:
+        hook.remove()
+    assert lite.logprob == list(cti.logprobs) and lite.none_logprob == list(cti.contextless_logprobs)
+    for got, want in zip(lite.only_logprob, sig.only_logprob):
+        assert got == pytest.approx(want, abs=1e-4)
+    assert lite.loo_logprob == [] and lite.attention == []
+    if not m.lm.is_encoder_decoder:  # one prefix pass (shorter than the prompt), then one pass per document
+        assert len(calls) == 1 + len(DOCS) and calls[0] < len(prep.tokens.ids)
 
 
 def _hand_scores() -> ItemScores:

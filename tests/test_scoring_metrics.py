@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -299,3 +300,27 @@ def test_alce_loader_reads_local_files_and_explains_hub_failures(tmp_path, monke
     assert len(data.items) == 1 and [b.line for b in data.bad_rows] == [2]
     with pytest.raises(InputError, match="hf:"):
         load_alce("hf:princeton-nlp/ALCE-data/eli5_eval_bm25_top100.json")
+
+
+@pytest.mark.parametrize("metric", ["f1", "agreement"])
+def test_best_threshold_matches_trying_every_cut_and_moves_equal_scores_together(metric):
+    """The score-level threshold (the learned classifier's and the peers' calibrated rules) against brute force over
+    every candidate cut, on scores with ties: equal scores are cited together, ties go to the lower threshold."""
+    rng = random.Random(3)
+    for _ in range(40):
+        n = rng.randint(1, 12)
+        scores = [rng.choice([0.1, 0.2, 0.2, 0.5, 0.7, 0.7, 0.9]) for _ in range(n)]
+        labels = [rng.random() < 0.4 for _ in range(n)]
+        t, value = M.best_threshold(scores, labels, metric)
+
+        def score_at(cut, scores=scores, labels=labels):
+            c = M.BinaryCounts.of([s >= cut for s in scores], labels)
+            got = M.f1(c) if metric == "f1" else M.agreement(c)
+            return 0.0 if got is None else got / 100
+
+        cuts = sorted({*scores, max(scores) + 1.0})
+        best = max(score_at(c) for c in cuts)
+        assert value == pytest.approx(best) and score_at(t) == pytest.approx(best)
+        assert not any(score_at(c) == pytest.approx(best) for c in cuts if c < t)  # the lowest such threshold
+    with pytest.raises(ValueError, match="one label per score"):
+        M.best_threshold([0.1], [True, False])

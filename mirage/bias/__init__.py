@@ -5,14 +5,30 @@
     result = run_bias_study("data/xor_attriqa_match", mirage=Mirage.from_pretrained(), cfg=BiasConfig(), output_dir="out")
 """
 
-from .items import BiasItem, beir_items, msmarco_items, read_beir, xor_items
-from .metrics import cab, cas, citation_set_prf, exact_match, paired_p_value
-from .protocol import BiasConfig, Metadata, doc_labels, load_metadata
-from .records import BiasRecord
-from .results import BiasStudyResult, summarize
-from .runner import BiasStudy
-from .study import build_items, run_bias_study
-from .tables import plot_cab, render_markdown
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .items import BiasItem, beir_items, msmarco_items, read_beir, xor_items
+    from .metrics import cab, cas, citation_set_prf, exact_match, paired_p_value
+    from .protocol import BiasConfig, Metadata, doc_labels, load_metadata
+    from .records import BiasRecord
+    from .results import BiasStudyResult, summarize
+    from .runner import BiasStudy
+    from .study import build_items, run_bias_study
+    from .tables import plot_cab, render_markdown
+
+#: Imported on first access: the study brings torch, and ``mirage bias --help`` should not.
+_LAZY = {"BiasItem": "items", "beir_items": "items", "msmarco_items": "items", "read_beir": "items",
+         "xor_items": "items", "cab": "metrics", "cas": "metrics", "citation_set_prf": "metrics",
+         "exact_match": "metrics", "paired_p_value": "metrics", "BiasConfig": "protocol", "Metadata": "protocol",
+         "doc_labels": "protocol", "load_metadata": "protocol", "BiasRecord": "records",
+         "BiasStudyResult": "results", "summarize": "results", "BiasStudy": "runner", "build_items": "study",
+         "run_bias_study": "study", "plot_cab": "tables", "render_markdown": "tables"}
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "BiasConfig",

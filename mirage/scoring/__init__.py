@@ -8,11 +8,24 @@
 Command line: ``mirage score xor-attriqa …`` and ``mirage score eli5 …`` (see :mod:`mirage.scoring.cli`).
 """
 
-from .benchmarks import run_eli5, run_xor_attriqa
-from .eli5 import ELI5Report, evaluate_eli5, load_alce
-from .metrics import CachedJudge, NLIJudge
-from .xor_attriqa import load_xor_attriqa, score_items
-from .xor_eval import XorAttriQAReport, evaluate
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .benchmarks import run_eli5, run_xor_attriqa
+    from .eli5 import ELI5Report, evaluate_eli5, load_alce
+    from .metrics import CachedJudge, NLIJudge
+    from .xor_attriqa import load_xor_attriqa, score_items
+    from .xor_eval import XorAttriQAReport, evaluate
+
+#: Imported on first access: the scorers bring torch, and ``mirage score --help`` should not.
+_LAZY = {"run_eli5": "benchmarks", "run_xor_attriqa": "benchmarks", "ELI5Report": "eli5", "evaluate_eli5": "eli5",
+         "load_alce": "eli5", "CachedJudge": "metrics", "NLIJudge": "metrics", "load_xor_attriqa": "xor_attriqa",
+         "score_items": "xor_attriqa", "XorAttriQAReport": "xor_eval", "evaluate": "xor_eval"}
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "CachedJudge",

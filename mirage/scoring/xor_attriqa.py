@@ -417,7 +417,8 @@ def score_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = None
     if signals and n_docs > 1:
         from ..passage_signals import passage_signals
 
-        sig = passage_signals(mirage, prep, answer.ids, config=cfg, **SIGNALS).to_dict()
+        sig = passage_signals(mirage, prep, answer.ids, config=cfg, logprob=scores.cti.logprobs or None,
+                              none_logprob=scores.cti.contextless_logprobs or None, **SIGNALS).to_dict()
     content = content_mask(prep.tokens, prep.prompt.user_spans)
     return ItemScores(key=item.key, tokens=tokens, cti=[float(s) for s in scores.cti.scores], cci=rows,
                       context_docs=run_lengths(prep.tokens.context_docs), n_docs=n_docs,
@@ -449,16 +450,21 @@ def _update(mirage: Any, item: XorItem, sc: ItemScores, *, config: MirageConfig 
             signals: bool, store: Any, ex_rows: bool = True) -> None:
     """Add to an already scored item the CCI rows it lacks and, with ``signals``, its passage signals."""
     missing = sc.missing(_wanted(item, sc.cti, config, needs, ex_rows))
-    if missing:
-        new = score_item(mirage, item, config=config, targets=missing).cci
-        sc.cci.update(new)
-        _write(store, sc, new)
-    if signals and sc.lacks_signals():
+    want_signals = signals and sc.lacks_signals()
+    if missing:  # one preparation and one pair of CTI passes serve both the rows and the signals
+        new = score_item(mirage, item, config=config, targets=missing, signals=want_signals)
+        sc.cci.update(new.cci)
+        _write(store, sc, new.cci)
+        if want_signals:
+            sc.signals = new.signals
+            _write(store, sc, (), signals=True)
+    elif want_signals:
         from ..passage_signals import passage_signals
 
-        text, prep = prepare_item(mirage, item, config=ex_config(config or mirage.config))
+        cfg = ex_config(config or mirage.config)
+        text, prep = prepare_item(mirage, item, config=cfg)
         sc.signals = passage_signals(mirage, prep, tokenize_answer(mirage.lm.tokenizer, text).ids, **SIGNALS,
-                                     config=ex_config(config or mirage.config)).to_dict()
+                                     config=cfg).to_dict()
         _write(store, sc, (), signals=True)
 
 
