@@ -2,12 +2,13 @@
 
     python benchmarks/bench_xor_scoring.py ../shared/data/xor_attriqa_match --limit 5 --threads 2
 
-Both runs score the first N rows of fi and ru, calibrated on the first N rows of val, with the same loaded model,
+Every run scores the first N rows of fi and ru, calibrated on the first N rows of val, with the same loaded model,
 into fresh directories: **before** computes every answer token's CCI row (``all_tokens=True``, no passage signals:
 what the scorer did until now); **after** the new default's CCI rows (those of the tokens some setting selects;
 every row only for calibration items), without the passage signals, so its outputs are today's; and
-**after_with_signals** the full new default, adding the leave-one-out and attention passes that the learned and
-passage-score settings need. It checks that ``results.json`` is identical for every pre-existing setting (and the
+**after_with_signals** the full new default, adding the single-passage passes that the learned and
+passage-score settings need; and **learned_only** ``--settings learned`` (the headline setting: no CCI row at
+all). It checks that ``results.json`` is identical for every pre-existing setting (and the
 sweep and the calibration) between before and after, prints the wall time of each and the ratios, the seconds per
 test item by answer length, and writes ``benchmarks/results/xor_scoring.json``. Run it on an otherwise idle
 machine.
@@ -30,9 +31,11 @@ from mirage.scoring.benchmarks import run_xor_attriqa
 from mirage.scoring.xor_attriqa import load_xor_attriqa
 from mirage.scoring.xor_eval import SETTINGS
 
-#: (name, all_tokens, signals): today's scorer; the new default without the passage signals (the same outputs as
-#: today); the new default (plus the leave-one-out and attention passes the learned setting needs).
-RUNS = (("before", True, False), ("after", False, False), ("after_with_signals", False, True))
+#: (name, all_tokens, signals, settings): the scorer before (every CCI row); the new default without the passage
+#: signals (the same outputs as before); the new default (plus the single-passage passes the learned setting needs);
+#: and the learned setting alone (``--settings learned``: no CCI row, no gradient).
+RUNS = (("before", True, False, ("ex", "cal", "learned")), ("after", False, False, ("ex", "cal", "learned")),
+        ("after_with_signals", False, True, ("ex", "cal", "learned")), ("learned_only", False, True, ("learned",)))
 METRICS = ("agreement", "precision", "recall", "f1", "balanced_accuracy", "roc_auc")
 
 
@@ -69,12 +72,12 @@ def main() -> None:
     m = Mirage.from_pretrained(args.model)
     reports, walls, timers = {}, {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, all_tokens, signals in RUNS:
+        for name, all_tokens, signals, groups in RUNS:
             timers[name] = Timed()
             start = time.perf_counter()
             report = run_xor_attriqa(m, test, out_dir=Path(tmp) / name, model_name=args.model, text=args.text,
                                      calibrate_on=cal, limit=args.limit, all_tokens=all_tokens, signals=signals,
-                                     progress=timers[name])
+                                     groups=groups, progress=timers[name])
             walls[name] = time.perf_counter() - start
             reports[name] = report.to_dict()
             rows = sum(1 for line in (Path(tmp) / name / "scores.jsonl").read_text().splitlines()
@@ -83,11 +86,13 @@ def main() -> None:
     before, after = reports["before"], reports["after"]  # after_with_signals adds settings, changes none
     identical = all(before[metric][s] == after[metric][s] for metric in METRICS for s in SETTINGS) \
         and before["sweep"] == after["sweep"] and before["calibration"] == after["calibration"]
+    learned_same = all(reports["learned_only"][metric].get("learned") == reports["after_with_signals"][metric].get(
+        "learned") for metric in METRICS)
     items = [i for p in test for i in load_xor_attriqa(p, text=args.text, limit=args.limit).items]
     length = {}
     for item in items:
         length[item.key] = len(m.lm.tokenizer(item.answer, add_special_tokens=False)["input_ids"])
-    by_len: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name, _a, _s in RUNS}
+    by_len: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name, *_rest in RUNS}
     for name in by_len:
         for key, sec in timers[name].seconds.items():
             n = length.get(key, 0)
@@ -98,7 +103,8 @@ def main() -> None:
     out = {"model": args.model, "text": args.text, "limit": args.limit, "threads": torch.get_num_threads(),
            "seconds": {k: round(v, 1) for k, v in walls.items()},
            "speedup": {name: round(walls["before"] / walls[name], 2) for name in walls if name != "before"},
-           "identical_results_for_existing_settings": identical, "median_seconds_per_test_item_by_answer_tokens":
+           "identical_results_for_existing_settings": identical,
+           "learned_only_equals_full_default_on_learned": learned_same, "median_seconds_per_test_item_by_answer_tokens":
            per_len, "test_items": len(items)}
     print(json.dumps(out, indent=2))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -225,6 +225,14 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive; give 1 or more")
+    return value
+
+
 def pipeline_flags() -> Iterator[tuple[str, dataclasses.Field, type]]:
     """``(section, field, value type)`` of every pipeline config field that declares a flag, in declaration order."""
     sections = typing.get_type_hints(MirageConfig)

@@ -155,3 +155,94 @@ def token_probabilities(logits: torch.Tensor, ids: Sequence[int], *, log: bool =
     rows = logits[: len(ids)].float()
     dist = torch.log_softmax(rows, dim=-1) if log else torch.softmax(rows, dim=-1)
     return dist.gather(1, torch.tensor(list(ids), device=dist.device).unsqueeze(1)).squeeze(1).tolist()
+
+
+#: Padded tokens per batched inference pass when the caller gives no budget (CPU; on a GPU the budget follows
+#: free memory, see :func:`batch_token_budget`).
+CPU_BATCH_TOKENS = 8192
+
+
+def batch_token_budget(lm: LoadedModel) -> int:
+    """Padded tokens per batched inference pass: a quarter of free GPU memory over the activations per token
+    (hidden states of every layer, the attention scores are not kept in inference), at least one sequence."""
+    if lm.device.type != "cuda":
+        return CPU_BATCH_TOKENS
+    free, _total = torch.cuda.mem_get_info(lm.device)
+    text_cfg = getattr(lm.model.config, "text_config", None) or lm.model.config
+    hidden = getattr(text_cfg, "hidden_size", None) or getattr(text_cfg, "d_model", 1024)
+    vocab = getattr(text_cfg, "vocab_size", 32000)
+    per_token = (16 * hidden + vocab) * max(4, torch.finfo(lm.dtype).bits // 8)
+    return max(512, int(free // 4 // per_token))
+
+
+def _chunks(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Indices grouped (longest first) so that each group's rows × its longest row stay within ``budget``."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def _pad_id(lm: LoadedModel) -> int:
+    pad = lm.tokenizer.pad_token_id
+    if pad is None:
+        pad = lm.tokenizer.eos_token_id
+    return int(pad) if pad is not None else 0
+
+
+@torch.inference_mode()
+def batched_answer_logits(lm: LoadedModel, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *,
+                          max_batch_tokens: int | None = None) -> list[torch.Tensor]:
+    """:func:`answer_logits` of several ``(prompt_ids, answer_ids)`` pairs: a list of ``[n_answer, vocab]`` (fp32),
+    from padded batches of at most ``max_batch_tokens`` padded positions (default :func:`batch_token_budget`).
+
+    Causal models: left padding with an attention mask and explicit position ids (each row's real tokens see what
+    they see alone, at the positions they have alone), and only the last ``max(n_answer)`` positions' logits are
+    computed. Encoder-decoders: right padding of the encoder input and of the decoder input, both masked. The
+    result equals per-pair :func:`answer_logits` up to float rounding of batched matrix products."""
+    if not pairs:
+        return []
+    if any(not len(a) for _p, a in pairs):
+        raise ValueError("every pair needs at least one answer token.")
+    inputs = [model_inputs(lm, p, a)[0] for p, a in pairs]
+    budget = max_batch_tokens or batch_token_budget(lm)
+    out: list[torch.Tensor | None] = [None] * len(pairs)
+    pad = _pad_id(lm)
+    for group in _chunks([len(seq) for seq in inputs], budget):
+        width = max(len(inputs[i]) for i in group)
+        n_keep = max(len(pairs[i][1]) for i in group)
+        mask = torch.zeros(len(group), width, dtype=torch.long)
+        if lm.is_encoder_decoder:
+            ids = torch.full((len(group), width), pad, dtype=torch.long)
+            dec = torch.full((len(group), n_keep), pad, dtype=torch.long)
+            dec_mask = torch.zeros(len(group), n_keep, dtype=torch.long)
+            for r, i in enumerate(group):
+                seq, answer = inputs[i], pairs[i][1]
+                ids[r, :len(seq)], mask[r, :len(seq)] = torch.tensor(seq), 1
+                dec[r, :len(answer)], dec_mask[r, :len(answer)] = torch.tensor(_decoder_ids(lm, answer)), 1
+            logits = lm.model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device),
+                              decoder_input_ids=dec.to(lm.device), decoder_attention_mask=dec_mask.to(lm.device),
+                              use_cache=False).logits
+            for r, i in enumerate(group):
+                out[i] = logits[r, :len(pairs[i][1])].float()
+            continue
+        ids = torch.full((len(group), width), pad, dtype=torch.long)
+        for r, i in enumerate(group):
+            seq = inputs[i]
+            ids[r, width - len(seq):], mask[r, width - len(seq):] = torch.tensor(seq), 1
+        position_ids = (mask.cumsum(-1) - 1).clamp_min(0)
+        kwargs = {"input_ids": ids.to(lm.device), "attention_mask": mask.to(lm.device),
+                  "position_ids": position_ids.to(lm.device), "use_cache": False}
+        try:
+            logits = lm.model(**kwargs, logits_to_keep=n_keep).logits
+        except TypeError:  # models without logits_to_keep
+            logits = lm.model(**kwargs).logits
+        logits = logits[:, -n_keep:]
+        for r, i in enumerate(group):
+            n = len(pairs[i][1])
+            out[i] = logits[r, n_keep - n:].float()
+    return out  # type: ignore[return-value]

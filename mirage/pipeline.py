@@ -29,7 +29,7 @@ from .passage_signals import passage_signals
 from .prompts import BuiltPrompt, Reservation, build_prompt, load_template
 from .results import AttributionResult, SentenceAttribution
 from .serialization import library_versions
-from .token_scores import TargetSpec, TokenScores, score_tokens
+from .token_scores import TargetSpec, TokenScores, score_batch, score_tokens
 from .tokenization import TokenizedAnswer, TokenizedPrompt, tokenize_answer, tokenize_prompt
 
 if TYPE_CHECKING:
@@ -138,6 +138,15 @@ class Mirage:
             answer = tokenize_answer(self.lm.tokenizer, answer)
         return score_tokens(self.lm, prepared.tokens, answer, config or self.config, targets=targets,
                             generated=generated)
+
+    def score_batch(self, prepared: Sequence[PreparedItem], answers: Sequence[TokenizedAnswer | str], *,
+                    targets: TargetSpec = "selected", item_targets: Sequence[TargetSpec] | None = None,
+                    config: MirageConfig | None = None, max_batch_tokens: int | None = None) -> list[TokenScores]:
+        """:meth:`score_tokens` of several prepared items at once: their CTI passes run in padded batches (see
+        :func:`mirage.token_scores.score_batch`), CCI item by item; the same scores up to float rounding."""
+        tokenized = [tokenize_answer(self.lm.tokenizer, a) if isinstance(a, str) else a for a in answers]
+        return score_batch(self.lm, [p.tokens for p in prepared], tokenized, config or self.config, targets=targets,
+                           item_targets=item_targets, max_batch_tokens=max_batch_tokens)
 
     def attribute_item(self, item: RAGItem | dict, *, config: MirageConfig | None = None,
                        index: int | str | None = None) -> AttributionResult:

@@ -20,7 +20,7 @@ from typing import Literal, get_args
 from .cci import CCIScores, compute_cci, shares_graph
 from .config import MirageConfig
 from .cti import CTIScores, compute_cti
-from .forward import answer_logits, model_inputs, with_documents_logits
+from .forward import answer_logits, batched_answer_logits, model_inputs, with_documents_logits
 from .generation import Generated
 from .models import LoadedModel
 from .tokenization import TokenizedAnswer, TokenizedPrompt
@@ -78,3 +78,42 @@ def score_tokens(lm: LoadedModel, prompt: TokenizedPrompt, answer: TokenizedAnsw
     del graph
     timings["cci"] = time.perf_counter() - t
     return TokenScores(cti=cti, cci=cci, timings=timings)
+
+
+def score_batch(lm: LoadedModel, prompts: Sequence[TokenizedPrompt], answers: Sequence[TokenizedAnswer],
+                cfg: MirageConfig, *, targets: TargetSpec = "selected",
+                item_targets: Sequence[TargetSpec] | None = None,
+                max_batch_tokens: int | None = None) -> list[TokenScores]:
+    """:func:`score_tokens` of several answers (each after its own prompt): the CTI passes of all of them run in
+    padded batches (:func:`mirage.forward.batched_answer_logits`: every with-documents input, then every
+    contextless one), then CCI item by item over its own differentiable pass. ``targets``: the spec for every
+    item, or ``item_targets``: one per item. The scores equal per-item :func:`score_tokens` up to float rounding; the batched passes pay off where
+    one sequence leaves the device idle (a GPU, many short answers). ``timings["cti"]`` is each item's share of the
+    batched passes."""
+    if len(prompts) != len(answers):
+        raise ValueError(f"{len(prompts)} prompts for {len(answers)} answers.")
+    per_item = list(item_targets) if item_targets is not None else [targets] * len(prompts)
+    for spec in per_item:
+        if isinstance(spec, str) and spec not in get_args(Targets):
+            raise ValueError(f"targets={spec!r} is not valid; choose one of {', '.join(map(repr, get_args(Targets)))}.")
+    if len(per_item) != len(prompts):
+        raise ValueError(f"{len(per_item)} target specs for {len(prompts)} answers.")
+    for answer in answers:
+        if not answer.ids:
+            raise ValueError("an answer has no tokens; nothing to score.")
+    t = time.perf_counter()
+    with_docs = batched_answer_logits(lm, [(p.ids, a.ids) for p, a in zip(prompts, answers)],
+                                      max_batch_tokens=max_batch_tokens)
+    without = batched_answer_logits(lm, [(p.contextless_ids, a.ids) for p, a in zip(prompts, answers)],
+                                    max_batch_tokens=max_batch_tokens)
+    ctis = [compute_cti(c, n, a.ids, cfg=cfg.cti) for c, n, a in zip(with_docs, without, answers)]
+    del with_docs, without
+    cti_share = (time.perf_counter() - t) / len(prompts)
+    out = []
+    for prompt, answer, cti, spec in zip(prompts, answers, ctis, per_item):
+        t = time.perf_counter()
+        input_ids, positions = model_inputs(lm, prompt.ids, answer.ids)
+        cci = compute_cci(lm, input_ids, answer.ids, positions, _cci_targets(cti, len(answer.ids), spec),
+                          cti.contextless_top, prompt.context_positions, cfg=cfg.cci)
+        out.append(TokenScores(cti=cti, cci=cci, timings={"cti": cti_share, "cci": time.perf_counter() - t}))
+    return out

@@ -172,6 +172,21 @@ def test_xor_scorer_computes_only_needed_rows_with_identical_results(embedded_mi
     # mirage_raw needs every row: always there with all_tokens; by default only when the needed rows happen to be all
     assert "mirage_raw" in a["roc_auc"] and b["roc_auc"].get("mirage_raw", a["roc_auc"]["mirage_raw"]) == \
         a["roc_auc"]["mirage_raw"]
+    # the CTI passes of new items batched (the GPU default): the same tables
+    c = run(tmp_path / "batched", batch_items=3).to_dict()
+    def flat(tree, prefix=""):
+        if isinstance(tree, dict):
+            return {k: v for key, sub in tree.items() for k, v in flat(sub, f"{prefix}/{key}").items()}
+        return {prefix: tree}
+
+    for part in ("agreement", "f1", "balanced_accuracy", "roc_auc", "calibration"):
+        got, want = flat(c[part]), flat(b[part])
+        assert got.keys() == want.keys(), part
+        for key, value in want.items():  # numbers within rounding; undefined scores (None) and names the same
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                assert got[key] == pytest.approx(value, rel=1e-4), (part, key)
+            else:
+                assert got[key] == value, (part, key)
 
     def rows(out):
         return [r for r in read_records(out / "scores.jsonl") if "token" in r]

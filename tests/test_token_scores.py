@@ -152,3 +152,41 @@ def test_custom_cci_method_end_to_end(embedded_mirage, prepared, selected_scores
     res = embedded_mirage.attribute(QUESTION, DOCS, answer=ANSWER, config=cfg)
     base = embedded_mirage.attribute(QUESTION, DOCS, answer=ANSWER)
     assert [s.mirage_citations for s in res.sentences] == [s.mirage_citations for s in base.sentences]
+
+
+ITEMS = [  # prompts and answers of different lengths, so the batch pads
+    ({"question": QUESTION, "docs": DOCS}, ANSWER),
+    ({"question": "What fell in the north?", "docs": DOCS[1:]}, "Rain."),
+    ({"question": "Who founded the Ikhwan?", "docs": [DOCS[0], DOCS[1], DOCS[0]]}, "Ibn Saud founded it in 1913."),
+]
+
+
+def _batched_equals_one_by_one(m, **batch_kwargs):
+    prepared = [m.prepare(item) for item, _a in ITEMS]
+    answers = [a for _i, a in ITEMS]
+    batch = m.score_batch(prepared, answers, item_targets=["selected", "all", [0, 2]], **batch_kwargs)
+    for prep, answer, got, spec in zip(prepared, answers, batch, ["selected", "all", [0, 2]]):
+        want = m.score_tokens(prep, answer, targets=spec)
+        assert got.cti.scores == pytest.approx(want.cti.scores, abs=1e-3, rel=1e-3)
+        assert got.cti.contextless_top == want.cti.contextless_top
+        assert got.cti.selected == want.cti.selected and got.cci.selected == want.cci.selected
+        assert got.cti.logprobs == pytest.approx(want.cti.logprobs, abs=1e-3)
+        for row, ref in zip(got.cci.scores, want.cci.scores):
+            assert row == pytest.approx(ref, rel=1e-3, abs=1e-5)
+    return batch
+
+
+def test_batched_scoring_equals_one_item_at_a_time(embedded_mirage):
+    """Mirage.score_batch (left-padded CTI passes with position ids, then CCI per item) gives each item's
+    score_tokens result, in one batch and in batches of one row (a budget smaller than any prompt)."""
+    _batched_equals_one_by_one(embedded_mirage)
+    _batched_equals_one_by_one(embedded_mirage, max_batch_tokens=1)
+    with pytest.raises(ValueError, match="targets='some' is not valid"):
+        embedded_mirage.score_batch([embedded_mirage.prepare(ITEMS[0][0])], ["x"], targets="some")
+
+
+def test_batched_scoring_on_an_encoder_decoder(tiny_seq2seq):
+    """Right padding of the encoder and decoder inputs, both masked (tiny random model, the real tokenizer)."""
+    from mirage import Mirage
+
+    _batched_equals_one_by_one(Mirage(tiny_seq2seq))

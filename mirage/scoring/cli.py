@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
-from ..experiment import ExperimentConfig, add_experiment_args, non_negative_int
+from ..experiment import ExperimentConfig, add_experiment_args, non_negative_int, positive_int
 from ..progress import terminal_progress
 
 
@@ -83,7 +83,8 @@ def cmd_xor_attriqa(args: argparse.Namespace) -> int:
     report = run_xor_attriqa(
         _model_loader(exp), list(exp.data), out_dir=args.output, model_name=exp.model, config=exp.pipeline,
         text=exp.text, calibrate_on=exp.calibrate_on or None, calibrate_by=args.calibrate_by, nli_dir=args.nli_dir,
-        limit=exp.limit, faithfulness=args.faithfulness, all_tokens=args.all_tokens, groups=args.settings, progress=terminal_progress)
+        limit=exp.limit, faithfulness=args.faithfulness, all_tokens=args.all_tokens, groups=args.settings, progress=terminal_progress,
+        batch_items=args.batch_items)
     return _finish(args, report, xor_table, "sweep.png")
 
 
@@ -143,6 +144,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     xor.add_argument("--all-tokens", action="store_true",
                      help="compute CCI for every answer token of every item (slower; needed only for the "
                           "threshold-free mirage_raw ROC-AUC); by default only the tokens some setting selects")
+    xor.add_argument("--batch-items", type=positive_int, metavar="N",
+                     help="run the CTI passes of N new items in one padded batch (default: 8 on a GPU, 1 on a CPU)")
     xor.add_argument("--calibrate-by", choices=["global", "language"], default="global",
                      help="one threshold, or one per language of the calibration split (as the reference code)")
     xor.add_argument("--nli-dir", help="folder of <split>.nli-*.json baseline predictions (default: beside DATA)")
