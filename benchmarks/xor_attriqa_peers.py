@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.contextcite_xor import STORE_NAME, contextcite_scores
 from mirage.config import MirageConfig
+from mirage.learned import best_threshold
 from mirage.runs import read_records
-from mirage.scoring.metrics import best_threshold
 from mirage.scoring.tables import SETTING_NAMES, XOR_METRICS, grid
 from mirage.scoring.xor_attriqa import XorItem, concat_data, load_xor_attriqa, scores_from_records
 from mirage.scoring.xor_eval import (

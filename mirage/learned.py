@@ -27,7 +27,6 @@ import numpy as np
 
 from .config import ConfigError
 from .passage_features import document_features, matrix
-from .scoring.metrics import best_threshold
 from .serialization import JSONRecord
 
 #: Inverse regularisation strengths tried.
@@ -66,6 +65,34 @@ class LearnedModel(JSONRecord):
     def coefficients(self) -> dict[str, float]:
         """Standardised coefficient per feature, largest magnitude first (what carries the signal)."""
         return dict(sorted(zip(self.features, self.coef), key=lambda kv: -abs(kv[1])))
+
+
+def best_threshold(scores: Sequence[float], labels: Sequence[bool], metric: str = "f1") -> tuple[float, float]:
+    """The global threshold on ``scores`` (cite when score >= threshold) that maximises ``metric`` ("f1" or
+    "agreement") on ``labels``, and that value as a fraction. Candidates lie between neighbouring distinct scores
+    (the midpoint; equal scores move together), plus one above all (citing nothing); ties go to the lower
+    threshold."""
+    if len(scores) != len(labels) or not len(scores):
+        raise ValueError(f"need one label per score and at least one score; got {len(scores)} and {len(labels)}.")
+    if metric not in ("f1", "agreement"):
+        raise ValueError(f"metric must be 'f1' or 'agreement', got {metric!r}.")
+    pairs = sorted(zip((float(s) for s in scores), (bool(y) for y in labels)), key=lambda p: -p[0])
+    positives = sum(y for _s, y in pairs)
+    n = len(pairs)
+    tp = fp = 0
+    value = (0.0 if metric == "f1" else (n - positives) / n)
+    best_t, best = pairs[0][0] + 1.0, value
+    i = 0
+    while i < n:
+        s = pairs[i][0]
+        while i < n and pairs[i][0] == s:  # equal scores are cited together
+            tp, fp, i = tp + pairs[i][1], fp + (not pairs[i][1]), i + 1
+        value = (2 * tp / (tp + fp + positives) if metric == "f1"
+                 else (tp + (n - positives - fp)) / n)
+        if value >= best:
+            below = pairs[i][0] if i < n else s - 1.0
+            best_t, best = (s + below) / 2, value
+    return best_t, best
 
 
 def fit_learned(X: Sequence[Sequence[float]], y: Sequence[bool], *, groups: Sequence[Any], names: Sequence[str],

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mirage.config import MirageConfig
+from mirage.learned import best_threshold
 from mirage.scoring import metrics as M
 from mirage.scoring.rows import BadRow, RowError, read_rows
 from mirage.scoring.xor_attriqa import ItemScores, XorItem, load_xor_attriqa, split_marked_passages
@@ -311,7 +312,7 @@ def test_best_threshold_matches_trying_every_cut_and_moves_equal_scores_together
         n = rng.randint(1, 12)
         scores = [rng.choice([0.1, 0.2, 0.2, 0.5, 0.7, 0.7, 0.9]) for _ in range(n)]
         labels = [rng.random() < 0.4 for _ in range(n)]
-        t, value = M.best_threshold(scores, labels, metric)
+        t, value = best_threshold(scores, labels, metric)
 
         def score_at(cut, scores=scores, labels=labels):
             c = M.BinaryCounts.of([s >= cut for s in scores], labels)
@@ -323,4 +324,4 @@ def test_best_threshold_matches_trying_every_cut_and_moves_equal_scores_together
         assert value == pytest.approx(best) and score_at(t) == pytest.approx(best)
         assert not any(score_at(c) == pytest.approx(best) for c in cuts if c < t)  # the lowest such threshold
     with pytest.raises(ValueError, match="one label per score"):
-        M.best_threshold([0.1], [True, False])
+        best_threshold([0.1], [True, False])
