@@ -123,7 +123,7 @@ computed again.
     and checked; results are kept in ``faithfulness.jsonl``. Under a launcher (``torchrun``, ``accelerate launch``;
     see :mod:`mirage.sharding`) each rank scores its shard; rank 0 returns the report of all of them, other ranks
     None. ``batch_items``: new items whose CTI passes run in one padded batch (default: 8 on a GPU, 1 on a CPU,
-    where batching measured no faster; see :func:`mirage.scoring.xor_attriqa.score_items`).
+    where one sequence already keeps the cores busy; see :func:`mirage.scoring.xor_attriqa.score_items`).
     """
     cfg = config or MirageConfig()
     out = Path(out_dir)
