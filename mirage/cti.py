@@ -84,10 +84,19 @@ def contrast_scores(
     logits_ctx: torch.Tensor, logits_noctx: torch.Tensor, answer_ids: Sequence[int], metric: str
 ) -> torch.Tensor:
     """Score ``[n_answer]`` of each answer token under the registered ``metric``, in fp32, inf/NaN set to 0."""
-    fn = CTI_METRICS.lookup(metric)
+    return _contrast(*_log_probs(logits_ctx, logits_noctx, answer_ids), metric)
+
+
+def _log_probs(logits_ctx: torch.Tensor, logits_noctx: torch.Tensor, answer_ids: Sequence[int]
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Both passes' log-distributions ``[n_answer, vocab]`` in fp32 and the answer ids as a tensor."""
     logp_c = torch.log_softmax(logits_ctx.float(), dim=-1)
     logp_n = torch.log_softmax(logits_noctx.float(), dim=-1)
-    ids = torch.tensor(list(answer_ids), device=logits_ctx.device, dtype=torch.long)
+    return logp_c, logp_n, torch.tensor(list(answer_ids), device=logits_ctx.device, dtype=torch.long)
+
+
+def _contrast(logp_c: torch.Tensor, logp_n: torch.Tensor, ids: torch.Tensor, metric: str) -> torch.Tensor:
+    fn = CTI_METRICS.lookup(metric)
     return torch.nan_to_num(fn(logp_c, logp_n, ids), nan=0.0, posinf=0.0, neginf=0.0)
 
 
@@ -115,7 +124,8 @@ def compute_cti(
     logits_ctx: torch.Tensor, logits_noctx: torch.Tensor, answer_ids: Sequence[int], *, cfg: CTIConfig
 ) -> CTIScores:
     """CTI from the two passes' logits: scores, selection and the contextless top token at each step."""
-    scores = contrast_scores(logits_ctx, logits_noctx, answer_ids, cfg.metric)
+    logp_c, logp_n, ids = _log_probs(logits_ctx, logits_noctx, answer_ids)  # once, for the scores and log-probs
+    scores = _contrast(logp_c, logp_n, ids, cfg.metric)
     selected, threshold = select_tokens(scores.tolist(), cfg)
     return CTIScores(
         scores=tuple(scores.tolist()),
@@ -123,7 +133,7 @@ def compute_cti(
         threshold=threshold,
         contextless_top=tuple(int(i) for i in logits_noctx.argmax(-1).tolist()),
         probs=tuple(token_probabilities(logits_ctx, answer_ids)),
-        logprobs=tuple(token_probabilities(logits_ctx, answer_ids, log=True)),
-        contextless_logprobs=tuple(token_probabilities(logits_noctx, answer_ids, log=True)),
+        logprobs=tuple(logp_c.gather(1, ids.unsqueeze(1)).squeeze(1).tolist()),
+        contextless_logprobs=tuple(logp_n.gather(1, ids.unsqueeze(1)).squeeze(1).tolist()),
     )
 

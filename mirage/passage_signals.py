@@ -108,8 +108,9 @@ def passage_signals(mirage: Mirage, prepared: PreparedItem, answer_ids: Sequence
     (with ``leave_one_out``) without each document, and (with ``attention``, causal models) the answer's attention
     share per document. Decoder-only models reuse the shared-prefix cache; encoder-decoders run each prompt
     whole. ``logprob`` / ``none_logprob``: the answer's log-probabilities with all documents / with none, when a
-    caller has them already (CTI's two passes): those passes are then not run again (a causal model without
-    attention or leave-one-out runs only the prompt's part before the first document, for the cache)."""
+    caller has them already (CTI's two passes). The no-document pass is then not run again, nor, on a causal model
+    without ``attention`` or ``leave_one_out``, the with-documents pass (only the prompt's part before the first
+    document runs, for the cache); attention and leave-one-out need that pass's own cache and weights."""
     cfg = config or mirage.config
     lm = mirage.lm
     docs = [{"title": d.title, "text": d.text} for d in prepared.item.docs]

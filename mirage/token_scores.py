@@ -20,7 +20,7 @@ from typing import Literal, get_args
 from .cci import CCIScores, compute_cci, shares_graph
 from .config import MirageConfig
 from .cti import CTIScores, compute_cti
-from .forward import answer_logits, batched_answer_logits, model_inputs, with_documents_logits
+from .forward import AttributionGraph, answer_logits, batched_answer_logits, model_inputs, with_documents_logits
 from .generation import Generated
 from .models import LoadedModel
 from .tokenization import TokenizedAnswer, TokenizedPrompt
@@ -70,14 +70,19 @@ def score_tokens(lm: LoadedModel, prompt: TokenizedPrompt, answer: TokenizedAnsw
         logits_ctx, graph = with_documents_logits(lm, prompt.ids, answer.ids, graph=want_graph)
     logits_noctx = answer_logits(lm, prompt.contextless_ids, answer.ids)
     cti = compute_cti(logits_ctx, logits_noctx, answer.ids, cfg=cfg.cti)
-    timings = {"cti": time.perf_counter() - t}
+    return _with_cci(lm, prompt, answer, cti, targets, cfg, cti_seconds=time.perf_counter() - t, graph=graph)
+
+
+def _with_cci(lm: LoadedModel, prompt: TokenizedPrompt, answer: TokenizedAnswer, cti: CTIScores,
+              targets: TargetSpec, cfg: MirageConfig, *, cti_seconds: float,
+              graph: AttributionGraph | None = None) -> TokenScores:
+    """The answer's CCI for ``targets`` beside its CTI (``graph``: the with-documents pass, when it was run with
+    gradients), with the seconds each took."""
     t = time.perf_counter()
     input_ids, positions = model_inputs(lm, prompt.ids, answer.ids)
     cci = compute_cci(lm, input_ids, answer.ids, positions, _cci_targets(cti, len(answer.ids), targets),
                       cti.contextless_top, prompt.context_positions, cfg=cfg.cci, graph=graph)
-    del graph
-    timings["cci"] = time.perf_counter() - t
-    return TokenScores(cti=cti, cci=cci, timings=timings)
+    return TokenScores(cti=cti, cci=cci, timings={"cti": cti_seconds, "cci": time.perf_counter() - t})
 
 
 def score_batch(lm: LoadedModel, prompts: Sequence[TokenizedPrompt], answers: Sequence[TokenizedAnswer],
@@ -109,11 +114,5 @@ def score_batch(lm: LoadedModel, prompts: Sequence[TokenizedPrompt], answers: Se
     ctis = [compute_cti(c, n, a.ids, cfg=cfg.cti) for c, n, a in zip(with_docs, without, answers)]
     del with_docs, without
     cti_share = (time.perf_counter() - t) / len(prompts)
-    out = []
-    for prompt, answer, cti, spec in zip(prompts, answers, ctis, per_item):
-        t = time.perf_counter()
-        input_ids, positions = model_inputs(lm, prompt.ids, answer.ids)
-        cci = compute_cci(lm, input_ids, answer.ids, positions, _cci_targets(cti, len(answer.ids), spec),
-                          cti.contextless_top, prompt.context_positions, cfg=cfg.cci)
-        out.append(TokenScores(cti=cti, cci=cci, timings={"cti": cti_share, "cci": time.perf_counter() - t}))
-    return out
+    return [_with_cci(lm, prompt, answer, cti, spec, cfg, cti_seconds=cti_share)
+            for prompt, answer, cti, spec in zip(prompts, answers, ctis, per_item)]

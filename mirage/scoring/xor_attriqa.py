@@ -495,9 +495,8 @@ def _update(mirage: Any, item: XorItem, sc: ItemScores, *, config: MirageConfig 
         from ..passage_signals import passage_signals
 
         cfg = ex_config(config or mirage.config)
-        text, prep = prepare_item(mirage, item, config=cfg)
-        sc.signals = passage_signals(mirage, prep, tokenize_answer(mirage.lm.tokenizer, text).ids, **SIGNALS,
-                                     config=cfg).to_dict()
+        _text, prep, answer = _prepared(mirage, item, cfg)
+        sc.signals = passage_signals(mirage, prep, answer.ids, **SIGNALS, config=cfg).to_dict()
         _write(store, sc, (), signals=True)
 
 
@@ -537,6 +536,14 @@ def score_items(
     def targets_of(item: XorItem) -> Callable[[Any], set[int]]:
         return lambda cti: _wanted(item, cti.scores, config, needs, ex_rows)
 
+    def keep(item: XorItem, sc: ItemScores | InputError) -> None:
+        """Store a new item's scores, or report the item the pipeline rejected."""
+        if isinstance(sc, InputError):
+            failed.append(BadRow(file=item.file, line=item.line, error=f"rejected by the pipeline: {sc}"))
+        else:
+            scores[item.key] = sc
+            _write(store, sc, sc.cci, item=True, signals=True)
+
     def run() -> Iterator[XorItem]:
         size = max(1, batch_items if batch_items is not None
                    else 8 if getattr(mirage.lm.device, "type", "cpu") == "cuda" else 1)
@@ -547,26 +554,20 @@ def score_items(
             done = score_item_batch(mirage, chunk, config=config, targets=[targets_of(i) for i in chunk],
                                     signals=signals)
             for item, sc in zip(chunk, done):
-                if isinstance(sc, InputError):
-                    failed.append(BadRow(file=item.file, line=item.line, error=f"rejected by the pipeline: {sc}"))
-                else:
-                    scores[item.key] = sc
-                    _write(store, sc, sc.cci, item=True, signals=True)
+                keep(item, sc)
                 yield item
         for item in todo.values():
             if item.key in batched:
                 continue
+            sc = scores.get(item.key)
             try:
-                sc = scores.get(item.key)
                 if sc is None:
-                    sc = scores[item.key] = score_item(mirage, item, config=config, targets=targets_of(item),
-                                                       signals=signals)
-                    _write(store, sc, sc.cci, item=True, signals=True)
+                    keep(item, score_item(mirage, item, config=config, targets=targets_of(item), signals=signals))
                 else:
                     _update(mirage, item, sc, config=config, needs=needs, signals=signals, store=store,
                             ex_rows=ex_rows)
             except InputError as err:
-                failed.append(BadRow(file=item.file, line=item.line, error=f"rejected by the pipeline: {err}"))
+                keep(item, err)
             yield item
 
     iterable: Iterable = run()
