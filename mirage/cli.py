@@ -5,7 +5,9 @@ function of the module that runs it; importing a module never adds a command.
                      [--cti-std K | --cti-threshold T] [--cci-top-k N | --cci-top-percent P]
     mirage score {xor-attriqa,eli5} …   (mirage.scoring.cli)
     mirage bias DATA -o DIR …            (mirage.bias.cli)
-    mirage view RESULTS.jsonl [OTHER.jsonl] -o report.html
+    mirage retrieve BEIR_DIR -o run.trec (mirage.bias.cli)
+    mirage view RESULTS.jsonl [OTHER.jsonl] -o report.html   (or a `mirage bias` / `mirage score eli5` run folder)
+    mirage tune {data,sft,reward,eval} … (mirage.tune.cli)
 """
 
 from __future__ import annotations
@@ -133,7 +135,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
 
 
 ATTRIBUTE_HELP = "attribute answers of a JSON/JSONL file of items"
-VIEW_HELP = "write a browsable static HTML report of a results JSONL, or compare two"
+VIEW_HELP = "write a browsable static HTML report of a results JSONL (or compare two), a bias run or an ELI5 run"
 
 
 def register_attribute(sub: argparse._SubParsersAction) -> None:
@@ -148,11 +150,12 @@ def register_attribute(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    """``mirage view``: the HTML report of a results file, or of two side by side (:mod:`mirage.report`)."""
-    from .report import write_report
+    """``mirage view``: the HTML report of a results file, of two side by side, or of a run folder
+    (:mod:`mirage.view`)."""
+    from .view import write_view
 
     check_output_file(args.output, args.results)
-    out = write_report(args.results, args.output, title=args.title)
+    out = write_view(args.results, args.output, title=args.title)
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
@@ -162,9 +165,12 @@ def register_view(sub: argparse._SubParsersAction) -> None:
     view = sub.add_parser("view", help=VIEW_HELP)
     view.add_argument("results", nargs="+", metavar="RESULTS",
                       help="JSONL written by `mirage attribute`; give two (two models or two settings) to compare "
-                      "them side by side, items matched by question and documents")
+                      "them side by side, items matched by question and documents. Or one run folder: a bias study "
+                      "(`mirage bias -o DIR`: generations.jsonl[.gz] and results.json; per query its modes side by "
+                      "side, filters for queries whose citations moved, the study's tables) or an ELI5 run "
+                      "(`mirage score eli5 -o DIR`: answers.jsonl and results.json)")
     view.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
-    view.add_argument("--title", help="page title (default: the results file names)")
+    view.add_argument("--title", help="page title (default: the results file or folder names)")
     view.set_defaults(func=cmd_view)
 
 
@@ -190,6 +196,18 @@ def _register_bias() -> Register:
     return register
 
 
+def _register_retrieve() -> Register:
+    from .bias.cli import register_retrieve
+
+    return register_retrieve
+
+
+def _register_tune() -> Register:
+    from .tune.cli import register
+
+    return register
+
+
 def commands() -> list[Command]:
     """The subcommands, in ``--help`` order. A command's module is imported only when that command is parsed, so
     ``mirage --help`` and ``mirage attribute …`` never import the benchmark and bias modules (nor torch)."""
@@ -198,7 +216,11 @@ def commands() -> list[Command]:
         Command("score", "score a benchmark of the method's paper: xor-attriqa, eli5", _register_score),
         Command("bias", "attribution sensitivity (CAS) and bias (CAB) to document metadata, for self-citations and "
                         "mirage's citations", _register_bias),
+        Command("retrieve", "rank a BEIR corpus for each query (bm25, dense) and write a TREC run file",
+                _register_retrieve),
         Command("view", VIEW_HELP, lambda: register_view),
+        Command("tune", "citation fine-tuning: build training data, train a LoRA adapter (SFT, then a reward "
+                        "stage), evaluate its citations", _register_tune),
     ]
 
 

@@ -336,7 +336,8 @@ class MirageConfig:
         is a ConfigError whose message starts with the path.
         """
         data = read_config_file(path)
-        data = {k: v for k, v in data.items() if k in _SECTIONS or k not in EXPERIMENT_KEYS}
+        data = {k: v for k, v in data.items()
+                if k in _SECTIONS or (k not in EXPERIMENT_KEYS and k not in COMMAND_SECTIONS)}
         try:
             return cls.from_dict(data)
         except ConfigError as err:
@@ -404,6 +405,9 @@ _SECTIONS = {
 #: Top-level keys of experiment files (``configs/*.yaml``) that are not pipeline settings (read by
 #: :class:`mirage.experiment.ExperimentConfig`; ``MirageConfig.from_yaml`` skips them).
 EXPERIMENT_KEYS = frozenset({"model", "dataset", "description", "data", "text", "limit", "seeds", "nli"})
+#: Sections of experiment files that configure one command rather than the pipeline (``bias:``, read by
+#: ``mirage bias``); skipped by the pipeline and by :class:`mirage.experiment.ExperimentConfig`.
+COMMAND_SECTIONS = frozenset({"bias"})
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from .config import EXPERIMENT_KEYS, ConfigError, MirageConfig, read_config_file, with_implied
+from .config import COMMAND_SECTIONS, EXPERIMENT_KEYS, ConfigError, MirageConfig, read_config_file, with_implied
 
 if TYPE_CHECKING:
     from .pipeline import Mirage
@@ -130,7 +130,11 @@ class ExperimentConfig:
         the pipeline sections. ``data`` is a file, a list of files, or ``{eval: files, calibrate_on: file or files}``."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"an experiment must be a mapping of keys, got {type(data).__name__}.")
-        sections = {key: value for key, value in data.items() if key not in EXPERIMENT_KEYS}
+        if "bias" in data and command != "bias":
+            raise ConfigError("the 'bias' section configures `mirage bias`; leave it out of a file for "
+                              f"`{command}`.")
+        sections = {key: value for key, value in data.items()
+                    if key not in EXPERIMENT_KEYS and key not in COMMAND_SECTIONS}
         pipeline = MirageConfig.from_dict(sections)  # unknown keys are errors naming them
         prompt = sections.get("prompt")
         if command in DEFAULT_PROMPTS and not (isinstance(prompt, Mapping) and {"name", "path"} & set(prompt)):

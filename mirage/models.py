@@ -510,9 +510,12 @@ def load_model(
     auto = AutoModelForSeq2SeqLM if is_enc_dec else AutoModelForCausalLM
     tokenizer = _from_pretrained("tokenizer", name, source, offline,
                                  lambda: AutoTokenizer.from_pretrained(source, **remote))
+    # transformers' Auto classes look for a PEFT adapter config when peft is installed, and that lookup does not
+    # inherit local_files_only: offline, it would ask the unreachable hub (and wait out its retries).
+    adapter = {"adapter_kwargs": {"local_files_only": True}} if offline else {}
     with quiet_transformers_loading():
         model = _from_pretrained("weights", name, source, offline,
-                                 lambda: auto.from_pretrained(source, dtype=torch_dtype, **remote))
+                                 lambda: auto.from_pretrained(source, dtype=torch_dtype, **remote, **adapter))
     model.to(dev).eval()
     if use_chat_template is None:
         use_chat_template = spec.chat_template if spec else bool(getattr(tokenizer, "chat_template", None))

@@ -591,7 +591,9 @@ def _summary(results: Sequence[AttributionResult]) -> str:
 
 
 @cache
-def _env() -> Environment:
+def template_env() -> Environment:
+    """The Jinja environment of ``mirage/templates`` (autoescape on, undefined names an error), shared by every
+    HTML view (this report, :mod:`mirage.bias_report`, :mod:`mirage.scoring_report`)."""
     env = Environment(loader=PackageLoader("mirage", "templates"), autoescape=True, trim_blocks=True,
                       lstrip_blocks=True, undefined=StrictUndefined)
     env.globals.update(doc_color=doc_color, sentence_shares=sentence_shares, row_flags=row_flags)
@@ -599,14 +601,14 @@ def _env() -> Environment:
 
 
 @cache
-def _asset(name: str) -> Markup:
+def template_asset(name: str) -> Markup:
     """A CSS or JS file of ``mirage/templates``, inserted verbatim (it holds no user text)."""
-    env = _env()
+    env = template_env()
     return Markup(env.loader.get_source(env, name)[0])
 
 
 def _parts() -> Any:
-    return _env().get_template("parts.html.j2").module
+    return template_env().get_template("parts.html.j2").module
 
 
 def _json_for_script(data: Any) -> Markup:
@@ -634,7 +636,8 @@ def result_to_html(res: AttributionResult) -> str:
     """One result as a self-contained HTML fragment with its own scoped ``<style>`` (no script): question, the
     highlighted answer, citations per sentence, and the documents with the saliency heat (all text escaped)."""
     item = item_view([res], 1)
-    return _env().get_template("result.html.j2").render(item=item, run=item.runs[0], css=_asset("mirage.css"))
+    return template_env().get_template("result.html.j2").render(item=item, run=item.runs[0],
+                                                                css=template_asset("mirage.css"))
 
 
 class ResultHTML:
@@ -671,9 +674,11 @@ def _script_data(items: Sequence[ItemView]) -> dict[str, Any]:
 
 
 def report_html(results: Sequence[AttributionResult], *, title: str = "mirage report",
-                other: Sequence[AttributionResult] | None = None, labels: Sequence[str] = RUN_NAMES) -> str:
+                other: Sequence[AttributionResult] | None = None, labels: Sequence[str] = RUN_NAMES,
+                preface: Markup | str = "") -> str:
     """The whole self-contained page for ``results``; with ``other``, the two runs side by side, items matched by
-    content (``labels`` name the runs, e.g. their files)."""
+    content (``labels`` name the runs, e.g. their files). ``preface`` goes between the header and the items (a run's
+    summary, :mod:`mirage.scoring_report`): a Markup is inserted as HTML, a plain string as text."""
     if other is None:
         items = [item_view([r], k) for k, r in enumerate(results, start=1)]
         summary = [_summary(results)]
@@ -687,10 +692,10 @@ def report_html(results: Sequence[AttributionResult], *, title: str = "mirage re
                        f"{sum(i.only == 1 for i in items)} only in B · "
                        f"{sum(i.n_runs_differ > 0 for i in items if i.only is None)} of {both} with citations that "
                        "differ between the runs")
-    return _env().get_template("report.html.j2").render(
-        title=title, summary=summary, items=items, labels=run_labels, compare=other is not None,
-        data=_json_for_script(_script_data(items)), css=_asset("mirage.css") + _asset("page.css"),
-        js=_asset("report.js"))
+    return template_env().get_template("report.html.j2").render(
+        title=title, summary=summary, items=items, labels=run_labels, compare=other is not None, preface=preface,
+        data=_json_for_script(_script_data(items)), css=template_asset("mirage.css") + template_asset("page.css"),
+        js=template_asset("report.js"))
 
 
 def _label(paths: Sequence[Path]) -> list[str]:

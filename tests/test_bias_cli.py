@@ -125,6 +125,21 @@ def test_custom_labels_relevant_side_and_explainer(tmp_path):
     assert isinstance(record["explanation"], str) and record["explanation"]
     result = BiasStudyResult.load(out / "results.json")
     assert result.omega == -1 and result.metadata["first"] == "Expert" and result.sources["self"].cab is None
+    # the explanation is analysed into results.json and tables.md, with the custom labels as metadata cues, and the
+    # run folder gives the same analysis again without generating
+    from mirage.bias.explanations import analyse_record, analyse_run, label_words, metadata_cues
+    from mirage.bias.records import BiasRecord
+
+    analysis = result.explanations
+    assert analysis is not None and analysis.n_records == 1 and list(analysis.modes) == ["informed"]
+    assert analysis.label_words == ["Expert", "Scholar", "Novice"] == label_words(result.metadata)
+    (row,) = analysis.rows
+    assert row.key == record["key"] and row.mode == "informed"
+    assert row == analyse_record(BiasRecord.from_dict(record), metadata_cues(analysis.label_words))
+    assert set(row.claimed) <= set(range(1, 4)) and analysis.overall.categories[row.category] == 1
+    assert analyse_run(out).to_dict() == analysis.to_dict()
+    tables = (out / "tables.md").read_text()
+    assert "## Explanations" in tables and "| informed | 1 |" in tables and "`Expert`, `Scholar`, `Novice`" in tables
 
 
 def test_bad_arguments_fail_cleanly(tmp_path, capsys):

@@ -12,13 +12,19 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .answers import run_answers_study, write_study_requests
+    from .explanations import ExplanationAnalysis, analyse_run
     from .items import BiasItem, beir_items, msmarco_items, read_beir, xor_items
-    from .metrics import cab, cas, citation_set_prf, exact_match, paired_p_value
+    from .metrics import abs_change_p_value, bootstrap_ci, cab, cas, citation_set_prf, exact_match, paired_p_value
     from .protocol import BiasConfig, Metadata, doc_labels, load_metadata
-    from .records import BiasRecord
+    from .rage import load_embedder
+    from .records import BiasRecord, read_generations
     from .results import BiasStudyResult, summarize
+    from .retrieval import retrieve, write_run
+    from .retrievers_study import run_retriever_study
     from .runner import BiasStudy
-    from .study import build_items, run_bias_study
+    from .study import build_items, run_bias_study, summarize_run
+    from .sweep import SweepResult, run_bias_sweep
     from .tables import plot_cab, render_markdown
 
 #: Imported on first access: the study brings torch, and ``mirage bias --help`` should not.
@@ -27,7 +33,8 @@ _LAZY = {"BiasItem": "items", "beir_items": "items", "msmarco_items": "items", "
          "exact_match": "metrics", "paired_p_value": "metrics", "BiasConfig": "protocol", "Metadata": "protocol",
          "doc_labels": "protocol", "load_metadata": "protocol", "BiasRecord": "records",
          "BiasStudyResult": "results", "summarize": "results", "BiasStudy": "runner", "build_items": "study",
-         "run_bias_study": "study", "plot_cab": "tables", "render_markdown": "tables"}
+         "run_bias_study": "study", "plot_cab": "tables", "render_markdown": "tables",
+         "run_answers_study": "answers", "write_study_requests": "answers", "abs_change_p_value": "metrics", "bootstrap_ci": "metrics", "read_generations": "records", "summarize_run": "study", "analyse_run": "explanations", "ExplanationAnalysis": "explanations", "retrieve": "retrieval", "write_run": "retrieval", "run_retriever_study": "retrievers_study", "run_bias_sweep": "sweep", "SweepResult": "sweep", "load_embedder": "rage"}
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
@@ -36,21 +43,35 @@ __all__ = [
     "BiasRecord",
     "BiasStudy",
     "BiasStudyResult",
+    "ExplanationAnalysis",
     "Metadata",
+    "SweepResult",
+    "abs_change_p_value",
+    "analyse_run",
     "beir_items",
+    "bootstrap_ci",
     "build_items",
     "cab",
     "cas",
     "citation_set_prf",
     "doc_labels",
     "exact_match",
+    "load_embedder",
     "load_metadata",
     "msmarco_items",
     "paired_p_value",
     "plot_cab",
     "read_beir",
+    "read_generations",
     "render_markdown",
+    "retrieve",
+    "run_answers_study",
     "run_bias_study",
+    "run_bias_sweep",
+    "run_retriever_study",
     "summarize",
+    "summarize_run",
+    "write_run",
+    "write_study_requests",
     "xor_items",
 ]

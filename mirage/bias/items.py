@@ -1,5 +1,9 @@
 """Study items: a question, k documents of which the relevant ones hold the answer, and the gold answers.
 
+Each builder keeps the questions with exactly ``n_relevant`` relevant documents (one by default; the questions with
+another number are left out, and :func:`relevant_counts_note` says how many there were of each), shows all of them
+at random positions, and fills the other ``k - n_relevant`` places with non-relevant documents.
+
 Builders: XOR-AttriQA-match rows (human relevance labels, runs offline), BEIR-format folders (queries, corpus, qrels;
 Natural Questions through ``BeIR/nq``), and MS MARCO through ``datasets``. Every random choice is seeded per item,
 so an item does not change when others are added or ``limit`` cuts the list.
@@ -11,6 +15,7 @@ import csv
 import json
 import random
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +87,17 @@ def _doc(text: str, max_words: int | None, title: str = "") -> Document:
     return Document(title=title, text=truncate_words(text.strip(), max_words))
 
 
+def relevant_counts_note(counts: Iterable[int], n_relevant: int) -> str:
+    """How many questions have ``n_relevant`` relevant documents and how many have each number, for the message that
+    says why questions were left out: ``"141 of 332 questions have exactly 1 relevant document(s) (questions by
+    relevant documents: 0: 139, 1: 141, 2: 35, 3: 12, 4: 4, 5: 1)"``."""
+    tally = Counter(counts)
+    kept = tally.get(n_relevant, 0)
+    by_count = ", ".join(f"{n}: {tally[n]}" for n in sorted(tally))
+    return (f"{kept} of {sum(tally.values())} questions have exactly {n_relevant} relevant document(s) "
+            f"(questions by relevant documents: {by_count or 'none'})")
+
+
 # -- XOR-AttriQA ----------------------------------------------------------------------------------------------------
 
 XorRows = list[tuple[str, dict[str, Any]]]
@@ -142,33 +158,39 @@ def _parsed(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, XorRo
     return out
 
 
-def xor_items(rows: Sequence[tuple[str, dict[str, Any]]], *, k: int, seed: int,
-              max_doc_words: int | None = None) -> list[BiasItem]:
-    """Items from XOR-AttriQA-match rows (English view, read by :func:`~mirage.scoring.xor_attriqa.parse_xor_row`;
-    InputError naming the row id for a row it rejects) with exactly one passage labelled as supporting.
+def xor_relevant_counts(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[int]:
+    """Per row, the number of passages labelled as supporting (its relevant documents)."""
+    return [sum(row.labels) for _row_id, row in _parsed(rows)]
 
-    The supporting passage is the relevant document; up to k-1 of the row's other passages (in retrieval order) are
-    the non-relevant ones; a row with fewer passages is padded with non-supporting passages of other rows (seeded);
-    the relevant document's position is drawn at random (seeded per row).
+
+def xor_items(rows: Sequence[tuple[str, dict[str, Any]]], *, k: int, seed: int,
+              max_doc_words: int | None = None, n_relevant: int = 1) -> list[BiasItem]:
+    """Items from XOR-AttriQA-match rows (English view, read by :func:`~mirage.scoring.xor_attriqa.parse_xor_row`;
+    InputError naming the row id for a row it rejects) with exactly ``n_relevant`` passages labelled as supporting.
+
+    The supporting passages are the relevant documents; up to ``k - n_relevant`` of the row's other passages (in
+    retrieval order) are the non-relevant ones; a row with fewer passages is padded with non-supporting passages of
+    other rows (seeded); the relevant documents' positions are drawn at random (seeded per row).
     """
     parsed = _parsed(rows)
     pool: list[tuple[str, str]] = []
     for row_id, row in parsed:
         pool.extend((row_id, p) for p, a in zip(row.passages, row.labels) if not a)
+    n_other = k - n_relevant
     items = []
     for row_id, row in parsed:
         passages, ais = row.passages, row.labels
-        if sum(ais) != 1:
+        if sum(ais) != n_relevant:
             continue
         rng = random.Random(f"{seed}:{row_id}")
-        relevant = _doc(passages[ais.index(True)], max_doc_words)
-        others = [p for p, a in zip(passages, ais) if not a][: k - 1]
-        if len(others) < k - 1:
+        relevant = [_doc(p, max_doc_words) for p, a in zip(passages, ais) if a]
+        others = [p for p, a in zip(passages, ais) if not a][:n_other]
+        if len(others) < n_other:
             seen = set(passages)
             candidates = [p for rid, p in pool if rid != row_id and p not in seen]
             candidates = list(dict.fromkeys(candidates))
-            others += rng.sample(candidates, min(k - 1 - len(others), len(candidates)))
-        docs, ids = place_relevant([relevant], [_doc(p, max_doc_words) for p in others], rng)
+            others += rng.sample(candidates, min(n_other - len(others), len(candidates)))
+        docs, ids = place_relevant(relevant, [_doc(p, max_doc_words) for p in others], rng)
         items.append(BiasItem(id=row_id, question=row.question, docs=docs, relevant=ids, answers=(row.answer,),
                               source="xor-attriqa"))
     return items
@@ -284,10 +306,16 @@ def read_run(path: str | Path) -> dict[str, list[str]]:
     return {q: [d for _, d in sorted(docs, key=lambda t: -t[0])] for q, docs in ranked.items()}
 
 
+def beir_relevant_counts(data: BeirData) -> list[int]:
+    """Per query, the number of its relevant documents (qrel score > 0) found in the corpus."""
+    return [sum(1 for d, score in data.qrels.get(qid, {}).items() if score > 0 and d in data.corpus)
+            for qid in data.queries]
+
+
 def beir_items(data: BeirData, *, k: int, seed: int, answers: Mapping[str, Sequence[str]] | None = None,
                run: Mapping[str, Sequence[str]] | None = None, max_doc_words: int | None = None,
-               source: str = "beir") -> list[BiasItem]:
-    """Items from the queries with exactly one relevant document (qrel score > 0).
+               source: str = "beir", n_relevant: int = 1) -> list[BiasItem]:
+    """Items from the queries with exactly ``n_relevant`` relevant documents (qrel score > 0), in qrels order.
 
     Non-relevant documents: the best-ranked non-relevant ones of ``run`` (a retriever's ranking) when given, else
     drawn at random from the corpus (seeded). ``answers`` maps a query id, or a normalised question, to gold answers
@@ -299,22 +327,22 @@ def beir_items(data: BeirData, *, k: int, seed: int, answers: Mapping[str, Seque
     items = []
     for qid, question in data.queries.items():
         positives = [d for d, score in data.qrels.get(qid, {}).items() if score > 0 and d in data.corpus]
-        if len(positives) != 1:
+        if len(positives) != n_relevant:
             continue
         rng = random.Random(f"{seed}:{qid}")
         judged = set(data.qrels.get(qid, {}))
+        n_other = k - n_relevant
         if run is not None and qid in run:
-            others = [d for d in run[qid] if d not in judged or data.qrels[qid][d] <= 0][: k - 1]
+            others = [d for d in run[qid] if d not in judged or data.qrels[qid][d] <= 0][:n_other]
         else:
             others = []
-            while len(others) < min(k - 1, len(doc_ids) - 1):
+            while len(others) < min(n_other, len(doc_ids) - n_relevant):
                 d = doc_ids[rng.randrange(len(doc_ids))]
-                if d != positives[0] and d not in others and data.qrels.get(qid, {}).get(d, 0) <= 0:
+                if d not in positives and d not in others and data.qrels.get(qid, {}).get(d, 0) <= 0:
                     others.append(d)
-        pos = data.corpus[positives[0]]
-        relevant = _doc(pos.text, max_doc_words, pos.title)
-        docs, ids = place_relevant([relevant], [_doc(data.corpus[d].text, max_doc_words, data.corpus[d].title)
-                                                for d in others if d in data.corpus], rng)
+        relevant = [_doc(data.corpus[d].text, max_doc_words, data.corpus[d].title) for d in positives]
+        docs, ids = place_relevant(relevant, [_doc(data.corpus[d].text, max_doc_words, data.corpus[d].title)
+                                              for d in others if d in data.corpus], rng)
         gold: Sequence[str] = ()
         if answers is not None:
             gold = answers.get(qid) or answers.get(normalize_answer(question)) or ()
@@ -335,21 +363,22 @@ def load_nq_answers(split: str = "validation") -> dict[str, list[str]]:  # pragm
 # -- MS MARCO (passages with is_selected labels) --------------------------------------------------------------------
 
 def msmarco_items(rows: Iterable[dict[str, Any]], *, k: int, seed: int, max_doc_words: int | None = None,
-                  ) -> list[BiasItem]:
+                  n_relevant: int = 1) -> list[BiasItem]:
     """Items from MS MARCO v2.1 rows (``query``, ``answers``, ``passages: {is_selected, passage_text}``) with exactly
-    one selected passage and a real answer; the other passages, in their order, are the non-relevant ones."""
+    ``n_relevant`` selected passages and a real answer; the other passages, in their order, are the non-relevant
+    ones."""
     items = []
     for n, row in enumerate(rows):
         passages = row["passages"]
         selected, texts = list(passages["is_selected"]), list(passages["passage_text"])
         answers = [a for a in row.get("answers") or [] if a and a != "No Answer Present."]
-        if sum(1 for s in selected if s) != 1 or not answers:
+        if sum(1 for s in selected if s) != n_relevant or not answers:
             continue
         qid = str(row.get("query_id", n))
         rng = random.Random(f"{seed}:{qid}")
-        rel = selected.index(next(s for s in selected if s))
-        others = [_doc(t, max_doc_words) for i, t in enumerate(texts) if i != rel][: k - 1]
-        docs, ids = place_relevant([_doc(texts[rel], max_doc_words)], others, rng)
+        relevant = [_doc(t, max_doc_words) for t, s in zip(texts, selected) if s]
+        others = [_doc(t, max_doc_words) for t, s in zip(texts, selected) if not s][: k - n_relevant]
+        docs, ids = place_relevant(relevant, others, rng)
         items.append(BiasItem(id=qid, question=row["query"], docs=docs, relevant=ids, answers=tuple(answers),
                               source="msmarco"))
     return items

@@ -8,7 +8,19 @@ documents, F1, the number of distinct citations, the response length in words, e
 Over queries (Abolghasemi et al., 2025): for M in {precision, recall},
 ``CAS = mean_q |M_mode(q) - M_vanilla(q)|`` and ``CAB = ω · mean_q (M_informed(q) - M_counterfactual(q))``, ω = +1
 when the relevant documents carry the first side's label in the informed mode and -1 otherwise, so a positive CAB is
-a bias toward the first label. p-values are paired t-tests (``scipy.stats.ttest_rel``) over the same queries.
+a bias toward the first label.
+
+Each p-value tests what its number measures:
+- CAB (a signed mean difference): two-sided paired t-test (``scipy.stats.ttest_rel``) over the same queries.
+- CAS (a mean *absolute* difference): one-sided one-sample t-test that the mean of ``|M_mode(q) - M_vanilla(q)|``
+  exceeds zero, i.e. that the labels change quality on queries beyond this sample. The paired signed test, which the
+  paper's code reports beside CAS, answers another question (does the mode shift quality in one direction?); it is
+  kept as ``shift_p_value``. With greedy decoding any change is caused by the labels, so CAS > 0 on one query is
+  already a real change; the test says whether the mean change generalises over queries.
+- Mode against mode (precision, recall): two-sided paired t-tests (the † marks of the paper's quality tables).
+- Attribution confidence, relevant vs non-relevant citations: Welch's two-sided t-test (citations are pooled over
+  queries, so the two groups are not paired).
+CAS and CAB also carry a 95 % percentile bootstrap interval over queries (``ci``).
 The random-citation baseline cites, in each mode and query, as many distinct documents as the model did, drawn
 uniformly: what CAS and CAB look like when citations ignore the labels.
 """
@@ -90,17 +102,34 @@ def query_metrics(record: BiasRecord, source: CitationSource) -> QueryMetrics:
                         length=len(record.answer.split()), correct=exact_match(record.answer, record.answers))
 
 
-def attribution_confidence(records: Iterable[BiasRecord], source: CitationSource,
-                           ) -> tuple[float | None, int, float | None, int]:
-    """AC: mean probability of the citations to relevant documents and to non-relevant ones, pooled over all
-    citations of all queries; with the number of citations behind each (None when there are none)."""
+def citation_confidences(records: Iterable[BiasRecord], source: CitationSource) -> tuple[list[float], list[float]]:
+    """The generation probabilities of all citations to relevant documents and to non-relevant ones, pooled over
+    queries."""
     relevant_p: list[float] = []
     other_p: list[float] = []
     for record in records:
         for doc, p in record.citation_probs(source):
             (relevant_p if doc in record.relevant else other_p).append(p)
+    return relevant_p, other_p
+
+
+def attribution_confidence(records: Iterable[BiasRecord], source: CitationSource,
+                           ) -> tuple[float | None, int, float | None, int]:
+    """AC: mean probability of the citations to relevant documents and to non-relevant ones, pooled over all
+    citations of all queries; with the number of citations behind each (None when there are none)."""
+    relevant_p, other_p = citation_confidences(records, source)
     mean = (lambda xs: float(np.mean(xs)) if xs else None)
     return mean(relevant_p), len(relevant_p), mean(other_p), len(other_p)
+
+
+def welch_p_value(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Two-sided Welch t-test p-value (unequal variances); None when a group has fewer than two values or both
+    groups are constant."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(x) < 2 or len(y) < 2 or (np.ptp(x) == 0 and np.ptp(y) == 0):
+        return None
+    p = float(stats.ttest_ind(x, y, equal_var=False).pvalue)
+    return None if math.isnan(p) else p
 
 
 @dataclass
@@ -119,19 +148,21 @@ class ModeSummary:
     ac_nonrelevant: float | None
     n_ac_relevant: int
     n_ac_nonrelevant: int
+    ac_p_value: float | None = None
 
 
 def summarize_mode(records: Sequence[BiasRecord], source: CitationSource) -> ModeSummary:
     rows = [query_metrics(r, source) for r in records]
     judged = [m.correct for m in rows if m.correct is not None]
     ac_rel, n_rel, ac_non, n_non = attribution_confidence(records, source)
+    rel_p, non_p = citation_confidences(records, source)
     mean = (lambda xs: float(np.mean(xs)) if len(xs) else 0.0)
     return ModeSummary(
         n=len(rows), precision=mean([m.precision for m in rows]), recall=mean([m.recall for m in rows]),
         f1=mean([m.f1 for m in rows]), n_citations=mean([m.n_citations for m in rows]),
         length=mean([m.length for m in rows]), correct=float(np.mean(judged)) if judged else None,
         no_citation=mean([m.n_citations == 0 for m in rows]), ac_relevant=ac_rel, ac_nonrelevant=ac_non,
-        n_ac_relevant=n_rel, n_ac_nonrelevant=n_non)
+        n_ac_relevant=n_rel, n_ac_nonrelevant=n_non, ac_p_value=welch_p_value(rel_p, non_p))
 
 
 # -- CAS, CAB, t-tests ------------------------------------------------------------------------------------------------
@@ -163,6 +194,34 @@ def paired_p_value(a: Sequence[float], b: Sequence[float]) -> float | None:
     return None if math.isnan(p) else p
 
 
+def abs_change_p_value(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """What CAS measures, tested: one-sided one-sample t-test that the mean of ``|a - b|`` over queries exceeds 0.
+    None when undefined (fewer than two queries, or no query changed); 0.0 when every query changed by the same
+    non-zero amount (zero variance, an infinite t)."""
+    x, y = _paired(a, b)
+    if len(x) < 2:
+        return None
+    d = np.abs(x - y)
+    if not d.any():
+        return None
+    if np.allclose(d, d[0]):
+        return 0.0
+    p = float(stats.ttest_1samp(d, 0.0, alternative="greater").pvalue)
+    return None if math.isnan(p) else p
+
+
+def bootstrap_ci(values: Sequence[float], *, draws: int = 2000, seed: int = 0,
+                 level: float = 0.95) -> list[float] | None:
+    """Percentile bootstrap interval of the mean of per-query ``values`` (None for fewer than two queries)."""
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, len(v), size=(draws, len(v)))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return [float(lo), float(hi)]
+
+
 def _paired(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     if len(a) != len(b):
         raise ValueError(f"paired values differ in length: {len(a)} vs {len(b)}.")
@@ -171,11 +230,15 @@ def _paired(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndar
 
 @dataclass
 class Stat:
-    """A CAS or CAB value (fraction), its paired t-test p-value and the random-citation baseline's value."""
+    """A CAS or CAB value (fraction), the p-value of the test of what it measures (module docstring), the
+    random-citation baseline's value, the 95 % bootstrap interval over queries, and for CAS the paired signed test's
+    p-value (``shift_p_value``: does the mode move quality in one direction?)."""
 
     value: float
     p_value: float | None
     baseline: float | None = None
+    ci: list[float] | None = None
+    shift_p_value: float | None = None
 
 
 @dataclass
@@ -207,18 +270,44 @@ def cas_effect(mode_records: Sequence[BiasRecord], vanilla_records: Sequence[Bia
     out = {}
     for metric in METRICS:
         a, b = _values(mode_records, source, metric), _values(vanilla_records, source, metric)
-        out[metric] = Stat(value=cas(a, b), p_value=paired_p_value(a, b))
+        diffs = np.abs(np.asarray(a, dtype=float) - np.asarray(b, dtype=float))
+        out[metric] = Stat(value=cas(a, b), p_value=abs_change_p_value(a, b), ci=bootstrap_ci(diffs),
+                           shift_p_value=paired_p_value(a, b))
     return Effect(precision=out["precision"], recall=out["recall"], n=len(mode_records))
 
 
 def cab_effect(informed: Sequence[BiasRecord], counterfactual: Sequence[BiasRecord], source: CitationSource, *,
                omega: int) -> Effect:
     """CAB between the informed and counterfactual modes (records aligned by item)."""
+    return contrast_effect(informed, counterfactual, source, sign=omega)
+
+
+def contrast_effect(a_records: Sequence[BiasRecord], b_records: Sequence[BiasRecord], source: CitationSource, *,
+                    sign: int = 1) -> Effect:
+    """``sign`` · mean (M_a − M_b) over aligned queries, for precision and recall, with the paired t-test and a
+    bootstrap interval: CAB is the contrast informed − counterfactual with sign ω; the mixed grid's contrasts use
+    the same."""
+    if sign not in (1, -1):
+        raise ValueError("sign must be +1 or -1.")
     out = {}
     for metric in METRICS:
-        a, b = _values(informed, source, metric), _values(counterfactual, source, metric)
-        out[metric] = Stat(value=cab(a, b, omega), p_value=paired_p_value(a, b))
-    return Effect(precision=out["precision"], recall=out["recall"], n=len(informed))
+        a, b = _values(a_records, source, metric), _values(b_records, source, metric)
+        diffs = sign * (np.asarray(a, dtype=float) - np.asarray(b, dtype=float))
+        out[metric] = Stat(value=cab(a, b, sign), p_value=paired_p_value(a, b), ci=bootstrap_ci(diffs))
+    return Effect(precision=out["precision"], recall=out["recall"], n=len(a_records))
+
+
+def mode_tests(aligned: Mapping[str, Sequence[BiasRecord]], source: CitationSource,
+               ) -> dict[str, dict[str, float | None]]:
+    """Paired t-test p-values of precision and recall between every two modes (records aligned by item), keyed
+    ``"A vs B"`` in the modes' order: the † marks of the paper's quality tables."""
+    modes = list(aligned)
+    values = {m: {metric: _values(aligned[m], source, metric) for metric in METRICS} for m in modes}
+    out: dict[str, dict[str, float | None]] = {}
+    for i, a in enumerate(modes):
+        for b in modes[i + 1:]:
+            out[f"{a} vs {b}"] = {metric: paired_p_value(values[a][metric], values[b][metric]) for metric in METRICS}
+    return out
 
 
 # -- random-citation baseline -----------------------------------------------------------------------------------------

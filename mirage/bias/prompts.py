@@ -17,7 +17,7 @@ import yaml
 
 from ..config import ConfigError
 from ..inputs import Document
-from .protocol import BIAS_CONFIG_DIR, BiasConfig, Metadata, Mode
+from .protocol import BIAS_CONFIG_DIR, BiasConfig, Metadata
 
 _TEMPLATE_KEYS = ("name", "instruction", "template", "contextless_template", "doc_template")
 
@@ -64,7 +64,7 @@ def load_prompts(cfg: BiasConfig) -> BiasPrompts:
     )
 
 
-def mode_template(prompts: BiasPrompts, mode: Mode, metadata: Metadata) -> dict[str, str]:
+def mode_template(prompts: BiasPrompts, mode: str, metadata: Metadata) -> dict[str, str]:
     """The mirage template (name, instruction, template, contextless_template, doc_template) of ``mode``."""
     if mode == "vanilla":
         return {k: str(prompts.vanilla[k]) for k in _TEMPLATE_KEYS}

@@ -3,6 +3,11 @@
 Modes (Abolghasemi et al., 2025): ``vanilla`` shows no metadata; ``informed`` shows the true labels (the relevant
 documents carry ``relevant_side``, the others the other side); ``counterfactual`` swaps them; ``mixed`` sets the
 relevant and the non-relevant documents' sides separately (``mixed=(relevant side, non-relevant side)``).
+
+The mixed grid: a mode named ``mixed:REL-NONREL`` (``mixed:first-first``, ``mixed:second-second``, …) fixes both
+sides by name, so one run can hold every cell of the 2 × 2 grid of (relevant side, non-relevant side): informed and
+counterfactual are two of its cells, ``mixed:first-first`` and ``mixed:second-second`` the other two
+(:data:`GRID_MODES`; ``mirage bias --mixed-grid`` adds them).
 """
 
 from __future__ import annotations
@@ -20,11 +25,15 @@ from ..config import ConfigError
 
 Mode = Literal["vanilla", "informed", "counterfactual", "mixed"]
 Side = Literal["first", "second"]
-MetadataType = Literal["hai", "hai-extended", "hai-names", "gender", "race", "custom"]
+MetadataType = Literal["hai", "hai-extended", "hai-names", "hai-names-pool", "gender", "race", "custom"]
 DocSource = Literal["retrieved", "rage"]
 Rewrite = Literal["none", "relevant", "nonrelevant", "all"]
 
 MODES: tuple[Mode, ...] = get_args(Mode)
+#: The cells of the mixed grid, each named by its (relevant side, non-relevant side).
+MIXED_CELLS: tuple[str, ...] = ("mixed:first-first", "mixed:first-second", "mixed:second-first", "mixed:second-second")
+#: The modes that cover the whole grid (informed and counterfactual are its two cells with opposite sides).
+GRID_MODES: tuple[str, ...] = ("informed", "counterfactual", "mixed:first-first", "mixed:second-second")
 BIAS_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "bias"
 
 
@@ -49,11 +58,14 @@ class BiasConfig:
     ``docs``: ``retrieved`` keeps each item's own documents; ``rage`` rebuilds the non-relevant ones as the RAGE
     mixture (``rage_similar`` nearest by embedding similarity, the rest random).
     ``rewrite``: which documents are replaced by an LLM rewrite (their actual authorship becomes the second side).
+    ``n_relevant``: relevant documents per question (the questions with exactly that many are the items).
+    ``rage_embedder``: the RAGE mixture's sentence embedder (:func:`mirage.bias.rage.load_embedder`):
+    ``all-minilm-l6-v2``, ``multilingual-e5-small`` or the path of a local sentence-embedding model folder.
     """
 
     metadata: MetadataType = "hai"
     labels: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-    modes: tuple[Mode, ...] = MODES
+    modes: tuple[str, ...] = MODES
     k: int = 5
     seed: int = 42
     relevant_side: Side = "first"
@@ -65,6 +77,8 @@ class BiasConfig:
     explain: bool = False
     prompts_dir: str | None = None
     baseline_draws: int = 1000
+    n_relevant: int = 1
+    rage_embedder: str = "all-minilm-l6-v2"
 
     def __post_init__(self) -> None:
         _check("metadata", self.metadata, MetadataType)
@@ -74,7 +88,8 @@ class BiasConfig:
         if not self.modes:
             raise ConfigError("bias.modes is empty; give at least one of " + ", ".join(MODES) + ".")
         for mode in self.modes:
-            _check("modes", mode, Mode)
+            if mode not in MODES and mode not in MIXED_CELLS:
+                raise ConfigError(f"bias.modes has {mode!r}; choose from {', '.join(map(repr, MODES + MIXED_CELLS))}.")
         if len(set(self.modes)) != len(self.modes):
             raise ConfigError(f"bias.modes={list(self.modes)} repeats a mode.")
         if len(self.mixed) != 2:
@@ -95,6 +110,16 @@ class BiasConfig:
             raise ConfigError("bias.max_doc_words must be >= 1 (or null to keep documents whole).")
         if self.baseline_draws < 1:
             raise ConfigError("bias.baseline_draws must be >= 1.")
+        if not 1 <= self.n_relevant <= self.k:
+            raise ConfigError(f"bias.n_relevant={self.n_relevant} must be between 1 and k={self.k} (relevant "
+                              "documents per question).")
+        if self.docs == "rage" and self.rage_similar > self.k - self.n_relevant:
+            raise ConfigError(f"bias.rage_similar={self.rage_similar} leaves no room: k={self.k} documents hold "
+                              f"n_relevant={self.n_relevant} relevant ones, so at most {self.k - self.n_relevant} "
+                              "seemingly relevant ones.")
+        if not str(self.rage_embedder).strip():
+            raise ConfigError("bias.rage_embedder is empty; give all-minilm-l6-v2, multilingual-e5-small or the path "
+                              "of a sentence-embedding model folder.")
 
     @property
     def omega(self) -> int:
@@ -148,10 +173,31 @@ def _metadata_file(path: str) -> dict[str, Any]:
     return data
 
 
-def _side(raw: Any, where: str) -> LabelSide:
-    if not isinstance(raw, dict) or not raw.get("labels"):
-        raise ConfigError(f"{where}: needs {{name, labels: [...]}}.")
-    labels = tuple(str(label) for label in raw["labels"])
+@cache
+def read_names_pool(path: str) -> tuple[str, ...]:
+    """The full names ("First Last") of a names-pool file (``configs/bias/names_pool.yaml``: ``names`` a list of
+    ``[first, last]`` pairs, beside its provenance)."""
+    file = Path(path)
+    if not file.exists():
+        raise ConfigError(f"{file} does not exist; make it with scripts/make_names_pool.py or copy "
+                          "configs/bias/names_pool.yaml there.")
+    data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    names = data.get("names") if isinstance(data, dict) else None
+    if not names or not all(isinstance(n, list) and len(n) == 2 and all(str(w).strip() for w in n) for n in names):
+        raise ConfigError(f"{file}: 'names' must be a non-empty list of [first, last] pairs.")
+    return tuple(f"{str(first).strip()} {str(last).strip()}" for first, last in names)
+
+
+def _side(raw: Any, where: str, folder: Path) -> LabelSide:
+    """One side: ``{name, labels: [...]}``, or ``{name, pool: FILE, suffix: TEXT}`` whose labels are the names of a
+    names-pool file in ``folder``, each followed by ``suffix``."""
+    if isinstance(raw, dict) and raw.get("pool"):
+        suffix = str(raw.get("suffix") or "")
+        labels = tuple(name + suffix for name in read_names_pool(str((folder / str(raw["pool"])).resolve())))
+    elif isinstance(raw, dict) and raw.get("labels"):
+        labels = tuple(str(label) for label in raw["labels"])
+    else:
+        raise ConfigError(f"{where}: needs {{name, labels: [...]}} or {{name, pool: FILE, suffix: TEXT}}.")
     return LabelSide(name=str(raw.get("name") or labels[0]), labels=labels)
 
 
@@ -169,26 +215,47 @@ def load_metadata(cfg: BiasConfig) -> Metadata:
         first = LabelSide(name=cfg.labels[0][0], labels=tuple(cfg.labels[0]))
         second = LabelSide(name=cfg.labels[1][0], labels=tuple(cfg.labels[1]))
     else:
-        first = _side(entry.get("first"), f"{path}: {cfg.metadata}.first")
-        second = _side(entry.get("second"), f"{path}: {cfg.metadata}.second")
+        first = _side(entry.get("first"), f"{path}: {cfg.metadata}.first", path.parent)
+        second = _side(entry.get("second"), f"{path}: {cfg.metadata}.second", path.parent)
     consideration = str(entry["consideration"]).replace("{FIRST}", first.name).replace("{SECOND}", second.name)
     return Metadata(type=cfg.metadata, first=first, second=second, consideration=consideration)
 
 
-def doc_sides(relevant: tuple[bool, ...], mode: Mode, cfg: BiasConfig) -> list[Side | None]:
+def doc_sides(relevant: tuple[bool, ...], mode: str, cfg: BiasConfig) -> list[Side | None]:
     """Each document's side in ``mode`` (None everywhere in vanilla)."""
     if mode == "vanilla":
         return [None] * len(relevant)
-    if mode == "informed":
+    if mode in MIXED_CELLS:
+        rel, nonrel = mode.removeprefix("mixed:").split("-")  # type: ignore[assignment]
+    elif mode == "informed":
         rel, nonrel = cfg.relevant_side, other_side(cfg.relevant_side)
     elif mode == "counterfactual":
         rel, nonrel = other_side(cfg.relevant_side), cfg.relevant_side
-    else:
+    elif mode == "mixed":
         rel, nonrel = cfg.mixed
+    else:
+        raise ConfigError(f"Unknown mode {mode!r}; choose from {', '.join(map(repr, MODES + MIXED_CELLS))}.")
     return [rel if is_rel else nonrel for is_rel in relevant]
 
 
-def doc_labels(item_id: str, relevant: tuple[bool, ...], mode: Mode, cfg: BiasConfig,
+def mode_sides(mode: str, cfg: BiasConfig) -> tuple[Side, Side] | None:
+    """The (relevant, non-relevant) label sides of ``mode`` (None for vanilla)."""
+    rel, nonrel = doc_sides((True, False), mode, cfg)  # type: ignore[arg-type]
+    return None if rel is None or nonrel is None else (rel, nonrel)
+
+
+def grid_modes(cfg: BiasConfig) -> dict[tuple[Side, Side], str]:
+    """The run's mode for each cell (relevant side, non-relevant side) of the mixed grid that one of its modes
+    covers (the first such mode in ``cfg.modes``)."""
+    out: dict[tuple[Side, Side], str] = {}
+    for mode in cfg.modes:
+        sides = mode_sides(mode, cfg)
+        if sides is not None:
+            out.setdefault(sides, mode)
+    return out
+
+
+def doc_labels(item_id: str, relevant: tuple[bool, ...], mode: str, cfg: BiasConfig,
                metadata: Metadata) -> list[str | None]:
     """Each document's label in ``mode``. A document draws its pool index once (seeded by item and position), so
     with pools of several labels a document keeps the same index across modes and only its side changes."""

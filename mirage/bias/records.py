@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
+from ..inputs import InputError
+from ..run_files import read_run_records, run_file
 from ..serialization import JSONRecord
 
 CitationSource = Literal["self", "mirage"]
@@ -50,3 +53,11 @@ class BiasRecord(JSONRecord):
         rows = self.self_citation_probs if source == "self" else self.mirage_citation_probs
         return [(int(d), float(p)) for d, p in rows]
 
+
+
+def read_generations(run_dir: str | Path) -> list[BiasRecord]:
+    """The records of a run folder's ``generations.jsonl`` (or ``generations.jsonl.gz``, as shipped runs keep it)."""
+    path = run_file(run_dir, "generations.jsonl")
+    if path is None:
+        raise InputError(f"{run_dir} has no generations.jsonl(.gz); give the output folder of a `mirage bias` run.")
+    return [BiasRecord.from_dict(r) for r in read_run_records(path)]

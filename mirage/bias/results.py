@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..serialization import JSONRecord, library_versions
+from .explanations import ExplanationAnalysis, analyse_explanations, label_words
 from .metrics import (
     METRICS,
     Effect,
@@ -18,34 +19,68 @@ from .metrics import (
     align,
     cab_effect,
     cas_effect,
+    contrast_effect,
+    mode_tests,
     random_baseline,
     summarize_mode,
 )
-from .protocol import BiasConfig, Metadata
+from .protocol import BiasConfig, Metadata, Side, grid_modes
 from .records import SOURCES, BiasRecord, CitationSource
 
 RESULT_FORMAT = 1
 
 
+def _effect(d: dict[str, Any]) -> Effect:
+    return Effect(precision=Stat(**d["precision"]), recall=Stat(**d["recall"]), n=d["n"])
+
+
+#: The mixed grid's contrasts: name -> ((relevant, non-relevant) sides of A, of B); each is mean (M_A − M_B), signed
+#: so that a positive value is a pull toward the first label (labelling the relevant documents with it raises
+#: quality; labelling the non-relevant ones with it lowers quality). ``same label`` compares the two cells whose
+#: labels say nothing about relevance (every document first vs every document second): the mixed-mode CAB.
+GRID_CONTRASTS: dict[str, tuple[tuple[Side, Side], tuple[Side, Side]]] = {
+    "relevant label, non-relevant first": (("first", "first"), ("second", "first")),
+    "relevant label, non-relevant second": (("first", "second"), ("second", "second")),
+    "non-relevant label, relevant first": (("first", "second"), ("first", "first")),
+    "non-relevant label, relevant second": (("second", "second"), ("second", "first")),
+    "same label (mixed CAB)": (("first", "first"), ("second", "second")),
+}
+
+
+@dataclass
+class MixedGrid:
+    """The 2 × 2 grid of (relevant side, non-relevant side): each cell's mode and mean precision/recall
+    (``cells["first/second"]``), and the contrasts of :data:`GRID_CONTRASTS` over the queries present in all four."""
+
+    cells: dict[str, dict[str, Any]]
+    effects: dict[str, Effect]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MixedGrid:
+        return cls(cells=data["cells"], effects={k: _effect(e) for k, e in data["effects"].items()})
+
+
 @dataclass
 class SourceSummary:
-    """One citation set (``self`` or ``mirage``): quality per mode, CAS per non-vanilla mode, CAB, and the random
-    citer's mean precision/recall per mode (``baseline``)."""
+    """One citation set (``self`` or ``mirage``): quality per mode, CAS per non-vanilla mode, CAB, the random
+    citer's mean precision/recall per mode (``baseline``), paired tests between modes (``mode_tests["A vs B"]``:
+    precision and recall p-values) and, when the run covers it, the mixed grid."""
 
     source: str
     modes: dict[str, ModeSummary]
     cas: dict[str, Effect]
     cab: Effect | None
     baseline: dict[str, dict[str, float]] = field(default_factory=dict)
+    mode_tests: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    grid: MixedGrid | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SourceSummary:
-        def effect(d: dict[str, Any]) -> Effect:
-            return Effect(precision=Stat(**d["precision"]), recall=Stat(**d["recall"]), n=d["n"])
-
         return cls(source=data["source"], modes={m: ModeSummary(**s) for m, s in data["modes"].items()},
-                   cas={m: effect(e) for m, e in data["cas"].items()},
-                   cab=effect(data["cab"]) if data.get("cab") else None, baseline=data.get("baseline", {}))
+                   cas={m: _effect(e) for m, e in data["cas"].items()},
+                   cab=_effect(data["cab"]) if data.get("cab") else None, baseline=data.get("baseline", {}),
+                   mode_tests=data.get("mode_tests", {}),
+                   grid=MixedGrid.from_dict(data["grid"]) if data.get("grid") else None)
 
 
 @dataclass
@@ -62,11 +97,15 @@ class BiasStudyResult(JSONRecord):
     sources: dict[str, SourceSummary]
     versions: dict[str, str] = field(default_factory=dict)
     format: int = RESULT_FORMAT
+    #: the analysis of the ``--explain`` explanations (:mod:`mirage.bias.explanations`); None without them
+    explanations: ExplanationAnalysis | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BiasStudyResult:
         data = cls.known_fields(data)
         data["sources"] = {k: SourceSummary.from_dict(v) for k, v in data["sources"].items()}
+        if data.get("explanations") is not None:
+            data["explanations"] = ExplanationAnalysis.from_dict(data["explanations"])
         return cls(**data)
 
     def save(self, path: str | Path) -> None:
@@ -85,9 +124,28 @@ class BiasStudyResult(JSONRecord):
         return self.sources["mirage"]
 
 
+def mixed_grid(by_mode: dict[str, list[BiasRecord]], source: CitationSource,
+               cells: dict[tuple[Side, Side], str]) -> MixedGrid | None:
+    """The mixed grid of one citation set, when ``cells`` (:func:`mirage.bias.protocol.grid_modes`) covers all four
+    (relevant, non-relevant) side pairs; None otherwise."""
+    sides: list[tuple[Side, Side]] = [("first", "first"), ("first", "second"), ("second", "first"),
+                                      ("second", "second")]
+    if not all(c in cells and cells[c] in by_mode for c in sides):
+        return None
+    modes = [cells[c] for c in sides]
+    aligned = dict(zip(sides, align(by_mode, modes)))
+    out_cells = {}
+    for c in sides:
+        s = summarize_mode(aligned[c], source)
+        out_cells[f"{c[0]}/{c[1]}"] = {"mode": cells[c], "precision": s.precision, "recall": s.recall, "n": s.n}
+    effects = {name: contrast_effect(aligned[a], aligned[b], source) for name, (a, b) in GRID_CONTRASTS.items()}
+    return MixedGrid(cells=out_cells, effects=effects)
+
+
 def summarize_source(records: Sequence[BiasRecord], source: CitationSource, *, modes: Sequence[str], omega: int,
-                     draws: int, seed: int) -> SourceSummary:
-    """Quality, CAS, CAB and baseline of one citation set, over the items present in every mode."""
+                     draws: int, seed: int, grid: dict[tuple[Side, Side], str] | None = None) -> SourceSummary:
+    """Quality, CAS, CAB, baseline and mode-vs-mode tests of one citation set, over the items present in every
+    mode; the mixed grid when ``grid`` (cell -> mode) covers it (over the items present in its four modes)."""
     by_mode: dict[str, list[BiasRecord]] = {}
     for r in records:
         by_mode.setdefault(r.mode, []).append(r)
@@ -95,7 +153,8 @@ def summarize_source(records: Sequence[BiasRecord], source: CitationSource, *, m
     aligned = dict(zip(modes, align(by_mode, modes)))
     quality, cas_base, cab_base = random_baseline(aligned, source, omega=omega, draws=draws, seed=seed)
     summary = SourceSummary(source=source, modes={m: summarize_mode(aligned[m], source) for m in modes}, cas={},
-                            cab=None, baseline=quality)
+                            cab=None, baseline=quality, mode_tests=mode_tests(aligned, source),
+                            grid=mixed_grid(by_mode, source, grid) if grid else None)
     if "vanilla" in aligned:
         for mode in modes:
             if mode != "vanilla":
@@ -112,16 +171,19 @@ def summarize_source(records: Sequence[BiasRecord], source: CitationSource, *, m
 
 
 def summarize(records: Sequence[BiasRecord], *, cfg: BiasConfig, metadata: Metadata, model: str, data: str,
-              mirage_config: dict[str, Any]) -> BiasStudyResult:
-    """The study result of ``records`` (one per item and mode), for both citation sets."""
+              mirage_config: dict[str, Any], sources: Sequence[CitationSource] = SOURCES) -> BiasStudyResult:
+    """The study result of ``records`` (one per item and mode), for the citation sets ``sources`` (both by
+    default; answers generated elsewhere without a local model have self-citations only)."""
 
-    sources = {s: summarize_source(records, s, modes=cfg.modes, omega=cfg.omega, draws=cfg.baseline_draws,
-                                   seed=cfg.seed) for s in SOURCES}
-    n_items = max((s.n for src in sources.values() for s in src.modes.values()), default=0)
+    by_source = {s: summarize_source(records, s, modes=cfg.modes, omega=cfg.omega, draws=cfg.baseline_draws,
+                                     seed=cfg.seed, grid=grid_modes(cfg)) for s in sources}
+    n_items = max((s.n for src in by_source.values() for s in src.modes.values()), default=0)
+    meta = {"type": metadata.type, "first": metadata.first.name, "second": metadata.second.name,
+            "first_labels": list(metadata.first.labels), "second_labels": list(metadata.second.labels),
+            "consideration": metadata.consideration}
+    explained = any(r.explanation is not None for r in records)
     return BiasStudyResult(
-        model=model, data=data,
-        metadata={"type": metadata.type, "first": metadata.first.name, "second": metadata.second.name,
-                  "first_labels": list(metadata.first.labels), "second_labels": list(metadata.second.labels),
-                  "consideration": metadata.consideration},
-        config=json.loads(json.dumps(cfg.to_dict())), mirage_config=json.loads(json.dumps(mirage_config)), n_items=n_items, omega=cfg.omega, sources=sources,
+        model=model, data=data, metadata=meta,
+        explanations=analyse_explanations(records, label_words=label_words(meta)) if explained else None,
+        config=json.loads(json.dumps(cfg.to_dict())), mirage_config=json.loads(json.dumps(mirage_config)), n_items=n_items, omega=cfg.omega, sources=by_source,
         versions=library_versions())

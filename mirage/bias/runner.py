@@ -24,7 +24,7 @@ from ..sharding import owns
 from ..tokenization import encode_chat, encode_plain
 from .items import BiasItem
 from .prompts import BiasPrompts, labelled_docs, load_prompts, mode_template, write_template
-from .protocol import BiasConfig, Metadata, Mode, doc_labels, load_metadata
+from .protocol import BiasConfig, Metadata, doc_labels, load_metadata
 from .records import BiasRecord
 
 
@@ -71,7 +71,7 @@ def mirage_citation_probabilities(res: AttributionResult, token_probs: Sequence[
     return out
 
 
-def record_key(item: BiasItem, mode: Mode, labels: Sequence[str | None], template: dict[str, str],
+def record_key(item: BiasItem, mode: str, labels: Sequence[str | None], template: dict[str, str],
                mirage_config: MirageConfig, model: str, explain: bool) -> str:
     """Identifies a generation by everything that determines it, so a re-run skips exactly the finished ones."""
     digest = content_key([item.to_dict(), mode, list(labels), template, mirage_config.to_dict(), model, explain],
@@ -84,7 +84,7 @@ class PlannedGeneration:
     """An item in one mode: its labels, mirage config (with the mode's prompt file) and key."""
 
     item: BiasItem
-    mode: Mode
+    mode: str
     labels: tuple[str | None, ...]
     config: MirageConfig
     key: str
@@ -107,7 +107,7 @@ class BiasStudy:
 
     def plan(self, items: Sequence[BiasItem]) -> list[PlannedGeneration]:
         """Every (item, mode) of the study, in item order."""
-        paths: dict[Mode, tuple[dict[str, str], Path]] = {}
+        paths: dict[str, tuple[dict[str, str], Path]] = {}
         for mode in self.cfg.modes:
             template = mode_template(self.prompts, mode, self.metadata)
             paths[mode] = (template, write_template(template, self.template_dir))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..experiment import ExperimentConfig
@@ -26,6 +26,7 @@ from ..sharding import in_shards
 from .items import (
     BiasItem,
     beir_items,
+    beir_relevant_counts,
     detect_format,
     load_beir_hub,
     load_msmarco,
@@ -36,12 +37,14 @@ from .items import (
     read_beir,
     read_items,
     read_run,
+    relevant_counts_note,
     write_items,
     xor_distractor_pool,
     xor_items,
+    xor_relevant_counts,
 )
 from .protocol import BiasConfig, load_metadata
-from .rage import Embedder, MiniLMEmbedder, rage_items
+from .rage import Embedder, load_embedder, rage_items
 from .results import BiasStudyResult, summarize
 from .rewrite import rewrite_items
 from .runner import BiasStudy
@@ -52,19 +55,29 @@ RAGE_POOL_SIZE = 20000
 
 
 def build_items(data: str, cfg: BiasConfig, *, limit: int | None = None, split: str = "test",
-                embed: Embedder | None = None) -> list[BiasItem]:
+                embed: Embedder | None = None, run: Mapping[str, Sequence[str]] | str | Path | None = None,
+                ) -> list[BiasItem]:
     """Items from DATA: an XOR-AttriQA-match file or folder, a BEIR folder (optionally with ``answers.jsonl``
     {"_id", "answers"} and a TREC run ``run.trec`` giving the non-relevant documents), a JSONL of prepared items,
-    or ``nq`` / ``msmarco`` from the hub. With ``cfg.docs == "rage"`` the non-relevant documents become the RAGE
-    mixture (``embed`` defaults to all-MiniLM-L6-v2). XOR-AttriQA rows that cannot be used are skipped, each printed
+    or ``nq`` / ``msmarco`` from the hub. ``run`` (a TREC run file, or query id → doc ids best first, as
+    :mod:`~mirage.bias.retrieval` writes them) replaces a BEIR folder's ``run.trec``; InputError for other data.
+    Only the questions with exactly ``cfg.n_relevant`` relevant documents become items (prepared items are kept as
+    they are). With ``cfg.docs == "rage"``
+    the non-relevant documents become the RAGE mixture (``embed`` defaults to the embedder ``cfg.rage_embedder``
+    names, :func:`~mirage.bias.rage.load_embedder`). XOR-AttriQA rows that cannot be used are skipped, each printed
     to stderr as ``skipped FILE:LINE: reason`` (before any model is loaded)."""
     kind = detect_format(data)
+    if run is not None and kind not in ("beir", "nq"):
+        raise InputError(f"{data}: a retriever's run gives the documents of BEIR data (a BEIR folder or nq), not of "
+                         f"{'prepared items' if kind == 'items' else kind} data.")
     pool = None
+    counts: list[int] = []  # relevant documents per question, for the message when none has cfg.n_relevant
     if kind == "xor":
         rows, bad = load_xor_rows(data)
         for row in bad:
             print(f"skipped {row}", file=sys.stderr)
-        items = xor_items(rows, k=cfg.k, seed=cfg.seed, max_doc_words=cfg.max_doc_words)
+        items = xor_items(rows, k=cfg.k, seed=cfg.seed, max_doc_words=cfg.max_doc_words, n_relevant=cfg.n_relevant)
+        counts = xor_relevant_counts(rows)
         if cfg.docs == "rage":
             pool = xor_distractor_pool(rows, cfg.max_doc_words)
     elif kind in ("beir", "nq"):
@@ -72,42 +85,52 @@ def build_items(data: str, cfg: BiasConfig, *, limit: int | None = None, split: 
             beir = read_beir(data, split=split)
             folder = Path(data)
             answers = read_answers(folder / "answers.jsonl") if (folder / "answers.jsonl").exists() else None
-            run = read_run(folder / "run.trec") if (folder / "run.trec").exists() else None
+            if run is None and (folder / "run.trec").exists():
+                run = folder / "run.trec"
         else:  # pragma: no cover - needs the model hub
-            beir, answers, run = load_beir_hub("nq", split=split), load_nq_answers(), None
+            beir, answers = load_beir_hub("nq", split=split), load_nq_answers()
+        if isinstance(run, (str, Path)):
+            run = read_run(run)
         items = beir_items(beir, k=cfg.k, seed=cfg.seed, answers=answers, run=run, max_doc_words=cfg.max_doc_words,
-                           source=kind)
+                           source=kind, n_relevant=cfg.n_relevant)
+        counts = beir_relevant_counts(beir)
         if cfg.docs == "rage":
             ids = sorted(beir.corpus)
             ids = random.Random(f"{cfg.seed}:rage-pool").sample(ids, min(RAGE_POOL_SIZE, len(ids)))
             positives = {d for q in beir.qrels.values() for d, s in q.items() if s > 0}
             pool = [beir.corpus[d] for d in ids if d not in positives]
     elif kind == "msmarco":  # pragma: no cover - needs the model hub
-        items = msmarco_items(load_msmarco("validation"), k=cfg.k, seed=cfg.seed, max_doc_words=cfg.max_doc_words)
+        items = msmarco_items(load_msmarco("validation"), k=cfg.k, seed=cfg.seed, max_doc_words=cfg.max_doc_words,
+                              n_relevant=cfg.n_relevant)
     else:
         items = read_items(data)
         if cfg.docs == "rage":
             raise InputError("--docs rage needs the source data (XOR-AttriQA or BEIR), not prepared items.")
+    if items and counts and cfg.n_relevant > 1:  # the default (one) leaves the others out silently, as it always did
+        print(f"{relevant_counts_note(counts, cfg.n_relevant)}; the others are left out.", file=sys.stderr)
     if not items:
-        raise InputError(f"{data}: no question with exactly one relevant document.")
+        note = f" ({relevant_counts_note(counts, cfg.n_relevant)}); choose another --n-relevant" if counts else ""
+        raise InputError(f"{data}: no question with exactly {cfg.n_relevant} relevant document(s){note}.")
     if limit is not None:
         items = items[:limit]
     if pool is not None:
         items = rage_items(items, pool, k=cfg.k, n_similar=cfg.rage_similar, seed=cfg.seed,
-                           embed=embed or MiniLMEmbedder())
+                           embed=embed or load_embedder(cfg.rage_embedder))
     return items
 
 
 def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_dir: str | Path, limit: int | None = None,
                    split: str = "test", rewriter: LoadedModel | None = None, progress: Progress | None = None,
-                   compare: Sequence[BiasStudyResult] = (), embed: Embedder | None = None) -> BiasStudyResult | None:
-    """Build the items, run every (item, mode) not yet in ``DIR/generations.jsonl``, and write the results, tables
-    and CAB figure. ``rewriter`` rewrites documents when ``cfg.rewrite`` asks (default: the studied model).
+                   compare: Sequence[BiasStudyResult] = (), embed: Embedder | None = None,
+                   run: Mapping[str, Sequence[str]] | str | Path | None = None) -> BiasStudyResult | None:
+    """Build the items (``run``: a retriever's ranking for BEIR data, see :func:`build_items`), run every
+    (item, mode) not yet in ``DIR/generations.jsonl``, and write the results, tables and CAB figure.
+    ``rewriter`` rewrites documents when ``cfg.rewrite`` asks (default: the studied model).
     Under a launcher each rank generates its shard (:mod:`mirage.sharding`); rank 0 returns the result, other
     ranks None. Document rewriting is not sharded: every rank rewrites (the same, greedy) documents."""
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    items = build_items(data, cfg, limit=limit, split=split, embed=embed)  # bad data fails before the model loads
+    items = build_items(data, cfg, limit=limit, split=split, embed=embed, run=run)  # bad data fails before the model
     mirage = resolve_mirage(mirage)
     if cfg.rewrite != "none":
         from .prompts import load_prompts
@@ -136,3 +159,24 @@ def write_outputs(result: BiasStudyResult, out_dir: str | Path, *, compare: Sequ
     (out_dir / "tables.md").write_text(render_markdown(result), encoding="utf-8")
     fig = plot_cab([result, *compare])
     fig.savefig(out_dir / "cab.png", dpi=120)
+
+
+def summarize_run(run_dir: str | Path, *, compare: Sequence[BiasStudyResult] = ()) -> BiasStudyResult:
+    """Summarize a run folder again from its generations, generating nothing (after the summary's code changed, or
+    to summarize a stopped run): its ``results.json`` says the study's settings; ``results.json``, ``tables.md``
+    and ``cab.png`` are rewritten."""
+    from ..run_files import read_json, run_file
+    from .records import read_generations
+
+    run_dir = Path(run_dir)
+    path = run_file(run_dir, "results.json")
+    if path is None:
+        raise InputError(f"{run_dir} has no results.json to take the study's settings from; run `mirage bias` there.")
+    old = BiasStudyResult.from_dict(read_json(path))
+    cfg = BiasConfig.from_dict(old.config)
+    records = read_generations(run_dir)
+    sources = tuple(old.sources)
+    result = summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=old.model, data=old.data,
+                       mirage_config=old.mirage_config, sources=sources)  # type: ignore[arg-type]
+    write_outputs(result, run_dir, compare=compare)
+    return result

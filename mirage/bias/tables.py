@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .metrics import Effect, Stat
+from .explanations import render_explanations
+from .metrics import Stat
 from .protocol import BiasConfig, doc_sides
 from .results import BiasStudyResult, SourceSummary
 
@@ -34,26 +35,69 @@ def _stat(stat: Stat) -> str:
 
 def _mode_labels(result: BiasStudyResult, mode: str) -> str:
     cfg = BiasConfig.from_dict(result.config)
-    rel, nonrel = doc_sides((True, False), mode, cfg)  # type: ignore[arg-type]
-    if rel is None:
+    rel, nonrel = doc_sides((True, False), mode, cfg)
+    if rel is None or nonrel is None:
         return "none"
-    name = {"first": result.metadata["first"], "second": result.metadata["second"]}
-    return f"{name[rel]} / {name[nonrel]}"
+    return f"{_side_name(result, rel)} / {_side_name(result, nonrel)}"
+
+
+def _side_name(result: BiasStudyResult, side: str) -> str:
+    return str(result.metadata[side])
+
+
+def _dagger(source: SourceSummary, mode: str, metric: str) -> str:
+    """† when the mode differs from vanilla on ``metric`` at p < 0.05 (paired t-test), as the paper marks it."""
+    p = source.mode_tests.get(f"vanilla vs {mode}", {}).get(metric)
+    return "†" if p is not None and p < 0.05 else ""
 
 
 def quality_table(result: BiasStudyResult, source: SourceSummary) -> str:
-    """Attribution quality per mode (percentages; AC as probabilities in %, with the number of citations)."""
+    """Attribution quality per mode (percentages; † = differs from vanilla at p < 0.05; AC as probabilities in %,
+    with the number of citations and the Welch test of relevant vs non-relevant)."""
     lines = [("| Mode | Labels (relevant / non-relevant) | Precision | Recall | F1 | Citations | No citation | "
-             "Length (words) | EM | AC relevant | AC non-relevant | Random P | Random R |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "Length (words) | EM | AC relevant | AC non-relevant | AC p | Random P | Random R |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for mode, s in source.modes.items():
         base = source.baseline.get(mode, {})
         lines.append(
-            f"| {mode} | {_mode_labels(result, mode)} | {_pct(s.precision)} | {_pct(s.recall)} | {_pct(s.f1)} | "
+            f"| {mode} | {_mode_labels(result, mode)} | {_pct(s.precision)}{_dagger(source, mode, 'precision')} | "
+            f"{_pct(s.recall)}{_dagger(source, mode, 'recall')} | {_pct(s.f1)} | "
             f"{s.n_citations:.2f} | {_pct(s.no_citation)} | {s.length:.1f} | {_pct(s.correct)} | "
             f"{_ac(s.ac_relevant, s.n_ac_relevant)} | {_ac(s.ac_nonrelevant, s.n_ac_nonrelevant)} | "
-            f"{_pct(base.get('precision'))} | {_pct(base.get('recall'))} |")
+            f"{_p(s.ac_p_value)} | {_pct(base.get('precision'))} | {_pct(base.get('recall'))} |")
     return "\n".join(lines)
+
+
+def mode_tests_table(source: SourceSummary) -> str:
+    """Paired t-test p-values of precision and recall between every two modes."""
+    if not source.mode_tests:
+        return "(one mode only.)"
+    lines = ["| Modes | p precision | p recall |", "|---|---|---|"]
+    for pair, ps in source.mode_tests.items():
+        lines.append(f"| {pair} | {_p(ps.get('precision'))} | {_p(ps.get('recall'))} |")
+    return "\n".join(lines)
+
+
+def grid_table(result: BiasStudyResult, source: SourceSummary) -> str:
+    """The mixed grid: each cell's precision and recall, then each contrast with its test and interval."""
+    grid = source.grid
+    if grid is None:
+        return "(The mixed grid needs all four (relevant, non-relevant) label pairs: run with --mixed-grid.)"
+    lines = ["| Relevant / non-relevant labels | Mode | Precision | Recall | Queries |", "|---|---|---|---|---|"]
+    for key, cell in grid.cells.items():
+        rel, nonrel = key.split("/")
+        lines.append(f"| {_side_name(result, rel)} / {_side_name(result, nonrel)} | {cell['mode']} | "
+                     f"{_pct(cell['precision'])} | {_pct(cell['recall'])} | {cell['n']} |")
+    lines += ["", "| Contrast (+ = toward " + _side_name(result, "first") + ") | precision | p | 95 % CI | recall | p | "
+              "95 % CI | Queries |", "|---|---|---|---|---|---|---|---|"]
+    for name, e in grid.effects.items():
+        lines.append(f"| {name} | {_stat(e.precision)} | {_p(e.precision.p_value)} | {_ci(e.precision.ci)} | "
+                     f"{_stat(e.recall)} | {_p(e.recall.p_value)} | {_ci(e.recall.ci)} | {e.n} |")
+    return "\n".join(lines)
+
+
+def _ci(ci: list[float] | None) -> str:
+    return "–" if ci is None else f"[{_pct(ci[0], 2)}, {_pct(ci[1], 2)}]"
 
 
 def _ac(value: float | None, n: int) -> str:
@@ -61,10 +105,15 @@ def _ac(value: float | None, n: int) -> str:
 
 
 def cas_table(source: SourceSummary) -> str:
-    lines = ["| Mode vs vanilla | CAS precision | p | CAS recall | p | Random CAS P | Random CAS R | Queries |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [("| Mode vs vanilla | CAS precision | p | 95 % CI | shift p | CAS recall | p | 95 % CI | shift p | "
+             "Random CAS P | Random CAS R | Queries |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for mode, e in source.cas.items():
-        lines.append(_effect_row(mode, e))
+        lines.append(
+            f"| {mode} | {_stat(e.precision)} | {_p(e.precision.p_value)} | {_ci(e.precision.ci)} | "
+            f"{_p(e.precision.shift_p_value)} | {_stat(e.recall)} | {_p(e.recall.p_value)} | {_ci(e.recall.ci)} | "
+            f"{_p(e.recall.shift_p_value)} | {_pct(e.precision.baseline, 2)} | {_pct(e.recall.baseline, 2)} | "
+            f"{e.n} |")
     return "\n".join(lines) if source.cas else "(CAS needs the vanilla mode and another mode.)"
 
 
@@ -72,15 +121,13 @@ def cab_table(result: BiasStudyResult, source: SourceSummary) -> str:
     if source.cab is None:
         return "(CAB needs the informed and counterfactual modes.)"
     first = result.metadata["first"]
-    lines = ["| ω | CAB precision | p | CAB recall | p | Random CAB P | Random CAB R | Queries |",
-             "|---|---|---|---|---|---|---|---|",
-             _effect_row(f"{result.omega:+d}", source.cab)]
+    e = source.cab
+    lines = ["| ω | CAB precision | p | 95 % CI | CAB recall | p | 95 % CI | Random CAB P | Random CAB R | Queries |",
+             "|---|---|---|---|---|---|---|---|---|---|",
+             (f"| {result.omega:+d} | {_stat(e.precision)} | {_p(e.precision.p_value)} | {_ci(e.precision.ci)} | "
+             f"{_stat(e.recall)} | {_p(e.recall.p_value)} | {_ci(e.recall.ci)} | {_pct(e.precision.baseline, 2)} | "
+             f"{_pct(e.recall.baseline, 2)} | {e.n} |")]
     return "\n".join(lines) + f"\n\nPositive CAB = bias toward **{first}**."
-
-
-def _effect_row(name: str, e: Effect) -> str:
-    return (f"| {name} | {_stat(e.precision)} | {_p(e.precision.p_value)} | {_stat(e.recall)} | "
-            f"{_p(e.recall.p_value)} | {_pct(e.precision.baseline, 2)} | {_pct(e.recall.baseline, 2)} | {e.n} |")
 
 
 def side_by_side(result: BiasStudyResult) -> str:
@@ -115,8 +162,11 @@ def render_markdown(result: BiasStudyResult) -> str:
         f"(relevant documents labelled {md[cfg['relevant_side']]} in the informed mode)."),
         "",
         ("Values are percentages. CAS = mean |M_mode − M_vanilla|; CAB = ω · mean (M_informed − M_counterfactual). "
-        "p: paired t-test; * p < 0.05, ** p < 0.01. Random: a citer that cites as many documents as the model, "
-        "uniformly at random. MIRAGE's citations are computed on the same answers with the citation marks removed."),
+        "CAS p: one-sided t-test that the mean absolute change exceeds 0 (shift p: the paired signed t-test); "
+        "CAB and contrast p: paired t-test; 95 % CI: bootstrap over queries; * p < 0.05, ** p < 0.01; † differs from "
+        "vanilla at p < 0.05 (paired t-test); AC p: Welch t-test of the confidence of citations to relevant vs "
+        "non-relevant documents. Random: a citer that cites as many documents as the model, uniformly at random. "
+        "MIRAGE's citations are computed on the same answers with the citation marks removed."),
         "",
         "## Side by side",
         "",
@@ -124,8 +174,14 @@ def render_markdown(result: BiasStudyResult) -> str:
     ]
     for key, source in result.sources.items():
         out += ["", f"## {SOURCE_TITLES.get(key, key)}", "", "### Attribution quality per mode", "",
-                quality_table(result, source), "", "### Attribution sensitivity (CAS)", "", cas_table(source), "",
+                quality_table(result, source), "", "### Mode against mode (paired t-tests)", "",
+                mode_tests_table(source), "", "### Attribution sensitivity (CAS)", "", cas_table(source), "",
                 "### Attribution bias (CAB)", "", cab_table(result, source)]
+        if source.grid is not None:
+            out += ["", "### Mixed grid (relevant × non-relevant labels)", "", grid_table(result, source)]
+    if result.explanations is not None:
+        out += ["", "## Explanations (what the model says about its citations, `--explain`)", "",
+                render_explanations(result.explanations)]
     return "\n".join(out) + "\n"
 
 

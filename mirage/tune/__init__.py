@@ -1,0 +1,62 @@
+"""Citation fine-tuning: teach a model to write ``[n]`` citations of the documents it used, with mirage as a training
+signal and as the judge (RAGE's two steps: supervised fine-tuning, then a reward stage; LoRA adapters).
+
+    from mirage.tune import TuneConfig, build_gold, train_sft, load_tuned
+    examples, report = build_gold(["train.jsonl", "val.jsonl"], ["eli5_alce_prompt.json"])
+    run = train_sft(TuneConfig(data=("gold.jsonl",)), "out/sft")
+    lm = load_tuned(run.adapter_dir)                    # Mirage(lm) attributes with the tuned model
+
+Stages, each a module: :mod:`~mirage.tune.config` (the settings), :mod:`~mirage.tune.data` (training sets),
+:mod:`~mirage.tune.sft`, :mod:`~mirage.tune.reward` (the reward terms and the judge), :mod:`~mirage.tune.grpo` (the
+reward stage), :mod:`~mirage.tune.adapters` (saving, loading, refusing adapters), :mod:`~mirage.tune.evaluate`
+(does the model cite?) and :mod:`~mirage.tune.cli` (``mirage tune``). Training needs the ``tune`` extra (trl, peft).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .adapters import AdapterError, AdapterInfo, apply_adapter, load_tuned, save_adapter
+    from .config import LoraSettings, RewardSettings, TrainSettings, TuneConfig
+    from .data import TrainingExample, build_gold, internals_examples, read_examples, write_examples
+    from .evaluate import CitationEval, evaluate_citations
+    from .grpo import RewardRun, train_reward
+    from .reward import CitationJudge, RewardTerms
+    from .sft import SFTRun, train_sft
+
+#: Imported on first access: training brings torch, trl and peft, and ``mirage tune --help`` should not.
+_LAZY = {"AdapterError": "adapters", "AdapterInfo": "adapters", "apply_adapter": "adapters", "load_tuned": "adapters",
+         "save_adapter": "adapters", "LoraSettings": "config", "RewardSettings": "config", "TrainSettings": "config",
+         "TuneConfig": "config", "TrainingExample": "data", "build_gold": "data", "internals_examples": "data",
+         "read_examples": "data", "write_examples": "data", "CitationEval": "evaluate",
+         "evaluate_citations": "evaluate", "RewardRun": "grpo", "train_reward": "grpo", "CitationJudge": "reward",
+         "RewardTerms": "reward", "SFTRun": "sft", "train_sft": "sft"}
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+
+__all__ = [
+    "AdapterError",
+    "AdapterInfo",
+    "CitationEval",
+    "CitationJudge",
+    "LoraSettings",
+    "RewardRun",
+    "RewardSettings",
+    "RewardTerms",
+    "SFTRun",
+    "TrainSettings",
+    "TrainingExample",
+    "TuneConfig",
+    "apply_adapter",
+    "build_gold",
+    "evaluate_citations",
+    "internals_examples",
+    "load_tuned",
+    "read_examples",
+    "save_adapter",
+    "train_reward",
+    "train_sft",
+    "write_examples",
+]

@@ -1,0 +1,195 @@
+"""LoRA adapters with the base model they belong to: saved beside a metadata file, refused on another base model.
+
+    info = save_adapter(peft_model, "out/adapter", base_name="smollm2-135m-instruct", prompt=cfg.prompt)
+    lm = load_tuned("out/adapter")                 # the base model (by its name) with the adapter merged in
+    lm = apply_adapter(load_model("smollm2-135m-instruct"), "out/adapter")   # onto a model already loaded
+
+The adapter folder is peft's (``adapter_config.json``, ``adapter_model.safetensors``) plus ``mirage-adapter.json``
+(:class:`AdapterInfo`): the base model's name, a fingerprint of its architecture and weights, the prompt the
+adapter was trained with, and the training settings. Applying it to a model whose fingerprint differs raises
+:class:`AdapterError` naming both models.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..config import PromptConfig
+from ..models import LoadedModel, ModelLoadError, load_model
+from ..serialization import JSONRecord, library_versions
+
+if TYPE_CHECKING:
+    import torch
+
+ADAPTER_INFO = "mirage-adapter.json"
+ADAPTER_FORMAT = 1
+#: Input-embedding rows, evenly spaced over the vocabulary, that identify the base model's weights.
+_FINGERPRINT_ROWS = 64
+#: Relative tolerance of the weight sums: the same weights in fp32, bf16 or fp16 agree within it; two different
+#: models (even two random initialisations of one architecture) do not come near it.
+_FINGERPRINT_RTOL = 2e-2
+
+
+class AdapterError(ModelLoadError):
+    """An adapter folder that cannot be used: missing, unreadable, or trained on another base model."""
+
+
+@dataclass
+class AdapterInfo(JSONRecord):
+    """What an adapter was trained on: ``base_model`` (the name it was loaded by), ``architecture`` (model type and
+    sizes), ``digest`` (a hash of some input-embedding rows rounded to bf16: the same for the same weights loaded in
+    fp32 or bf16, different for a fine-tuned variant) and ``weights`` (those rows' sums, then their absolute sums:
+    the same within :data:`_FINGERPRINT_RTOL` in any dtype), ``prompt`` (the
+    :class:`~mirage.config.PromptConfig` of its training prompts), ``stage`` (``sft`` or ``reward``) and
+    ``training`` (the :class:`~mirage.tune.config.TuneConfig` as a dict, with the data it saw)."""
+
+    base_model: str
+    architecture: dict[str, Any]
+    digest: str
+    weights: list[float]
+    prompt: dict[str, Any] = field(default_factory=dict)
+    stage: str = "sft"
+    training: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    format: int = ADAPTER_FORMAT
+
+
+def architecture(model: Any) -> dict[str, Any]:
+    """The model type and the sizes an adapter's shapes depend on."""
+    config = model.config
+    keys = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "intermediate_size")
+    return {key: getattr(config, key) for key in keys if getattr(config, key, None) is not None}
+
+
+def _fingerprint_rows(model: Any) -> torch.Tensor:
+    """``[n_rows, hidden]``: input-embedding rows evenly spaced over the vocabulary, in fp32 on the CPU."""
+    import torch
+
+    weight = model.get_input_embeddings().weight
+    index = torch.linspace(0, weight.shape[0] - 1, _FINGERPRINT_ROWS).long().unique().to(weight.device)
+    with torch.no_grad():
+        return weight.index_select(0, index).detach().float().cpu()
+
+
+def weight_digest(model: Any) -> str:
+    """A hash of the fingerprint rows rounded to bf16: the same whether the weights were loaded in fp32 or bf16."""
+    import hashlib
+
+    import torch
+
+    rows = _fingerprint_rows(model).to(torch.bfloat16).view(torch.int16).numpy()
+    return hashlib.sha256(rows.tobytes()).hexdigest()[:32]
+
+
+def weight_fingerprint(model: Any) -> list[float]:
+    """Sums, then absolute sums, of the fingerprint rows (fp32): equal for the same weights in any dtype, within
+    :data:`_FINGERPRINT_RTOL`."""
+    import torch
+
+    rows = _fingerprint_rows(model)
+    return [round(float(v), 6) for v in torch.cat([rows.sum(dim=1), rows.abs().sum(dim=1)])]
+
+
+def _same_weights(a: list[float], b: list[float]) -> bool:
+    if len(a) != len(b):
+        return False
+    scale = max((abs(v) for v in a + b), default=1.0) or 1.0
+    return all(math.isclose(x, y, rel_tol=_FINGERPRINT_RTOL, abs_tol=_FINGERPRINT_RTOL * scale / 10)
+               for x, y in zip(a, b))
+
+
+def describe(arch: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in arch.items())
+
+
+def save_adapter(model: Any, directory: str | Path, *, base_name: str, prompt: PromptConfig | None = None,
+                 stage: str = "sft", training: dict[str, Any] | None = None) -> AdapterInfo:
+    """Save a peft model's adapter to ``directory`` with its :class:`AdapterInfo` (``base_name``: the name the base
+    model loads by, which :func:`load_tuned` uses)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    adapters = list(getattr(model, "peft_config", {}) or {})
+    # the trained adapter only: a reward stage also holds a frozen "ref" copy (trl's KL reference)
+    model.save_pretrained(str(directory), selected_adapters=["default"] if "default" in adapters else None)
+    base = model.get_base_model()
+    info = AdapterInfo(base_model=base_name, architecture=architecture(base), digest=weight_digest(base),
+                       weights=weight_fingerprint(base),
+                       prompt=dataclasses.asdict(prompt or PromptConfig()), stage=stage, training=training or {},
+                       versions=library_versions())
+    (directory / ADAPTER_INFO).write_text(json.dumps(info.to_dict(), indent=1, ensure_ascii=False) + "\n",
+                                          encoding="utf-8")
+    return info
+
+
+def read_adapter_info(directory: str | Path) -> AdapterInfo:
+    """The :class:`AdapterInfo` of an adapter folder; AdapterError when it is not a mirage adapter folder."""
+    directory = Path(directory)
+    meta = directory / ADAPTER_INFO
+    if not directory.is_dir() or not (directory / "adapter_config.json").is_file():
+        raise AdapterError(f"{directory} is not an adapter folder (no adapter_config.json); give the folder "
+                           "`mirage tune sft -o DIR` wrote its adapter to (DIR/adapter).")
+    if not meta.is_file():
+        raise AdapterError(f"{directory} has no {ADAPTER_INFO}, so its base model is unknown; mirage loads only "
+                           "adapters it saved (mirage.tune.adapters.save_adapter), which name their base model.")
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        info = AdapterInfo.from_dict(data)
+    except (ValueError, TypeError) as err:
+        raise AdapterError(f"{meta} cannot be read ({err}); save the adapter again.") from err
+    if info.format != ADAPTER_FORMAT:
+        raise AdapterError(f"{meta} has format {info.format}; this mirage reads format {ADAPTER_FORMAT}.")
+    return info
+
+
+def is_base_of(info: AdapterInfo, lm: LoadedModel) -> bool:
+    """Whether ``lm`` holds the weights the adapter was trained on: the same architecture and :func:`weight_digest`
+    (fp32 or bf16), or, under the name the adapter records (loaded in another dtype, fp16), the same
+    :func:`weight_fingerprint` within its tolerance."""
+    if architecture(lm.model) != info.architecture:
+        return False
+    if weight_digest(lm.model) == info.digest:
+        return True
+    return lm.name == info.base_model and _same_weights(weight_fingerprint(lm.model), info.weights)
+
+
+def check_base(info: AdapterInfo, lm: LoadedModel, directory: str | Path) -> None:
+    """AdapterError unless ``lm`` is the base model the adapter was trained on (:func:`is_base_of`)."""
+    arch = architecture(lm.model)
+    if not is_base_of(info, lm):
+        why = (f"its architecture differs ({describe(arch)} against {describe(info.architecture)})"
+               if arch != info.architecture else "its weights differ")
+        raise AdapterError(f"the adapter {directory} was trained on the base model {info.base_model!r}, and the "
+                           f"model {lm.name!r} is another one ({why}); load the adapter onto {info.base_model!r} "
+                           f"(mirage.tune.adapters.load_tuned({str(directory)!r})).")
+
+
+def apply_adapter(lm: LoadedModel, directory: str | Path, *, merge: bool = True) -> LoadedModel:
+    """``lm`` with the adapter of ``directory``: merged into its weights (``merge``, a plain model again, which
+    every mirage stage takes), or as a peft model. The base model's modules are changed in place. AdapterError when
+    the adapter belongs to another base model (:func:`check_base`)."""
+    from peft import PeftModel
+
+    info = read_adapter_info(directory)
+    check_base(info, lm, directory)
+    tuned = PeftModel.from_pretrained(lm.model, str(directory))
+    model = tuned.merge_and_unload() if merge else tuned
+    model.eval()
+    return LoadedModel(model=model, tokenizer=lm.tokenizer, name=f"{info.base_model}+{Path(directory).name}",
+                       is_encoder_decoder=lm.is_encoder_decoder, use_chat_template=lm.use_chat_template,
+                       context_window=lm.context_window)
+
+
+def load_tuned(directory: str | Path, *, device: str | torch.device | None = None,
+               dtype: str | torch.dtype | None = None, merge: bool = True) -> LoadedModel:
+    """The adapter's base model (loaded by the name it records, :func:`mirage.models.load_model`) with the adapter
+    applied (:func:`apply_adapter`), and the chat-template choice it was trained with."""
+    info = read_adapter_info(directory)
+    lm = load_model(info.base_model, device=device, dtype=dtype,
+                    use_chat_template=info.prompt.get("chat_template"))
+    return apply_adapter(lm, directory, merge=merge)

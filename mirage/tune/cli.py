@@ -1,0 +1,257 @@
+"""``mirage tune``: citation fine-tuning (training data, SFT with a LoRA adapter, and its evaluation).
+
+    mirage tune data gold --xor train.jsonl val.jsonl [--eli5-demos eli5_alce_prompt.json] -o gold.jsonl
+    mirage tune data internals --xor train.jsonl [--alce FILE] [--model NAME] [--max-new-tokens N] -o internals.jsonl
+    mirage tune sft [--config configs/tune/sft.yaml] [--model NAME] [--data FILE...] -o DIR
+    mirage tune reward [--config configs/tune/reward.yaml] [--adapter SFT_DIR/adapter] -o DIR
+    mirage tune eval DATA... [--adapter DIR | --model NAME] [--limit N] [--max-new-tokens N] -o OUT.json
+
+Parsing imports neither torch nor trl: each handler imports what it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..config import ConfigError, PromptConfig
+from ..experiment import non_negative_int, positive_int
+from ..progress import terminal_progress
+
+if TYPE_CHECKING:
+    from .data import BuildReport, TrainingExample
+
+TUNE_HELP = ("citation fine-tuning: build training data, train a LoRA adapter (SFT, then a reward stage), evaluate "
+             "its citations")
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "tune" / "sft.yaml"
+
+
+def _print_bad(rows: list[str]) -> None:
+    for row in rows:
+        print(f"skipped {row}", file=sys.stderr)
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    """``mirage tune data {gold,internals}``: write a training set."""
+    from .data import BuildReport, build_gold, write_examples
+
+    if args.mode == "gold":
+        if args.alce:
+            raise ConfigError("--alce gives questions for the internals mode; gold data comes from --xor and "
+                              "--eli5-demos.")
+        examples, report = build_gold(args.xor or [], args.eli5_demos or [], text=args.text,
+                                      keep_unsupported=args.keep_unsupported)
+    else:
+        if args.eli5_demos:
+            raise ConfigError("--eli5-demos are gold answers; the internals mode takes questions from --xor and "
+                              "--alce.")
+        examples, report = _internals(args)
+    if args.limit is not None:
+        examples = examples[: args.limit]
+    path = write_examples(examples, args.output)
+    _print_bad(report.bad_rows)
+    summary = BuildReport(counts=report.counts, bad_rows=[], left_out=report.left_out).to_text()
+    print(f"{summary}\nwrote {len(examples)} examples to {path}", file=sys.stderr)
+    return 0
+
+
+def _internals(args: argparse.Namespace) -> tuple[list[TrainingExample], BuildReport]:
+    """The self-distillation examples of ``mirage tune data internals`` and their report."""
+    from ..config import MirageConfig
+    from ..pipeline import Mirage
+    from ..scoring.eli5 import load_alce
+    from .data import BuildReport, TrainingExample, internals_examples, xor_examples
+
+    if not args.xor and not args.alce:
+        raise ConfigError("give the questions to answer: --xor FILE... (XOR-AttriQA train/val) and/or --alce FILE.")
+    items: list[TrainingExample] = []
+    bad: list[str] = []
+    for path in args.xor or []:
+        found, skipped, _unsupported = xor_examples(path, text=args.text, keep_unsupported=True)
+        items += found
+        bad += [str(b) for b in skipped]
+    for path in args.alce or []:
+        data = load_alce(path)
+        bad += [str(b) for b in data.bad_rows]
+        items += [TrainingExample(id=f"alce-{Path(path).stem}-{it.line}", source="alce", question=it.question,
+                                  docs=it.docs_dicts(args.ndocs), output="", citations=[], file=it.file, line=it.line)
+                  for it in data.items]
+    if args.limit is not None:
+        items = items[: args.limit]
+    config = MirageConfig.from_yaml(args.mirage_config) if args.mirage_config else MirageConfig()
+    config = config.replace(generation={"max_new_tokens": args.max_new_tokens})
+    mirage = Mirage.from_pretrained(args.model, config=config, device=args.device, dtype=args.dtype)
+    examples, left_out = internals_examples(mirage, items, progress=None if args.quiet else terminal_progress)
+    report = BuildReport(counts={"internals": len(examples)}, bad_rows=bad, left_out=left_out)
+    return examples, report
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    """``mirage tune sft``: train the LoRA adapter."""
+    from .config import TuneConfig
+    from .sft import train_sft
+
+    cfg = TuneConfig.from_yaml(args.config)
+    cfg = cfg.replace(model=args.model, data=args.data or None, device=args.device, dtype=args.dtype,
+                      train={"max_steps": args.max_steps} if args.max_steps else None)
+    run = train_sft(cfg, args.output, progress=not args.quiet)
+    _print_bad(run.skipped)
+    for row in run.too_long:
+        print(f"left out (too long): {row}", file=sys.stderr)
+    print(f"{run.n_train} of {run.n_examples} examples, {run.steps} steps, final loss "
+          f"{run.loss_curve[-1]['loss'] if run.loss_curve else float('nan'):.3f}, {run.runtime_s:.0f} s, peak "
+          f"{run.peak_rss_mb:.0f} MB; adapter in {run.adapter_dir}", file=sys.stderr)
+    return 0
+
+
+def cmd_reward(args: argparse.Namespace) -> int:
+    """``mirage tune reward``: the GRPO stage with mirage's reward."""
+    from .config import TuneConfig
+    from .grpo import train_reward
+
+    cfg = TuneConfig.from_yaml(args.config)
+    cfg = cfg.replace(model=args.model, adapter=args.adapter, data=args.data or None, device=args.device,
+                      dtype=args.dtype, train={"max_steps": args.max_steps} if args.max_steps else None)
+    run = train_reward(cfg, args.output, progress=not args.quiet)
+    _print_bad(run.skipped)
+    last = run.curve[-1] if run.curve else {}
+    print(f"{run.n_prompts} prompts, {run.steps} steps, last reward {last.get('reward', float('nan')):.3f}, "
+          f"{run.runtime_s:.0f} s, peak {run.peak_rss_mb:.0f} MB; adapter in {run.adapter_dir}", file=sys.stderr)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """``mirage tune eval``: how often a (tuned) model cites."""
+    from ..config import MirageConfig
+    from ..models import load_model
+    from ..pipeline import Mirage
+    from .adapters import load_tuned, read_adapter_info
+    from .data import read_examples, xor_examples
+    from .evaluate import evaluate_citations
+
+    examples = []
+    for path in args.data:
+        found, skipped, _ = xor_examples(path, text=args.text, for_evaluation=True)
+        examples += found
+        _print_bad([str(b) for b in skipped])
+    if args.exclude:
+        trained = set()
+        for path in args.exclude:
+            trained |= {_item_key(ex) for ex in read_examples(path)[0]}
+        n_before = len(examples)
+        examples = [ex for ex in examples if _item_key(ex) not in trained]
+        print(f"{n_before - len(examples)} of {n_before} rows are in the training set(s) and left out.", file=sys.stderr)
+    if args.limit is not None:
+        examples = examples[: args.limit]
+    if args.adapter and args.model:
+        raise ConfigError("--adapter loads its own base model; give --adapter or --model, not both.")
+    prompt = PromptConfig(name=args.prompt or "selfcitation")
+    if args.adapter:
+        lm = load_tuned(args.adapter, device=args.device, dtype=args.dtype)
+        if args.prompt is None:  # the prompt the adapter was trained with
+            prompt = PromptConfig(**read_adapter_info(args.adapter).prompt)
+    else:
+        lm = load_model(args.model or "smollm2-135m-instruct", device=args.device, dtype=args.dtype)
+    mirage = Mirage(lm, config=MirageConfig(prompt=prompt))
+    report = evaluate_citations(mirage, examples, max_new_tokens=args.max_new_tokens,
+                                progress=None if args.quiet else terminal_progress)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(report.to_text(), file=sys.stderr)
+    return 0
+
+
+def _item_key(example: TrainingExample) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What the model sees of an item: its question and documents."""
+    return example.question, tuple((d.get("title", ""), d["text"]) for d in example.docs)
+
+
+def _device_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", help="cpu, cuda, cuda:0 … (default: a GPU when there is one)")
+    parser.add_argument("--dtype", help="float32, bfloat16, float16 (default: fp32 on a CPU, bf16 on a GPU)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``mirage tune {data,sft,reward,eval}``."""
+    tune = sub.add_parser("tune", help=TUNE_HELP, description=TUNE_HELP)
+    stages = tune.add_subparsers(dest="stage", required=True)
+
+    data = stages.add_parser(
+        "data", help="write a training set (JSONL of RAG items with cited answers)",
+        description="gold: XOR-AttriQA train/val rows, the annotated answer cited with the passages the annotators "
+                    "marked as supporting, and ALCE's hand-cited ELI5 demos. internals: answers the model generates, "
+                    "cited per sentence with mirage's citations. The fi and ru test splits are refused. Malformed "
+                    "rows are reported with file and line and skipped.")
+    data.add_argument("mode", choices=["gold", "internals"])
+    data.add_argument("--xor", nargs="+", metavar="FILE", help="XOR-AttriQA train/val JSONL files")
+    data.add_argument("--eli5-demos", nargs="+", metavar="FILE", help="ALCE's eli5_alce_prompt.json (gold)")
+    data.add_argument("--alce", nargs="+", metavar="FILE", help="ALCE-format questions with documents (internals)")
+    data.add_argument("--text", choices=["en", "native"], default="en", help="XOR-AttriQA text view (default en)")
+    data.add_argument("--keep-unsupported", action="store_true",
+                      help="gold: keep rows no passage supports, their answer uncited (default: left out)")
+    data.add_argument("--model", default="smollm2-135m-instruct", help="internals: the model that answers")
+    data.add_argument("--mirage-config", metavar="FILE", help="internals: mirage's pipeline config (YAML)")
+    data.add_argument("--max-new-tokens", type=positive_int, default=64, help="internals: answer length (64)")
+    data.add_argument("--ndocs", type=positive_int, default=5, help="internals: documents per ALCE question (5)")
+    data.add_argument("--limit", type=non_negative_int, help="only the first N items")
+    data.add_argument("--quiet", action="store_true", help="no progress bar")
+    _device_args(data)
+    data.add_argument("-o", "--output", required=True, help="training set to write (JSONL)")
+    data.set_defaults(func=cmd_data)
+
+    sft = stages.add_parser(
+        "sft", help="supervised fine-tuning of a LoRA adapter on cited answers (trl SFTTrainer)",
+        description="Train a LoRA adapter on the training set's cited answers, loss on the answer only, each "
+                    "example in the model's own inference prompt. Writes DIR/adapter (with its base model named in "
+                    "mirage-adapter.json), DIR/sft.json (loss curve, time, peak memory) and DIR/checkpoints; "
+                    "running again with the same -o resumes from the newest checkpoint.")
+    sft.add_argument("--config", default=str(DEFAULT_CONFIG), help="tune config YAML (default configs/tune/sft.yaml)")
+    sft.add_argument("--model", help="base model: an embedded name, a Hugging Face id or a local folder")
+    sft.add_argument("--data", nargs="+", metavar="FILE", help="training set(s) (default: the config's data)")
+    sft.add_argument("--max-steps", type=positive_int, help="stop after N optimisation steps")
+    sft.add_argument("--quiet", action="store_true", help="no progress bar")
+    _device_args(sft)
+    sft.add_argument("-o", "--output", required=True, help="run folder")
+    sft.set_defaults(func=cmd_sft)
+
+    rl = stages.add_parser(
+        "reward", help="the reward stage: GRPO on mirage's citation reward, KL penalty against the start (trl)",
+        description="Sample answers from the model (the SFT adapter in the config's adapter), reward each with "
+                    "RAGE's citation precision/recall against the human labels, its agreement with mirage's "
+                    "citations of the same answer, the faithfulness drop of its cited documents and a format term "
+                    "(weights in the config's reward section), and train the adapter with GRPO and a KL penalty "
+                    "(reward.beta) against the starting model. Writes DIR/adapter, DIR/reward.json and "
+                    "DIR/checkpoints; running again with the same -o resumes.")
+    rl.add_argument("--config", default=str(DEFAULT_CONFIG.with_name("reward.yaml")),
+                    help="tune config YAML (default configs/tune/reward.yaml)")
+    rl.add_argument("--model", help="base model: an embedded name, a Hugging Face id or a local folder")
+    rl.add_argument("--adapter", help="the SFT adapter to start from (default: the config's)")
+    rl.add_argument("--data", nargs="+", metavar="FILE", help="training set(s) (default: the config's data)")
+    rl.add_argument("--max-steps", type=positive_int, help="stop after N optimisation steps")
+    rl.add_argument("--quiet", action="store_true", help="no progress bar")
+    _device_args(rl)
+    rl.add_argument("-o", "--output", required=True, help="run folder")
+    rl.set_defaults(func=cmd_reward)
+
+    ev = stages.add_parser(
+        "eval", help="how often a model (or base + adapter) cites, on XOR-AttriQA rows",
+        description="Generate a greedy answer per row with the self-citation prompt and report the share of answers "
+                    "and sentences with [n] citations, their precision/recall against the human labels and the "
+                    "exact match of the reference answer.")
+    ev.add_argument("data", nargs="+", help="XOR-AttriQA JSONL files")
+    ev.add_argument("--adapter", help="an adapter folder (mirage tune sft -o DIR: DIR/adapter)")
+    ev.add_argument("--model", help="a model without adapter (default smollm2-135m-instruct)")
+    ev.add_argument("--prompt", help="prompt template (default: the adapter's, else selfcitation)")
+    ev.add_argument("--text", choices=["en", "native"], default="en", help="XOR-AttriQA text view (default en)")
+    ev.add_argument("--max-new-tokens", type=positive_int, default=48, help="answer length (48)")
+    ev.add_argument("--exclude", nargs="+", metavar="FILE",
+                    help="training set(s): rows whose question and documents are in them are left out")
+    ev.add_argument("--limit", type=non_negative_int, help="only the first N rows (after --exclude)")
+    ev.add_argument("--quiet", action="store_true", help="no progress bar")
+    _device_args(ev)
+    ev.add_argument("-o", "--output", required=True, help="JSON report to write")
+    ev.set_defaults(func=cmd_eval)

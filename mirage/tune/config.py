@@ -1,0 +1,235 @@
+"""The fine-tuning settings: one frozen tree for Python, YAML (``configs/tune/*.yaml``) and ``mirage tune``'s flags.
+
+    cfg = TuneConfig.from_yaml("configs/tune/sft.yaml")     # sections model, data, prompt, lora, train, reward
+    cfg = cfg.replace(model="gemma3-270m", train={"epochs": 2})
+
+Every value is checked on construction; a ConfigError names ``section.field`` and what it expects. Importing this
+module imports neither torch nor trl, so that ``mirage tune --help`` stays light.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError, PromptConfig, read_config_file
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def _fail(name: str, expected: str, value: Any) -> None:
+    raise ConfigError(f"{name}={value!r} is not valid; expected {expected}.")
+
+
+def _int(name: str, value: Any, *, minimum: int, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        _fail(name, f"an integer >= {minimum}{' or null' if optional else ''}", value)
+
+
+def _float(name: str, value: Any, *, minimum: float = 0.0, strict: bool = False, maximum: float | None = None) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > minimum if strict else value >= minimum) and (maximum is None or value <= maximum)
+    if not ok:
+        bound = f"{'>' if strict else '>='} {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
+        _fail(name, f"a number {bound}", value)
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """The LoRA adapter (peft ``LoraConfig``): rank ``r``, scaling ``alpha``, ``dropout``, and the modules it wraps
+    (``all-linear``: every linear layer but the output head, which fits any architecture; or a list of names)."""
+
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.05
+    target_modules: str | tuple[str, ...] = "all-linear"
+
+    def __post_init__(self) -> None:
+        _int("lora.r", self.r, minimum=1)
+        _int("lora.alpha", self.alpha, minimum=1)
+        _float("lora.dropout", self.dropout, maximum=1.0)
+        modules = self.target_modules
+        if isinstance(modules, Sequence) and not isinstance(modules, str):
+            if not modules or not all(isinstance(m, str) and m for m in modules):
+                _fail("lora.target_modules", "'all-linear' or a non-empty list of module names", modules)
+            object.__setattr__(self, "target_modules", tuple(modules))
+        elif not isinstance(modules, str) or not modules:
+            _fail("lora.target_modules", "'all-linear' or a non-empty list of module names", modules)
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """The optimisation: ``epochs`` (or ``max_steps``, which wins when set), ``learning_rate``, ``batch_size`` per
+    step times ``gradient_accumulation_steps``, ``max_length`` (tokens of prompt + answer: longer examples are left
+    out and reported, never cut), ``seed``, how often the loss is logged and a checkpoint saved (the last
+    ``save_total_limit`` are kept; a run resumes from the newest)."""
+
+    epochs: float = 1.0
+    max_steps: int | None = None
+    learning_rate: float = 2e-4
+    batch_size: int = 1
+    gradient_accumulation_steps: int = 4
+    max_length: int = 1024
+    seed: int = 42
+    logging_steps: int = 1
+    save_steps: int = 20
+    save_total_limit: int = 2
+    warmup_ratio: float = 0.0
+    weight_decay: float = 0.0
+    lr_scheduler: str = "linear"
+
+    def __post_init__(self) -> None:
+        _float("train.epochs", self.epochs, strict=True)
+        _int("train.max_steps", self.max_steps, minimum=1, optional=True)
+        _float("train.learning_rate", self.learning_rate, strict=True)
+        for name in ("batch_size", "gradient_accumulation_steps", "max_length", "logging_steps", "save_steps",
+                     "save_total_limit"):
+            _int(f"train.{name}", getattr(self, name), minimum=1)
+        _int("train.seed", self.seed, minimum=0)
+        _float("train.warmup_ratio", self.warmup_ratio, maximum=0.999)
+        _float("train.weight_decay", self.weight_decay)
+        if not isinstance(self.lr_scheduler, str) or not self.lr_scheduler:
+            _fail("train.lr_scheduler", "a transformers scheduler name (linear, cosine, constant, ...)",
+                  self.lr_scheduler)
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """The reward of one sampled answer (:mod:`mirage.tune.reward`): the weights of its terms (a weight of 0 skips
+    the term, and its model passes), ``faithfulness_scale`` (nats per token of drop that give the faithfulness term
+    1 - 1/e), and the GRPO stage: ``beta`` (the KL penalty against the starting model), ``num_generations`` answers
+    sampled per prompt at ``temperature``, each at most ``max_completion_length`` tokens."""
+
+    rage: float = 1.0
+    agreement: float = 0.5
+    faithfulness: float = 0.5
+    format: float = 0.5
+    faithfulness_scale: float = 1.0
+    beta: float = 0.04
+    num_generations: int = 4
+    max_completion_length: int = 64
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("rage", "agreement", "faithfulness", "format", "beta"):
+            _float(f"reward.{name}", getattr(self, name))
+        if not any(getattr(self, name) for name in ("rage", "agreement", "faithfulness", "format")):
+            raise ConfigError("reward: every term weight (rage, agreement, faithfulness, format) is 0; give one a "
+                              "positive weight.")
+        _float("reward.faithfulness_scale", self.faithfulness_scale, strict=True)
+        _int("reward.num_generations", self.num_generations, minimum=2)
+        _int("reward.max_completion_length", self.max_completion_length, minimum=1)
+        _float("reward.temperature", self.temperature, strict=True)
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """The term weights by term name."""
+        return {"rage": self.rage, "agreement": self.agreement, "faithfulness": self.faithfulness,
+                "format": self.format}
+
+
+_SECTIONS = {"prompt": PromptConfig, "lora": LoraSettings, "train": TrainSettings, "reward": RewardSettings}
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """One fine-tuning run: the base ``model`` (any name :func:`mirage.models.load_model` takes), the training
+    ``data`` (files written by ``mirage tune data``), the RAG ``prompt`` the examples are rendered with (mirage's
+    prompt section: the training prompt is the inference prompt), the ``adapter`` to start from (the SFT adapter, for
+    the reward stage), ``device``/``dtype`` (null: mirage's defaults, fp32 on a CPU) and the sections above."""
+
+    model: str = DEFAULT_MODEL
+    data: tuple[str, ...] = ()
+    adapter: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    train: TrainSettings = field(default_factory=TrainSettings)
+    reward: RewardSettings = field(default_factory=RewardSettings)
+
+    def __post_init__(self) -> None:
+        for name in ("model", "adapter", "device", "dtype"):
+            value = getattr(self, name)
+            if isinstance(value, os.PathLike):
+                object.__setattr__(self, name, os.fspath(value))
+        if not isinstance(self.model, str) or not self.model:
+            _fail("model", "a model name, Hugging Face id or local path", self.model)
+        for name in ("adapter", "device", "dtype"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                _fail(name, "a string or null", getattr(self, name))
+        data = (self.data,) if isinstance(self.data, (str, os.PathLike)) else self.data
+        if not isinstance(data, Sequence) or not all(isinstance(d, (str, os.PathLike)) and str(d) for d in data):
+            _fail("data", "a file or a list of files", self.data)
+        object.__setattr__(self, "data", tuple(os.fspath(d) for d in data))
+        for name, section_cls in _SECTIONS.items():
+            if not isinstance(getattr(self, name), section_cls):
+                raise ConfigError(f"TuneConfig.{name} must be a {section_cls.__name__}; build the tree from plain "
+                                  "dicts with TuneConfig.from_dict.")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["data"] = list(self.data)
+        out["lora"]["target_modules"] = (self.lora.target_modules if isinstance(self.lora.target_modules, str)
+                                         else list(self.lora.target_modules))
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> TuneConfig:
+        """From a nested mapping (a YAML file's); unknown keys are a ConfigError naming them."""
+        data = dict(data or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(map(str, set(data) - known))
+        if unknown:
+            raise ConfigError(f"Unknown key(s) {unknown} in the tune config; known: {sorted(known)}.")
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in _SECTIONS:
+                kwargs[key] = _section(key, value)
+            elif value is not None or key in ("adapter", "device", "dtype"):
+                kwargs[key] = value
+        return cls(**kwargs)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> TuneConfig:
+        """From a YAML file; every problem is a ConfigError starting with the path."""
+        data = read_config_file(path)
+        try:
+            return cls.from_dict(data)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from err
+
+    def replace(self, **changes: Any) -> TuneConfig:
+        """A copy with top-level values replaced (None leaves a value as it is) and sections updated from
+        mappings: ``cfg.replace(model="gemma3-270m", train={"epochs": 2})``."""
+        updated: dict[str, Any] = {}
+        for key, value in changes.items():
+            if key in _SECTIONS:
+                if value:
+                    updated[key] = _section(key, value, base=getattr(self, key))
+            elif key not in {f.name for f in fields(self)}:
+                raise ConfigError(f"Unknown key {key!r} in the tune config.")
+            elif value is not None:
+                updated[key] = value
+        return dataclasses.replace(self, **updated)
+
+
+def _section(name: str, value: Any, base: Any = None) -> Any:
+    """Section ``name`` from a mapping of its fields (over ``base`` when given), checking the key names."""
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"tune config section {name!r} must be a mapping of fields, got {type(value).__name__}.")
+    section_cls = _SECTIONS[name]
+    known = {f.name for f in fields(section_cls)}
+    unknown = sorted(map(str, set(value) - known))
+    if unknown:
+        raise ConfigError(f"Unknown key(s) {unknown} in tune config section {name!r}; known: {sorted(known)}.")
+    return dataclasses.replace(base, **value) if base is not None else section_cls(**value)

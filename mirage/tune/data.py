@@ -1,0 +1,388 @@
+"""Training sets for citation fine-tuning: RAG items whose answer carries ``[n]`` citations, one JSON line each.
+
+Two builders, one format (:class:`TrainingExample`, a JSON line that ``datasets.load_dataset("json", ...)`` and
+``mirage attribute`` both read):
+
+- **gold** (:func:`xor_examples`, :func:`eli5_demo_examples`): XOR-AttriQA ``train``/``val`` rows, the annotated
+  answer with ``[i]`` on every passage the annotators marked as supporting it (on each of its sentences); and ALCE's
+  ELI5 demos, whose answers are cited by hand. The ``fi`` and ``ru`` test splits are refused: they are the
+  evaluation.
+- **internals** (:func:`internals_examples`): answers the model generates itself, with the citations mirage
+  attributes inserted per sentence (self-distillation: the model learns to say what its internals show it used).
+
+Only the item is stored (question, documents, cited answer), never a rendered prompt: the SFT stage renders it with
+the model's own prompt builder (:meth:`mirage.pipeline.Mirage.prepare`), so the training prompt is the inference
+prompt of whichever model is tuned. Malformed rows are returned as :class:`~mirage.inputs.BadRow` (file, line,
+reason) and skipped.
+
+    examples, bad = xor_examples("train.jsonl")
+    write_examples(examples, "gold.jsonl")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..citations import parse_answer
+from ..config import MirageConfig
+from ..inputs import BadRow, InputError, RawRow, read_rows, read_text
+from ..progress import Progress
+from ..scoring.eli5 import parse_alce_row
+from ..scoring.rows import RowError, require
+from ..scoring.xor_attriqa import TextView, clean_query, load_xor_attriqa
+from ..sentences import split_sentences
+from ..serialization import JSONRecord
+
+if TYPE_CHECKING:
+    from ..pipeline import Mirage
+
+#: Where an example comes from.
+SOURCES = ("xor-attriqa", "eli5-demo", "internals")
+#: XOR-AttriQA's test splits: the evaluation of the tuned model, never training data.
+TEST_SPLITS = frozenset({"fi", "ru"})
+_WORD = re.compile(r"[a-z]+")
+#: Punctuation that closes a sentence: citation marks go before it (``… Helsinki [1].``), as in ALCE's answers.
+_CLOSING = ".!?…"
+
+
+@dataclass
+class TrainingExample(JSONRecord):
+    """One training item: a question, its documents and the answer to learn, ``output``, with its ``[n]`` marks.
+
+    ``citations[i]``: the 1-based documents cited by sentence i of the answer (marks removed, as
+    :func:`mirage.citations.parse_answer` splits it); ``supporting``: the documents human annotators marked as
+    supporting the answer, where such labels exist (XOR-AttriQA), else None; ``file``/``line``: where the row came
+    from; ``lang``: its query language, when known.
+    """
+
+    id: str
+    source: str
+    question: str
+    docs: list[dict[str, str]]
+    output: str
+    citations: list[list[int]]
+    supporting: list[int] | None = None
+    file: str = ""
+    line: int = 0
+    lang: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def rag_item(self, *, with_output: bool = True) -> dict[str, Any]:
+        """The item as :meth:`mirage.pipeline.Mirage.prepare` takes it (the cited answer as ``output``)."""
+        item: dict[str, Any] = {"id": self.id, "question": self.question, "docs": self.docs}
+        if with_output:
+            item["output"] = self.output
+        return item
+
+
+@dataclass
+class BuildReport(JSONRecord):
+    """What a builder produced: examples per source, the malformed rows it skipped (``FILE:LINE: reason``) and the
+    usable rows it left out on purpose, with why (``unsupported``: no passage labelled as supporting;
+    ``uncited``: mirage cited nothing in the generated answer)."""
+
+    counts: dict[str, int]
+    bad_rows: list[str]
+    left_out: dict[str, int]
+
+    def to_text(self) -> str:
+        lines = [f"{n} examples from {source}" for source, n in self.counts.items()]
+        lines += [f"left out ({why}): {n}" for why, n in self.left_out.items() if n]
+        lines += [f"skipped {row}" for row in self.bad_rows]
+        return "\n".join(lines)
+
+
+# -- refusing the evaluation ------------------------------------------------------------------------------------------
+
+
+def split_name(path: str | Path) -> str:
+    """The split a data file holds, as :func:`mirage.scoring.xor_attriqa.load_xor_attriqa` names it (the file name
+    up to its first dot)."""
+    return Path(path).name.split(".")[0]
+
+
+def refuse_test_split(path: str | Path) -> None:
+    """InputError when ``path`` names an XOR-AttriQA test split (``fi``, ``ru``): a file whose split name is, or has
+    as a word, ``fi`` or ``ru`` (``fi.jsonl``, ``ru.nli-in-lang.json``, ``fi_sample.jsonl``)."""
+    words = set(_WORD.findall(split_name(path).lower()))
+    hit = sorted(words & TEST_SPLITS)
+    if hit:
+        raise InputError(f"{path}: the {hit[0]} split of XOR-AttriQA is the evaluation of the tuned model; training on "
+                         "it is refused. Build the training set from train.jsonl and val.jsonl.")
+
+
+def test_row_keys(folder: str | Path, *, text: TextView = "en") -> set[str]:
+    """Content keys (:attr:`XorItem.key`) of the test rows in ``folder``'s ``fi.jsonl`` and ``ru.jsonl``, where they
+    exist: a training row with one of these keys is a test row under another file name."""
+    keys: set[str] = set()
+    for split in sorted(TEST_SPLITS):
+        path = Path(folder) / f"{split}.jsonl"
+        if path.is_file():
+            keys.update(item.key for item in load_xor_attriqa(path, text=text).items)
+    return keys
+
+
+# -- citations in an answer -------------------------------------------------------------------------------------------
+
+
+def _marks(ids: Iterable[int]) -> str:
+    return "".join(f"[{i}]" for i in ids)
+
+
+def insert_citations(text: str, spans: Sequence[tuple[int, int]], citations: Sequence[Sequence[int]]) -> str:
+    """``text`` with ``[n]`` marks at the end of each sentence (``spans[i]``, character spans in ``text``): before
+    its closing punctuation when it has some (``Helsinki [1].``), else after it (``1986 [1]``). A sentence with no
+    citation is left as it is. :func:`mirage.citations.parse_answer` reads the marks back onto the same sentences."""
+    if len(spans) != len(citations):
+        raise ValueError(f"{len(spans)} sentence spans but {len(citations)} citation lists")
+    out, last = [], 0
+    for (start, end), ids in zip(spans, citations):
+        if not ids:
+            continue
+        cut = end
+        while cut > start and text[cut - 1] in _CLOSING + "\"'”’»)":
+            cut -= 1
+        if cut == start or not any(c in _CLOSING for c in text[cut:end]):
+            cut = end  # no closing punctuation: the marks follow the sentence
+        out.append(text[last:cut].rstrip())
+        out.append(" " + _marks(ids))
+        last = cut
+    out.append(text[last:])
+    return "".join(out)
+
+
+def cite_sentences(text: str, citations: Sequence[int]) -> str:
+    """``text`` with the same citations on each of its sentences (:func:`mirage.sentences.split_sentences`)."""
+    spans = split_sentences(text) or [(0, len(text))]
+    return insert_citations(text, spans, [list(citations)] * len(spans))
+
+
+# -- gold: XOR-AttriQA ------------------------------------------------------------------------------------------------
+
+
+def xor_examples(path: str | Path, *, text: TextView = "en", keep_unsupported: bool = False,
+                 for_evaluation: bool = False) -> tuple[list[TrainingExample], list[BadRow], int]:
+    """Gold examples of an XOR-AttriQA train/val file (match or per-passage release), read by the scorer's loader
+    (:func:`mirage.scoring.xor_attriqa.load_xor_attriqa`): passages as untitled documents, the annotated answer cited
+    on every sentence with the passages labelled as supporting it. Returns the examples, the malformed rows, and how
+    many rows had no supporting passage (left out unless ``keep_unsupported``, then kept uncited).
+
+    The query loses its stray trailing mark (`` [b]``, or `` [`` cut short). InputError for a test split (by its
+    name, :func:`refuse_test_split`, or by content: a row equal to one of the ``fi.jsonl``/``ru.jsonl`` rows beside
+    it). ``for_evaluation``: the items to evaluate a tuned model on, test splits allowed (never write them to a
+    training set)."""
+    if not for_evaluation:
+        refuse_test_split(path)
+    data = load_xor_attriqa(path, text=text)
+    test_keys = set() if for_evaluation else test_row_keys(Path(path).parent, text=text)
+    examples, unsupported = [], 0
+    for item in data.items:
+        if item.key in test_keys:
+            raise InputError(f"{item.file}:{item.line}: this row is also a row of the fi/ru test split beside it; "
+                             "training on the evaluation is refused. Remove it from the file.")
+        supporting = [i + 1 for i, label in enumerate(item.labels) if label]
+        if not supporting:
+            unsupported += 1
+            if not (keep_unsupported or for_evaluation):
+                continue
+        docs = [{"title": "", "text": p} for p in item.passages]
+        output = cite_sentences(item.answer, supporting) if supporting else item.answer
+        parsed = parse_answer(output, len(docs))
+        examples.append(TrainingExample(
+            id=f"xor-{split_name(item.file)}-{item.line}", source="xor-attriqa", question=clean_query(item.question),
+            docs=docs, output=output, citations=[list(c) for c in parsed.citations], supporting=supporting,
+            file=item.file, line=item.line, lang=item.lang))
+    return examples, list(data.bad_rows), unsupported
+
+
+# -- gold: ALCE demos -------------------------------------------------------------------------------------------------
+
+
+def _list_element_lines(text: str, key: str) -> list[int]:
+    """1-based line where each element of the top-level list ``key`` of the JSON object ``text`` starts."""
+    decoder = json.JSONDecoder()
+    found = re.search(rf'"{re.escape(key)}"\s*:\s*\[', text)
+    if not found:
+        return []
+    lines, pos = [], found.end()
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= len(text) or text[pos] == "]":
+            return lines
+        lines.append(text.count("\n", 0, pos) + 1)
+        try:
+            _value, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return lines
+
+
+def eli5_demo_examples(path: str | Path) -> tuple[list[TrainingExample], list[BadRow]]:
+    """Gold examples from ALCE's ELI5 prompt file (``eli5_alce_prompt.json``: an object whose ``demos`` each hold a
+    ``question``, ``docs`` and a hand-cited ``answer``), the answer kept as written. A demo without an answer, with
+    a citation of a document it does not have, or citing nothing is a BadRow (file, the line where the demo starts,
+    reason). InputError when the file is not such an object."""
+    text = read_text(path, what="ALCE prompt file (JSON object with 'demos')")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path} is not valid JSON ({err.msg} at line {err.lineno}); give ALCE's prompt file "
+                         "(eli5_alce_prompt.json), a JSON object with 'demos'.") from None
+    if not isinstance(data, dict) or not isinstance(data.get("demos"), list):
+        raise InputError(f"{path} has no list 'demos'; give ALCE's prompt file (eli5_alce_prompt.json).")
+    lines = _list_element_lines(text, "demos")
+    examples, bad = [], []
+    for i, demo in enumerate(data["demos"]):
+        line = lines[i] if i < len(lines) else 1
+        try:
+            item = parse_alce_row(RawRow(index=i, line=line, data=demo), file=str(path))
+            answer = require(demo, "answer", str).strip()
+            parsed = parse_answer(answer, len(item.docs))
+            invalid = sorted({d for ids in parsed.invalid for d in ids})
+            if invalid:
+                raise RowError(f"the answer cites document(s) {invalid}, but the demo has {len(item.docs)}")
+            if not any(parsed.citations):
+                raise RowError("the answer cites no document")
+        except RowError as err:
+            bad.append(BadRow(file=str(path), line=line, error=f"demos[{i}]: {err}"))
+            continue
+        examples.append(TrainingExample(
+            id=f"eli5-demo-{i}", source="eli5-demo", question=item.question,
+            docs=[{"title": t, "text": x} for t, x in item.docs], output=answer,
+            citations=[list(c) for c in parsed.citations], file=str(path), line=line))
+    return examples, bad
+
+
+# -- internals: self-distillation -------------------------------------------------------------------------------------
+
+
+def internals_examples(mirage: Mirage, items: Sequence[TrainingExample], *, config: MirageConfig | None = None,
+                       progress: Progress | None = None) -> tuple[list[TrainingExample], dict[str, int]]:
+    """Self-distillation examples: for each item (its question and documents; its answer is not used), the model
+    generates an answer (``config.generation``), mirage attributes it (:meth:`Mirage.attribute_item`), and the
+    answer, its own marks removed, gets mirage's citations at the end of each sentence. An answer cut off by
+    ``max_new_tokens`` loses its unfinished last sentence. Returns the examples and how many answers were left out,
+    by reason: ``uncited`` (mirage cited none of its sentences), ``cut`` (its only sentence was unfinished).
+    ``supporting`` labels are kept."""
+    cfg = config or mirage.config
+    examples: list[TrainingExample] = []
+    left_out = {"uncited": 0, "cut": 0}
+    loop: Iterable[TrainingExample] = progress(items, len(items), "internals") if progress else items
+    for item in loop:
+        res = mirage.attribute_item(item.rag_item(with_output=False), config=cfg, index=item.id)
+        sentences = list(res.sentences)
+        cut = len(res.tokens) >= cfg.generation.max_new_tokens
+        if cut and sentences and not res.answer[: sentences[-1].end].rstrip("\"'”’»)").endswith(tuple(_CLOSING)):
+            sentences.pop()
+            if not sentences:
+                left_out["cut"] += 1
+                continue
+        citations = [list(s.mirage_citations) for s in sentences]
+        if not any(citations):
+            left_out["uncited"] += 1
+            continue
+        text = res.answer[: sentences[-1].end]
+        output = insert_citations(text, [(s.start, s.end) for s in sentences], citations)
+        parsed = parse_answer(output, len(item.docs))
+        examples.append(TrainingExample(
+            id=f"internals-{item.id}", source="internals", question=item.question, docs=item.docs, output=output,
+            citations=[list(c) for c in parsed.citations], supporting=item.supporting, file=item.file,
+            line=item.line, lang=item.lang,
+            meta={"model": mirage.lm.name, "generation": res.config["generation"], "cut": cut,
+                  "raw_answer": res.raw_answer, "self_citations": [list(s.self_citations) for s in sentences]}))
+    return examples, left_out
+
+
+# -- files ------------------------------------------------------------------------------------------------------------
+
+
+def parse_example(raw: RawRow, *, file: str) -> TrainingExample:
+    """One row of a training file; RowError naming the field when it cannot be used."""
+    row = raw.data
+    question = require(row, "question", str)
+    output = require(row, "output", str)
+    docs = require(row, "docs", list)
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict) or not isinstance(doc.get("text"), str) or not doc["text"].strip():
+            raise RowError(f"docs[{i}] must be an object with a non-empty 'text'")
+        if not isinstance(doc.get("title", ""), str):
+            raise RowError(f"docs[{i}].title must be a string")
+    parsed = parse_answer(output, len(docs))
+    invalid = sorted({d for ids in parsed.invalid for d in ids})
+    if invalid:
+        raise RowError(f"'output' cites document(s) {invalid}, but the row has {len(docs)}")
+    supporting = row.get("supporting")
+    if supporting is not None and (not isinstance(supporting, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= len(docs) for d in supporting)):
+        raise RowError(f"'supporting' must be null or a list of document ids 1..{len(docs)}")
+    source = row.get("source", "")
+    return TrainingExample(
+        id=str(row.get("id") or f"{Path(file).stem}-{raw.line}"), source=str(source), question=question.strip(),
+        docs=[{"title": d.get("title", ""), "text": d["text"]} for d in docs], output=output.strip(),
+        citations=[list(c) for c in parsed.citations], supporting=supporting,
+        file=str(row.get("file") or file), line=int(row.get("line") or raw.line), lang=row.get("lang"),
+        meta=row.get("meta") if isinstance(row.get("meta"), dict) else {})
+
+
+def read_examples(path: str | Path) -> tuple[list[TrainingExample], list[BadRow]]:
+    """The examples of a training file (JSONL or a JSON list of :class:`TrainingExample` rows) and its malformed
+    rows (BadRow: this file, the line, the reason), which are skipped. Refuses a test split's file name."""
+    refuse_test_split(path)
+    examples, bad = [], []
+    for raw in read_rows(path, what="training set (JSONL written by `mirage tune data`)"):
+        if isinstance(raw, BadRow):
+            bad.append(raw)
+            continue
+        try:
+            examples.append(parse_example(raw, file=str(path)))
+        except RowError as err:
+            bad.append(BadRow(file=str(path), line=raw.line, error=str(err)))
+    return examples, bad
+
+
+def write_examples(examples: Iterable[TrainingExample], path: str | Path) -> Path:
+    """Write the examples as JSONL (replacing the file at once, never half-written)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for ex in examples:
+                f.write(json.dumps(ex.to_dict(), ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def build_gold(xor_files: Sequence[str | Path] = (), eli5_prompt_files: Sequence[str | Path] = (), *,
+               text: TextView = "en", keep_unsupported: bool = False) -> tuple[list[TrainingExample], BuildReport]:
+    """The gold training set: :func:`xor_examples` of each XOR-AttriQA file, then :func:`eli5_demo_examples` of
+    each ALCE prompt file, with the report of what was kept, left out and skipped."""
+    if not xor_files and not eli5_prompt_files:
+        raise InputError("no data given; give XOR-AttriQA train/val files and/or ALCE's eli5_alce_prompt.json.")
+    for path in xor_files:
+        refuse_test_split(path)  # every file checked before any is read
+    examples: list[TrainingExample] = []
+    bad: list[BadRow] = []
+    unsupported = 0
+    for path in xor_files:
+        found, skipped, n_unsupported = xor_examples(path, text=text, keep_unsupported=keep_unsupported)
+        examples += found
+        bad += skipped
+        unsupported += n_unsupported
+    for path in eli5_prompt_files:
+        found, skipped = eli5_demo_examples(path)
+        examples += found
+        bad += skipped
+    counts = {source: sum(ex.source == source for ex in examples) for source in SOURCES[:2]}
+    left_out = {"unsupported": 0 if keep_unsupported else unsupported}
+    return examples, BuildReport(counts=counts, bad_rows=[str(b) for b in bad], left_out=left_out)

@@ -1,0 +1,279 @@
+"""Supervised fine-tuning for citations (RAGE's first step): a LoRA adapter learns to write the cited answers of a
+training set, with trl's ``SFTTrainer`` and the loss on the answer only.
+
+    run = train_sft(TuneConfig.from_yaml("configs/tune/sft.yaml"), "out/sft")   # the adapter in out/sft/adapter
+
+Each example is rendered by mirage's own prompt builder (:meth:`mirage.pipeline.Mirage.prepare`, chat template
+applied as mirage applies it), so the model learns on the very prompt it is asked with at inference; the answer
+follows as mirage force-decodes one (:func:`mirage.tokenization.tokenize_answer`), then the end-of-turn token.
+Examples longer than ``train.max_length`` tokens are left out and listed, never cut. Checkpoints go to
+``DIR/checkpoints``; running again with the same ``-o`` resumes from the newest, and refuses other settings.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import resource
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..config import ConfigError, MirageConfig
+from ..inputs import InputError
+from ..models import LoadedModel, load_model
+from ..pipeline import Mirage
+from ..serialization import JSONRecord, library_versions
+from ..tokenization import tokenize_answer
+from .adapters import save_adapter
+from .config import TuneConfig
+from .data import TrainingExample, read_examples
+
+if TYPE_CHECKING:
+    import datasets
+
+RUN_FILE = "run.json"
+RESULT_FILE = "sft.json"
+
+
+@dataclass(frozen=True)
+class EncodedExample:
+    """An example as token ids: the inference prompt, then the answer with its end-of-turn token."""
+
+    id: str
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+
+    @property
+    def input_ids(self) -> list[int]:
+        return [*self.prompt_ids, *self.completion_ids]
+
+    @property
+    def completion_mask(self) -> list[int]:
+        """1 on the tokens the loss is computed on (the answer and its end-of-turn token)."""
+        return [0] * len(self.prompt_ids) + [1] * len(self.completion_ids)
+
+
+def end_of_turn_id(lm: LoadedModel) -> int:
+    """The token that ends an answer: the tokenizer's end-of-sequence token (a chat model's end of turn,
+    ``<|im_end|>`` for SmolLM2), else the model config's."""
+    eos = lm.tokenizer.eos_token_id
+    if eos is None:
+        eos = getattr(lm.model.config, "eos_token_id", None)
+        eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+    if eos is None:
+        raise ConfigError(f"model {lm.name!r} has no end-of-sequence token, so an answer cannot be taught to end; "
+                          "use a model whose tokenizer or config defines eos_token_id.")
+    return int(eos)
+
+
+def encode_example(mirage: Mirage, example: TrainingExample, *, config: MirageConfig | None = None) -> EncodedExample:
+    """The example's prompt ids as :meth:`Mirage.prepare` builds them for inference (room kept for the answer, as
+    mirage keeps it when it force-decodes one) and its answer's ids, end-of-turn token appended."""
+    answer = tokenize_answer(mirage.lm.tokenizer, example.output).ids
+    prep = mirage.prepare(example.rag_item(), config=config, index=example.id, reserve_tokens=len(answer) + 1)
+    return EncodedExample(id=example.id, prompt_ids=tuple(prep.tokens.ids),
+                          completion_ids=(*answer, end_of_turn_id(mirage.lm)))
+
+
+def build_dataset(mirage: Mirage, examples: Sequence[TrainingExample], *, max_length: int,
+                  config: MirageConfig | None = None) -> tuple[datasets.Dataset, list[str]]:
+    """A ``datasets.Dataset`` of ``input_ids`` and ``completion_mask`` (trl's tokenized format), and the examples
+    left out because prompt and answer exceed ``max_length`` tokens (``FILE:LINE (id): N tokens``)."""
+    import datasets as hf_datasets
+
+    rows, too_long = [], []
+    for example in examples:
+        encoded = encode_example(mirage, example, config=config)
+        n = len(encoded.prompt_ids) + len(encoded.completion_ids)
+        if n > max_length:
+            too_long.append(f"{example.file}:{example.line} ({example.id}): {n} tokens > train.max_length {max_length}")
+            continue
+        rows.append({"input_ids": encoded.input_ids, "completion_mask": encoded.completion_mask})
+    return hf_datasets.Dataset.from_list(rows), too_long
+
+
+@dataclass
+class SFTRun(JSONRecord):
+    """What a ``train_sft`` run did: where the adapter is, the examples it used (``skipped``: malformed rows;
+    ``too_long``: over ``max_length``), its steps, its loss curve (``{"step", "epoch", "loss", "learning_rate"}``
+    per log), the wall time of this invocation, its peak resident memory, and the checkpoint it resumed from."""
+
+    output_dir: str
+    adapter_dir: str
+    base_model: str
+    n_examples: int
+    n_train: int
+    skipped: list[str]
+    too_long: list[str]
+    steps: int
+    epochs: float
+    train_loss: float | None
+    loss_curve: list[dict[str, float]]
+    runtime_s: float
+    peak_rss_mb: float
+    resumed_from: str | None
+    config: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+def read_training_data(paths: Sequence[str | Path]) -> tuple[list[TrainingExample], list[str]]:
+    """The examples of every training file and their malformed rows (``FILE:LINE: reason``, skipped)."""
+    if not paths:
+        raise ConfigError("data: no training file given; build one with `mirage tune data gold ... -o FILE` and "
+                          "name it in the config's data or with --data.")
+    examples, bad = [], []
+    for path in paths:
+        found, skipped = read_examples(path)
+        examples += found
+        bad += [str(b) for b in skipped]
+    if not examples:
+        raise InputError(f"no usable training example in {', '.join(map(str, paths))}"
+                         f"{' (' + str(len(bad)) + ' malformed rows)' if bad else ''}.")
+    return examples, bad
+
+
+def require_training_libraries() -> None:
+    """ConfigError naming the fix when trl or peft is not installed."""
+    import importlib.util
+
+    missing = [name for name in ("trl", "peft") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"mirage tune trains with {' and '.join(missing)}, which is not installed: "
+                          "pip install 'mirage-rag[tune]' (or pip install trl peft).")
+
+
+def check_run_dir(output_dir: Path, cfg: TuneConfig, stage: str) -> None:
+    """Record the run's settings in ``DIR/run.json``, or refuse when the folder holds a run of other settings (its
+    checkpoints would be resumed under the wrong ones)."""
+    settings = {"stage": stage, "config": {k: v for k, v in cfg.to_dict().items() if k not in ("device",)}}
+    path = output_dir / RUN_FILE
+    if path.exists():
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if stored != settings:
+            changed = sorted(k for k in set(stored.get("config", {})) | set(settings["config"])
+                             if stored.get("config", {}).get(k) != settings["config"].get(k))
+            raise ConfigError(f"{output_dir} holds a {stored.get('stage')} run with other settings (differing: "
+                              f"{', '.join(changed) or 'stage'}); give another -o, or the same settings to resume.")
+        return
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=1) + "\n", encoding="utf-8")
+
+
+def last_checkpoint(folder: Path) -> str | None:
+    """The newest ``checkpoint-N`` folder under ``folder``, or None."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+def finished_run(output_dir: Path) -> SFTRun | None:
+    """The record of a run that finished in ``output_dir`` (its adapter saved after the newest checkpoint's step),
+    or None. Resuming a finished run trains no further (the trainer would take one more step)."""
+    record, resume = output_dir / RESULT_FILE, last_checkpoint(output_dir / "checkpoints")
+    if not record.is_file() or resume is None or not (output_dir / "adapter" / "adapter_config.json").is_file():
+        return None
+    run = SFTRun.from_dict(json.loads(record.read_text(encoding="utf-8")))
+    state = json.loads((Path(resume) / "trainer_state.json").read_text(encoding="utf-8"))
+    if state.get("global_step") != run.steps:
+        return None
+    run.resumed_from, run.runtime_s = resume, 0.0
+    return run
+
+
+def lora_config(cfg: TuneConfig) -> Any:
+    """peft's ``LoraConfig`` of the config's ``lora`` section, for a causal language model."""
+    from peft import LoraConfig
+
+    modules = cfg.lora.target_modules
+    return LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                      target_modules=modules if isinstance(modules, str) else list(modules), task_type="CAUSAL_LM")
+
+
+def trainer_arguments(cfg: TuneConfig, output_dir: Path, lm: LoadedModel, *, progress: bool) -> dict[str, Any]:
+    """The ``transformers``/``trl`` training arguments both stages share."""
+    import torch
+
+    train = cfg.train
+    return {"output_dir": str(output_dir / "checkpoints"), "num_train_epochs": train.epochs,
+            "max_steps": train.max_steps or -1, "learning_rate": train.learning_rate,
+            "per_device_train_batch_size": train.batch_size,
+            "gradient_accumulation_steps": train.gradient_accumulation_steps, "seed": train.seed,
+            "data_seed": train.seed, "logging_steps": train.logging_steps, "save_strategy": "steps",
+            "save_steps": train.save_steps, "save_total_limit": train.save_total_limit,
+            "warmup_steps": train.warmup_ratio, "weight_decay": train.weight_decay,
+            "lr_scheduler_type": train.lr_scheduler, "report_to": "none", "disable_tqdm": not progress,
+            "use_cpu": lm.device.type == "cpu", "bf16": lm.dtype == torch.bfloat16, "fp16": lm.dtype == torch.float16,
+            "dataloader_pin_memory": lm.device.type == "cuda", "dataloader_num_workers": 0}
+
+
+def loss_curve(log_history: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
+    """The training-loss entries of a trainer's ``state.log_history``."""
+    keys = ("step", "epoch", "loss", "learning_rate", "grad_norm")
+    return [{k: float(entry[k]) for k in keys if entry.get(k) is not None} for entry in log_history if "loss" in entry]
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MB (``ru_maxrss``: KB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
+
+
+def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None = None,
+              examples: Sequence[TrainingExample] | None = None, progress: bool = True) -> SFTRun:
+    """Fine-tune a LoRA adapter on the cited answers of ``cfg.data`` (or ``examples``) and save it to
+    ``DIR/adapter`` (:func:`mirage.tune.adapters.save_adapter`), the run's record to ``DIR/sft.json``.
+
+    ``lm``: a model already loaded (its modules get the adapter injected, in place); by default ``cfg.model`` is
+    loaded on ``cfg.device`` in ``cfg.dtype`` (fp32 on a CPU). Resumes from the newest checkpoint in
+    ``DIR/checkpoints``. ``progress``: the trainer's progress bar.
+    """
+    require_training_libraries()
+    import transformers
+    from peft import get_peft_model
+    from transformers.trainer_callback import PrinterCallback
+    from trl import SFTConfig, SFTTrainer
+
+    out = Path(output_dir)
+    if lm is not None:
+        cfg = cfg.replace(model=lm.name)  # what is recorded is the model trained
+    check_run_dir(out, cfg, "sft")
+    finished = finished_run(out)
+    if finished is not None:
+        return finished
+    bad: list[str] = []
+    if examples is None:
+        examples, bad = read_training_data(cfg.data)
+    if lm is None:
+        lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, use_chat_template=cfg.prompt.chat_template)
+    mirage = Mirage(lm, config=MirageConfig(prompt=cfg.prompt))
+    dataset, too_long = build_dataset(mirage, examples, max_length=cfg.train.max_length)
+    if len(dataset) == 0:
+        raise InputError(f"every training example is longer than train.max_length={cfg.train.max_length} tokens; "
+                         "raise it.")
+    transformers.set_seed(cfg.train.seed)  # the adapter's initial weights too
+    model = get_peft_model(lm.model, lora_config(cfg))
+    args = SFTConfig(**trainer_arguments(cfg, out, lm, progress=progress), max_length=cfg.train.max_length,
+                     completion_only_loss=True, packing=False)
+    # trl sets the tokenizer's pad token when it has none: give it a copy, never the caller's
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=copy.deepcopy(lm.tokenizer))
+    if not progress:
+        trainer.remove_callback(PrinterCallback)  # it prints each log line when there is no bar
+    resume = last_checkpoint(out / "checkpoints")
+    t0 = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=resume)
+    runtime = time.perf_counter() - t0
+    model.eval()
+    adapter_dir = out / "adapter"
+    training = {**cfg.to_dict(), "examples": len(dataset), "steps": trainer.state.global_step}
+    save_adapter(model, adapter_dir, base_name=lm.name, prompt=cfg.prompt, stage="sft", training=training)
+    run = SFTRun(output_dir=str(out), adapter_dir=str(adapter_dir), base_model=lm.name, n_examples=len(examples),
+                 n_train=len(dataset), skipped=bad, too_long=too_long, steps=trainer.state.global_step,
+                 epochs=float(trainer.state.epoch or 0.0), train_loss=result.training_loss,
+                 loss_curve=loss_curve(trainer.state.log_history), runtime_s=round(runtime, 2),
+                 peak_rss_mb=peak_rss_mb(), resumed_from=resume, config=cfg.to_dict(), versions=library_versions())
+    (out / RESULT_FILE).write_text(run.to_json(indent=1) + "\n", encoding="utf-8")
+    return run

@@ -1,0 +1,444 @@
+"""Citation fine-tuning (mirage.tune): the training-set builders on the shipped XOR-AttriQA train/val slices and ALCE's
+demos, the training prompt against mirage's inference prompt, one SFT step of a tiny in-memory model end to end with
+its adapter round-tripping, adapters refused on another base model, the reward terms by hand, and the judge and the
+self-distillation builder on the embedded model."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mirage.citations import parse_answer
+from mirage.config import ConfigError, MirageConfig
+from mirage.inputs import InputError
+from mirage.pipeline import Mirage
+from mirage.prompts import format_prompt, load_template
+from mirage.tokenization import encode_plain, tokenize_answer
+from mirage.tune.config import RewardSettings, TuneConfig
+from mirage.tune.data import (
+    build_gold,
+    eli5_demo_examples,
+    insert_citations,
+    internals_examples,
+    read_examples,
+    write_examples,
+    xor_examples,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+XOR = ROOT / "tests" / "data" / "xor_attriqa_match"
+DEMOS = ROOT / "tests" / "data" / "eli5_alce" / "eli5_alce_prompt.json"
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# -- the data builder -------------------------------------------------------------------------------------------------
+
+
+def test_gold_citations_land_on_the_annotated_passages():
+    examples, report = build_gold([XOR / "train.jsonl", XOR / "val.jsonl"])
+    rows = {f"xor-{split}-{i}": row for split in ("train", "val")
+            for i, row in enumerate(_rows(XOR / f"{split}.jsonl"), start=1)}
+    supported = {k for k, row in rows.items() if any(row["ais"])}
+    assert {ex.id for ex in examples} == supported and len(supported) == 3
+    assert report.left_out == {"unsupported": len(rows) - len(supported)} and report.bad_rows == []
+    for ex in examples:
+        row = rows[ex.id]
+        gold = [i + 1 for i, label in enumerate(row["ais"]) if label]
+        assert ex.supporting == gold
+        assert [d["text"] for d in ex.docs] == [p.strip() for p in row["split_passages_en"]]
+        parsed = parse_answer(ex.output, len(ex.docs))
+        assert parsed.text == row["prediction_en"].strip()           # the annotated answer, marks removed
+        assert [list(c) for c in parsed.citations] == [gold] * len(parsed.sentences) == ex.citations
+        assert ex.question == row["query_en"].removesuffix(" [b]").strip()
+        assert ex.file.endswith(".jsonl") and ex.line >= 1
+    val_1 = next(ex for ex in examples if ex.id == "xor-val-1")      # two passages, the first supporting
+    assert val_1.output == "yes [1]"
+
+
+def test_unsupported_rows_can_be_kept_uncited():
+    examples, _bad, unsupported = xor_examples(XOR / "train.jsonl", keep_unsupported=True)
+    assert len(examples) == 4 and unsupported == 3
+    assert [ex.citations for ex in examples if not ex.supporting] == [[[]]] * 3
+
+
+def test_eli5_demos_keep_their_hand_cited_answers():
+    examples, bad = eli5_demo_examples(DEMOS)
+    demos = json.loads(DEMOS.read_text())["demos"]
+    assert bad == [] and len(examples) == len(demos) == 4
+    lines = DEMOS.read_text().splitlines()
+    for ex, demo in zip(examples, demos):
+        assert ex.output == demo["answer"].strip() and ex.question == demo["question"]
+        assert len(ex.docs) == len(demo["docs"]) and ex.supporting is None
+        assert all(ids and all(1 <= d <= len(ex.docs) for d in ids) for ids in ex.citations[:-1])
+        assert lines[ex.line - 1].strip() == "{"                      # the line where the demo starts
+
+
+def test_insert_citations_reads_back_onto_the_same_sentences():
+    text = "The sky is blue. Water boils at 100 degrees! It is 1986"
+    spans = [(0, 16), (17, 44), (45, 55)]
+    cited = insert_citations(text, spans, [[2], [], [1, 3]])
+    assert cited == "The sky is blue [2]. Water boils at 100 degrees! It is 1986 [1][3]"
+    parsed = parse_answer(cited, 3)
+    assert parsed.text == text and [list(c) for c in parsed.citations] == [[2], [], [1, 3]]
+
+
+def test_malformed_rows_are_reported_with_file_and_line_and_skipped(tmp_path):
+    good = (XOR / "val.jsonl").read_text().splitlines()[0]
+    bad_json = '{"query_en": "broken'
+    no_labels = json.dumps({k: v for k, v in json.loads(good).items() if k != "ais"})
+    path = tmp_path / "train.jsonl"
+    path.write_text(f"{good}\n{bad_json}\n{no_labels}\n")
+    examples, bad, _ = xor_examples(path)
+    assert [ex.line for ex in examples] == [1]
+    assert [(b.file, b.line) for b in bad] == [(str(path), 2), (str(path), 3)]
+    assert "'ais'" in bad[1].error
+
+    training = tmp_path / "gold.jsonl"
+    write_examples(examples, training)
+    row = json.loads(training.read_text())
+    wrong = {**row, "output": "yes [7]"}                              # the row has two documents
+    training.write_text("\n".join([json.dumps(row), "not json", json.dumps(wrong), json.dumps(row)]) + "\n")
+    read, bad = read_examples(training)
+    assert len(read) == 2 and read[0] == examples[0]
+    assert [b.line for b in bad] == [2, 3] and "cites document(s) [7]" in bad[1].error
+
+    demos = json.loads(DEMOS.read_text())
+    demos["demos"][1]["answer"] = "Shia and Sunni differ [9]."
+    del demos["demos"][2]["answer"]
+    broken = tmp_path / "prompt.json"
+    broken.write_text(json.dumps(demos, indent=2))
+    examples, bad = eli5_demo_examples(broken)
+    assert len(examples) == 2
+    assert [b.error.split(":")[0] for b in bad] == ["demos[1]", "demos[2]"]
+    assert "document(s) [9]" in bad[0].error and "'answer' is missing" in bad[1].error
+    assert all(broken.read_text().splitlines()[b.line - 1].strip() == "{" for b in bad)
+
+
+def test_the_test_splits_are_refused(tmp_path):
+    for split in ("fi", "ru"):
+        path = tmp_path / f"{split}.jsonl"
+        shutil.copy(XOR / "val.jsonl", path)
+        with pytest.raises(InputError, match=f"the {split} split of XOR-AttriQA is the evaluation"):
+            xor_examples(path)
+        with pytest.raises(InputError, match="refused"):
+            build_gold([XOR / "train.jsonl", path])
+        with pytest.raises(InputError, match="refused"):
+            read_examples(tmp_path / f"{split}_gold.jsonl")
+    # a test row under another file name is refused by its content
+    shutil.copy(XOR / "val.jsonl", tmp_path / "train.jsonl")
+    with pytest.raises(InputError, match="also a row of the fi/ru test split"):
+        xor_examples(tmp_path / "train.jsonl")
+    assert len(xor_examples(tmp_path / "fi.jsonl", for_evaluation=True)[0]) == 4  # evaluation reads them
+
+
+def test_the_data_command_writes_a_training_set(tmp_path, capsys):
+    from mirage.cli import main
+
+    out = tmp_path / "gold.jsonl"
+    assert main(["tune", "data", "gold", "--xor", str(XOR / "train.jsonl"), str(XOR / "val.jsonl"),
+                 "--eli5-demos", str(DEMOS), "-o", str(out)]) == 0
+    examples, bad = read_examples(out)
+    assert bad == [] and [ex.source for ex in examples] == ["xor-attriqa"] * 3 + ["eli5-demo"] * 4
+    assert "wrote 7 examples" in capsys.readouterr().err
+    assert main(["tune", "data", "gold", "--xor", str(XOR / "train.jsonl"), "-o", str(tmp_path / "ru.jsonl")]) == 0
+    assert main(["tune", "data", "gold", "--xor", str(tmp_path / "ru.jsonl"), "-o", str(out)]) == 2
+    assert "evaluation of the tuned model" in capsys.readouterr().err
+
+
+def test_tune_help_imports_no_torch_nor_trl():
+    code = ("import sys\nfrom mirage.cli import main\n"
+            "for argv in (['tune', '--help'], ['tune', 'sft', '--help'], ['tune', 'data', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'trl', 'peft', 'transformers', "
+            "'datasets'}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert run.stdout.strip().splitlines()[-1] == "[]"
+    shown = " ".join(run.stdout.split())
+    assert "usage: mirage tune sft" in shown and "resumes from the newest checkpoint" in shown
+
+
+def test_the_shipped_config_loads_and_bad_values_name_their_field(tmp_path):
+    cfg = TuneConfig.from_yaml(ROOT / "configs" / "tune" / "sft.yaml")
+    assert cfg.model == "smollm2-135m-instruct" and cfg.prompt.name == "selfcitation" and cfg.train.seed == 42
+    assert (ROOT / "mirage" / "configs" / "tune" / "sft.yaml").read_text() == \
+        (ROOT / "configs" / "tune" / "sft.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"lora\.r=0 is not valid"):
+        cfg.replace(lora={"r": 0})
+    with pytest.raises(ConfigError, match=r"Unknown key\(s\) \['epoch'\] in tune config section 'train'"):
+        cfg.replace(train={"epoch": 2})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: smollm2-135m-instruct\ntrain:\n  learning_rate: -1\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: train\.learning_rate=-1"):
+        TuneConfig.from_yaml(bad)
+
+
+# -- prompts: training = inference ------------------------------------------------------------------------------------
+
+
+def test_the_training_prompt_is_mirages_inference_prompt(tiny_causal):
+    from mirage.tune.sft import encode_example
+
+    (example,), _report = build_gold([XOR / "train.jsonl"])
+    mirage = Mirage(tiny_causal)
+    encoded = encode_example(mirage, example)
+    tok = tiny_causal.tokenizer
+    inference = mirage.prepare(example.rag_item(with_output=False), index=example.id)  # what generation sees
+    assert list(encoded.prompt_ids) == list(inference.tokens.ids)
+    content = format_prompt(load_template(mirage.config.prompt), example.question, inference.item.docs).text
+    rendered = tok.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
+                                       add_generation_prompt=True)
+    assert tok.decode(list(encoded.prompt_ids)) == rendered
+    assert list(encoded.completion_ids) == [*tokenize_answer(tok, example.output).ids, tok.eos_token_id]
+    assert tok.decode(list(encoded.completion_ids)) == "Srikakulam [1]<|im_end|>"
+    assert encoded.completion_mask == [0] * len(encoded.prompt_ids) + [1] * len(encoded.completion_ids)
+
+    # a model without a chat template gets the plain prompt
+    plain = Mirage(dataclasses.replace(tiny_causal, use_chat_template=False))
+    assert list(encode_example(plain, example).prompt_ids) == encode_plain(tok, content)
+
+
+# -- SFT and adapters on a tiny in-memory model -----------------------------------------------------------------------
+
+
+def _tiny(tokenizer, seed: int, hidden: int = 32):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mirage.models import wrap_model
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
+    return wrap_model(LlamaForCausalLM(config), tokenizer, name="tiny-causal")
+
+
+@pytest.fixture(scope="module")
+def sft_run(tiny_causal, tmp_path_factory):
+    """One SFT step of a copy of the tiny model on the shipped gold rows: the run, the trained model and a pristine
+    copy of its base."""
+    from mirage.tune.sft import train_sft
+
+    examples, _ = build_gold([XOR / "train.jsonl", XOR / "val.jsonl"])
+    trained, pristine = copy.deepcopy(tiny_causal), copy.deepcopy(tiny_causal)
+    cfg = TuneConfig(data=()).replace(lora={"r": 2, "dropout": 0.0},
+                                      train={"max_steps": 1, "gradient_accumulation_steps": 2, "batch_size": 1,
+                                             "learning_rate": 0.05, "max_length": 700})
+    out = tmp_path_factory.mktemp("sft")
+    run = train_sft(cfg, out, lm=trained, examples=examples, progress=False)
+    return run, trained, pristine, cfg, examples
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0]
+
+
+def test_one_sft_step_runs_end_to_end(sft_run):
+    run, _trained, _pristine, _cfg, examples = sft_run
+    assert run.steps == 1 and run.n_train == len(examples) == 3 and run.too_long == []
+    assert run.base_model == "tiny-causal" and run.resumed_from is None
+    assert math.isfinite(run.train_loss) and run.loss_curve[0]["step"] == 1.0 and run.peak_rss_mb > 0
+    out = Path(run.output_dir)
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()
+    assert (out / "checkpoints" / "checkpoint-1").is_dir()
+    assert json.loads((out / "sft.json").read_text())["steps"] == 1
+
+
+def test_the_adapter_round_trips_with_the_same_logits(sft_run, real_tokenizer):
+    from mirage.tune.adapters import apply_adapter, read_adapter_info
+
+    run, trained, pristine, _cfg, _ = sft_run
+    info = read_adapter_info(run.adapter_dir)
+    assert info.base_model == "tiny-causal" and info.stage == "sft" and info.prompt["name"] == "selfcitation"
+    assert info.training["lora"]["r"] == 2
+    ids = real_tokenizer("Document [1]: Paris is in France. Answer: Paris [1]")["input_ids"]
+    expected = _logits(trained.model, ids)
+    assert not torch.allclose(expected, _logits(pristine.model, ids), atol=1e-4)  # the step changed the model
+    for merge in (False, True):
+        loaded = apply_adapter(copy.deepcopy(pristine), run.adapter_dir, merge=merge)
+        torch.testing.assert_close(_logits(loaded.model, ids), expected, atol=1e-5, rtol=1e-5)
+    assert loaded.name == "tiny-causal+adapter"
+
+
+def test_an_adapter_for_another_base_model_is_refused(sft_run, real_tokenizer, tmp_path):
+    from mirage.tune.adapters import AdapterError, apply_adapter, read_adapter_info
+
+    run = sft_run[0]
+    with pytest.raises(AdapterError, match=r"trained on the base model 'tiny-causal'.*its weights differ"):
+        apply_adapter(_tiny(real_tokenizer, seed=1), run.adapter_dir)
+    with pytest.raises(AdapterError, match="its architecture differs .*hidden_size 48"):
+        apply_adapter(_tiny(real_tokenizer, seed=0, hidden=48), run.adapter_dir)
+    variant = copy.deepcopy(sft_run[2])                                # a fine-tuned variant of the base
+    with torch.no_grad():
+        variant.model.get_input_embeddings().weight.mul_(1.001)
+    variant.name = "tiny-variant"
+    with pytest.raises(AdapterError, match="its weights differ"):
+        apply_adapter(variant, run.adapter_dir)
+    for dtype in (torch.bfloat16, torch.float16):                      # the base in another dtype is the base
+        other = copy.deepcopy(sft_run[2])
+        other.model.to(dtype)
+        assert apply_adapter(other, run.adapter_dir).model.dtype == dtype
+    bare = tmp_path / "bare"
+    shutil.copytree(run.adapter_dir, bare)
+    (bare / "mirage-adapter.json").unlink()
+    with pytest.raises(AdapterError, match="its base model is unknown"):
+        read_adapter_info(bare)
+
+
+def test_a_rerun_resumes_and_other_settings_are_refused(sft_run):
+    from mirage.tune.sft import train_sft
+
+    run, _trained, pristine, cfg, examples = sft_run
+    with pytest.raises(ConfigError, match="other settings .*train"):
+        train_sft(cfg.replace(train={"max_steps": 2}), run.output_dir, lm=copy.deepcopy(pristine), examples=examples,
+                  progress=False)
+    again = train_sft(cfg, run.output_dir, lm=copy.deepcopy(pristine), examples=examples, progress=False)
+    assert again.resumed_from.endswith("checkpoint-1") and again.steps == 1
+
+
+# -- the reward -------------------------------------------------------------------------------------------------------
+
+
+def test_reward_terms_by_hand():
+    from mirage.tune.reward import agreement_score, combine, faithfulness_score, format_score, rage_score
+
+    assert rage_score([1, 3], [1, 2]) == pytest.approx(0.5)          # P 1/2, R 1/2
+    assert rage_score([1, 2, 3], [2]) == pytest.approx((1 / 3 + 1) / 2)
+    assert rage_score([], [2]) == 0.0 and rage_score([], []) == 1.0 and rage_score([1], None) is None
+    assert agreement_score([[1], [2, 3], []], [[1], [3], []]) == pytest.approx((1 + 0.5 + 1) / 3)
+    assert faithfulness_score([2.0, None], [2, 5]) == pytest.approx((1 - math.exp(-1)) / 2)
+    assert faithfulness_score([-3.0, 4.0], [1, 4], scale=2.0) == pytest.approx((0 + 1 - math.exp(-0.5)) / 2)
+    # three sentences: one cites an existing document, one only a missing one, one nothing
+    parsed = parse_answer("Paris is big [1]. It rains a lot [7]. Sun.", 2)
+    assert format_score(parsed) == pytest.approx(1 / 3 * 1 / 2)
+    assert format_score(parse_answer("Paris [1][2].", 2)) == 1.0 and format_score(parse_answer("", 2)) == 0.0
+    weights = RewardSettings().weights                                  # 1, .5, .5, .5
+    terms = {"rage": 0.5, "agreement": None, "faithfulness": 0.2, "format": 1.0}
+    assert combine(terms, weights) == pytest.approx((0.5 * 1 + 0.2 * 0.5 + 1.0 * 0.5) / 2.0)
+    assert combine(terms, {**weights, "rage": 0.0}) == pytest.approx((0.1 + 0.5) / 1.0)
+
+
+def test_reward_settings_are_checked():
+    with pytest.raises(ConfigError, match="every term weight"):
+        RewardSettings(rage=0, agreement=0, faithfulness=0, format=0)
+    with pytest.raises(ConfigError, match=r"reward\.num_generations=1"):
+        RewardSettings(num_generations=1)
+
+
+SHORT_ITEM = {
+    "question": "In which year was the Eiffel Tower completed?",
+    "docs": [{"title": "Eiffel Tower", "text": "The Eiffel Tower in Paris was completed in 1889 for the World's Fair."},
+             {"title": "Big Ben", "text": "The clock tower in London was completed in 1859."}],
+    "supporting": [1],
+}
+
+
+@pytest.mark.slow
+def test_the_judge_scores_a_cited_answer_on_the_embedded_model(embedded_mirage):
+    from mirage.faithfulness import faithfulness
+    from mirage.tune.reward import CitationJudge, agreement_score, combine
+
+    weights = {"rage": 1.0, "agreement": 1.0, "faithfulness": 1.0, "format": 1.0}
+    judge = CitationJudge(embedded_mirage, RewardSettings(**weights))
+    cited = judge.score(SHORT_ITEM, "1889 [1].")
+    assert cited.error is None and cited.self_citations == [[1]]
+    assert cited.rage == 1.0 and cited.format == 1.0
+    assert cited.agreement == pytest.approx(agreement_score(cited.self_citations, cited.mirage_citations))
+    # the faithfulness check of the same answer, by hand: removing the document holding 1889 makes it less likely
+    res = embedded_mirage.attribute_item({**SHORT_ITEM, "output": "1889 [1]."})
+    (sentence,) = faithfulness(embedded_mirage, res).sentences
+    drop = sentence.sets["selfcitation"].drop
+    assert drop > 0 and cited.faithfulness == pytest.approx(1 - math.exp(-drop / sentence.n_tokens))
+    assert cited.total == pytest.approx(combine({k: getattr(cited, k) for k in weights}, weights))
+    uncited = judge.score(SHORT_ITEM, "1889.")
+    assert (uncited.rage, uncited.format, uncited.faithfulness) == (0.0, 0.0, 0.0) and uncited.total < cited.total
+    assert judge([None], ["1889 [1]."], question=[SHORT_ITEM["question"]], docs=[SHORT_ITEM["docs"]],
+                 supporting=[[1]]) == [pytest.approx(cited.total)]
+
+
+@pytest.mark.slow
+def test_internals_examples_cite_what_mirage_attributes(embedded_mirage):
+    from mirage.tune.data import TrainingExample
+
+    item = TrainingExample(id="eiffel", source="test", question=SHORT_ITEM["question"], docs=SHORT_ITEM["docs"],
+                           output="", citations=[], supporting=[1])
+    cfg = MirageConfig().replace(generation={"max_new_tokens": 16})
+    examples, left_out = internals_examples(embedded_mirage, [item], config=cfg)
+    assert len(examples) + sum(left_out.values()) == 1
+    res = embedded_mirage.attribute_item(item.rag_item(with_output=False), config=cfg)  # the same greedy answer
+    for ex in examples:
+        kept = res.sentences[: len(ex.citations)]       # all, or all but an unfinished last one
+        assert len(kept) in (len(res.sentences), len(res.sentences) - 1)
+        parsed = parse_answer(ex.output, len(ex.docs))
+        assert parsed.text == res.answer[: kept[-1].end]
+        assert [list(c) for c in parsed.citations] == [list(s.mirage_citations) for s in kept]
+        assert ex.source == "internals" and ex.supporting == [1] and ex.meta["raw_answer"] == res.raw_answer
+    if not examples:
+        assert left_out["cut"] or not any(s.mirage_citations for s in res.sentences)
+
+
+# -- the reward stage on the tiny model -------------------------------------------------------------------------------
+
+
+def test_the_reward_prompt_is_mirages_inference_prompt(tiny_causal):
+    from mirage.tune.grpo import prompt_of
+
+    (example,), _report = build_gold([XOR / "train.jsonl"])
+    mirage = Mirage(tiny_causal)
+    messages = prompt_of(mirage, example)
+    rendered = tiny_causal.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                         return_dict=True)["input_ids"]  # as trl renders it
+    inference = mirage.prepare(example.rag_item(with_output=False), index=example.id)
+    assert list(rendered) == list(inference.tokens.ids)
+    plain = Mirage(dataclasses.replace(tiny_causal, use_chat_template=False))
+    assert prompt_of(plain, example) == plain.prepare(example.rag_item(with_output=False)).prompt.text
+
+
+def test_one_reward_step_runs_end_to_end_from_the_sft_adapter(sft_run, tmp_path):
+    from mirage.tune.adapters import apply_adapter, read_adapter_info
+    from mirage.tune.grpo import train_reward
+
+    sft, _trained, pristine, cfg, examples = sft_run
+    cfg = cfg.replace(adapter=sft.adapter_dir,
+                      train={"batch_size": 2, "gradient_accumulation_steps": 1, "learning_rate": 0.05},
+                      reward={"num_generations": 2, "max_completion_length": 6, "beta": 0.1})
+    run = train_reward(cfg, tmp_path / "reward", lm=copy.deepcopy(pristine), examples=examples[:1], progress=False)
+    assert run.steps == 1 and run.start_adapter == sft.adapter_dir and run.n_prompts == 1
+    (logged,) = run.curve
+    assert 0.0 <= logged["reward"] <= 1.0 and "kl" in logged
+    info = read_adapter_info(run.adapter_dir)
+    assert info.stage == "reward" and info.base_model == "tiny-causal"
+    assert not (Path(run.adapter_dir) / "ref").exists()              # trl's frozen reference is not saved
+    ids = pristine.tokenizer("Answer: 1986 [1]")["input_ids"]
+    after = _logits(apply_adapter(copy.deepcopy(pristine), run.adapter_dir).model, ids)
+    # the stage trained the SFT adapter further (a fresh adapter would start at the base model's logits)
+    assert torch.isfinite(after).all() and not torch.allclose(after, _logits(pristine.model, ids), atol=1e-4)
+
+
+def test_citation_evaluation_counts_what_the_answers_cite(tiny_causal, monkeypatch):
+    from mirage.generation import Generated
+    from mirage.tune import evaluate
+
+    examples, _ = build_gold([XOR / "train.jsonl", XOR / "val.jsonl"])   # supporting [1], [1], [1]
+    # The tiny random model writes no citation; these are the answers a citing model would write (a stand-in for
+    # generation only: prompts, parsing and scoring are the real ones).
+    answers = iter(["Srikakulam [1].", "It is not banned. It is allowed [2][5].", "Two hundred."])
+    monkeypatch.setattr(evaluate, "generate_answer",
+                        lambda lm, ids, cfg: Generated(ids=[1, 2], text=next(answers), logits=torch.zeros(2, 1)))
+    report = evaluate.evaluate_citations(Mirage(tiny_causal), examples, max_new_tokens=4)
+    assert report.n_answers == 3 and report.answers_cited == pytest.approx(2 / 3)
+    assert report.sentences_cited == pytest.approx(2 / 4) and report.invalid_citations == 1   # [5] of 2 documents
+    assert report.precision == pytest.approx((1 + 0 + 0) / 3) and report.recall == pytest.approx(1 / 3)
+    assert [a["cited"] for a in report.answers] == [[1], [2], []]
+    assert report.exact_match == pytest.approx(1 / 3)                # only "Srikakulam" holds its reference
