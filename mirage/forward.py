@@ -56,13 +56,25 @@ def _run(
         dec = torch.tensor([_decoder_ids(lm, answer_ids)], device=lm.device).expand(batch, -1)
         kwargs["decoder_input_ids"] = dec
         return lm.model(**kwargs).logits[:, keep]
+    return causal_pass(lm, positions, **kwargs).logits
+
+
+def causal_pass(lm: LoadedModel, positions: Sequence[int], **kwargs: object) -> object:
+    """One pass of a causal model whose output's ``logits`` are ``[batch, len(positions), vocab]``, those at
+    ``positions`` only: the output head runs on those rows alone where the model takes ``logits_to_keep`` (a
+    large vocabulary's head over every prompt position costs more than the layers), else it is sliced. Other
+    outputs (``past_key_values``, ``attentions``) are the model's own. ``positions`` empty: the head runs on
+    one row, whose logits the caller does not want."""
+    keep = torch.tensor(list(positions) or [0], device=lm.device)
     try:
-        out = lm.model(**kwargs, logits_to_keep=keep).logits
-        if out.shape[1] == len(positions):
+        out = lm.model(**kwargs, logits_to_keep=keep)
+        if out.logits.shape[1] == len(keep):
             return out
     except TypeError:
         pass  # models without logits_to_keep
-    return lm.model(**kwargs).logits[:, keep]
+    out = lm.model(**kwargs)
+    out.logits = out.logits[:, keep]
+    return out
 
 
 @torch.inference_mode()
@@ -237,11 +249,7 @@ def batched_answer_logits(lm: LoadedModel, pairs: Sequence[tuple[Sequence[int], 
         position_ids = (mask.cumsum(-1) - 1).clamp_min(0)
         kwargs = {"input_ids": ids.to(lm.device), "attention_mask": mask.to(lm.device),
                   "position_ids": position_ids.to(lm.device), "use_cache": False}
-        try:
-            logits = lm.model(**kwargs, logits_to_keep=n_keep).logits
-        except TypeError:  # models without logits_to_keep
-            logits = lm.model(**kwargs).logits
-        logits = logits[:, -n_keep:]
+        logits = causal_pass(lm, range(width - n_keep, width), **kwargs).logits
         for r, i in enumerate(group):
             n = len(pairs[i][1])
             out[i] = logits[r, n_keep - n:].float()

@@ -37,7 +37,9 @@ FOLDS = 5
 @dataclass
 class LearnedModel(JSONRecord):
     """A fitted passage classifier: ``p = sigmoid(coef · (x - mean) / scale + intercept)``, cited when
-    ``p >= threshold``. ``cv`` records the model selection (ROC-AUC per C, out-of-fold F1 at the threshold)."""
+    ``p >= threshold``. ``cv`` records the model selection (ROC-AUC per C, out-of-fold F1 at the threshold) and
+    ``agreement_threshold``, the probability that maximises out-of-fold agreement instead (an operating point for
+    readers who weigh every passage alike; cites fewer)."""
 
     features: list[str]
     mean: list[float]
@@ -131,12 +133,14 @@ def fit_learned(X: Sequence[Sequence[float]], y: Sequence[bool], *, groups: Sequ
         aucs[c] = float(roc_auc_score(labels, oof))
     best_c = max(C_grid, key=lambda c: (aucs[c], -c))  # ties: the stronger regularisation
     threshold, oof_f1 = best_threshold(oof_by_c[best_c], labels, "f1")
+    agreement_threshold, oof_agreement = best_threshold(oof_by_c[best_c], labels, "agreement")
     fitted = model(best_c).fit(z, labels)
     return LearnedModel(features=list(names), mean=mean.tolist(), scale=scale.tolist(),
                         coef=fitted.coef_[0].tolist(), intercept=float(fitted.intercept_[0]), threshold=threshold,
                         C=float(best_c), n_rows=len(labels), n_items=len(np.unique(group_ids)),
                         cv={"folds": n_folds, "roc_auc_by_C": {str(c): a for c, a in aucs.items()},
-                            "oof_f1_at_threshold": oof_f1})
+                            "oof_f1_at_threshold": oof_f1, "agreement_threshold": agreement_threshold,
+                            "oof_agreement_at_threshold": oof_agreement})
 
 
 # -- the learned citation rule of ``mirage attribute`` ---------------------------------------------------------------

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .config import MirageConfig
-from .forward import model_inputs, token_probabilities
+from .forward import causal_pass, model_inputs, token_probabilities
 from .serialization import JSONRecord
 
 if TYPE_CHECKING:
@@ -146,14 +146,14 @@ def passage_signals(mirage: Mirage, prepared: PreparedItem, answer_ids: Sequence
     else:
         if logprob is not None and not attention and not leave_one_out:  # only the cache of the shared prefix
             shared = min(min(_common_prefix(full_ids, ids_j), len(ids_j) - 1) for ids_j in prompts)
-            out = lm.model(input_ids=torch.tensor([full_ids[:max(shared, 1)]], device=lm.device), use_cache=True)
+            out = causal_pass(lm, [], input_ids=torch.tensor([full_ids[:max(shared, 1)]], device=lm.device),
+                              use_cache=True)
             full = list(logprob)
         else:
             with _eager_attention(lm.model) as eager:
-                out = lm.model(input_ids=torch.tensor([seq], device=lm.device), use_cache=True,
-                               output_attentions=bool(attention and eager))
-            keep = torch.tensor(positions, device=lm.device)
-            full = token_probabilities(out.logits[0, keep].float(), answer_ids, log=True)
+                out = causal_pass(lm, positions, input_ids=torch.tensor([seq], device=lm.device), use_cache=True,
+                                  output_attentions=bool(attention and eager))
+            full = token_probabilities(out.logits[0].float(), answer_ids, log=True)
             if attention and getattr(out, "attentions", None):
                 docs_of = list(prepared.tokens.context_docs)
                 attn = _doc_attention(out.attentions, positions, prepared.tokens.context_positions, docs_of, n_docs)
@@ -165,9 +165,10 @@ def passage_signals(mirage: Mirage, prepared: PreparedItem, answer_ids: Sequence
             shared = min(_common_prefix(full_ids, ids_j), len(ids_j) - 1, cache.get_seq_length())
             _crop(cache, shared)
             suffix = torch.tensor([ids_j[shared:] + answer_tail], device=lm.device)
-            logits = lm.model(input_ids=suffix, past_key_values=cache, use_cache=True).logits[0]
             first = len(ids_j) - shared - 1  # suffix position predicting the first answer token
-            scored.append(token_probabilities(logits[first: first + len(answer_ids)].float(), answer_ids, log=True))
+            logits = causal_pass(lm, range(first, first + len(answer_ids)), input_ids=suffix, past_key_values=cache,
+                                 use_cache=True).logits[0]
+            scored.append(token_probabilities(logits.float(), answer_ids, log=True))
             _crop(cache, shared)
     loo = scored[:n_loo][::-1]
     only = scored[n_loo: n_loo + n_docs]

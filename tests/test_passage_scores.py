@@ -148,6 +148,33 @@ def test_learned_model_round_trips_with_identical_predictions(tmp_path):
         fit_learned(X.tolist(), [True] * 120, groups=groups, names=["a", "b", "c"])
 
 
+def test_the_agreement_operating_point_is_chosen_out_of_fold():
+    """``cv["agreement_threshold"]`` maximises agreement of the out-of-fold probabilities (refitting the folds by
+    hand), as ``threshold`` maximises their F1; on rare positives it cites no more passages than the F1 point."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GroupKFold
+
+    from mirage.learned import best_threshold
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(160, 2))
+    y = (X[:, 0] + rng.normal(scale=0.8, size=160)) > 1.0  # about a fifth positive, like XOR-AttriQA's passages
+    groups = [i // 4 for i in range(160)]
+    model = fit_learned(X.tolist(), y.tolist(), groups=groups, names=["a", "b"])
+    z = (X - np.asarray(model.mean)) / np.asarray(model.scale)
+    oof = np.zeros(len(y))
+    group_ids = np.unique([str(g) for g in groups], return_inverse=True)[1]  # the folds fit_learned draws
+    for train, test in GroupKFold(n_splits=model.cv["folds"]).split(z, y, group_ids):
+        oof[test] = LogisticRegression(C=model.C, class_weight="balanced", max_iter=5000,
+                                       random_state=0).fit(z[train], y[train]).predict_proba(z[test])[:, 1]
+    t_agree, agree = best_threshold(oof.tolist(), y.tolist(), "agreement")
+    t_f1, f1 = best_threshold(oof.tolist(), y.tolist(), "f1")
+    assert model.cv["agreement_threshold"] == pytest.approx(t_agree) and model.threshold == pytest.approx(t_f1)
+    assert model.cv["oof_agreement_at_threshold"] == pytest.approx(agree) and agree > 1 - y.mean()
+    assert model.cv["oof_f1_at_threshold"] == pytest.approx(f1)
+    assert model.cv["agreement_threshold"] >= model.threshold
+
+
 @pytest.mark.slow
 def test_xor_scorer_computes_only_needed_rows_with_identical_results(embedded_mirage, tmp_path, monkeypatch):
     """The default run (CCI rows of the tokens the settings select) and ``--all-tokens`` (every row, the behaviour
@@ -164,7 +191,7 @@ def test_xor_scorer_computes_only_needed_rows_with_identical_results(embedded_mi
     needed = run(tmp_path / "needed")
     a, b = every.to_dict(), needed.to_dict()
     for metric in ("agreement", "precision", "recall", "f1", "balanced_accuracy", "roc_auc"):
-        for setting in (*SETTINGS, "learned"):
+        for setting in (*SETTINGS, "learned", "learned_agreement"):
             assert a[metric][setting] == b[metric][setting], (metric, setting)
     assert a["roc_auc"]["passage_score"] == b["roc_auc"]["passage_score"]
     assert a["sweep"] == b["sweep"] and a["calibration"] == b["calibration"]

@@ -210,7 +210,7 @@ def test_xor_settings_by_hand():
     assert rep.sweep["percents"][0] == 3 and len(rep.sweep["agreement"]["ex"]["avg"]) == len(rep.sweep["percents"])
     # top-100 % keeps every context token: every passage of an item with a context-sensitive token is cited
     assert rep.sweep["agreement"]["ex"]["avg"][-1] == 25.0
-    assert set(rep.agreement) == set(SETTINGS) - {"nli_orig"} | {"learned"}
+    assert set(rep.agreement) == set(SETTINGS) - {"nli_orig"} | {"learned", "learned_agreement"}
 
 
 def test_xor_report_round_trips_through_json():

@@ -363,8 +363,10 @@ def test_the_judge_scores_a_cited_answer_on_the_embedded_model(embedded_mirage):
     assert cited.total == pytest.approx(combine({k: getattr(cited, k) for k in weights}, weights))
     uncited = judge.score(SHORT_ITEM, "1889.")
     assert (uncited.rage, uncited.format, uncited.faithfulness) == (0.0, 0.0, 0.0) and uncited.total < cited.total
-    assert judge([None], ["1889 [1]."], question=[SHORT_ITEM["question"]], docs=[SHORT_ITEM["docs"]],
-                 supporting=[[1]]) == [pytest.approx(cited.total)]
+    # trl's interface, one reward per completion (terms that need no model: no attribution runs)
+    labels_only = CitationJudge(embedded_mirage, RewardSettings(agreement=0.0, faithfulness=0.0))
+    assert labels_only([None, None], ["1889 [1].", "1889 [2]."], question=[SHORT_ITEM["question"]] * 2,
+                       docs=[SHORT_ITEM["docs"]] * 2, supporting=[[1], [1]]) == [1.0, pytest.approx(1 / 3)]
 
 
 @pytest.mark.slow

@@ -180,7 +180,8 @@ computed again.
             return [] if floor is None else [t for t, c in enumerate(cti) if abs(c) >= floor]
 
         test_scores, test_failed = score_items(model, test.items, config=cfg, store=store, progress=progress,
-                                               needs=needed, signals=use_signals, ex_rows=ex_rows,
+                                               needs=needed if all_tokens or floor is not None else None,
+                                               signals=use_signals, ex_rows=ex_rows,
                                                stage="xor-attriqa", batch_items=batch_items)
         return {**scores, **test_scores}, failed + [f for f in test_failed if f not in failed]
 

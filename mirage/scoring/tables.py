@@ -18,6 +18,7 @@ SETTING_NAMES = {
     "cite_none": "cite none",
     "mirage_raw": "MIRAGE |CTI| x CCI share",
     "learned": "MIRAGE learned",
+    "learned_agreement": "MIRAGE learned, threshold for agreement",
     "passage_score": "MIRAGE passage score",
 }
 XOR_METRICS = {

@@ -533,7 +533,9 @@ def score_items(
         return scores, failed
     mirage = resolve_mirage(model)
 
-    def targets_of(item: XorItem) -> Callable[[Any], set[int]]:
+    def targets_of(item: XorItem) -> str | Callable[[Any], set[int]]:
+        if not ex_rows and needs is None:  # no CCI row wanted: the with-documents pass needs no gradient graph
+            return "none"
         return lambda cti: _wanted(item, cti.scores, config, needs, ex_rows)
 
     def keep(item: XorItem, sc: ItemScores | InputError) -> None:

@@ -1,0 +1,103 @@
+"""Time the learned setting's passes with the output head on the answer rows only, against the head on every position.
+
+    python benchmarks/bench_passage_signals.py ../shared/data/xor_attriqa_match/fi.jsonl --limit 5 \
+        --model gemma3-270m --text native
+
+The learned setting of ``mirage score xor-attriqa`` runs, per item, CTI's two passes and the passage signals (one
+pass over the prompt before the first passage, one short pass per passage). Every pass needs the logits of the
+answer positions only. **full_head**, what the scorer did before: the signals' passes ran the model's output head on
+every input position and kept the answer rows afterwards. **kept_rows**, today's :func:`mirage.forward.causal_pass`:
+the head runs on the answer rows only (``logits_to_keep``). The two runs alternate item by item on the same loaded
+model; the script checks the log-probabilities agree (max |difference|), prints the seconds of each, the ratio,
+and writes ``benchmarks/results/passage_signals.json``. A large vocabulary gains most (Gemma 3: 262k entries,
+SmolLM2: 49k). Run it on an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mirage import Mirage
+from mirage import passage_signals as ps
+from mirage.scoring.xor_attriqa import SIGNALS, load_xor_attriqa, prepare_item
+from mirage.serialization import library_versions
+from mirage.tokenization import tokenize_answer
+
+
+def full_head(lm: Any, positions: Any, **kwargs: Any) -> Any:
+    """The pass as it ran before: the output head over every position, the wanted rows sliced afterwards."""
+    out = lm.model(**kwargs)
+    out.logits = out.logits[:, torch.tensor(list(positions) or [0], device=lm.device)]
+    return out
+
+
+def timed(m: Mirage, prep: Any, answer_ids: list[int], cti: Any, head: Any) -> tuple[float, ps.PassageSignals]:
+    """Seconds of the learned setting's signal passes, given CTI's log-probabilities as the scorer gives them (CTI's
+    own passes aside: they kept the head on the answer rows before too), and the signals."""
+    ps.causal_pass = head
+    t = time.perf_counter()
+    sig = ps.passage_signals(m, prep, answer_ids, logprob=cti.logprobs, none_logprob=cti.contextless_logprobs,
+                             **SIGNALS)
+    return time.perf_counter() - t, sig
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("data", help="an XOR-AttriQA JSONL file")
+    ap.add_argument("--limit", type=int, default=5, help="rows (default 5)")
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--text", default="en", choices=["en", "native"])
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--out", default="benchmarks/results/passage_signals.json")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    m = Mirage.from_pretrained(args.model)
+    kept = ps.causal_pass
+    items = [i for i in load_xor_attriqa(args.data, text=args.text, limit=args.limit).items if len(i.passages) > 1]
+    rows = []
+    for item in items:
+        text, prep = prepare_item(m, item)
+        answer = tokenize_answer(m.lm.tokenizer, text)
+        ids = answer.ids
+        cti = m.score_tokens(prep, answer, targets="none").cti
+        timed(m, prep, ids, cti, kept)  # warm-up of this item's shapes
+        before, sig_before = timed(m, prep, ids, cti, full_head)
+        after, sig_after = timed(m, prep, ids, cti, kept)
+        diff = max((abs(a - b) for ra, rb in zip(sig_before.only_logprob, sig_after.only_logprob)
+                    for a, b in zip(ra, rb)), default=0.0)
+        rows.append({"key": item.key, "prompt_tokens": len(prep.tokens.ids), "answer_tokens": len(ids),
+                     "n_docs": len(item.passages), "full_head_s": round(before, 3), "kept_rows_s": round(after, 3),
+                     "max_abs_diff": diff})
+        print(f"{item.key}: {len(prep.tokens.ids)} prompt tokens, {len(item.passages)} passages: "
+              f"full head {before:.2f} s, kept rows {after:.2f} s, max |Δ log p| {diff:.2g}")
+    ps.causal_pass = kept
+    total_before = sum(r["full_head_s"] for r in rows)
+    total_after = sum(r["kept_rows_s"] for r in rows)
+    summary = {"model": args.model, "text": args.text, "data": args.data, "items": len(rows),
+               "vocab": m.lm.model.config.get_text_config().vocab_size, "threads": torch.get_num_threads(),
+               "full_head_s": round(total_before, 2), "kept_rows_s": round(total_after, 2),
+               "speedup": round(total_before / total_after, 2) if total_after else None,
+               "max_abs_diff": max((r["max_abs_diff"] for r in rows), default=0.0), "rows": rows,
+               "versions": library_versions()}
+    print(f"{args.model}: signal passes {total_before:.1f} s -> {total_after:.1f} s "
+          f"({summary['speedup']}x), max |Δ log p| {summary['max_abs_diff']:.2g}")
+    out = Path(args.out)
+    runs = json.loads(out.read_text()) if out.exists() else {}
+    runs[f"{args.model}/{args.text}"] = summary
+    out.write_text(json.dumps(runs, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
