@@ -22,6 +22,38 @@ SCRIPT_DOC = {
 }
 
 
+#: The headless Chromium the browser tests drive (scripts/setup.sh --test installs it).
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium for the module's page tests (playwright)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright is missing: run `bash scripts/setup.sh --test`.")
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `bash scripts/setup.sh --test` (apt-get install chromium).")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module: on a shared two-core machine, two threads per process oversubscribe the cores
+    and make real-model runs several times slower (measured in test_bias_cli: about 50 s for eight generations with
+    one thread, 8 min with two)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def example_items() -> list[dict]:
     """The real RAG items of examples/rag_items.json."""

@@ -21,15 +21,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One torch thread: on a shared two-core machine, two threads per process oversubscribe the cores and make these
-    runs several times slower (measured: about 50 s for the eight generations with one thread, 8 min with two)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_thread):
+    """Every test here runs the real model with one torch thread (conftest's ``one_thread``)."""
 
 
 def _lines(path: Path) -> list[dict]:

@@ -163,17 +163,6 @@ def test_build_items_takes_the_non_relevant_documents_from_the_run(beir, bm25, t
 # -- the real all-MiniLM-L6-v2 embedder and the embedded language model -----------------------------------------------
 
 @pytest.fixture(scope="module")
-def one_thread():
-    """One torch thread: two threads per process oversubscribe the shared two-core machine (see test_bias_cli)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
 def minilm(one_thread):
     from mirage.bias.rage import MiniLMEmbedder
 

@@ -46,17 +46,6 @@ def _supporting(n: int) -> dict[str, list[str]]:
 # -- the sweep on the embedded model ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def one_thread():
-    """One torch thread: two threads per process oversubscribe the shared two-core machine (see test_bias_cli)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory, one_thread):
     from mirage.cli import main
 

@@ -18,24 +18,7 @@ from mirage.cli import main as cli_main
 from mirage.report import align_sentences, cue_share, report_html, span_cues
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 EVIL = "</script><script>window.__mirage_pwned = 2</script><img src=x onerror='window.__mirage_pwned=3'>"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("playwright is missing: run `bash scripts/setup.sh --test`.")
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `bash scripts/setup.sh --test` (apt-get install chromium).")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

@@ -44,9 +44,6 @@ from mirage.view import view_kind
 ROOT = Path(__file__).resolve().parents[1]
 BIAS_RUN = ROOT / "tests" / "data" / "bias_run_small"
 ELI5_RUN = ROOT / "tests" / "data" / "eli5_run_small"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 EVIL = "</script><script>window.__mirage_pwned = 2</script><img src=x onerror='window.__mirage_pwned=3'>"
 
 
@@ -204,20 +201,6 @@ def test_eli5_answers_in_seed_and_row_order():
 
 
 # --- the pages in a browser -----------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("playwright is missing: run `bash scripts/setup.sh --test`.")
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `bash scripts/setup.sh --test` (apt-get install chromium).")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
