@@ -93,6 +93,33 @@ def embedded_models() -> dict[str, EmbeddedModelSpec]:
     return {name: EmbeddedModelSpec(name=name, **entry) for name, entry in raw.items()}
 
 
+@dataclass(frozen=True)
+class EmbeddedAdapterSpec:
+    """A LoRA adapter shipped inside mirage (``mirage/embedded_adapters.yaml``): its ``base`` embedded model and
+    its folder, relative to the package."""
+
+    name: str
+    base: str
+    adapter: str
+    description: str = ""
+
+    @property
+    def path(self) -> Path:
+        return Path(__file__).parent / self.adapter
+
+
+@cache
+def embedded_adapters() -> dict[str, EmbeddedAdapterSpec]:
+    """The shipped adapters by their embedded name (``mirage/embedded_adapters.yaml``)."""
+    raw = yaml.safe_load((Path(__file__).parent / "embedded_adapters.yaml").read_text()) or {}
+    return {name: EmbeddedAdapterSpec(name=name, **entry) for name, entry in raw.items()}
+
+
+def embedded_names() -> list[str]:
+    """Every name that loads offline: the embedded models and the shipped adapters."""
+    return [*embedded_models(), *embedded_adapters()]
+
+
 def cache_dir() -> Path:
     """Root of mirage's cache: ``$MIRAGE_CACHE_DIR`` or ``~/.cache/mirage``."""
     root = os.environ.get("MIRAGE_CACHE_DIR")
@@ -308,7 +335,7 @@ def _locate(name: str) -> tuple[str, str | None]:
     at once. For a hub id, when the hub is unreachable (or offline mode is set) only the local Hugging Face cache is
     used, so a cached model still loads and an uncached one fails at once instead of after minutes of retries.
     """
-    known = ", ".join(embedded_models())
+    known = ", ".join(embedded_names())
     path = Path(name).expanduser()
     if path.exists():
         _check_local_folder(name, path)
@@ -326,7 +353,7 @@ def _locate(name: str) -> tuple[str, str | None]:
 
 
 def _offline_error(name: str, offline: str) -> ModelLoadError:
-    known = ", ".join(embedded_models())
+    known = ", ".join(embedded_names())
     if offline == "unreachable":
         return ModelLoadError(
             f"model {name!r} is not an embedded model ({known}), not a local folder, and the Hugging Face hub is "
@@ -361,7 +388,7 @@ def _from_pretrained(what: str, name: str, source: str | Path, offline: str | No
             raise
         if offline is not None and what == "config" and not _in_hub_cache(name):
             raise _offline_error(name, offline) from err
-        known = ", ".join(embedded_models())
+        known = ", ".join(embedded_names())
         lines = str(err).strip().splitlines()
         cause = f"{err.__class__.__name__}: {lines[0] if lines else ''}".rstrip(": ")
         where = f" from {source}" if str(source) != name else ""
@@ -495,6 +522,19 @@ def load_model(
         raise ModelLoadError(f"model={name_or_path!r} is not a model name; give an embedded name, a local checkpoint "
                              "folder or a Hugging Face id.")
     name = str(name_or_path)
+    shipped = embedded_adapters().get(name)
+    if shipped is not None:  # a shipped LoRA adapter: its embedded base model with the adapter merged in
+        try:
+            from peft import PeftModel
+        except ImportError:
+            raise ModelLoadError(f"model {name!r} is a LoRA adapter on {shipped.base!r} and needs peft: "
+                                 "pip install 'mirage[tune]' (or pip install peft).") from None
+        lm = load_model(shipped.base, device=dev, dtype=torch_dtype, use_chat_template=use_chat_template)
+        # mirage.tune.adapters.apply_adapter also checks an adapter's base model; a shipped one is tested against
+        # its base (tests/test_tune.py), and the registry names that base
+        lm.model = PeftModel.from_pretrained(lm.model, str(shipped.path)).merge_and_unload().eval()
+        lm.name = name
+        return lm
     spec = embedded_models().get(name)
     offline: str | None = None
     if spec:

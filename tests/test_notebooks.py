@@ -17,6 +17,9 @@ EXPECTED = {
     "04_attribution_quality.ipynb": ["supporting", "learned", "coefficient"],
 }
 
+#: Output types a successful run must have shown (a figure, not only its repr).
+EXPECTED_MIME = {"02_mirage_vs_selfcitation.ipynb": "image/png", "03_attribution_bias.ipynb": "image/png"}
+
 
 def _text(nb) -> str:
     parts = []
@@ -48,3 +51,6 @@ def test_notebook_runs_top_to_bottom(path):
     shown = _text(nb)
     for expected in EXPECTED.get(path.name, []):
         assert expected in shown, f"{path.name}: expected {expected!r} in its outputs"
+    mimes = {kind for cell in nb.cells for out in cell.get("outputs", []) for kind in out.get("data", {})}
+    if path.name in EXPECTED_MIME:
+        assert EXPECTED_MIME[path.name] in mimes, f"{path.name}: no {EXPECTED_MIME[path.name]} output"

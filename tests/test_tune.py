@@ -30,6 +30,7 @@ from mirage.tune.data import (
     insert_citations,
     internals_examples,
     read_examples,
+    shuffle_documents,
     write_examples,
     xor_examples,
 )
@@ -94,6 +95,37 @@ def test_insert_citations_reads_back_onto_the_same_sentences():
     assert parsed.text == text and [list(c) for c in parsed.citations] == [[2], [], [1, 3]]
 
 
+def test_shuffled_copies_move_the_documents_and_their_citations_together():
+    gold, _report = build_gold([XOR / "train.jsonl", XOR / "val.jsonl"], [DEMOS])
+    out = shuffle_documents(gold, 2, seed=3)
+    assert out[: len(gold)] == gold                                   # the originals first, unchanged
+    copies = out[len(gold):]
+    one_doc = [ex for ex in gold if len(ex.docs) == 1]
+    assert len(copies) == sum(min(2, math.factorial(len(ex.docs)) - 1) for ex in gold if len(ex.docs) > 1)
+    by_id = {ex.id: ex for ex in gold}
+    for copy_ in copies:
+        original = by_id[copy_.id.rsplit("-order", 1)[0]]
+        order = copy_.meta["document_order"]                          # new position -> old 1-based id
+        assert sorted(order) == list(range(1, len(original.docs) + 1)) and order != sorted(order)
+        assert copy_.docs == [original.docs[i - 1] for i in order]
+        new_id = {old: new for new, old in enumerate(order, start=1)}
+        parsed = parse_answer(copy_.output, len(copy_.docs))
+        before = parse_answer(original.output, len(original.docs))
+        assert parsed.text == before.text                             # same answer, marks renumbered
+        # each sentence cites the same passages, wherever they moved
+        assert [sorted(new_id[d] for d in c) for c in before.citations] == [list(c) for c in parsed.citations]
+        assert copy_.citations == [list(c) for c in parsed.citations]
+        assert original.supporting is None or copy_.supporting == sorted(new_id[d] for d in original.supporting)
+        cited_text = {copy_.docs[d - 1]["text"] for c in copy_.citations for d in c}
+        assert cited_text == {original.docs[d - 1]["text"] for c in original.citations for d in c}
+    orders = [tuple(c.meta["document_order"]) for c in copies if c.id.startswith(gold[-1].id + "-")]
+    assert len(orders) == len(set(orders)) == 2                       # two different permutations
+    assert shuffle_documents(gold, 2, seed=3) == out and shuffle_documents(gold, 0) == gold
+    assert all(ex.id not in {c.id.rsplit("-order", 1)[0] for c in copies} for ex in one_doc)
+    with pytest.raises(ValueError, match="copies"):
+        shuffle_documents(gold, -1)
+
+
 def test_malformed_rows_are_reported_with_file_and_line_and_skipped(tmp_path):
     good = (XOR / "val.jsonl").read_text().splitlines()[0]
     bad_json = '{"query_en": "broken'
@@ -152,6 +184,10 @@ def test_the_data_command_writes_a_training_set(tmp_path, capsys):
     examples, bad = read_examples(out)
     assert bad == [] and [ex.source for ex in examples] == ["xor-attriqa"] * 3 + ["eli5-demo"] * 4
     assert "wrote 7 examples" in capsys.readouterr().err
+    shuffled = tmp_path / "shuffled.jsonl"
+    assert main(["tune", "data", "gold", "--xor", str(XOR / "train.jsonl"), str(XOR / "val.jsonl"),
+                 "--eli5-demos", str(DEMOS), "--shuffle-docs", "1", "--seed", "3", "-o", str(shuffled)]) == 0
+    assert read_examples(shuffled)[0] == shuffle_documents(examples, 1, seed=3)
     assert main(["tune", "data", "gold", "--xor", str(XOR / "train.jsonl"), "-o", str(tmp_path / "ru.jsonl")]) == 0
     assert main(["tune", "data", "gold", "--xor", str(tmp_path / "ru.jsonl"), "-o", str(out)]) == 2
     assert "evaluation of the tuned model" in capsys.readouterr().err
@@ -269,6 +305,24 @@ def test_the_adapter_round_trips_with_the_same_logits(sft_run, real_tokenizer):
         loaded = apply_adapter(copy.deepcopy(pristine), run.adapter_dir, merge=merge)
         torch.testing.assert_close(_logits(loaded.model, ids), expected, atol=1e-5, rtol=1e-5)
     assert loaded.name == "tiny-causal+adapter"
+
+
+def test_an_exported_fp16_adapter_gives_the_same_logits_within_fp16(sft_run, real_tokenizer, tmp_path):
+    from safetensors.torch import load_file
+
+    from mirage.tune.adapters import AdapterError, apply_adapter, export_adapter, read_adapter_info
+
+    run, trained, pristine, _cfg, _ = sft_run
+    half = export_adapter(run.adapter_dir, tmp_path / "half")
+    assert {t.dtype for t in load_file(str(half / "adapter_model.safetensors")).values()} == {torch.float16}
+    assert read_adapter_info(half) == read_adapter_info(run.adapter_dir)
+    assert json.loads((half / "adapter_config.json").read_text())["base_model_name_or_path"] == "tiny-causal"
+    ids = real_tokenizer("Document [1]: Paris is in France. Answer: Paris [1]")["input_ids"]
+    loaded = apply_adapter(copy.deepcopy(pristine), half)
+    assert loaded.model.dtype == torch.float32                          # cast back to the model's dtype
+    torch.testing.assert_close(_logits(loaded.model, ids), _logits(trained.model, ids), atol=5e-3, rtol=1e-2)
+    with pytest.raises(AdapterError, match="dtype='int8'"):
+        export_adapter(run.adapter_dir, tmp_path / "int", dtype="int8")
 
 
 def test_an_adapter_for_another_base_model_is_refused(sft_run, real_tokenizer, tmp_path):
@@ -444,3 +498,85 @@ def test_citation_evaluation_counts_what_the_answers_cite(tiny_causal, monkeypat
     assert report.precision == pytest.approx((1 + 0 + 0) / 3) and report.recall == pytest.approx(1 / 3)
     assert [a["cited"] for a in report.answers] == [[1], [2], []]
     assert report.exact_match == pytest.approx(1 / 3)                # only "Srikakulam" holds its reference
+
+
+def test_the_judge_summary_counts_pairs_by_hand():
+    from mirage.faithfulness import FaithfulnessResult
+    from mirage.tune.evaluate import summarize_judge
+
+    empty = FaithfulnessResult(id="x", model="m", n_docs=3, sentences=[], n_passes=0).to_dict()
+    rows = [  # answer-level sets over 3 documents each
+        {"cited": [1], "mirage_cited": [1, 2], "supporting": [1], "self_citations_attributed": [[1]],
+         "mirage_citations": [[1, 2]], "faithfulness": empty},
+        {"cited": [], "mirage_cited": [3], "supporting": [3], "self_citations_attributed": [[]],
+         "mirage_citations": [[3]], "faithfulness": empty},
+        {"cited": [2], "mirage_cited": [2], "supporting": None, "self_citations_attributed": [[2]],
+         "mirage_citations": [[2]], "faithfulness": empty},
+        {"cited": [1], "supporting": [1], "judge_error": "empty answer"},
+    ]
+    s = summarize_judge(rows, [3, 3, 3, 3], "learned")
+    assert (s.n_attributed, s.n_labelled, s.errors) == (3, 2, 1)
+    # labelled pairs: self 1 0 0 | 0 0 0 ; mirage 1 1 0 | 0 0 1 ; labels 1 0 0 | 0 0 1
+    assert s.self_vs_labels["agreement"] == pytest.approx(100 * 5 / 6)
+    assert s.self_vs_labels["recall"] == pytest.approx(50.0) and s.self_vs_labels["precision"] == pytest.approx(100.0)
+    assert s.mirage_vs_labels["agreement"] == pytest.approx(100 * 5 / 6)
+    assert s.mirage_vs_labels["recall"] == pytest.approx(100.0)
+    # citing document 1 everywhere: 1 0 0 | 1 0 0 against 1 0 0 | 0 0 1
+    assert s.first_vs_labels["agreement"] == pytest.approx(100 * 4 / 6) and s.first_vs_labels["precision"] == 50.0
+    # self vs mirage over all 9 pairs: they differ on document 2 of the first answer and 3 of the second
+    assert s.self_vs_mirage["pair_agreement"] == pytest.approx(100 * 7 / 9)
+    assert s.self_vs_mirage["sentence_jaccard"] == pytest.approx((0.5 + 0.0 + 1.0) / 3)
+    assert -1.0 <= s.self_vs_mirage["kappa"] < 1.0
+
+
+@pytest.mark.slow
+def test_the_judged_evaluation_attributes_each_answer_and_resumes(embedded_mirage, monkeypatch, tmp_path):
+    from mirage.faithfulness import faithfulness
+    from mirage.generation import Generated
+    from mirage.tune import evaluate
+    from mirage.tune.data import TrainingExample
+    from mirage.tune.evaluate import judge_config
+
+    ex = TrainingExample(id="eiffel", source="test", question=SHORT_ITEM["question"], docs=SHORT_ITEM["docs"],
+                         output="1889 [1]", citations=[[1]], supporting=[1])
+    # A stand-in for generation only (the base model rarely cites): judging, faithfulness and scoring are real.
+    monkeypatch.setattr(evaluate, "generate_answer",
+                        lambda lm, ids, cfg: Generated(ids=[1, 2], text="1889 [1].", logits=torch.zeros(2, 1)))
+    judge = judge_config(embedded_mirage.config, "smollm2-135m-instruct")
+    assert judge.aggregation.rule == "learned"
+    store = tmp_path / "base.answers.jsonl"
+    report = evaluate.evaluate_citations(embedded_mirage, [ex], judge=judge, store=store)
+    (row,) = report.answers
+    res = embedded_mirage.attribute_item({**SHORT_ITEM, "output": "1889 [1]."}, config=judge)
+    assert row["mirage_citations"] == [list(s.mirage_citations) for s in res.sentences]
+    check = faithfulness(embedded_mirage, res)
+    assert row["faithfulness"]["sentences"][0]["sets"]["selfcitation"]["drop"] == pytest.approx(
+        check.sentences[0].sets["selfcitation"].drop, abs=1e-4)
+    assert report.judge.n_attributed == 1 and report.judge.self_vs_labels["agreement"] == 100.0
+    assert "self vs mirage" in report.to_text()
+    # a rerun reads the stored answer back and generates nothing
+    monkeypatch.setattr(evaluate, "generate_answer", lambda *a, **k: pytest.fail("regenerated a stored answer"))
+    again = evaluate.evaluate_citations(embedded_mirage, [ex], judge=judge, store=store)
+    assert again.answers == report.answers and again.judge == report.judge
+    with pytest.raises(ConfigError, match="another evaluation"):
+        evaluate.evaluate_citations(embedded_mirage, [ex], max_new_tokens=7, store=store)
+
+
+@pytest.mark.slow
+def test_the_shipped_citing_adapter_loads_offline_by_its_embedded_name(smollm2):
+    from mirage.models import ModelLoadError, embedded_adapters, embedded_names, load_model
+    from mirage.tune.adapters import apply_adapter, read_adapter_info
+
+    spec = embedded_adapters()["smollm2-135m-cite"]
+    assert spec.base == "smollm2-135m-instruct" and "smollm2-135m-cite" in embedded_names()
+    info = read_adapter_info(spec.path)
+    assert info.base_model == spec.base and (spec.path / "adapter_model.safetensors").stat().st_size < 8e6
+    cite = load_model("smollm2-135m-cite")
+    assert cite.name == "smollm2-135m-cite" and cite.use_chat_template
+    by_hand = apply_adapter(copy.deepcopy(smollm2), spec.path)
+    ids = smollm2.tokenizer("The Eiffel Tower was completed in 1889 [1].")["input_ids"]
+    tuned = _logits(cite.model, ids)
+    assert torch.equal(tuned, _logits(by_hand.model, ids))          # by name = the folder applied by hand
+    assert not torch.allclose(tuned, _logits(smollm2.model, ids), atol=1e-3)   # and it is not the base model
+    with pytest.raises(ModelLoadError, match="smollm2-135m-cite"):   # unknown names list it among the embedded ones
+        load_model("no such model")

@@ -5,11 +5,13 @@ signal and as the judge (RAGE's two steps: supervised fine-tuning, then a reward
     examples, report = build_gold(["train.jsonl", "val.jsonl"], ["eli5_alce_prompt.json"])
     run = train_sft(TuneConfig(data=("gold.jsonl",)), "out/sft")
     lm = load_tuned(run.adapter_dir)                    # Mirage(lm) attributes with the tuned model
+    Mirage.from_pretrained("smollm2-135m-cite")         # the adapter mirage ships, by its embedded name
 
 Stages, each a module: :mod:`~mirage.tune.config` (the settings), :mod:`~mirage.tune.data` (training sets),
 :mod:`~mirage.tune.sft`, :mod:`~mirage.tune.reward` (the reward terms and the judge), :mod:`~mirage.tune.grpo` (the
 reward stage), :mod:`~mirage.tune.adapters` (saving, loading, refusing adapters), :mod:`~mirage.tune.evaluate`
-(does the model cite?) and :mod:`~mirage.tune.cli` (``mirage tune``). Training needs the ``tune`` extra (trl, peft).
+(does the model cite, and does it cite what mirage sees it used?) and :mod:`~mirage.tune.cli` (``mirage tune``).
+Training needs the ``tune`` extra (trl, peft).
 """
 
 from __future__ import annotations
@@ -19,21 +21,25 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .adapters import AdapterError, AdapterInfo, apply_adapter, load_tuned, save_adapter
+    from .adapters import AdapterError, AdapterInfo, apply_adapter, export_adapter, load_tuned, save_adapter
     from .config import LoraSettings, RewardSettings, TrainSettings, TuneConfig
-    from .data import TrainingExample, build_gold, internals_examples, read_examples, write_examples
-    from .evaluate import CitationEval, evaluate_citations
+    from .data import TrainingExample, build_gold, internals_examples, read_examples, shuffle_documents, write_examples
+    from .evaluate import CitationEval, JudgeSummary, evaluate_citations
     from .grpo import RewardRun, train_reward
     from .reward import CitationJudge, RewardTerms
     from .sft import SFTRun, train_sft
 
 #: Imported on first access: training brings torch, trl and peft, and ``mirage tune --help`` should not.
-_LAZY = {"AdapterError": "adapters", "AdapterInfo": "adapters", "apply_adapter": "adapters", "load_tuned": "adapters",
-         "save_adapter": "adapters", "LoraSettings": "config", "RewardSettings": "config", "TrainSettings": "config",
-         "TuneConfig": "config", "TrainingExample": "data", "build_gold": "data", "internals_examples": "data",
-         "read_examples": "data", "write_examples": "data", "CitationEval": "evaluate",
-         "evaluate_citations": "evaluate", "RewardRun": "grpo", "train_reward": "grpo", "CitationJudge": "reward",
-         "RewardTerms": "reward", "SFTRun": "sft", "train_sft": "sft"}
+_LAZY = {
+    "AdapterError": "adapters", "AdapterInfo": "adapters", "apply_adapter": "adapters", "export_adapter": "adapters",
+    "load_tuned": "adapters", "save_adapter": "adapters",
+    "LoraSettings": "config", "RewardSettings": "config", "TrainSettings": "config", "TuneConfig": "config",
+    "TrainingExample": "data", "build_gold": "data", "internals_examples": "data", "read_examples": "data",
+    "shuffle_documents": "data", "write_examples": "data",
+    "CitationEval": "evaluate", "JudgeSummary": "evaluate", "evaluate_citations": "evaluate",
+    "RewardRun": "grpo", "train_reward": "grpo", "CitationJudge": "reward", "RewardTerms": "reward",
+    "SFTRun": "sft", "train_sft": "sft",
+}
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
@@ -41,6 +47,7 @@ __all__ = [
     "AdapterInfo",
     "CitationEval",
     "CitationJudge",
+    "JudgeSummary",
     "LoraSettings",
     "RewardRun",
     "RewardSettings",
@@ -52,10 +59,12 @@ __all__ = [
     "apply_adapter",
     "build_gold",
     "evaluate_citations",
+    "export_adapter",
     "internals_examples",
     "load_tuned",
     "read_examples",
     "save_adapter",
+    "shuffle_documents",
     "train_reward",
     "train_sft",
     "write_examples",

@@ -127,6 +127,40 @@ def save_adapter(model: Any, directory: str | Path, *, base_name: str, prompt: P
     return info
 
 
+def export_adapter(directory: str | Path, dest: str | Path, *, dtype: str = "float16") -> Path:
+    """Copy the adapter folder ``directory`` to ``dest`` with its LoRA weights stored in ``dtype`` (fp16 halves an
+    fp32 adapter; they are cast back to the model's dtype when applied), for shipping; returns ``dest``."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    info = read_adapter_info(directory)  # a mirage adapter folder, or AdapterError
+    target = getattr(torch, dtype, None)
+    if not isinstance(target, torch.dtype) or not target.is_floating_point:
+        raise AdapterError(f"dtype={dtype!r} is not a floating-point torch dtype; use float16, bfloat16 or float32.")
+    src, dest = Path(directory), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in src.iterdir():
+        if path.name == "adapter_model.safetensors":
+            tensors = {k: v.to(target).contiguous() for k, v in load_file(str(path)).items()}
+            save_file(tensors, str(dest / path.name), metadata={"format": "pt"})
+        elif path.name == "adapter_config.json":  # the base model by its mirage name, not a local cache path
+            config = json.loads(path.read_text(encoding="utf-8"))
+            config["base_model_name_or_path"] = info.base_model
+            (dest / path.name).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        elif path.name == "README.md":  # peft's empty model card: a short one of ours instead
+            steps = info.training.get("steps", "?")
+            (dest / path.name).write_text(
+                f"# LoRA adapter for {info.base_model} ({info.stage}, {steps} steps)\n\nSaved by mirage "
+                f"(`mirage tune {info.stage}`), weights in {dtype}; `mirage-adapter.json` holds the base model's "
+                "fingerprint, the prompt and the training config. Load it with "
+                f"`mirage.tune.adapters.load_tuned(folder)`.\n", encoding="utf-8")
+        elif path.is_file():
+            shutil.copy2(path, dest / path.name)
+    return dest
+
+
 def read_adapter_info(directory: str | Path) -> AdapterInfo:
     """The :class:`AdapterInfo` of an adapter folder; AdapterError when it is not a mirage adapter folder."""
     directory = Path(directory)

@@ -1,10 +1,11 @@
 """``mirage tune``: citation fine-tuning (training data, SFT with a LoRA adapter, and its evaluation).
 
-    mirage tune data gold --xor train.jsonl val.jsonl [--eli5-demos eli5_alce_prompt.json] -o gold.jsonl
+    mirage tune data gold --xor train.jsonl val.jsonl [--eli5-demos eli5_alce_prompt.json] [--shuffle-docs N] -o OUT
     mirage tune data internals --xor train.jsonl [--alce FILE] [--model NAME] [--max-new-tokens N] -o internals.jsonl
     mirage tune sft [--config configs/tune/sft.yaml] [--model NAME] [--data FILE...] -o DIR
     mirage tune reward [--config configs/tune/reward.yaml] [--adapter SFT_DIR/adapter] -o DIR
-    mirage tune eval DATA... [--adapter DIR | --model NAME] [--limit N] [--max-new-tokens N] -o OUT.json
+    mirage tune eval DATA... [--adapter DIR | --model NAME] [--limit-each N] [--judge] [--max-new-tokens N] -o OUT.json
+    mirage tune export DIR/adapter -o SHIP_DIR [--dtype float16]
 
 Parsing imports neither torch nor trl: each handler imports what it runs.
 """
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import ConfigError, PromptConfig
+from ..config import ConfigError, MirageConfig, PromptConfig
 from ..experiment import non_negative_int, positive_int
 from ..progress import terminal_progress
 
@@ -36,7 +37,7 @@ def _print_bad(rows: list[str]) -> None:
 
 def cmd_data(args: argparse.Namespace) -> int:
     """``mirage tune data {gold,internals}``: write a training set."""
-    from .data import BuildReport, build_gold, write_examples
+    from .data import BuildReport, build_gold, shuffle_documents, write_examples
 
     if args.mode == "gold":
         if args.alce:
@@ -51,6 +52,8 @@ def cmd_data(args: argparse.Namespace) -> int:
         examples, report = _internals(args)
     if args.limit is not None:
         examples = examples[: args.limit]
+    if args.shuffle_docs:
+        examples = shuffle_documents(examples, args.shuffle_docs, seed=args.seed)
     path = write_examples(examples, args.output)
     _print_bad(report.bad_rows)
     summary = BuildReport(counts=report.counts, bad_rows=[], left_out=report.left_out).to_text()
@@ -60,7 +63,6 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 def _internals(args: argparse.Namespace) -> tuple[list[TrainingExample], BuildReport]:
     """The self-distillation examples of ``mirage tune data internals`` and their report."""
-    from ..config import MirageConfig
     from ..pipeline import Mirage
     from ..scoring.eli5 import load_alce
     from .data import BuildReport, TrainingExample, internals_examples, xor_examples
@@ -125,17 +127,16 @@ def cmd_reward(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """``mirage tune eval``: how often a (tuned) model cites."""
-    from ..config import MirageConfig
     from ..models import load_model
     from ..pipeline import Mirage
     from .adapters import load_tuned, read_adapter_info
     from .data import read_examples, xor_examples
-    from .evaluate import evaluate_citations
+    from .evaluate import evaluate_citations, judge_config
 
     examples = []
     for path in args.data:
         found, skipped, _ = xor_examples(path, text=args.text, for_evaluation=True)
-        examples += found
+        examples += found[: args.limit_each] if args.limit_each is not None else found
         _print_bad([str(b) for b in skipped])
     if args.exclude:
         trained = set()
@@ -151,17 +152,31 @@ def cmd_eval(args: argparse.Namespace) -> int:
     prompt = PromptConfig(name=args.prompt or "selfcitation")
     if args.adapter:
         lm = load_tuned(args.adapter, device=args.device, dtype=args.dtype)
+        base = read_adapter_info(args.adapter).base_model
         if args.prompt is None:  # the prompt the adapter was trained with
             prompt = PromptConfig(**read_adapter_info(args.adapter).prompt)
     else:
-        lm = load_model(args.model or "smollm2-135m-instruct", device=args.device, dtype=args.dtype)
+        base = args.model or "smollm2-135m-instruct"
+        lm = load_model(base, device=args.device, dtype=args.dtype)
     mirage = Mirage(lm, config=MirageConfig(prompt=prompt))
-    report = evaluate_citations(mirage, examples, max_new_tokens=args.max_new_tokens,
-                                progress=None if args.quiet else terminal_progress)
+    judge = judge_config(mirage.config, base) if args.judge else None
     out = Path(args.output)
+    report = evaluate_citations(mirage, examples, max_new_tokens=args.max_new_tokens,
+                                progress=None if args.quiet else terminal_progress, judge=judge,
+                                store=out.with_name(out.stem + ".answers.jsonl"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(report.to_text(), file=sys.stderr)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """``mirage tune export``: copy an adapter folder with its weights in another dtype (fp16 for shipping)."""
+    from .adapters import export_adapter
+
+    dest = export_adapter(args.adapter, args.output, dtype=args.dtype)
+    size = (dest / "adapter_model.safetensors").stat().st_size / 1e6
+    print(f"wrote {dest} ({size:.1f} MB of {args.dtype} weights)", file=sys.stderr)
     return 0
 
 
@@ -176,7 +191,7 @@ def _device_args(parser: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``mirage tune {data,sft,reward,eval}``."""
+    """Add ``mirage tune {data,sft,reward,eval,export}``."""
     tune = sub.add_parser("tune", help=TUNE_HELP, description=TUNE_HELP)
     stages = tune.add_subparsers(dest="stage", required=True)
 
@@ -198,6 +213,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     data.add_argument("--max-new-tokens", type=positive_int, default=64, help="internals: answer length (64)")
     data.add_argument("--ndocs", type=positive_int, default=5, help="internals: documents per ALCE question (5)")
     data.add_argument("--limit", type=non_negative_int, help="only the first N items")
+    data.add_argument("--shuffle-docs", type=non_negative_int, default=0, metavar="N",
+                      help="add N copies of each example, its documents in another order and its citations "
+                           "renumbered (breaks the gold sets' 'passage 1 supports' habit; default 0)")
+    data.add_argument("--seed", type=int, default=0, help="seed of --shuffle-docs (default 0)")
     data.add_argument("--quiet", action="store_true", help="no progress bar")
     _device_args(data)
     data.add_argument("-o", "--output", required=True, help="training set to write (JSONL)")
@@ -251,7 +270,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--exclude", nargs="+", metavar="FILE",
                     help="training set(s): rows whose question and documents are in them are left out")
     ev.add_argument("--limit", type=non_negative_int, help="only the first N rows (after --exclude)")
+    ev.add_argument("--limit-each", type=non_negative_int, metavar="N", help="only the first N rows of each file")
+    ev.add_argument("--judge", action="store_true",
+                    help="also attribute each answer with mirage on the same model (learned rule with the base "
+                         "model's shipped classifier where one ships) and run the faithfulness check: self-citation "
+                         "vs mirage vs the labels, and drop/keep vs random sets")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
     _device_args(ev)
-    ev.add_argument("-o", "--output", required=True, help="JSON report to write")
+    ev.add_argument("-o", "--output", required=True,
+                    help="JSON report to write; every answer is also stored in OUTPUT's stem + .answers.jsonl as it "
+                         "is done, and a rerun with the same -o resumes from it")
     ev.set_defaults(func=cmd_eval)
+
+    ex = stages.add_parser("export", help="copy an adapter folder with its weights in fp16 (for shipping)",
+                           description="Copy an adapter folder (DIR/adapter of mirage tune sft or reward) to OUTPUT "
+                                       "with its LoRA weights cast to --dtype.")
+    ex.add_argument("adapter", help="the adapter folder")
+    ex.add_argument("-o", "--output", required=True, help="the folder to write")
+    ex.add_argument("--dtype", default="float16", help="float16 (default), bfloat16 or float32")
+    ex.set_defaults(func=cmd_export)

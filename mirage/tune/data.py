@@ -22,7 +22,9 @@ reason) and skipped.
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
 import re
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -298,6 +300,56 @@ def internals_examples(mirage: Mirage, items: Sequence[TrainingExample], *, conf
             meta={"model": mirage.lm.name, "generation": res.config["generation"], "cut": cut,
                   "raw_answer": res.raw_answer, "self_citations": [list(s.self_citations) for s in sentences]}))
     return examples, left_out
+
+
+# -- augmentation: documents in other orders --------------------------------------------------------------------------
+
+_MARK_RUN = re.compile(r"(?:\[\d+\])+")
+
+
+def _renumber(output: str, new_id: dict[int, int]) -> str:
+    """``output`` with every run of ``[n]`` marks renumbered by ``new_id`` (old 1-based id to new), in order."""
+    def run(match: re.Match[str]) -> str:
+        ids = [int(n) for n in re.findall(r"\d+", match.group(0))]
+        return _marks(sorted(dict.fromkeys(new_id.get(i, i) for i in ids)))
+    return _MARK_RUN.sub(run, output)
+
+
+def shuffle_documents(examples: Sequence[TrainingExample], copies: int, *, seed: int = 0) -> list[TrainingExample]:
+    """The examples followed by ``copies`` variants of each, its documents in another order (seeded, each variant
+    a different permutation, never the original one) and its citations renumbered to follow them.
+
+    Gold sets are positional: in XOR-AttriQA the first passage supports the answer in most rows, so a model tuned
+    on them learns to cite ``[1]`` whatever it read. Shuffled copies keep the question, answer and cited passages
+    but move the passages, so the citation can only be learnt from their content. An example with one document has
+    no other order and is kept once."""
+    if copies < 0:
+        raise ValueError(f"copies must be >= 0, got {copies}")
+    rng = random.Random(seed)
+    out = list(examples)
+    for ex in examples:
+        n = len(ex.docs)
+        if n < 2 or copies == 0:
+            continue
+        seen = {tuple(range(n))}
+        budget = min(copies, math.factorial(n) - 1)
+        while budget:
+            order = list(range(n))
+            rng.shuffle(order)
+            if tuple(order) in seen:
+                continue
+            seen.add(tuple(order))
+            budget -= 1
+            new_id = {old + 1: new + 1 for new, old in enumerate(order)}
+            output = _renumber(ex.output, new_id)
+            out.append(TrainingExample(
+                id=f"{ex.id}-order{len(seen) - 1}", source=ex.source, question=ex.question,
+                docs=[ex.docs[old] for old in order], output=output,
+                citations=[sorted(new_id[d] for d in c) for c in ex.citations],
+                supporting=None if ex.supporting is None else sorted(new_id[d] for d in ex.supporting),
+                file=ex.file, line=ex.line, lang=ex.lang,
+                meta={**ex.meta, "document_order": [old + 1 for old in order]}))
+    return out
 
 
 # -- files ------------------------------------------------------------------------------------------------------------

@@ -7,18 +7,32 @@ Per answer: its self-citations per sentence (:func:`mirage.citations.parse_answe
 recall against the documents labelled as supporting (where labels exist, :func:`mirage.bias.metrics.citation_set_prf`)
 and whether the item's reference answer occurs in it (:func:`mirage.bias.metrics.exact_match`). Greedy decoding
 with the inference prompt (:meth:`mirage.pipeline.Mirage.prepare`).
+
+With a ``judge`` (a :class:`mirage.config.MirageConfig`), mirage also attributes each generated answer on the same
+model (what did the model that wrote it use?) and runs the faithfulness check (:func:`mirage.faithfulness.faithfulness`)
+on its self-citations, mirage's citations and random sets of the same sizes. The report then compares, over
+(answer, document) pairs, the self-citations and mirage's citations with the human labels, and with each other
+(:class:`JudgeSummary`). With a ``store`` (JSONL), every finished answer is appended as it is done and a rerun with
+the same store resumes after the last one.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..bias.metrics import citation_set_prf, exact_match
 from ..citations import parse_answer
+from ..config import ConfigError, MirageConfig
+from ..faithfulness import FaithfulnessResult, FaithfulnessSummary, faithfulness, summarize
 from ..generation import generate_answer
+from ..inputs import InputError
+from ..learned import shipped_model_path
+from ..scoring import metrics
 from ..serialization import JSONRecord, library_versions
 from .data import TrainingExample
 
@@ -29,6 +43,55 @@ if TYPE_CHECKING:
 
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def _pair_scores(counts: metrics.BinaryCounts) -> dict[str, float | None]:
+    """Agreement, precision, recall, F1 and balanced accuracy (%) of pair-level counts."""
+    return {"agreement": metrics.agreement(counts), "precision": metrics.precision(counts),
+            "recall": metrics.recall(counts), "f1": metrics.f1(counts),
+            "balanced_accuracy": metrics.balanced_accuracy(counts)}
+
+
+@dataclass
+class JudgeSummary(JSONRecord):
+    """Self-citations beside mirage's citations of the same answers (``rule``: mirage's citation rule).
+
+    Over (answer, document) pairs of the ``n_labelled`` answers with human labels, a document counts as cited when
+    any sentence cites it: ``self_vs_labels`` and ``mirage_vs_labels`` hold agreement, precision, recall, F1 and
+    balanced accuracy (%) against the labels (which judge the reference answer, so for a generated answer they are an
+    approximation); ``first_vs_labels``, the same for the positional baseline that cites document 1 of every answer
+    (a model that learned only "cite [1]" scores this). ``self_vs_mirage``: over the pairs of every attributed answer, ``pair_agreement`` (%) and
+    Cohen's ``kappa`` of the two citation decisions, and ``sentence_jaccard``, the mean per-sentence Jaccard index of
+    the two sets (1 where both leave a sentence uncited). ``faithfulness``: the drop/keep summary
+    (:class:`mirage.faithfulness.FaithfulnessSummary`) of self-citations, mirage's citations and random sets of the
+    same sizes. ``errors``: answers mirage could not attribute (listed per answer)."""
+
+    rule: str
+    n_attributed: int
+    n_labelled: int
+    self_vs_labels: dict[str, float | None]
+    mirage_vs_labels: dict[str, float | None]
+    first_vs_labels: dict[str, float | None]
+    self_vs_mirage: dict[str, float | None]
+    faithfulness: dict[str, Any]
+    errors: int = 0
+
+    def to_text(self) -> str:
+        def num(v: float | None, digits: int = 1) -> str:
+            return "—" if v is None else f"{v:.{digits}f}"
+
+        sl, ml, sm, fl = self.self_vs_labels, self.mirage_vs_labels, self.self_vs_mirage, self.first_vs_labels
+        lines = [(f"judge (mirage, rule {self.rule}): {self.n_attributed} answers attributed, {self.n_labelled} "
+                 f"with labels, {self.errors} errors"),
+                 "vs labels       agreement     F1  bal.acc.",
+                 f"self-citation   {num(sl['agreement']):>9} {num(sl['f1']):>6} {num(sl['balanced_accuracy']):>8}",
+                 f"mirage          {num(ml['agreement']):>9} {num(ml['f1']):>6} {num(ml['balanced_accuracy']):>8}",
+                 (f"cite [1] always  {num(fl['agreement']):>8} {num(fl['f1']):>6} "
+                  f"{num(fl['balanced_accuracy']):>8}"),
+                 (f"self vs mirage: pair agreement {num(sm['pair_agreement'])} %, kappa {num(sm['kappa'], 3)}, "
+                 f"sentence Jaccard {num(sm['sentence_jaccard'], 3)}"),
+                 FaithfulnessSummary.from_dict(self.faithfulness).to_text()]
+        return "\n".join(lines)
 
 
 @dataclass
@@ -51,6 +114,7 @@ class CitationEval(JSONRecord):
     seconds_per_answer: float
     max_new_tokens: int
     answers: list[dict[str, Any]] = field(default_factory=list)
+    judge: JudgeSummary | None = None
     versions: dict[str, str] = field(default_factory=dict)
 
     def to_text(self) -> str:
@@ -60,44 +124,154 @@ class CitationEval(JSONRecord):
         return (f"{self.model}: {self.n_answers} answers; cited {pct(self.answers_cited)} of answers, "
                 f"{pct(self.sentences_cited)} of sentences; {self.invalid_citations} invalid ids; P/R/F1 "
                 f"{pct(self.precision)} / {pct(self.recall)} / {pct(self.f1)}; exact match {pct(self.exact_match)}; "
-                f"{self.seconds_per_answer:.2f} s per answer")
+                f"{self.seconds_per_answer:.2f} s per answer"
+                + ("" if self.judge is None else "\n" + self.judge.to_text()))
+
+
+def judge_config(config: MirageConfig, base_model: str) -> MirageConfig:
+    """mirage's config as the judge of a (tuned) model's answers: the learned citation rule with the classifier
+    shipped for ``base_model`` where one ships (mirage's most accurate rule on XOR-AttriQA), else ``config``."""
+    shipped = shipped_model_path(base_model)
+    if shipped is None:
+        return config
+    return config.replace(aggregation={"rule": "learned", "learned_model": str(shipped)})
+
+
+def _read_store(path: Path, header: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The answers an earlier run with the same ``header`` stored at ``path``, by item id (none when it is absent)."""
+    if not path.exists():
+        return {}
+    done: dict[str, dict[str, Any]] = {}
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:  # a line cut short when an earlier run was killed: that answer is redone
+                continue
+            if lineno == 1:
+                if row.get("header") != header:
+                    raise ConfigError(f"{path} holds answers of another evaluation ({row.get('header')}); give "
+                                      "another output file, or delete it to start over.")
+                continue
+            done[row["id"]] = row
+    return done
+
+
+def judge_answer(mirage: Mirage, ex: TrainingExample, answer: str, judge: MirageConfig) -> dict[str, Any]:
+    """mirage's citations of ``answer`` (per sentence and their union) on ``mirage``'s model with the ``judge``
+    config, and the faithfulness check of its sets; ``judge_error`` instead when mirage cannot attribute it."""
+    import torch
+
+    raw = {"id": ex.id, "question": ex.question, "docs": ex.docs, "output": answer}
+    try:
+        with torch.inference_mode(False), torch.enable_grad():
+            res = mirage.attribute_item(raw, config=judge)
+            check = faithfulness(mirage, res)
+    except InputError as err:
+        return {"judge_error": str(err)}
+    per_sentence = [list(s.mirage_citations) for s in res.sentences]
+    return {"mirage_citations": per_sentence, "mirage_cited": sorted({d for ids in per_sentence for d in ids}),
+            "self_citations_attributed": [list(s.self_citations) for s in res.sentences],
+            "faithfulness": check.to_dict()}
+
+
+def summarize_judge(answers: Sequence[dict[str, Any]], n_docs: Sequence[int], rule: str) -> JudgeSummary:
+    """The :class:`JudgeSummary` of judged ``answers`` (``n_docs[i]``: answer i's number of documents)."""
+    from .reward import agreement_score
+
+    self_lab: list[bool] = []
+    mir_lab: list[bool] = []
+    first_lab: list[bool] = []
+    labels: list[bool] = []
+    self_all: list[bool] = []
+    mir_all: list[bool] = []
+    jaccards: list[float] = []
+    results = []
+    n_labelled = errors = 0
+    for row, k in zip(answers, n_docs):
+        if "mirage_cited" not in row:
+            errors += "judge_error" in row
+            continue
+        own, theirs = set(row["cited"]), set(row["mirage_cited"])
+        self_all += [d in own for d in range(1, k + 1)]
+        mir_all += [d in theirs for d in range(1, k + 1)]
+        jaccards.append(agreement_score(row["self_citations_attributed"], row["mirage_citations"]))
+        results.append(FaithfulnessResult.from_dict(row["faithfulness"]))
+        if row["supporting"] is not None:
+            n_labelled += 1
+            gold = set(row["supporting"])
+            labels += [d in gold for d in range(1, k + 1)]
+            self_lab += [d in own for d in range(1, k + 1)]
+            mir_lab += [d in theirs for d in range(1, k + 1)]
+            first_lab += [d == 1 for d in range(1, k + 1)]
+    kappa = None
+    if self_all and len(set(self_all)) + len(set(mir_all)) > 2:
+        from sklearn.metrics import cohen_kappa_score
+
+        kappa = float(cohen_kappa_score(self_all, mir_all))
+    agree = metrics.agreement(metrics.BinaryCounts.of(self_all, mir_all)) if self_all else None
+    return JudgeSummary(
+        rule=rule, n_attributed=len(results), n_labelled=n_labelled,
+        self_vs_labels=_pair_scores(metrics.BinaryCounts.of(self_lab, labels)),
+        mirage_vs_labels=_pair_scores(metrics.BinaryCounts.of(mir_lab, labels)),
+        first_vs_labels=_pair_scores(metrics.BinaryCounts.of(first_lab, labels)),
+        self_vs_mirage={"pair_agreement": agree, "kappa": kappa, "sentence_jaccard": _mean(jaccards)},
+        faithfulness=summarize(results).to_dict(), errors=errors)
 
 
 def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, max_new_tokens: int = 48,
-                       progress: Progress | None = None) -> CitationEval:
+                       progress: Progress | None = None, judge: MirageConfig | None = None,
+                       store: str | Path | None = None) -> CitationEval:
     """Generate a greedy answer (at most ``max_new_tokens``) to each example's question and documents with
-    ``mirage``'s model and prompt, and measure its self-citations (see :class:`CitationEval`)."""
+    ``mirage``'s model and prompt, and measure its self-citations (see :class:`CitationEval`); with ``judge``, also
+    mirage's citations of each answer and the faithfulness check (:class:`JudgeSummary`); with ``store``, resume
+    from and append to that JSONL file."""
     cfg = mirage.config.replace(generation={"max_new_tokens": max_new_tokens, "do_sample": False})
+    header = {"model": mirage.lm.name, "prompt": cfg.to_dict()["prompt"], "max_new_tokens": max_new_tokens,
+              "judge": judge.aggregation.rule if judge is not None else None}
+    store_path = Path(store) if store is not None else None
+    done = _read_store(store_path, header) if store_path is not None else {}
+    if store_path is not None and not store_path.exists():
+        store_path.parent.mkdir(parents=True, exist_ok=True)
+        store_path.write_text(json.dumps({"header": header}, ensure_ascii=False) + "\n", encoding="utf-8")
     answers: list[dict[str, Any]] = []
-    n_sentences = n_cited_sentences = invalid = 0
-    prf: list[tuple[float, float, float]] = []
-    matches: list[bool] = []
-    seconds = 0.0
     loop: Iterable[TrainingExample] = progress(examples, len(examples), "generate") if progress else examples
     for ex in loop:
-        prep = mirage.prepare(ex.rag_item(with_output=False), config=cfg, index=ex.id)
-        t = time.perf_counter()
-        gen = generate_answer(mirage.lm, prep.tokens.ids, cfg=cfg.generation)
-        seconds += time.perf_counter() - t
-        parsed = parse_answer(gen.text, len(ex.docs))
-        cited = sorted({d for ids in parsed.citations for d in ids})
-        n_sentences += len(parsed.sentences)
-        n_cited_sentences += sum(bool(ids) for ids in parsed.citations)
-        invalid += sum(len(ids) for ids in parsed.invalid)
-        if ex.supporting:  # labels that name a supporting document
-            prf.append(citation_set_prf(cited, ex.supporting))
-        reference = parse_answer(ex.output, len(ex.docs)).text if ex.output else ""
-        match = exact_match(parsed.text, [reference]) if reference else None
-        if match is not None:
-            matches.append(match)
-        answers.append({"id": ex.id, "answer": gen.text, "cited": cited, "supporting": ex.supporting,
-                        "citations": [list(c) for c in parsed.citations], "exact_match": match,
-                        "n_tokens": len(gen.ids)})
+        row = done.get(ex.id)
+        if row is None:
+            prep = mirage.prepare(ex.rag_item(with_output=False), config=cfg, index=ex.id)
+            t = time.perf_counter()
+            gen = generate_answer(mirage.lm, prep.tokens.ids, cfg=cfg.generation)
+            seconds = time.perf_counter() - t
+            parsed = parse_answer(gen.text, len(ex.docs))
+            reference = parse_answer(ex.output, len(ex.docs)).text if ex.output else ""
+            row = {"id": ex.id, "lang": ex.lang, "answer": gen.text,
+                   "cited": sorted({d for ids in parsed.citations for d in ids}), "supporting": ex.supporting,
+                   "citations": [list(c) for c in parsed.citations],
+                   "n_sentences": len(parsed.sentences), "invalid": sum(len(ids) for ids in parsed.invalid),
+                   "exact_match": exact_match(parsed.text, [reference]) if reference else None,
+                   "n_tokens": len(gen.ids), "seconds": round(seconds, 3)}
+            if judge is not None:
+                row.update(judge_answer(mirage, ex, gen.text, judge))
+            if store_path is not None:
+                with store_path.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        answers.append(row)
     n = len(answers)
+    n_sentences = sum(a["n_sentences"] for a in answers)
+    prf = [citation_set_prf(a["cited"], a["supporting"]) for a in answers if a["supporting"]]
+    matches = [float(a["exact_match"]) for a in answers if a["exact_match"] is not None]
+    summary = None
+    if judge is not None:
+        summary = summarize_judge(answers, [len(ex.docs) for ex in examples], judge.aggregation.rule)
     return CitationEval(
         model=mirage.lm.name, n_answers=n, answers_cited=sum(bool(a["cited"]) for a in answers) / n if n else 0.0,
-        sentences_cited=n_cited_sentences / n_sentences if n_sentences else 0.0, invalid_citations=invalid,
+        sentences_cited=(sum(sum(bool(c) for c in a["citations"]) for a in answers) / n_sentences
+                         if n_sentences else 0.0),
+        invalid_citations=sum(a["invalid"] for a in answers),
         precision=_mean([p for p, _r, _f in prf]), recall=_mean([r for _p, r, _f in prf]),
-        f1=_mean([f for _p, _r, f in prf]), exact_match=_mean([float(m) for m in matches]),
-        seconds_per_answer=round(seconds / n, 3) if n else 0.0, max_new_tokens=max_new_tokens, answers=answers,
-        versions=library_versions())
+        f1=_mean([f for _p, _r, f in prf]), exact_match=_mean(matches),
+        seconds_per_answer=round(sum(a["seconds"] for a in answers) / n, 3) if n else 0.0,
+        max_new_tokens=max_new_tokens, answers=answers, judge=summary, versions=library_versions())

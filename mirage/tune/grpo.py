@@ -35,6 +35,7 @@ from ..serialization import JSONRecord, library_versions
 from .adapters import apply_adapter, check_base, read_adapter_info, save_adapter
 from .config import TuneConfig
 from .data import TrainingExample
+from .evaluate import judge_config
 from .reward import CitationJudge
 from .sft import (
     check_run_dir,
@@ -129,7 +130,7 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
     if cfg.adapter:
         check_base(read_adapter_info(cfg.adapter), lm, cfg.adapter)
         start = apply_adapter(start, cfg.adapter, merge=True)
-    judge = CitationJudge(Mirage(start, config=mirage_cfg), reward)
+    judge = CitationJudge(Mirage(start, config=mirage_cfg), reward, config=judge_config(mirage_cfg, lm.name))
     dataset = reward_dataset(Mirage(lm, config=mirage_cfg), examples)
     transformers.set_seed(cfg.train.seed)
     if cfg.adapter:
