@@ -15,10 +15,12 @@ EXPECTED = {
     "02_mirage_vs_selfcitation.ipynb": ["no self-citation", "mean Jaccard", "random_mirage"],
     "03_attribution_bias.ipynb": ["Self-citation", "MIRAGE", "CAB P / R", "cab.png"],
     "04_attribution_quality.ipynb": ["supporting", "learned", "coefficient"],
+    "05_citation_tuning.ipynb": ["answers cited %", "cite [1] F1", "supporting passages", "Q: "],
 }
 
 #: Output types a successful run must have shown (a figure, not only its repr).
-EXPECTED_MIME = {"02_mirage_vs_selfcitation.ipynb": "image/png", "03_attribution_bias.ipynb": "image/png"}
+EXPECTED_MIME = {"02_mirage_vs_selfcitation.ipynb": "image/png", "03_attribution_bias.ipynb": "image/png",
+                 "05_citation_tuning.ipynb": "image/png"}
 
 
 def _text(nb) -> str:
