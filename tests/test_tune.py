@@ -444,6 +444,31 @@ def test_internals_examples_cite_what_mirage_attributes(embedded_mirage):
         assert left_out["cut"] or not any(s.mirage_citations for s in res.sentences)
 
 
+def test_internals_examples_resume_from_their_store(embedded_mirage, tmp_path, monkeypatch):
+    from mirage.runs import StoreError
+    from mirage.tune.data import TrainingExample, internals_cache
+
+    items = [TrainingExample(id=f"q{i}", source="test", question=q, docs=SHORT_ITEM["docs"], output="",
+                             citations=[], supporting=[1], line=i)
+             for i, q in enumerate([SHORT_ITEM["question"], "Who built the Eiffel Tower?"], start=1)]
+    cfg = MirageConfig().replace(generation={"max_new_tokens": 16})
+    path = tmp_path / "internals.jsonl.partial"
+    first, _left = internals_examples(embedded_mirage, items[:1], config=cfg,
+                                      cache=internals_cache(path, embedded_mirage, cfg))
+    assert len(path.read_text().splitlines()) == 1          # the outcome was stored as soon as it was known
+    computed = []
+    real = embedded_mirage.attribute_item
+    monkeypatch.setattr(embedded_mirage, "attribute_item", lambda *a, **k: computed.append(1) or real(*a, **k))
+    both, left_both = internals_examples(embedded_mirage, items, config=cfg,
+                                         cache=internals_cache(path, embedded_mirage, cfg))
+    assert len(computed) == 1                                # only the new item ran
+    assert len(both) + sum(left_both.values()) == 2
+    assert [e.to_dict() for e in both[: len(first)]] == [e.to_dict() for e in first]
+    assert len(path.read_text().splitlines()) == 2
+    with pytest.raises(StoreError, match="other settings"):
+        internals_cache(path, embedded_mirage, cfg.replace(generation={"max_new_tokens": 8}))
+
+
 # -- the reward stage on the tiny model -------------------------------------------------------------------------------
 
 

@@ -65,7 +65,7 @@ def _internals(args: argparse.Namespace) -> tuple[list[TrainingExample], BuildRe
     """The self-distillation examples of ``mirage tune data internals`` and their report."""
     from ..pipeline import Mirage
     from ..scoring.eli5 import load_alce
-    from .data import BuildReport, TrainingExample, internals_examples, xor_examples
+    from .data import BuildReport, TrainingExample, internals_cache, internals_examples, xor_examples
 
     if not args.xor and not args.alce:
         raise ConfigError("give the questions to answer: --xor FILE... (XOR-AttriQA train/val) and/or --alce FILE.")
@@ -86,7 +86,12 @@ def _internals(args: argparse.Namespace) -> tuple[list[TrainingExample], BuildRe
     config = MirageConfig.from_yaml(args.mirage_config) if args.mirage_config else MirageConfig()
     config = config.replace(generation={"max_new_tokens": args.max_new_tokens})
     mirage = Mirage.from_pretrained(args.model, config=config, device=args.device, dtype=args.dtype)
-    examples, left_out = internals_examples(mirage, items, progress=None if args.quiet else terminal_progress)
+    cache_path = Path(args.output).with_name(Path(args.output).name + ".partial")
+    cache = internals_cache(cache_path, mirage)
+    examples, left_out = internals_examples(mirage, items, progress=None if args.quiet else terminal_progress,
+                                            cache=cache)
+    print(f"each item's outcome is kept in {cache_path}: a rerun with the same -o skips the items already done",
+          file=sys.stderr)
     report = BuildReport(counts={"internals": len(examples)}, bad_rows=bad, left_out=left_out)
     return examples, report
 

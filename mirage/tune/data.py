@@ -21,6 +21,7 @@ reason) and skipped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -36,6 +37,7 @@ from ..citations import parse_answer
 from ..config import MirageConfig
 from ..inputs import BadRow, InputError, RawRow, read_rows, read_text
 from ..progress import Progress
+from ..runs import ResumableJSONL, content_key
 from ..scoring.eli5 import parse_alce_row
 from ..scoring.rows import RowError, require
 from ..scoring.xor_attriqa import TextView, clean_query, load_xor_attriqa
@@ -266,40 +268,70 @@ def eli5_demo_examples(path: str | Path) -> tuple[list[TrainingExample], list[Ba
 
 
 def internals_examples(mirage: Mirage, items: Sequence[TrainingExample], *, config: MirageConfig | None = None,
-                       progress: Progress | None = None) -> tuple[list[TrainingExample], dict[str, int]]:
+                       progress: Progress | None = None,
+                       cache: ResumableJSONL | None = None) -> tuple[list[TrainingExample], dict[str, int]]:
     """Self-distillation examples: for each item (its question and documents; its answer is not used), the model
     generates an answer (``config.generation``), mirage attributes it (:meth:`Mirage.attribute_item`), and the
     answer, its own marks removed, gets mirage's citations at the end of each sentence. An answer cut off by
     ``max_new_tokens`` loses its unfinished last sentence. Returns the examples and how many answers were left out,
     by reason: ``uncited`` (mirage cited none of its sentences), ``cut`` (its only sentence was unfinished).
-    ``supporting`` labels are kept."""
+    ``supporting`` labels are kept.
+
+    ``cache``: a store (see :func:`internals_cache`) that gets each item's outcome as soon as it is known, keyed by
+    the question and documents; items already in it are not computed again, so a run that dies loses nothing."""
     cfg = config or mirage.config
+    known = {r["key"]: r for r in cache.records()} if cache is not None else {}
     examples: list[TrainingExample] = []
     left_out = {"uncited": 0, "cut": 0}
     loop: Iterable[TrainingExample] = progress(items, len(items), "internals") if progress else items
     for item in loop:
-        res = mirage.attribute_item(item.rag_item(with_output=False), config=cfg, index=item.id)
-        sentences = list(res.sentences)
-        cut = len(res.tokens) >= cfg.generation.max_new_tokens
-        if cut and sentences and not res.answer[: sentences[-1].end].rstrip("\"'”’»)").endswith(tuple(_CLOSING)):
-            sentences.pop()
-            if not sentences:
-                left_out["cut"] += 1
-                continue
-        citations = [list(s.mirage_citations) for s in sentences]
-        if not any(citations):
-            left_out["uncited"] += 1
+        key = content_key({"question": item.question, "docs": item.docs})
+        record = known.get(key)
+        if record is None:
+            ex, reason = _internals_example(mirage, item, cfg)
+            record = {"key": key, "id": item.id, "example": ex.to_dict() if ex else None, "left_out": reason}
+            if cache is not None:
+                cache.write_once(record)
+                known[key] = record
+        if record["example"] is None:
+            left_out[record["left_out"]] += 1
             continue
-        text = res.answer[: sentences[-1].end]
-        output = insert_citations(text, [(s.start, s.end) for s in sentences], citations)
-        parsed = parse_answer(output, len(item.docs))
-        examples.append(TrainingExample(
-            id=f"internals-{item.id}", source="internals", question=item.question, docs=item.docs, output=output,
-            citations=[list(c) for c in parsed.citations], supporting=item.supporting, file=item.file,
-            line=item.line, lang=item.lang,
-            meta={"model": mirage.lm.name, "generation": res.config["generation"], "cut": cut,
-                  "raw_answer": res.raw_answer, "self_citations": [list(s.self_citations) for s in sentences]}))
+        stored = TrainingExample.from_dict(record["example"])
+        # the item's own identity (file, line, labels) wins over a cached copy of the same content
+        examples.append(dataclasses.replace(stored, id=f"internals-{item.id}", supporting=item.supporting,
+                                            file=item.file, line=item.line, lang=item.lang))
     return examples, left_out
+
+
+def internals_cache(path: str | Path, mirage: Mirage, config: MirageConfig | None = None) -> ResumableJSONL:
+    """The resumable store of :func:`internals_examples` at ``path``, bound to the model and pipeline settings that
+    its answers depend on: a file made with another model or configuration is refused."""
+    cfg = config or mirage.config
+    return ResumableJSONL(path, settings={"model": mirage.lm.name, "config": cfg.to_dict()})
+
+
+def _internals_example(mirage: Mirage, item: TrainingExample,
+                       cfg: MirageConfig) -> tuple[TrainingExample | None, str | None]:
+    """One item's self-distillation example, or None and why it was left out (``uncited``, ``cut``)."""
+    res = mirage.attribute_item(item.rag_item(with_output=False), config=cfg, index=item.id)
+    sentences = list(res.sentences)
+    cut = len(res.tokens) >= cfg.generation.max_new_tokens
+    if cut and sentences and not res.answer[: sentences[-1].end].rstrip("\"'”’»)").endswith(tuple(_CLOSING)):
+        sentences.pop()
+        if not sentences:
+            return None, "cut"
+    citations = [list(s.mirage_citations) for s in sentences]
+    if not any(citations):
+        return None, "uncited"
+    text = res.answer[: sentences[-1].end]
+    output = insert_citations(text, [(s.start, s.end) for s in sentences], citations)
+    parsed = parse_answer(output, len(item.docs))
+    return TrainingExample(
+        id=f"internals-{item.id}", source="internals", question=item.question, docs=item.docs, output=output,
+        citations=[list(c) for c in parsed.citations], supporting=item.supporting, file=item.file,
+        line=item.line, lang=item.lang,
+        meta={"model": mirage.lm.name, "generation": res.config["generation"], "cut": cut,
+              "raw_answer": res.raw_answer, "self_citations": [list(s.self_citations) for s in sentences]}), None
 
 
 # -- augmentation: documents in other orders --------------------------------------------------------------------------
