@@ -88,10 +88,10 @@ def _internals(args: argparse.Namespace) -> tuple[list[TrainingExample], BuildRe
     mirage = Mirage.from_pretrained(args.model, config=config, device=args.device, dtype=args.dtype)
     cache_path = Path(args.output).with_name(Path(args.output).name + ".partial")
     cache = internals_cache(cache_path, mirage)
+    print(f"each item's outcome is kept in {cache_path}: a rerun with the same -o skips the items already done",
+          file=sys.stderr)  # said before the long loop, so a user who stops the run knows where its work is
     examples, left_out = internals_examples(mirage, items, progress=None if args.quiet else terminal_progress,
                                             cache=cache)
-    print(f"each item's outcome is kept in {cache_path}: a rerun with the same -o skips the items already done",
-          file=sys.stderr)
     report = BuildReport(counts={"internals": len(examples)}, bad_rows=bad, left_out=left_out)
     return examples, report
 
