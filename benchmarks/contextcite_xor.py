@@ -238,11 +238,30 @@ def contextcite_citer(mirage: Any, item: XorItem, *, num_ablations: int = CONTEX
     return citer
 
 
+def _answer_rows_only(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """Forward pre-hook for ContextCite's ablation passes: the output head runs on the rows ContextCite reads.
+
+    ContextCite calls ``model(input_ids, attention_mask, labels)`` and keeps ``logits[:, -(n+1):-1]`` (n: the
+    answer's tokens, the labels that are not -100); the loss the labels make it compute is never read. The hook
+    drops ``labels`` and asks for the last n+1 rows' logits only (``logits_to_keep``), so the slice ContextCite takes
+    is the same rows, computed the same way, without the head over every prompt position, which on a large
+    vocabulary (gemma3's 262k entries) costs more than the layers. mirage's own passes do the same
+    (:func:`mirage.forward.causal_pass`)."""
+    labels = kwargs.get("labels")
+    if labels is None or "logits_to_keep" in kwargs:
+        return None
+    kept = {k: v for k, v in kwargs.items() if k != "labels"}
+    kept["logits_to_keep"] = int((labels != -100).sum(-1).max()) + 1
+    return args, kept
+
+
 def contextcite_passage_scores(mirage: Any, item: XorItem, *, num_ablations: int = CONTEXTCITE_NUM_ABLATIONS,
-                               seed: int = 0) -> tuple[list[float], float, int]:
+                               seed: int = 0, full_head: bool = False) -> tuple[list[float], float, int]:
     """ContextCite's score of each passage of ``item`` for its force-decoded answer, the wall seconds it took, and
     the number of sequences the model ran (``num_ablations``: ContextCite runs one pass per ablation, and none for
-    a response it is given). Raises InputError for items mirage's pipeline rejects."""
+    a response it is given). The passes compute the logits of the rows ContextCite reads only
+    (:func:`_answer_rows_only`); ``full_head``: over every position, as ContextCite's own code does (same scores up
+    to float rounding, slower). Raises InputError for items mirage's pipeline rejects."""
     _classes()  # ContextCite's import (seconds, once per process) is not the item's time
     start = time.perf_counter()
     citer = contextcite_citer(mirage, item, num_ablations=num_ablations, seed=seed)
@@ -252,11 +271,15 @@ def contextcite_passage_scores(mirage: Any, item: XorItem, *, num_ablations: int
         ids = kwargs.get("input_ids", args[0] if args else None)
         counted[0] += int(ids.shape[0]) if ids is not None else 1
 
-    hook = mirage.lm.model.register_forward_pre_hook(count, with_kwargs=True)
+    model = mirage.lm.model
+    hooks = [model.register_forward_pre_hook(count, with_kwargs=True)]
+    if not full_head:
+        hooks.append(model.register_forward_pre_hook(_answer_rows_only, with_kwargs=True))
     try:
         scores = citer.scores()
     finally:
-        hook.remove()
+        for hook in hooks:
+            hook.remove()
     return scores, time.perf_counter() - start, counted[0]
 
 
@@ -275,7 +298,7 @@ def store_settings(model: str, text: str, prompt: Any, *, num_ablations: int, se
 
 
 def run_contextcite(model: Any, items: Sequence[XorItem], *, store: ResumableJSONL, num_ablations: int, seed: int,
-                    progress: Progress | None = None) -> tuple[dict[str, list[float]], list[BadRow]]:
+                    progress: Progress | None = None, full_head: bool = False) -> tuple[dict[str, list[float]], list[BadRow]]:
     """Scores of every item, running ContextCite only for keys without stored scores (items that failed before are
     tried again), each record written as its item finishes. ``model``: a Mirage, or a function returning one, called
     only if something needs to run. Items that fail come back as BadRow and are stored as error records; none stops
@@ -295,7 +318,7 @@ def run_contextcite(model: Any, items: Sequence[XorItem], *, store: ResumableJSO
     for item in iterable:
         try:
             values, seconds, n_forward = contextcite_passage_scores(mirage, item, num_ablations=num_ablations,
-                                                                    seed=seed)
+                                                                    seed=seed, full_head=full_head)
         except Exception as err:  # noqa: BLE001 - one bad item never stops the batch
             message = str(err) if isinstance(err, InputError) else f"{type(err).__name__}: {err}"
             failed.append(BadRow(file=item.file, line=item.line, error=message))
@@ -321,6 +344,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, help="keep the first N rows of each file")
     parser.add_argument("--device", help="device to load the model on (default: mirage's choice)")
     parser.add_argument("--dtype", help="model dtype (default: mirage's choice)")
+    parser.add_argument("--full-head", action="store_true",
+                        help="run the output head over every position, as ContextCite's own code does (same scores "
+                             "up to float rounding; slower, most on large vocabularies)")
     args = parser.parse_args(argv)
     if args.num_ablations < 1 or args.seed < 0:
         parser.error("--num-ablations must be >= 1 and --seed >= 0")
@@ -334,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               seed=args.seed)
     store = ResumableJSONL(Path(args.output) / STORE_NAME, settings=settings)
     scores, failed = run_contextcite(exp.load_mirage, data.items, store=store, num_ablations=args.num_ablations,
-                                     seed=args.seed, progress=terminal_progress)
+                                     seed=args.seed, progress=terminal_progress, full_head=args.full_head)
     for bad in list(data.bad_rows) + failed:
         print(f"skipped {bad.file} line {bad.line}: {bad.error}", file=sys.stderr)
     n_scored = len({item.key for item in data.items} & set(scores))

@@ -128,6 +128,28 @@ def test_scores_one_finite_per_passage_and_count_passes(tiny, monkeypatch):
     assert contextcite_passage_scores(tiny, ITEM, num_ablations=6, seed=0)[0] == scores
 
 
+def test_head_on_the_read_rows_only_gives_contextcites_scores(tiny):
+    """The passes compute the logits of the answer rows ContextCite reads (plus the one before), not of every
+    position, and the scores equal those of ContextCite's own full-head passes up to float rounding."""
+    rows: list[tuple[int, int]] = []
+
+    def seen(_module, args, kwargs, output):
+        rows.append((int(kwargs["input_ids"].shape[1]), int(output.logits.shape[1])))
+
+    hook = tiny.lm.model.register_forward_hook(seen, with_kwargs=True)
+    try:
+        trimmed, _, _ = contextcite_passage_scores(tiny, ITEM, num_ablations=6, seed=0)
+        n_trimmed = len(rows)
+        full, _, _ = contextcite_passage_scores(tiny, ITEM, num_ablations=6, seed=0, full_head=True)
+    finally:
+        hook.remove()
+    n_answer = len(contextcite_citer(tiny, ITEM, num_ablations=6).answer_ids)
+    assert n_trimmed == 6 and len(rows) == 12
+    assert all(kept == n_answer + 1 < seq for seq, kept in rows[:n_trimmed])
+    assert all(kept == seq for seq, kept in rows[n_trimmed:])
+    assert trimmed == pytest.approx(full, rel=1e-4, abs=1e-5)
+
+
 def test_seeds_draw_disjoint_masks_seed_zero_is_contextcites(tiny):
     from context_cite.utils import _create_mask  # ContextCite's draw of the mask of one ablation seed
 

@@ -558,6 +558,7 @@ def test_the_judge_summary_counts_pairs_by_hand():
 def test_the_judged_evaluation_attributes_each_answer_and_resumes(embedded_mirage, monkeypatch, tmp_path):
     from mirage.faithfulness import faithfulness
     from mirage.generation import Generated
+    from mirage.runs import StoreError
     from mirage.tune import evaluate
     from mirage.tune.data import TrainingExample
     from mirage.tune.evaluate import judge_config
@@ -583,7 +584,7 @@ def test_the_judged_evaluation_attributes_each_answer_and_resumes(embedded_mirag
     monkeypatch.setattr(evaluate, "generate_answer", lambda *a, **k: pytest.fail("regenerated a stored answer"))
     again = evaluate.evaluate_citations(embedded_mirage, [ex], judge=judge, store=store)
     assert again.answers == report.answers and again.judge == report.judge
-    with pytest.raises(ConfigError, match="another evaluation"):
+    with pytest.raises(StoreError, match="other settings"):
         evaluate.evaluate_citations(embedded_mirage, [ex], max_new_tokens=7, store=store)
 
 

@@ -284,7 +284,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     _device_args(ev)
     ev.add_argument("-o", "--output", required=True,
                     help="JSON report to write; every answer is also stored in OUTPUT's stem + .answers.jsonl as it "
-                         "is done, and a rerun with the same -o resumes from it")
+                         "is done, and a rerun with the same -o reuses the answers of rows whose question and "
+                         "documents are unchanged (a file made with another model, prompt, --max-new-tokens or "
+                         "--judge is refused; one from an earlier mirage is converted once, the original kept as "
+                         ".answers.v0.jsonl)")
     ev.set_defaults(func=cmd_eval)
 
     ex = stages.add_parser("export", help="copy an adapter folder with its weights in fp16 (for shipping)",

@@ -12,14 +12,18 @@ With a ``judge`` (a :class:`mirage.config.MirageConfig`), mirage also attributes
 model (what did the model that wrote it use?) and runs the faithfulness check (:func:`mirage.faithfulness.faithfulness`)
 on its self-citations, mirage's citations and random sets of the same sizes. The report then compares, over
 (answer, document) pairs, the self-citations and mirage's citations with the human labels, and with each other
-(:class:`JudgeSummary`). With a ``store`` (JSONL), every finished answer is appended as it is done and a rerun with
-the same store resumes after the last one.
+(:class:`JudgeSummary`). With a ``store`` (a :class:`mirage.runs.ResumableJSONL`), every finished answer is
+appended as it is done, keyed by the item's id, question and documents, and a rerun with the same store and settings
+reuses it (a changed item is answered again). A store written by an earlier mirage (a ``{"header": …}`` first line)
+is converted once, its original kept beside it (:func:`_convert_v0_store`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +36,7 @@ from ..faithfulness import FaithfulnessResult, FaithfulnessSummary, faithfulness
 from ..generation import generate_answer
 from ..inputs import InputError
 from ..learned import shipped_model_path
+from ..runs import ResumableJSONL, content_key, settings_differences
 from ..scoring import metrics
 from ..serialization import JSONRecord, library_versions
 from .data import TrainingExample
@@ -137,26 +142,93 @@ def judge_config(config: MirageConfig, base_model: str) -> MirageConfig:
     return config.replace(aggregation={"rule": "learned", "learned_model": str(shipped)})
 
 
-def _read_store(path: Path, header: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The answers an earlier run with the same ``header`` stored at ``path``, by item id (none when it is absent)."""
-    if not path.exists():
-        return {}
-    done: dict[str, dict[str, Any]] = {}
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:  # a line cut short when an earlier run was killed: that answer is redone
-                continue
-            if lineno == 1:
-                if row.get("header") != header:
-                    raise ConfigError(f"{path} holds answers of another evaluation ({row.get('header')}); give "
-                                      "another output file, or delete it to start over.")
-                continue
-            done[row["id"]] = row
-    return done
+def _answer_key(ex: TrainingExample) -> str:
+    """The store key of an example's answer: what the answer depends on besides the settings (id, question,
+    documents), so an item whose documents change is answered again."""
+    return content_key({"id": ex.id, "question": ex.question, "docs": ex.docs})
+
+
+#: The fields a store adds to each answer row; the report's answers leave them out.
+_STORE_FIELDS = ("key", "settings")
+
+#: How a store written before :class:`mirage.runs.ResumableJSONL` begins: a header line, then rows keyed by ``id``.
+_V0_PREFIX = b'{"header": '
+
+
+def _keep_original(path: Path, data: bytes) -> Path:
+    """Write ``data`` (``path``'s original bytes) to ``STEM.v0.jsonl`` beside it, or ``STEM.v0-2.jsonl``, … where
+    that exists (a backup is never overwritten), synced to disk; the backup's path."""
+    n = 1
+    while True:
+        backup = path.with_name(f"{path.stem}.v0{'' if n == 1 else f'-{n}'}{path.suffix}")
+        try:
+            with backup.open("xb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            return backup
+        except FileExistsError:
+            n += 1
+
+
+def _convert_v0_store(path: Path, settings: dict[str, Any], examples: Sequence[TrainingExample]) -> None:
+    """Convert ``path`` in place if an earlier mirage wrote it (first line ``{"header": settings}``, then one row per
+    answer keyed by ``id``); any other file is left to :class:`mirage.runs.ResumableJSONL`.
+
+    Each row becomes a record keyed like the example of this run with its id (rows of ids not in ``examples``, or of
+    an id whose examples differ, are not carried over); damaged lines (the torn last line of a killed run) are
+    dropped, so those answers are redone. The new file replaces the old one atomically, the original is kept as
+    ``STEM.v0.jsonl`` (or ``STEM.v0-N.jsonl``, never overwriting a file) and a warning says what was converted. A
+    header other than ``settings`` raises :class:`ConfigError`."""
+    if not path.is_file():
+        return
+    with path.open("rb") as fh:
+        if fh.read(len(_V0_PREFIX)) != _V0_PREFIX:
+            return
+    staging = path.with_name(path.name + ".converting")
+    staged = ResumableJSONL(staging, settings=settings)  # its lock lets one process at a time convert
+    data = path.read_bytes()
+    if not data.startswith(_V0_PREFIX):  # another process converted it meanwhile
+        staging.unlink()
+        return
+    head, *lines = data.split(b"\n")
+    try:
+        header = json.loads(head)["header"]
+    except (ValueError, TypeError, KeyError):  # a header cut short: no answer was ever stored
+        header = None
+    if header is not None and header != settings:
+        staging.unlink()
+        diffs = settings_differences(header, settings)
+        raise ConfigError(f"{path} holds answers of another evaluation ({'; '.join(diffs)}); give another output "
+                          "file, or delete it to start over.")
+    rows: dict[str, dict[str, Any]] = {}
+    dropped = 0
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+            dropped += 1
+            continue
+        rows[row["id"]] = row  # a repeated id: the last answer wins, as the earlier reader had it
+    keys: dict[str, set[str]] = {}
+    for ex in examples:
+        keys.setdefault(ex.id, set()).add(_answer_key(ex))
+    carried = {next(iter(keys[i])): row for i, row in rows.items() if len(keys.get(i, ())) == 1}
+    for key, row in carried.items():
+        staged.write_once({"key": key, **row})  # write fsyncs each record
+    backup = _keep_original(path, data)
+    os.replace(staging, path)
+    del staged  # releases its lock, now on the converted file, before the caller opens that as a store
+    left = len(rows) - len(carried)
+    warnings.warn(f"{path}: converted {len(carried)} stored answer(s) from mirage's earlier answer-file format and "
+                  f"kept the original as {backup}"
+                  + (f"; {dropped} damaged line(s) dropped (those answers are redone)" if dropped else "")
+                  + (f"; {left} answer(s) of items not in this run stay only in {backup.name}" if left else "")
+                  + ".", stacklevel=3)
 
 
 def judge_answer(mirage: Mirage, ex: TrainingExample, answer: str, judge: MirageConfig) -> dict[str, Any]:
@@ -226,20 +298,24 @@ def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, m
                        store: str | Path | None = None) -> CitationEval:
     """Generate a greedy answer (at most ``max_new_tokens``) to each example's question and documents with
     ``mirage``'s model and prompt, and measure its self-citations (see :class:`CitationEval`); with ``judge``, also
-    mirage's citations of each answer and the faithfulness check (:class:`JudgeSummary`); with ``store``, resume
-    from and append to that JSONL file."""
+    mirage's citations of each answer and the faithfulness check (:class:`JudgeSummary`); with ``store``, reuse
+    the answers stored there and append each new one as it is done (:class:`mirage.runs.ResumableJSONL`, keyed by the
+    example's id, question and documents, refusing a file made with another model, prompt, ``max_new_tokens`` or
+    judge rule; an earlier mirage's file is converted once, see :func:`_convert_v0_store`)."""
     cfg = mirage.config.replace(generation={"max_new_tokens": max_new_tokens, "do_sample": False})
-    header = {"model": mirage.lm.name, "prompt": cfg.to_dict()["prompt"], "max_new_tokens": max_new_tokens,
-              "judge": judge.aggregation.rule if judge is not None else None}
-    store_path = Path(store) if store is not None else None
-    done = _read_store(store_path, header) if store_path is not None else {}
-    if store_path is not None and not store_path.exists():
-        store_path.parent.mkdir(parents=True, exist_ok=True)
-        store_path.write_text(json.dumps({"header": header}, ensure_ascii=False) + "\n", encoding="utf-8")
+    settings = {"model": mirage.lm.name, "prompt": cfg.to_dict()["prompt"], "max_new_tokens": max_new_tokens,
+                "judge": judge.aggregation.rule if judge is not None else None}
+    out: ResumableJSONL | None = None
+    done: dict[str, dict[str, Any]] = {}
+    if store is not None:
+        _convert_v0_store(Path(store), settings, examples)
+        out = ResumableJSONL(store, settings=settings)
+        done = {r["key"]: {k: v for k, v in r.items() if k not in _STORE_FIELDS} for r in out.records()}
     answers: list[dict[str, Any]] = []
     loop: Iterable[TrainingExample] = progress(examples, len(examples), "generate") if progress else examples
     for ex in loop:
-        row = done.get(ex.id)
+        key = _answer_key(ex)
+        row = done.get(key)
         if row is None:
             prep = mirage.prepare(ex.rag_item(with_output=False), config=cfg, index=ex.id)
             t = time.perf_counter()
@@ -255,9 +331,8 @@ def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, m
                    "n_tokens": len(gen.ids), "seconds": round(seconds, 3)}
             if judge is not None:
                 row.update(judge_answer(mirage, ex, gen.text, judge))
-            if store_path is not None:
-                with store_path.open("a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            if out is not None:
+                out.write({"key": key, **row})
         answers.append(row)
     n = len(answers)
     n_sentences = sum(a["n_sentences"] for a in answers)
