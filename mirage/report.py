@@ -34,7 +34,7 @@ from markupsafe import Markup
 
 from .inputs import InputError, RawRow, json_kind, read_jsonl
 from .results import AnswerSpan, AnswerToken, AttributionResult, ContextCue, SentenceAttribution
-from .runs import item_keys
+from .runs import item_keys, write_atomic
 
 #: Context cues listed per answer span when hovering it.
 CUES_PER_SPAN = 6
@@ -716,5 +716,4 @@ def write_report(results_path: str | Path | Sequence[str | Path], output: str | 
                        other=runs[1] if len(runs) == 2 else None, labels=names)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(html, encoding="utf-8")
-    return output
+    return write_atomic(output, html)

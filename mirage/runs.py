@@ -112,6 +112,27 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+# -- whole-file writes ------------------------------------------------------------------------------------------------
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Replace ``path`` with ``text`` (UTF-8) whole or not at all: the text goes to a temporary file beside it,
+    is flushed to disk, then renamed over ``path``. A run killed mid-write leaves the previous version (or no
+    file), never half of one; processes writing the same path leave one whole version. Makes the parent folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 # -- locks -----------------------------------------------------------------------------------------------------------
 
 class _Lock:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from .runs import ResumableJSONL, StoreError, dumps_record, read_records, settings_differences
+from .runs import ResumableJSONL, StoreError, dumps_record, read_records, settings_differences, write_atomic
 
 T = TypeVar("T")
 
@@ -194,9 +194,7 @@ def consolidate(base: str | Path) -> None:
                 seen.add(key)
     if records and all(isinstance(r, dict) and isinstance(r.get("index"), int) for r in records):
         records.sort(key=lambda r: r["index"])
-    tmp = base.with_name(base.name + ".merging")
-    tmp.write_text("".join(dumps_record(r) + "\n" for r in records), encoding="utf-8")
-    os.replace(tmp, base)
+    write_atomic(base, "".join(dumps_record(r) + "\n" for r in records))
     for path in files:
         if path != base:
             path.unlink()

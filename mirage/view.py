@@ -19,6 +19,7 @@ from .bias_report import GENERATIONS, bias_report_html, bias_run_view
 from .inputs import InputError
 from .report import write_report
 from .run_files import run_file
+from .runs import write_atomic
 from .scoring_report import ANSWERS, eli5_report_html
 
 ViewKind = Literal["results", "bias", "eli5"]
@@ -77,7 +78,4 @@ def write_view(paths: str | Path | Sequence[str | Path], output: str | Path, *, 
     kind, folder = runs[0]
     html = bias_report_html(bias_run_view(folder, title=title)) if kind == "bias" else \
         eli5_report_html(folder, title=title)
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(html, encoding="utf-8")
-    return output
+    return write_atomic(output, html)

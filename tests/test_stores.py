@@ -218,3 +218,20 @@ def test_python_dash_m_mirage_runs_the_cli():
     out = subprocess.run([sys.executable, "-m", "mirage", "attribute", "--help"], capture_output=True, text=True,
                          check=True, cwd=ROOT)
     assert "--output" in out.stdout
+
+
+def test_a_whole_file_write_that_fails_leaves_the_previous_version(tmp_path):
+    """Summaries, reports and merged files are replaced whole (mirage.runs.write_atomic): a write that dies midway
+    (here: text that cannot be encoded, after a first part was written) keeps the earlier file byte for byte and
+    leaves no temporary file behind."""
+    from mirage.runs import write_atomic
+
+    path = tmp_path / "run" / "results.json"
+    assert write_atomic(path, '{"agreement": 81.9}\n') == path  # makes the folder
+    before = path.read_bytes()
+    with pytest.raises(UnicodeEncodeError):
+        write_atomic(path, "x" * 100_000 + "\ud800")
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["results.json"]
+    write_atomic(path, "é\n")
+    assert path.read_text(encoding="utf-8") == "é\n"

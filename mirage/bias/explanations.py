@@ -39,6 +39,7 @@ from typing import Any, Literal, get_args
 
 from ..citations import citation_numbers
 from ..inputs import InputError
+from ..runs import write_atomic
 from ..sentences import split_sentences
 from ..serialization import JSONRecord
 from .records import BiasRecord, read_generations
@@ -600,7 +601,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     path = Path(args.output or Path(args.run_dir) / "explanations.json")
-    path.write_text(analysis.to_json(indent=2), encoding="utf-8")
+    write_atomic(path, analysis.to_json(indent=2))
     print(render_explanations(analysis))
     print(f"{analysis.overall.n} explanations; analysis in {path}.", file=sys.stderr)
     return 0

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..inputs import BadRow, Document, InputError, RawRow, json_kind, read_jsonl, read_rows, read_text, text_lines
+from ..runs import write_atomic
 from ..scoring.rows import RowError
 from ..scoring.xor_attriqa import XorRow, clean_query, parse_xor_row  # noqa: F401 - clean_query: public here too
 
@@ -399,9 +400,7 @@ def read_items(path: str | Path) -> list[BiasItem]:
 
 
 def write_items(items: Iterable[BiasItem], path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(i.to_dict(), ensure_ascii=False) + "\n" for i in items), encoding="utf-8")
+    write_atomic(path, "".join(json.dumps(i.to_dict(), ensure_ascii=False) + "\n" for i in items))
 
 
 def detect_format(spec: str) -> str:

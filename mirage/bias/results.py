@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..runs import write_atomic
 from ..serialization import JSONRecord, library_versions
 from .explanations import ExplanationAnalysis, analyse_explanations, label_words
 from .metrics import (
@@ -109,7 +110,7 @@ class BiasStudyResult(JSONRecord):
         return cls(**data)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json(indent=2), encoding="utf-8")
+        write_atomic(path, self.to_json(indent=2))
 
     @classmethod
     def load(cls, path: str | Path) -> BiasStudyResult:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from ..config import ConfigError
 from ..inputs import Document, InputError
-from ..runs import canonical_json
+from ..runs import canonical_json, write_atomic
 from ..serialization import JSONRecord
 from .items import BeirData, detect_format, load_beir_hub, read_beir
 
@@ -258,14 +258,9 @@ def write_run(ranking: Mapping[str, Sequence[tuple[str, float]]], path: str | Pa
                         *(("document id", d) for docs in ranking.values() for d, _ in docs)]:
         if not value or any(c.isspace() for c in value):
             raise InputError(f"{what} {value!r} is empty or holds white space, which a TREC run file cannot carry.")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"{qid} Q0 {doc} {rank} {score:.6f} {tag}\n"
              for qid, docs in ranking.items() for rank, (doc, score) in enumerate(docs, 1)]
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(lines), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, "".join(lines))
 
 
 @dataclass

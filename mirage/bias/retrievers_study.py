@@ -24,6 +24,7 @@ from ..config import ConfigError
 from ..lazy import MirageSource, resolve_mirage
 from ..models import LoadedModel
 from ..progress import Progress
+from ..runs import write_atomic
 from ..serialization import JSONRecord, library_versions
 from .metrics import Stat
 from .protocol import BiasConfig
@@ -78,7 +79,7 @@ class RetrieverComparison(JSONRecord):
         return cls(**data)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json(indent=2), encoding="utf-8")
+        write_atomic(path, self.to_json(indent=2))
 
     @classmethod
     def load(cls, path: str | Path) -> RetrieverComparison:
@@ -127,7 +128,7 @@ def run_retriever_study(data: str, retrievers: Sequence[str], *, mirage: MirageS
         return None
     comparison = RetrieverComparison(data=str(data), top_k=top_k, k=cfg.k, runs=runs, versions=library_versions())
     comparison.save(out_dir / "retrievers.json")
-    (out_dir / "retrievers.md").write_text(render_retrievers(comparison), encoding="utf-8")
+    write_atomic(out_dir / "retrievers.md", render_retrievers(comparison))
     return comparison
 
 

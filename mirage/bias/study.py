@@ -21,7 +21,7 @@ from ..inputs import InputError
 from ..lazy import MirageSource, resolve_mirage
 from ..models import LoadedModel
 from ..progress import Progress
-from ..runs import ResumableJSONL
+from ..runs import ResumableJSONL, write_atomic
 from ..sharding import in_shards
 from .items import (
     BiasItem,
@@ -156,7 +156,7 @@ def write_outputs(result: BiasStudyResult, out_dir: str | Path, *, compare: Sequ
     """``results.json``, ``tables.md`` and ``cab.png`` in ``out_dir``."""
     out_dir = Path(out_dir)
     result.save(out_dir / "results.json")
-    (out_dir / "tables.md").write_text(render_markdown(result), encoding="utf-8")
+    write_atomic(out_dir / "tables.md", render_markdown(result))
     fig = plot_cab([result, *compare])
     fig.savefig(out_dir / "cab.png", dpi=120)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..config import ConfigError
 from ..lazy import MirageSource
+from ..runs import write_atomic
 from ..serialization import JSONRecord, library_versions
 from .metrics import METRICS, Effect, Stat
 from .protocol import BiasConfig
@@ -145,7 +146,7 @@ class SweepResult(JSONRecord):
         return cls(**data)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json(indent=2), encoding="utf-8")
+        write_atomic(path, self.to_json(indent=2))
 
     @classmethod
     def load(cls, path: str | Path) -> SweepResult:

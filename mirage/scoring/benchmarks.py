@@ -23,7 +23,7 @@ from ..inputs import InputError
 from ..lazy import resolve_mirage
 from ..progress import Progress
 from ..results import AttributionResult
-from ..runs import ResumableJSONL, content_key
+from ..runs import ResumableJSONL, content_key, write_atomic
 from ..serialization import library_versions
 from ..sharding import Shard, StoreFor, in_shards, owns
 from . import metrics as M
@@ -56,12 +56,11 @@ def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
             raise InputError(f"{out_dir} holds model outputs of another run ({details}); use another -o directory "
                              "or delete that one.")
         return
-    path.write_text(json.dumps(expected, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_atomic(path, json.dumps(expected, indent=2, ensure_ascii=False) + "\n")
 
 
 def _save(out_dir: Path, report: Any, figure: Any, figure_name: str) -> None:
-    (out_dir / "results.json").write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n",
-                                          encoding="utf-8")
+    write_atomic(out_dir / "results.json", json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
     if figure is not None:
         figure.savefig(out_dir / figure_name, dpi=130)
 
@@ -202,7 +201,7 @@ computed again.
     report.versions = library_versions()
     report.faithfulness = faith
     if report.features and report.features.get("learned"):  # for `mirage attribute --citation-rule learned`
-        (out / "learned.json").write_text(json.dumps(report.features["learned"], indent=2) + "\n", encoding="utf-8")
+        write_atomic(out / "learned.json", json.dumps(report.features["learned"], indent=2) + "\n")
     from .plots import sweep_figure
 
     _save(out, report, sweep_figure(report.sweep) if report.sweep else None, "sweep.png")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import PromptConfig
 from ..models import LoadedModel, ModelLoadError, load_model
+from ..runs import write_atomic
 from ..serialization import JSONRecord, library_versions
 
 if TYPE_CHECKING:
@@ -122,8 +123,7 @@ def save_adapter(model: Any, directory: str | Path, *, base_name: str, prompt: P
                        weights=weight_fingerprint(base),
                        prompt=dataclasses.asdict(prompt or PromptConfig()), stage=stage, training=training or {},
                        versions=library_versions())
-    (directory / ADAPTER_INFO).write_text(json.dumps(info.to_dict(), indent=1, ensure_ascii=False) + "\n",
-                                          encoding="utf-8")
+    write_atomic(directory / ADAPTER_INFO, json.dumps(info.to_dict(), indent=1, ensure_ascii=False) + "\n")
     return info
 
 

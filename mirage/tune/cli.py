@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from ..config import ConfigError, MirageConfig, PromptConfig
 from ..experiment import non_negative_int, positive_int
 from ..progress import terminal_progress
+from ..runs import write_atomic
 
 if TYPE_CHECKING:
     from .data import BuildReport, TrainingExample
@@ -170,7 +171,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                 progress=None if args.quiet else terminal_progress, judge=judge,
                                 store=out.with_name(out.stem + ".answers.jsonl"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_atomic(out, json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n")
     print(report.to_text(), file=sys.stderr)
     return 0
 

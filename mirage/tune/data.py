@@ -24,10 +24,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import random
 import re
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +35,7 @@ from ..citations import parse_answer
 from ..config import MirageConfig
 from ..inputs import BadRow, InputError, RawRow, read_rows, read_text
 from ..progress import Progress
-from ..runs import ResumableJSONL, content_key
+from ..runs import ResumableJSONL, content_key, write_atomic
 from ..scoring.eli5 import parse_alce_row
 from ..scoring.rows import RowError, require
 from ..scoring.xor_attriqa import TextView, clean_query, load_xor_attriqa
@@ -433,18 +431,7 @@ def read_examples(path: str | Path) -> tuple[list[TrainingExample], list[BadRow]
 
 def write_examples(examples: Iterable[TrainingExample], path: str | Path) -> Path:
     """Write the examples as JSONL (replacing the file at once, never half-written)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for ex in examples:
-                f.write(json.dumps(ex.to_dict(), ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return write_atomic(path, "".join(json.dumps(ex.to_dict(), ensure_ascii=False) + "\n" for ex in examples))
 
 
 def build_gold(xor_files: Sequence[str | Path] = (), eli5_prompt_files: Sequence[str | Path] = (), *,

@@ -31,6 +31,7 @@ from ..inputs import InputError
 from ..models import LoadedModel, load_model
 from ..pipeline import Mirage
 from ..prompts import format_prompt, load_template
+from ..runs import write_atomic
 from ..serialization import JSONRecord, library_versions
 from .adapters import apply_adapter, check_base, read_adapter_info, save_adapter
 from .config import TuneConfig
@@ -156,5 +157,5 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
                     n_prompts=len(dataset), skipped=bad, steps=trainer.state.global_step,
                     curve=_curve(trainer.state.log_history), runtime_s=round(runtime, 2), peak_rss_mb=peak_rss_mb(),
                     resumed_from=resume, config=cfg.to_dict(), versions=library_versions())
-    (out / RESULT_FILE).write_text(json.dumps(run.to_dict(), indent=1) + "\n", encoding="utf-8")
+    write_atomic(out / RESULT_FILE, json.dumps(run.to_dict(), indent=1) + "\n")
     return run

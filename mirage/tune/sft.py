@@ -26,6 +26,7 @@ from ..config import ConfigError, MirageConfig
 from ..inputs import InputError
 from ..models import LoadedModel, load_model
 from ..pipeline import Mirage
+from ..runs import write_atomic
 from ..serialization import JSONRecord, library_versions
 from ..tokenization import tokenize_answer
 from .adapters import save_adapter
@@ -160,7 +161,7 @@ def check_run_dir(output_dir: Path, cfg: TuneConfig, stage: str) -> None:
                               f"{', '.join(changed) or 'stage'}); give another -o, or the same settings to resume.")
         return
     output_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(settings, indent=1) + "\n", encoding="utf-8")
+    write_atomic(path, json.dumps(settings, indent=1) + "\n")
 
 
 def last_checkpoint(folder: Path) -> str | None:
@@ -275,5 +276,5 @@ def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None
                  epochs=float(trainer.state.epoch or 0.0), train_loss=result.training_loss,
                  loss_curve=loss_curve(trainer.state.log_history), runtime_s=round(runtime, 2),
                  peak_rss_mb=peak_rss_mb(), resumed_from=resume, config=cfg.to_dict(), versions=library_versions())
-    (out / RESULT_FILE).write_text(run.to_json(indent=1) + "\n", encoding="utf-8")
+    write_atomic(out / RESULT_FILE, run.to_json(indent=1) + "\n")
     return run
