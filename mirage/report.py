@@ -714,6 +714,4 @@ def write_report(results_path: str | Path | Sequence[str | Path], output: str | 
     names = _label(paths)
     html = report_html(runs[0], title=title or f"mirage report: {' vs '.join(names)}",
                        other=runs[1] if len(runs) == 2 else None, labels=names)
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
     return write_atomic(output, html)

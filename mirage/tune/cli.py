@@ -170,7 +170,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     report = evaluate_citations(mirage, examples, max_new_tokens=args.max_new_tokens,
                                 progress=None if args.quiet else terminal_progress, judge=judge,
                                 store=out.with_name(out.stem + ".answers.jsonl"))
-    out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out, json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n")
     print(report.to_text(), file=sys.stderr)
     return 0

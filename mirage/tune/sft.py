@@ -160,7 +160,6 @@ def check_run_dir(output_dir: Path, cfg: TuneConfig, stage: str) -> None:
             raise ConfigError(f"{output_dir} holds a {stored.get('stage')} run with other settings (differing: "
                               f"{', '.join(changed) or 'stage'}); give another -o, or the same settings to resume.")
         return
-    output_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(settings, indent=1) + "\n")
 
 
