@@ -114,16 +114,18 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
 
 # -- whole-file writes ------------------------------------------------------------------------------------------------
 
-def write_atomic(path: str | Path, text: str) -> Path:
-    """Replace ``path`` with ``text`` (UTF-8) whole or not at all: the text goes to a temporary file beside it,
-    is flushed to disk, then renamed over ``path``. A run killed mid-write leaves the previous version (or no
-    file), never half of one; processes writing the same path leave one whole version. Makes the parent folder."""
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """Replace ``path`` with ``data`` (text is written as UTF-8) whole or not at all: it goes to a temporary file
+    beside it, is flushed to disk, then renamed over ``path``. A run killed mid-write leaves the previous version
+    (or no file), never half of one; processes writing the same path leave one whole version. Makes the parent
+    folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write(text)
+        with tmp.open("wb") as fh:
+            fh.write(payload)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -141,7 +143,8 @@ class _Lock:
     def __init__(self, path: Path) -> None:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.inode = os.fstat(self.fd).st_ino
-        weakref.finalize(self, os.close, self.fd)
+        self.holders = 0  # open stores using it; the last one to close releases it
+        self._close = weakref.finalize(self, os.close, self.fd)  # also closed when no store refers to it any more
         if fcntl is None:  # pragma: no cover - Windows
             return
         try:
@@ -156,6 +159,12 @@ class _Lock:
         except FileNotFoundError:
             return False
 
+    def release(self) -> None:
+        """One store is done with it; the last one closes the file, which releases the flock."""
+        self.holders -= 1
+        if self.holders <= 0:
+            self._close()  # a finalizer runs once: closing here leaves nothing for the garbage collector
+
 
 _LOCKS: weakref.WeakValueDictionary[str, _Lock] = weakref.WeakValueDictionary()
 
@@ -164,9 +173,11 @@ def _lock(path: Path) -> _Lock:
     """This process's lock on ``path`` (taken once; released when no store of this process uses it)."""
     name = os.path.realpath(path)
     held = _LOCKS.get(name)
-    if held is not None and held.current(path):
+    if held is not None and held.current(path) and held.holders > 0:
+        held.holders += 1
         return held
     lock = _Lock(path)
+    lock.holders = 1
     _LOCKS[name] = lock
     return lock
 
@@ -201,7 +212,8 @@ class ResumableJSONL:
 
     ``settings``: what the records depend on; written into each record, and a file made with other settings is
     refused. Opening checks the file is a mirage results file (see the module docstring), repairs only a torn last
-    line, and locks it against other processes.
+    line, and locks it against other processes until :meth:`close` (or the end of a ``with`` block, or of the
+    process).
     """
 
     def __init__(self, path: str | Path, *, settings: Mapping[str, Any] | None = None) -> None:
@@ -276,8 +288,11 @@ class ResumableJSONL:
             out["settings"] = self.settings
         out.update((k, v) for k, v in record.items() if k not in out)
         line = (dumps_record(out) + "\n").encode("utf-8")
+        if self._lock is None:
+            raise StoreError(f"{self.path}: this store was closed; open the file again to add records.")
         if not self._lock.current(self.path):  # the file was replaced (a merge) since this store opened it
-            self._lock = _lock(self.path)
+            stale, self._lock = self._lock, _lock(self.path)
+            stale.release()
         view = memoryview(line)
         while view:
             view = view[os.write(self._lock.fd, view):]
@@ -295,3 +310,15 @@ class ResumableJSONL:
     def records(self) -> list[dict[str, Any]]:
         """All records written so far."""
         return read_records(self.path)
+
+    def close(self) -> None:
+        """Stop writing: releases this store's hold on the file's lock (idempotent)."""
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+
+    def __enter__(self) -> ResumableJSONL:  # noqa: PYI034 - typing.Self needs Python 3.11; the project runs on 3.10
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

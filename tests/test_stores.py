@@ -220,18 +220,64 @@ def test_python_dash_m_mirage_runs_the_cli():
     assert "--output" in out.stdout
 
 
-def test_a_whole_file_write_that_fails_leaves_the_previous_version(tmp_path):
+def test_a_whole_file_write_that_fails_leaves_the_previous_version(tmp_path, monkeypatch):
     """Summaries, reports and merged files are replaced whole (mirage.runs.write_atomic): a write that dies midway
-    (here: text that cannot be encoded, after a first part was written) keeps the earlier file byte for byte and
-    leaves no temporary file behind."""
-    from mirage.runs import write_atomic
+    (here: the flush to disk fails after 100 kB were written) keeps the earlier file byte for byte and leaves no
+    temporary file behind; text that cannot be encoded is refused before anything is written."""
+    from mirage import runs
 
     path = tmp_path / "run" / "results.json"
-    assert write_atomic(path, '{"agreement": 81.9}\n') == path  # makes the folder
+    assert runs.write_atomic(path, '{"agreement": 81.9}\n') == path  # makes the folder
     before = path.read_bytes()
+
+    def disk_full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(runs.os, "fsync", disk_full)
+        with pytest.raises(OSError, match="No space"):
+            runs.write_atomic(path, "x" * 100_000)
+    assert path.read_bytes() == before
     with pytest.raises(UnicodeEncodeError):
-        write_atomic(path, "x" * 100_000 + "\ud800")
+        runs.write_atomic(path, "x" * 100_000 + "\ud800")
     assert path.read_bytes() == before
     assert sorted(p.name for p in path.parent.iterdir()) == ["results.json"]
-    write_atomic(path, "é\n")
+    runs.write_atomic(path, "é\n")
     assert path.read_text(encoding="utf-8") == "é\n"
+    runs.write_atomic(path, b"\x93NUMPY")  # bytes are written as they are (the embedding cache)
+    assert path.read_bytes() == b"\x93NUMPY"
+
+
+def _lock_is_free(path: Path) -> bool:
+    """Whether another open file description could take the store's flock now (as another process would)."""
+    import fcntl
+    import os
+
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_closing_a_store_releases_its_lock_once_no_store_of_the_process_holds_it(tmp_path):
+    path = tmp_path / "out.jsonl"
+    first = ResumableJSONL(path)
+    second = ResumableJSONL(path)  # the same process shares one lock
+    first.write({"key": "a"})
+    first.close()
+    assert not _lock_is_free(path)  # the second store still holds it
+    second.write({"key": "b"})
+    with second:
+        pass
+    assert _lock_is_free(path)
+    second.close()  # idempotent
+    with pytest.raises(StoreError, match="was closed"):
+        first.write({"key": "c"})
+    with ResumableJSONL(path) as again:  # reopened, it locks the file anew
+        assert again.done == {"a", "b"}
+        assert not _lock_is_free(path)
+    assert _lock_is_free(path)

@@ -18,8 +18,8 @@ against the qrels (recall of the relevant documents in the top k, MRR).
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -174,10 +174,9 @@ class DenseRetriever(Retriever):
                 return cached
         emb = np.asarray(self.embed([doc_text(d) for d in beir.corpus.values()]), dtype=np.float32)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")
-            np.save(tmp, emb)
-            os.replace(tmp, path)  # whole or absent, also with several ranks writing it
+            buf = io.BytesIO()
+            np.save(buf, emb)
+            write_atomic(path, buf.getvalue())  # whole or absent, also with several ranks writing it
         return emb
 
     def search(self, beir: BeirData, *, top_k: int, queries: Iterable[str] | None = None) -> Ranking:

@@ -186,43 +186,42 @@ def _convert_v0_store(path: Path, settings: dict[str, Any], examples: Sequence[T
         if fh.read(len(_V0_PREFIX)) != _V0_PREFIX:
             return
     staging = path.with_name(path.name + ".converting")
-    staged = ResumableJSONL(staging, settings=settings)  # its lock lets one process at a time convert
-    data = path.read_bytes()
-    if not data.startswith(_V0_PREFIX):  # another process converted it meanwhile
-        staging.unlink()
-        return
-    head, *lines = data.split(b"\n")
-    try:
-        header = json.loads(head)["header"]
-    except (ValueError, TypeError, KeyError):  # a header cut short: no answer was ever stored
-        header = None
-    if header is not None and header != settings:
-        staging.unlink()
-        diffs = settings_differences(header, settings)
-        raise ConfigError(f"{path} holds answers of another evaluation ({'; '.join(diffs)}); give another output "
-                          "file, or delete it to start over.")
-    rows: dict[str, dict[str, Any]] = {}
-    dropped = 0
-    for raw in lines:
-        if not raw.strip():
-            continue
+    with ResumableJSONL(staging, settings=settings) as staged:  # its lock lets one process at a time convert
+        data = path.read_bytes()
+        if not data.startswith(_V0_PREFIX):  # another process converted it meanwhile
+            staging.unlink()
+            return
+        head, *lines = data.split(b"\n")
         try:
-            row = json.loads(raw)
-        except ValueError:
-            row = None
-        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
-            dropped += 1
-            continue
-        rows[row["id"]] = row  # a repeated id: the last answer wins, as the earlier reader had it
-    keys: dict[str, set[str]] = {}
-    for ex in examples:
-        keys.setdefault(ex.id, set()).add(_answer_key(ex))
-    carried = {next(iter(keys[i])): row for i, row in rows.items() if len(keys.get(i, ())) == 1}
-    for key, row in carried.items():
-        staged.write_once({"key": key, **row})  # write fsyncs each record
-    backup = _keep_original(path, data)
-    os.replace(staging, path)
-    del staged  # releases its lock, now on the converted file, before the caller opens that as a store
+            header = json.loads(head)["header"]
+        except (ValueError, TypeError, KeyError):  # a header cut short: no answer was ever stored
+            header = None
+        if header is not None and header != settings:
+            staging.unlink()
+            diffs = settings_differences(header, settings)
+            raise ConfigError(f"{path} holds answers of another evaluation ({'; '.join(diffs)}); give another output "
+                              "file, or delete it to start over.")
+        rows: dict[str, dict[str, Any]] = {}
+        dropped = 0
+        for raw in lines:
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+            except ValueError:
+                row = None
+            if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+                dropped += 1
+                continue
+            rows[row["id"]] = row  # a repeated id: the last answer wins, as the earlier reader had it
+        keys: dict[str, set[str]] = {}
+        for ex in examples:
+            keys.setdefault(ex.id, set()).add(_answer_key(ex))
+        carried = {next(iter(keys[i])): row for i, row in rows.items() if len(keys.get(i, ())) == 1}
+        for key, row in carried.items():
+            staged.write_once({"key": key, **row})  # write fsyncs each record
+        backup = _keep_original(path, data)
+        os.replace(staging, path)
     left = len(rows) - len(carried)
     warnings.warn(f"{path}: converted {len(carried)} stored answer(s) from mirage's earlier answer-file format and "
                   f"kept the original as {backup}"
