@@ -8,7 +8,9 @@ what the scorer did until now); **after** the new default's CCI rows (those of t
 every row only for calibration items), without the passage signals, so its outputs are today's; and
 **after_with_signals** the full new default, adding the single-passage passes that the learned and
 passage-score settings need; and **learned_only** ``--settings learned`` (the headline setting: no CCI row at
-all). It checks that ``results.json`` is identical for every pre-existing setting (and the
+all). With ``--batch-items N`` (N > 1) also **learned_only_batchN**: the same with the CTI passes of N new items in
+one padded forward (``mirage score xor-attriqa --batch-items N``; the CPU default is 1), and the largest difference of
+its learned probabilities' metrics from learned_only. It checks that ``results.json`` is identical for every pre-existing setting (and the
 sweep and the calibration) between before and after, prints the wall time of each and the ratios, the seconds per
 test item by answer length, and writes ``benchmarks/results/xor_scoring.json``. Run it on an otherwise idle
 machine.
@@ -27,11 +29,12 @@ from statistics import median
 import torch
 
 from mirage import Mirage
+from mirage.runs import write_atomic
 from mirage.scoring.benchmarks import run_xor_attriqa
 from mirage.scoring.xor_attriqa import load_xor_attriqa
 from mirage.scoring.xor_eval import SETTINGS
 
-#: (name, all_tokens, signals, settings): the scorer before (every CCI row); the new default without the passage
+#: (name, all_tokens, signals, settings[, batch_items]): the scorer before (every CCI row); the new default without the passage
 #: signals (the same outputs as before); the new default (plus the single-passage passes the learned setting needs);
 #: and the learned setting alone (``--settings learned``: no CCI row, no gradient).
 RUNS = (("before", True, False, ("ex", "cal", "learned")), ("after", False, False, ("ex", "cal", "learned")),
@@ -62,8 +65,17 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--text", default="en", choices=["en", "native"])
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--batch-items", type=int, default=None,
+                    help="also time learned_only with the CTI passes of N items batched (N > 1)")
+    ap.add_argument("--only-batch", action="store_true",
+                    help="with --batch-items: run only learned_only and its batched twin (skip the CCI runs)")
     ap.add_argument("--out", default="benchmarks/results/xor_scoring.json")
     args = ap.parse_args()
+    runs = list(RUNS)
+    if args.batch_items and args.batch_items > 1:
+        runs.append((f"learned_only_batch{args.batch_items}", False, True, ("learned",), args.batch_items))
+        if args.only_batch:
+            runs = [r for r in runs if r[0].startswith("learned_only")]
     if args.threads:
         torch.set_num_threads(args.threads)
     data = Path(args.data_dir)
@@ -72,27 +84,38 @@ def main() -> None:
     m = Mirage.from_pretrained(args.model)
     reports, walls, timers = {}, {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, all_tokens, signals, groups in RUNS:
+        for name, all_tokens, signals, groups, *batch in runs:
             timers[name] = Timed()
             start = time.perf_counter()
             report = run_xor_attriqa(m, test, out_dir=Path(tmp) / name, model_name=args.model, text=args.text,
                                      calibrate_on=cal, limit=args.limit, all_tokens=all_tokens, signals=signals,
-                                     groups=groups, progress=timers[name])
+                                     groups=groups, progress=timers[name], batch_items=batch[0] if batch else 1)
             walls[name] = time.perf_counter() - start
             reports[name] = report.to_dict()
             rows = sum(1 for line in (Path(tmp) / name / "scores.jsonl").read_text().splitlines()
                        if '"token"' in line)
             print(f"{name}: {walls[name]:.1f} s, {rows} CCI rows stored")
-    before, after = reports["before"], reports["after"]  # after_with_signals adds settings, changes none
-    identical = all(before[metric][s] == after[metric][s] for metric in METRICS for s in SETTINGS) \
-        and before["sweep"] == after["sweep"] and before["calibration"] == after["calibration"]
-    learned_same = all(reports["learned_only"][metric].get("learned") == reports["after_with_signals"][metric].get(
-        "learned") for metric in METRICS)
+    identical = learned_same = None
+    if "before" in reports:
+        before, after = reports["before"], reports["after"]  # after_with_signals adds settings, changes none
+        identical = all(before[metric][s] == after[metric][s] for metric in METRICS for s in SETTINGS) \
+            and before["sweep"] == after["sweep"] and before["calibration"] == after["calibration"]
+        learned_same = all(reports["learned_only"][metric].get("learned") == reports["after_with_signals"][
+            metric].get("learned") for metric in METRICS)
+    batched = {}
+    for name in reports:
+        if name.startswith("learned_only_batch"):
+            diffs = [abs(a - b) for metric in METRICS
+                     for a, b in [(reports[name][metric].get("learned", {}).get("avg"),
+                                   reports["learned_only"][metric].get("learned", {}).get("avg"))]
+                     if a is not None and b is not None]
+            batched[name] = {"max_abs_metric_difference_vs_learned_only": max(diffs, default=None),
+                             "speedup_vs_learned_only": round(walls["learned_only"] / walls[name], 2)}
     items = [i for p in test for i in load_xor_attriqa(p, text=args.text, limit=args.limit).items]
     length = {}
     for item in items:
         length[item.key] = len(m.lm.tokenizer(item.answer, add_special_tokens=False)["input_ids"])
-    by_len: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name, *_rest in RUNS}
+    by_len: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name, *_rest in runs}
     for name in by_len:
         for key, sec in timers[name].seconds.items():
             n = length.get(key, 0)
@@ -102,13 +125,14 @@ def main() -> None:
                for b in ("1", "2-4", "5-9", "10+")}
     out = {"model": args.model, "text": args.text, "limit": args.limit, "threads": torch.get_num_threads(),
            "seconds": {k: round(v, 1) for k, v in walls.items()},
-           "speedup": {name: round(walls["before"] / walls[name], 2) for name in walls if name != "before"},
+           "speedup": {name: round(walls["before"] / walls[name], 2) for name in walls if "before" in walls
+                       and name != "before"},
+           "batched": batched,
            "identical_results_for_existing_settings": identical,
            "learned_only_equals_full_default_on_learned": learned_same, "median_seconds_per_test_item_by_answer_tokens":
            per_len, "test_items": len(items)}
     print(json.dumps(out, indent=2))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    write_atomic(args.out, json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":

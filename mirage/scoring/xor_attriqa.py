@@ -406,9 +406,9 @@ def _prepared(mirage: Any, item: XorItem, cfg: MirageConfig) -> tuple[str, Any, 
 
 
 def _item_scores(mirage: Any, item: XorItem, text: str, prep: Any, answer: Any, scores: Any, *, signals: bool,
-                 cfg: MirageConfig) -> ItemScores:
+                 cfg: MirageConfig, leave_one_out: bool = False) -> ItemScores:
     """The stored form of one item's token scores (and, with ``signals``, its passage signals, reusing the CTI
-    passes' log-probabilities)."""
+    passes' log-probabilities; with ``leave_one_out`` too, the leave-one-passage-out passes as well)."""
     n_docs = len(item.passages)
     rows = {int(t): [float(f"{v:.6g}") for v in row] for t, row in zip(scores.cci.selected, scores.cci.scores)}
     tokens = [text[a:b] or mirage.lm.tokenizer.decode([t]) for (a, b), t in zip(answer.offsets, answer.ids)]
@@ -417,7 +417,8 @@ def _item_scores(mirage: Any, item: XorItem, text: str, prep: Any, answer: Any, 
         from ..passage_signals import passage_signals
 
         sig = passage_signals(mirage, prep, answer.ids, config=cfg, logprob=scores.cti.logprobs or None,
-                              none_logprob=scores.cti.contextless_logprobs or None, **SIGNALS).to_dict()
+                              none_logprob=scores.cti.contextless_logprobs or None,
+                              **{**SIGNALS, "leave_one_out": leave_one_out}).to_dict()
     content = content_mask(prep.tokens, prep.prompt.user_spans)
     return ItemScores(key=item.key, tokens=tokens, cti=[float(s) for s in scores.cti.scores], cci=rows,
                       context_docs=run_lengths(prep.tokens.context_docs), n_docs=n_docs,
@@ -427,14 +428,16 @@ def _item_scores(mirage: Any, item: XorItem, text: str, prep: Any, answer: Any, 
 
 def score_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = None,
                targets: str | Sequence[int] | Callable[[Any], Iterable[int]] = "selected",
-               signals: bool = False) -> ItemScores:
+               signals: bool = False, leave_one_out: bool = False) -> ItemScores:
     """Force-decode the item's answer: CTI for every answer token and CCI for ``targets`` (``"selected"``: the tokens
     MIRAGE-EX selects; ``"all"``; answer indices; or a function of the CTI scores giving them), none with a single
-    passage; with ``signals``, the passage signals too. Raises InputError for items the pipeline rejects."""
+    passage; with ``signals``, the passage signals too (those of :data:`SIGNALS`, plus the leave-one-passage-out
+    passes with ``leave_one_out``: the ``loo_*`` features). Raises InputError for items the pipeline rejects."""
     cfg = ex_config(config or mirage.config)
     text, prep, answer = _prepared(mirage, item, cfg)
     scores = mirage.score_tokens(prep, answer, targets=targets if len(item.passages) > 1 else "none", config=cfg)
-    return _item_scores(mirage, item, text, prep, answer, scores, signals=signals, cfg=cfg)
+    return _item_scores(mirage, item, text, prep, answer, scores, signals=signals, cfg=cfg,
+                        leave_one_out=leave_one_out)
 
 
 def score_item_batch(mirage: Any, items: Sequence[XorItem], *, config: MirageConfig | None = None,

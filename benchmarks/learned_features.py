@@ -1,0 +1,198 @@
+"""Which feature families the learned passage classifier should use, chosen on the calibration splits only.
+
+    python benchmarks/learned_features.py SCORES --calibrate-on train.jsonl val.jsonl [--text native] [-o OUT.json]
+        [--fill FILL.jsonl --model gemma3-270m]
+
+``SCORES`` is a ``mirage score xor-attriqa`` store (``scores.jsonl``, or the shipped ``scores.jsonl.gz``) holding
+the calibration items' passage signals. For each candidate set of feature families (:mod:`mirage.passage_features`)
+the classifier is fitted exactly as ``--settings learned`` fits it (:func:`mirage.learned.fit_learned`: standardised
+features, class-balanced logistic regression, C chosen by item-grouped 5-fold cross-validation) and scored by its
+out-of-fold predictions: ROC-AUC at the chosen C, and F1, agreement and balanced accuracy at the out-of-fold
+F1-maximising threshold. Each set is compared with the default set fitted on the same passages: those of the items
+(with two passages or more) that carry every feature of the set. The CCI family needs the MIRAGE-EX tokens' CCI
+rows, which a ``--settings learned`` run does not compute; a run with MIRAGE-EX/CAL on the calibration files has
+them. No test row is read: this is the selection the issue allows (train/val only).
+
+``--fill FILL.jsonl --model NAME`` first computes, for the calibration items that lack them, the leave-one-passage-out
+signals and the MIRAGE-EX tokens' CCI rows, into ``FILL.jsonl`` (resumable; ``SCORES`` is never written), and
+compares the sets with those items' scores taken from it.
+
+Prints one line per set and each single feature's ROC-AUC (which family carries the signal); ``-o`` writes the same
+as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np
+
+from mirage.config import CTIConfig
+from mirage.learned import fit_learned
+from mirage.passage_features import CCI_FEATURES, FEATURES, LOO_FEATURES, matrix
+from mirage.runs import write_atomic
+from mirage.scoring.xor_attriqa import XorItem, concat_data, load_xor_attriqa, scores_from_records
+from mirage.scoring.xor_eval import passage_features
+
+ONLY = FEATURES  # the shipped default: the single-document family and the item's context
+#: Candidate sets, by name: the default, and the default with each other family and with both.
+LOO = tuple(n for n in LOO_FEATURES if n.startswith("loo_"))
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "default (only_* + context)": ONLY,
+    "default + loo_*": (*ONLY, *LOO),
+    "default + attention": (*ONLY, "attention"),
+    "default + CCI (ex_*, content_*)": (*ONLY, *CCI_FEATURES),
+    "default + loo + CCI": (*ONLY, *LOO, *CCI_FEATURES),
+    "loo + CCI + context (no only_*)": (*LOO, *CCI_FEATURES, "cti_max", "inv_docs", "length_frac"),
+}
+
+
+def read_store(path: Path) -> list[dict]:
+    """The records of a scores store, plain or gzipped (damaged lines skipped)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    out = []
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out
+
+
+def oof_metrics(model_cv: dict, X: np.ndarray, y: np.ndarray, groups: Sequence[str], names: Sequence[str]
+                ) -> dict[str, float]:
+    """Out-of-fold F1 / agreement / balanced accuracy of the fitted set at its out-of-fold F1 threshold (refit per
+    fold at the chosen C, as :func:`fit_learned` does)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GroupKFold
+
+    from mirage.learned import best_threshold
+
+    c = max(model_cv["roc_auc_by_C"].items(), key=lambda kv: (kv[1], -float(kv[0])))[0]
+    z = (X - X.mean(axis=0)) / np.where(X.std(axis=0) == 0, 1.0, X.std(axis=0))
+    gid = np.unique(np.asarray(groups), return_inverse=True)[1]
+    oof = np.zeros(len(y))
+    for tr, te in GroupKFold(n_splits=model_cv["folds"]).split(z, y, gid):
+        clf = LogisticRegression(C=float(c), class_weight="balanced", max_iter=5000, random_state=0)
+        oof[te] = clf.fit(z[tr], y[tr]).predict_proba(z[te])[:, 1]
+    t, _ = best_threshold(oof, y, "f1")
+    pred = oof >= t
+    tp, fp = int((pred & y).sum()), int((pred & ~y).sum())
+    fn, tn = int((~pred & y).sum()), int((~pred & ~y).sum())
+    f1 = 2 * tp / max(1, 2 * tp + fp + fn)
+    bal = (tp / max(1, tp + fn) + tn / max(1, tn + fp)) / 2
+    return {"C": float(c), "f1": 100 * f1, "agreement": 100 * (tp + tn) / len(y), "balanced_accuracy": 100 * bal}
+
+
+def _fit(usable, names: Sequence[str]) -> dict:
+    y = np.asarray([lab for item, _f in usable for lab in item.labels], dtype=bool)
+    groups = [item.key for item, feats in usable for _ in feats]
+    X = np.asarray([r for _item, feats in usable for r in matrix(feats, names)], dtype=np.float64)
+    model = fit_learned(X, y, groups=groups, names=names)
+    return {"oof_roc_auc": max(model.cv["roc_auc_by_C"].values()), **oof_metrics(model.cv, X, y, groups, names),
+            "coefficients": model.coefficients()}
+
+
+def compare(items: Sequence[XorItem], records: list[dict], *, candidates: dict[str, tuple[str, ...]] = CANDIDATES
+            ) -> dict:
+    """Out-of-fold scores of each candidate set, and of the default set on the same passages (the calibration
+    items that carry every feature of the candidate), with the difference."""
+    from sklearn.metrics import roc_auc_score
+
+    scores = scores_from_records(records)
+    ex = CTIConfig(selector="std")
+    rows = [(item, passage_features(scores[item.key], cti=ex)) for item in items if item.key in scores]
+    rows = [(item, feats) for item, feats in rows if len(feats) > 1]  # one passage: nothing to rank, all features 1
+    out: dict = {"n_items_scored": len(rows), "sets": {}, "single_feature_roc_auc": {}}
+    for name, names in candidates.items():
+        usable = [(item, feats) for item, feats in rows if all(set(names) <= set(f) for f in feats)]
+        if len({lab for item, _f in usable for lab in item.labels}) < 2 or len(usable) < 10:
+            out["sets"][name] = {"features": list(names), "n_items": len(usable), "missing": True}
+            continue
+        fitted = _fit(usable, names)
+        base = _fit(usable, ONLY)
+        out["sets"][name] = {"features": list(names), "n_items": len(usable),
+                             "n_passages": sum(len(f) for _i, f in usable), **fitted,
+                             "default_on_same": {k: v for k, v in base.items() if k != "coefficients"},
+                             "delta_roc_auc": fitted["oof_roc_auc"] - base["oof_roc_auc"]}
+    wanted = sorted({n for names in candidates.values() for n in names})
+    for n in wanted:
+        pairs = [(lab, f[n]) for item, feats in rows for lab, f in zip(item.labels, feats) if n in f]
+        if len({lab for lab, _x in pairs}) == 2:
+            out["single_feature_roc_auc"][n] = {"roc_auc": float(roc_auc_score(*zip(*pairs))),
+                                                "n_passages": len(pairs)}
+    return out
+
+
+def fill(items: Sequence[XorItem], records: list[dict], path: Path, model: str, text: str) -> list[dict]:
+    """The records of ``path`` after scoring there, with the leave-one-out signals and MIRAGE-EX's CCI rows, every
+    multi-passage calibration item that ``records`` hold without them (resumable: a re-run skips what is done)."""
+    from tqdm.auto import tqdm
+
+    from mirage import Mirage
+    from mirage.runs import ResumableJSONL
+    from mirage.scoring.xor_attriqa import row_record, score_item
+
+    scores = scores_from_records(records)
+    ex = CTIConfig(selector="std")
+    need = [item for item in items if item.key in scores and scores[item.key].n_docs > 1
+            and not all({"loo_drop", "ex_mass"} <= set(f) for f in passage_features(scores[item.key], cti=ex))]
+    with ResumableJSONL(path, settings={"model": model, "text": text, "fill": "loo+ex-cci"}) as store:
+        todo = [item for item in need if item.key not in store.done]
+        if todo:
+            mirage = Mirage.from_pretrained(model)
+            for item in tqdm(todo, desc="leave-one-out + EX rows"):
+                sc = score_item(mirage, item, targets="selected", signals=True, leave_one_out=True)
+                for t in sorted(sc.cci):
+                    store.write(row_record(sc.key, t, sc.cci[t]))
+                store.write(sc.to_record())  # last: the item counts as done once its rows are stored
+        return store.records()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("scores", type=Path, help="scores.jsonl or scores.jsonl.gz of a mirage score xor-attriqa run")
+    ap.add_argument("--calibrate-on", nargs="+", type=Path, required=True, help="train/val files (never fi/ru)")
+    ap.add_argument("--text", choices=("en", "native"), default="en")
+    ap.add_argument("-o", "--output", type=Path)
+    ap.add_argument("--fill", type=Path, help="store for the leave-one-out signals and EX rows the items lack")
+    ap.add_argument("--model", help="the model of SCORES (with --fill)")
+    args = ap.parse_args(argv)
+    if args.fill and not args.model:
+        ap.error("--fill needs --model, the model SCORES was computed with.")
+    items = concat_data(load_xor_attriqa(p, text=args.text) for p in args.calibrate_on).items
+    records = read_store(args.scores)
+    if args.fill:
+        records = records + fill(items, records, args.fill, args.model, args.text)
+    result = compare(items, records)
+    print(f"{result['n_items_scored']} calibration items with 2+ passages scored; out-of-fold (item-grouped 5-fold), "
+          "each set beside the default set fitted on the same items:")
+    print(f"{'feature set':34s} {'items':>5s} {'ROC-AUC':>8s} {'(dflt)':>7s} {'F1':>6s} {'agree':>6s} "
+          f"{'bal.acc':>7s}  C")
+    for name, r in result["sets"].items():
+        if r.get("missing"):
+            print(f"{name:34s} {r['n_items']:5d}  (too few items carry these features)")
+            continue
+        print(f"{name:34s} {r['n_items']:5d} {r['oof_roc_auc']:8.3f} {r['default_on_same']['oof_roc_auc']:7.3f} "
+              f"{r['f1']:6.1f} {r['agreement']:6.1f} {r['balanced_accuracy']:7.1f}  {r['C']:g}")
+    print("single features, ROC-AUC on the calibration passages that carry them:")
+    for n, r in sorted(result["single_feature_roc_auc"].items(), key=lambda kv: -kv[1]["roc_auc"]):
+        print(f"  {n:32s} {r['roc_auc']:.3f}  ({r['n_passages']} passages)")
+    if args.output:
+        write_atomic(args.output, json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
