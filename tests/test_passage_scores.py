@@ -84,6 +84,25 @@ def test_leave_one_out_reuses_the_cache_exactly(fixture, request):
         assert len(calls) == 1 + len(DOCS) and calls[0] < len(prep.tokens.ids)
 
 
+def test_score_item_adds_the_leave_one_out_signals_only_when_asked(tiny_causal):
+    """The scorer's signals leave the leave-one-out passes out (the learned features do not use them);
+    ``leave_one_out=True`` adds them (what benchmarks/learned_features.py needs), equal to passage_signals' own, and
+    the ``loo_*`` features appear; the other signals are unchanged."""
+    from mirage.scoring.xor_attriqa import load_xor_attriqa, score_item
+
+    m = Mirage(tiny_causal)
+    item = next(i for i in load_xor_attriqa(DATA / "val.jsonl").items if len(i.passages) > 1)
+    plain = score_item(m, item, targets="none", signals=True)
+    loo = score_item(m, item, targets="none", signals=True, leave_one_out=True)
+    assert plain.signals["loo_logprob"] == [] and "loo_drop" not in passage_features(plain)[0]
+    assert len(loo.signals["loo_logprob"]) == len(item.passages)
+    assert all("loo_drop" in f for f in passage_features(loo))
+    for name in ("logprob", "none_logprob", "only_logprob"):
+        assert np.allclose(np.asarray(loo.signals[name], dtype=float), np.asarray(plain.signals[name], dtype=float),
+                           atol=1e-5), name
+    assert loo.cti == plain.cti
+
+
 def _hand_scores() -> ItemScores:
     # 2 passages of 2 context tokens each, then 1 scaffolding token of passage 1; 3 answer tokens, the last selected
     return ItemScores(key="k", tokens=["a", "b", "c"], cti=[0.1, 0.1, 2.0],
