@@ -18,6 +18,7 @@ Shapes: ``n_docs`` documents, ``n_answer`` answer tokens.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -69,11 +70,56 @@ def _eager_attention(model: Any) -> Iterator[bool]:
         setter(current)
 
 
+class _CannotRollBack(Exception):
+    """The cache cannot be cut back: a sliding-window layer has dropped the states before its window."""
+
+
 def _crop(cache: Any, length: int) -> None:
-    """Cut a key/value cache back to its first ``length`` positions (a negative count works across versions)."""
+    """Cut a key/value cache back to its first ``length`` positions (a negative count works across versions).
+    Raises :class:`_CannotRollBack` when a sliding-window layer went past its window: its earlier states are gone
+    (the layers before it may be cut already, so the cache is then unusable)."""
     excess = cache.get_seq_length() - length
-    if excess > 0:
+    if excess <= 0:
+        return
+    if not _window_holds(cache, cache.get_seq_length()):  # checked first: a refused cut leaves the cache whole
+        raise _CannotRollBack
+    try:
         cache.crop(-excess)
+    except RuntimeError as err:  # another layer kind that cannot roll back
+        raise _CannotRollBack from err
+
+
+def _window_holds(cache: Any, length: int) -> bool:
+    """Whether every sliding-window layer of ``cache`` keeps all states of a ``length``-token sequence (so it can be
+    cut back after a pass to that length)."""
+    for layer in getattr(cache, "layers", ()):
+        window = getattr(layer, "sliding_window", None)
+        if window and not getattr(layer, "record_past", False) and length >= window:
+            return False
+    return True
+
+
+def _score_after(lm: Any, cache: Any, ids: Sequence[int], shared: int, answer_ids: Sequence[int]) -> list[float]:
+    """Log p of each answer token after prompt ``ids``, whose first ``shared`` tokens ``cache`` holds (it is
+    extended by the pass)."""
+    suffix = torch.tensor([list(ids[shared:]) + list(answer_ids[:-1])], device=lm.device)
+    first = len(ids) - shared - 1  # suffix position predicting the first answer token
+    logits = causal_pass(lm, range(first, first + len(answer_ids)), input_ids=suffix, past_key_values=cache,
+                         use_cache=True).logits[0]
+    return token_probabilities(logits.float(), answer_ids, log=True)
+
+
+def _score_from_copies(lm: Any, prompts: Sequence[Sequence[int]], answer_ids: Sequence[int]) -> list[list[float]]:
+    """:func:`_score_after` for each prompt from a copy of one cache of what all of them share (for caches that
+    cannot be cut back: the copy is never cut)."""
+    if not prompts:
+        return []
+    shared = min(min(_common_prefix(prompts[0], p), len(p) - 1) for p in prompts)
+    if shared < 1:
+        return [_score_after(lm, None, p, 0, answer_ids) for p in prompts]
+    prefix = causal_pass(lm, [], input_ids=torch.tensor([list(prompts[0][:shared])], device=lm.device),
+                         use_cache=True).past_key_values
+    return [_score_after(lm, copy.deepcopy(prefix), p, shared, answer_ids) for p in prompts]
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -159,17 +205,19 @@ def passage_signals(mirage: Mirage, prepared: PreparedItem, answer_ids: Sequence
                 attn = _doc_attention(out.attentions, positions, prepared.tokens.context_positions, docs_of, n_docs)
         cache = out.past_key_values
         del out
-        answer_tail = list(answer_ids[:-1])
         scored = []
-        for ids_j in prompts:  # the cache is only ever cut: each prompt shares no more with it than the one before
-            shared = min(_common_prefix(full_ids, ids_j), len(ids_j) - 1, cache.get_seq_length())
-            _crop(cache, shared)
-            suffix = torch.tensor([ids_j[shared:] + answer_tail], device=lm.device)
-            first = len(ids_j) - shared - 1  # suffix position predicting the first answer token
-            logits = causal_pass(lm, range(first, first + len(answer_ids)), input_ids=suffix, past_key_values=cache,
-                                 use_cache=True).logits[0]
-            scored.append(token_probabilities(logits.float(), answer_ids, log=True))
-            _crop(cache, shared)
+        try:
+            for ids_j in prompts:  # the cache is only ever cut: each prompt shares no more with it than the one before
+                shared = min(_common_prefix(full_ids, ids_j), len(ids_j) - 1, cache.get_seq_length())
+                _crop(cache, shared)
+                if _window_holds(cache, len(ids_j) + len(answer_ids) - 1):  # the pass can be cut back afterwards
+                    scored.append(_score_after(lm, cache, ids_j, shared, answer_ids))
+                    _crop(cache, shared)
+                else:  # a sliding window would drop states the next prompts need: the pass extends a copy
+                    scored.append(_score_after(lm, copy.deepcopy(cache), ids_j, shared, answer_ids))
+        except _CannotRollBack:  # a sliding-window layer past its window (Gemma 2/3, Mistral): no cut from here on
+            del cache
+            scored += _score_from_copies(lm, prompts[len(scored):], answer_ids)
     loo = scored[:n_loo][::-1]
     only = scored[n_loo: n_loo + n_docs]
     none = list(none_logprob) if none_logprob is not None else scored[n_loo + n_docs]

@@ -90,6 +90,22 @@ def tiny_causal(real_tokenizer):
 
 
 @pytest.fixture(scope="session")
+def tiny_sliding(real_tokenizer):
+    """A tiny seeded Gemma 3 model (sliding-window and global attention layers, a 16-token window: every test prompt
+    is longer) built in memory around the real tokenizer."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from mirage.models import wrap_model
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=16,
+                              layer_types=["sliding_attention", "full_attention"], max_position_embeddings=2048,
+                              pad_token_id=0)
+    return wrap_model(Gemma3ForCausalLM(config), real_tokenizer, name="tiny-sliding")
+
+
+@pytest.fixture(scope="session")
 def tiny_seq2seq(real_tokenizer):
     """A tiny seeded T5 encoder-decoder built in memory around the real tokenizer."""
     from transformers import T5Config, T5ForConditionalGeneration
