@@ -115,7 +115,9 @@ def main() -> None:
     length = {}
     for item in items:
         length[item.key] = len(m.lm.tokenizer(item.answer, add_special_tokens=False)["input_ids"])
-    by_len: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name, *_rest in runs}
+    # a batch's items finish together, so per-item seconds exist only for unbatched runs
+    by_len: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name, *rest in runs
+                                                 if not rest[3:] or rest[3] == 1}
     for name in by_len:
         for key, sec in timers[name].seconds.items():
             n = length.get(key, 0)
