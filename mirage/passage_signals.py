@@ -76,8 +76,9 @@ class _CannotRollBack(Exception):
 
 def _crop(cache: Any, length: int) -> None:
     """Cut a key/value cache back to its first ``length`` positions (a negative count works across versions).
-    Raises :class:`_CannotRollBack` when a sliding-window layer went past its window: its earlier states are gone
-    (the layers before it may be cut already, so the cache is then unusable)."""
+    Raises :class:`_CannotRollBack` when the cut is impossible: a sliding-window layer went past its window and its
+    earlier states are gone (checked before cutting: the cache is left whole), or another layer refused (the cache
+    may then be partly cut, and is not to be used again)."""
     excess = cache.get_seq_length() - length
     if excess <= 0:
         return
@@ -109,17 +110,27 @@ def _score_after(lm: Any, cache: Any, ids: Sequence[int], shared: int, answer_id
     return token_probabilities(logits.float(), answer_ids, log=True)
 
 
-def _score_from_copies(lm: Any, prompts: Sequence[Sequence[int]], answer_ids: Sequence[int]) -> list[list[float]]:
-    """:func:`_score_after` for each prompt from a copy of one cache of what all of them share (for caches that
-    cannot be cut back: the copy is never cut)."""
-    if not prompts:
-        return []
-    shared = min(min(_common_prefix(prompts[0], p), len(p) - 1) for p in prompts)
-    if shared < 1:
-        return [_score_after(lm, None, p, 0, answer_ids) for p in prompts]
-    prefix = causal_pass(lm, [], input_ids=torch.tensor([list(prompts[0][:shared])], device=lm.device),
-                         use_cache=True).past_key_values
-    return [_score_after(lm, copy.deepcopy(prefix), p, shared, answer_ids) for p in prompts]
+def _prefix_cache(lm: Any, full_ids: Sequence[int], prompts: Sequence[Sequence[int]]) -> Any:
+    """The key/value cache of what ``full_ids`` shares with every prompt (at least its first token)."""
+    shared = min(min(_common_prefix(full_ids, ids_j), len(ids_j) - 1) for ids_j in prompts)
+    return causal_pass(lm, [], input_ids=torch.tensor([list(full_ids[:max(shared, 1)])], device=lm.device),
+                       use_cache=True).past_key_values
+
+
+def _score_prompts(lm: Any, cache: Any, full_ids: Sequence[int], prompts: Sequence[Sequence[int]],
+                   answer_ids: Sequence[int]) -> Iterator[list[float]]:
+    """:func:`_score_after` for each prompt, from ``cache`` (of a prefix of ``full_ids``): the cache is only ever
+    cut, since each prompt shares no more with it than the one before. A pass that would take a sliding-window
+    layer past its window extends a copy instead. Raises :class:`_CannotRollBack` when ``cache`` itself is past a
+    window and longer than a prompt's shared part (the prompts yielded before are right)."""
+    for ids_j in prompts:
+        shared = min(_common_prefix(full_ids, ids_j), len(ids_j) - 1, cache.get_seq_length())
+        _crop(cache, shared)
+        if _window_holds(cache, len(ids_j) + len(answer_ids) - 1):  # the pass can be cut back afterwards
+            yield _score_after(lm, cache, ids_j, shared, answer_ids)
+            _crop(cache, shared)
+        else:  # a sliding window would drop states the next prompts need: the pass extends a copy
+            yield _score_after(lm, copy.deepcopy(cache), ids_j, shared, answer_ids)
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -191,9 +202,7 @@ def passage_signals(mirage: Mirage, prepared: PreparedItem, answer_ids: Sequence
         scored = [token_probabilities(answer_logits(lm, ids, answer_ids), answer_ids, log=True) for ids in prompts]
     else:
         if logprob is not None and not attention and not leave_one_out:  # only the cache of the shared prefix
-            shared = min(min(_common_prefix(full_ids, ids_j), len(ids_j) - 1) for ids_j in prompts)
-            out = causal_pass(lm, [], input_ids=torch.tensor([full_ids[:max(shared, 1)]], device=lm.device),
-                              use_cache=True)
+            cache = _prefix_cache(lm, full_ids, prompts)
             full = list(logprob)
         else:
             with _eager_attention(lm.model) as eager:
@@ -203,21 +212,14 @@ def passage_signals(mirage: Mirage, prepared: PreparedItem, answer_ids: Sequence
             if attention and getattr(out, "attentions", None):
                 docs_of = list(prepared.tokens.context_docs)
                 attn = _doc_attention(out.attentions, positions, prepared.tokens.context_positions, docs_of, n_docs)
-        cache = out.past_key_values
-        del out
+            cache = out.past_key_values
+            del out
         scored = []
         try:
-            for ids_j in prompts:  # the cache is only ever cut: each prompt shares no more with it than the one before
-                shared = min(_common_prefix(full_ids, ids_j), len(ids_j) - 1, cache.get_seq_length())
-                _crop(cache, shared)
-                if _window_holds(cache, len(ids_j) + len(answer_ids) - 1):  # the pass can be cut back afterwards
-                    scored.append(_score_after(lm, cache, ids_j, shared, answer_ids))
-                    _crop(cache, shared)
-                else:  # a sliding window would drop states the next prompts need: the pass extends a copy
-                    scored.append(_score_after(lm, copy.deepcopy(cache), ids_j, shared, answer_ids))
-        except _CannotRollBack:  # a sliding-window layer past its window (Gemma 2/3, Mistral): no cut from here on
-            del cache
-            scored += _score_from_copies(lm, prompts[len(scored):], answer_ids)
+            scored.extend(_score_prompts(lm, cache, full_ids, prompts, answer_ids))
+        except _CannotRollBack:  # the full prompt's cache went past a sliding window (Gemma 2/3, Mistral)
+            rest = prompts[len(scored):]  # from a cache of what they share, which never needs cutting back
+            scored.extend(_score_prompts(lm, _prefix_cache(lm, full_ids, rest), full_ids, rest, answer_ids))
     loo = scored[:n_loo][::-1]
     only = scored[n_loo: n_loo + n_docs]
     none = list(none_logprob) if none_logprob is not None else scored[n_loo + n_docs]
