@@ -29,7 +29,6 @@ writes the same as JSON.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from collections.abc import Sequence
@@ -43,7 +42,7 @@ import numpy as np
 from mirage.config import CTIConfig
 from mirage.learned import fit_learned
 from mirage.passage_features import CCI_FEATURES, FEATURES, LOO_FEATURES, matrix
-from mirage.runs import write_atomic
+from mirage.runs import read_records, write_atomic
 from mirage.scoring.xor_attriqa import XorItem, concat_data, load_xor_attriqa, scores_from_records
 from mirage.scoring.xor_eval import passage_features
 
@@ -58,21 +57,6 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "default + loo + CCI": (*ONLY, *LOO, *CCI_FEATURES),
     "loo + CCI + context (no only_*)": (*LOO, *CCI_FEATURES, "cti_max", "inv_docs", "length_frac"),
 }
-
-
-def read_store(path: Path) -> list[dict]:
-    """The records of a scores store, plain or gzipped (damaged lines skipped)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    out = []
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-    return out
 
 
 def oof_metrics(model_cv: dict, X: np.ndarray, y: np.ndarray, groups: Sequence[str], names: Sequence[str]
@@ -214,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.fill and not args.model:
         ap.error("--fill needs --model, the model SCORES was computed with.")
     items = concat_data(load_xor_attriqa(p, text=args.text) for p in args.calibrate_on).items
-    records = read_store(args.scores)
+    records = read_records(args.scores)
     if args.fill:
         records = records + fill(items, records, args.fill, args.model, args.text)
     result = compare(items, records)

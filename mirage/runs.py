@@ -18,6 +18,7 @@ Records are keyed by :func:`content_key`, a hash of what determines the output, 
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -95,12 +96,13 @@ def is_record(value: Any) -> bool:
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
     """The records of a store file, skipping lines that do not parse (a torn last line) or are not records; never
-    writes. A missing file has none."""
+    writes. A missing file has none; a ``.gz`` file (a store shipped compressed) is read decompressed."""
     path = Path(path)
     if not path.is_file():
         return []
+    data = path.read_bytes()
     out = []
-    for raw in path.read_bytes().split(b"\n"):
+    for raw in (gzip.decompress(data) if path.suffix == ".gz" else data).split(b"\n"):
         if not raw.strip():
             continue
         try:

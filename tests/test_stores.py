@@ -281,3 +281,15 @@ def test_closing_a_store_releases_its_lock_once_no_store_of_the_process_holds_it
         assert again.done == {"a", "b"}
         assert not _lock_is_free(path)
     assert _lock_is_free(path)
+
+
+def test_read_records_reads_a_store_shipped_gzipped(tmp_path):
+    import gzip
+
+    path = tmp_path / "scores.jsonl"
+    with ResumableJSONL(path, settings=SETTINGS) as store:
+        store.write({"key": "a", "x": 1})
+        store.write({"key": "b", "x": "é"})
+    (tmp_path / "scores.jsonl.gz").write_bytes(gzip.compress(path.read_bytes() + b'{"key": "torn'))
+    assert read_records(tmp_path / "scores.jsonl.gz") == read_records(path)
+    assert [r["key"] for r in read_records(path)] == ["a", "b"]
