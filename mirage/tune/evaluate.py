@@ -171,6 +171,25 @@ def _keep_original(path: Path, data: bytes) -> Path:
             n += 1
 
 
+def _v0_rows(lines: Sequence[bytes]) -> tuple[dict[str, dict[str, Any]], int]:
+    """The answer rows of an earlier-format file's lines after its header, by ``id`` (a repeated id: the last
+    answer wins, as the earlier reader had it), and how many lines were damaged."""
+    rows: dict[str, dict[str, Any]] = {}
+    dropped = 0
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+            dropped += 1
+            continue
+        rows[row["id"]] = row
+    return rows, dropped
+
+
 def _convert_v0_store(path: Path, settings: dict[str, Any], examples: Sequence[TrainingExample]) -> None:
     """Convert ``path`` in place if an earlier mirage wrote it (first line ``{"header": settings}``, then one row per
     answer keyed by ``id``); any other file is left to :class:`mirage.runs.ResumableJSONL`.
@@ -201,19 +220,7 @@ def _convert_v0_store(path: Path, settings: dict[str, Any], examples: Sequence[T
             diffs = settings_differences(header, settings)
             raise ConfigError(f"{path} holds answers of another evaluation ({'; '.join(diffs)}); give another output "
                               "file, or delete it to start over.")
-        rows: dict[str, dict[str, Any]] = {}
-        dropped = 0
-        for raw in lines:
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw)
-            except ValueError:
-                row = None
-            if not isinstance(row, dict) or not isinstance(row.get("id"), str):
-                dropped += 1
-                continue
-            rows[row["id"]] = row  # a repeated id: the last answer wins, as the earlier reader had it
+        rows, dropped = _v0_rows(lines)
         keys: dict[str, set[str]] = {}
         for ex in examples:
             keys.setdefault(ex.id, set()).add(_answer_key(ex))
