@@ -8,10 +8,10 @@ what the scorer did until now); **after** the new default's CCI rows (those of t
 every row only for calibration items), without the passage signals, so its outputs are today's; and
 **after_with_signals** the full new default, adding the single-passage passes that the learned and
 passage-score settings need; and **learned_only** ``--settings learned`` (the headline setting: no CCI row at
-all). With ``--batch-items N`` (N > 1) also **learned_only_batchN**: the same with the CTI passes of N new items in
-one padded forward (``mirage score xor-attriqa --batch-items N``; the CPU default is 1), and the largest difference of
-its learned probabilities' metrics from learned_only. It checks that ``results.json`` is identical for every pre-existing setting (and the
-sweep and the calibration) between before and after, prints the wall time of each and the ratios, the seconds per
+all). With ``--batch-items N`` (N > 1) also **learned_only_batchN**: the same with the CTI passes of N new items
+in one padded forward (``mirage score xor-attriqa --batch-items N``; the CPU default is 1), and the largest
+difference of its learned setting's metrics from learned_only's. It checks that ``results.json`` is identical for
+every pre-existing setting (and the sweep and the calibration) between before and after, prints the wall time of each and the ratios, the seconds per
 test item by answer length, and writes ``benchmarks/results/xor_scoring.json``. Run it on an otherwise idle
 machine.
 """
@@ -34,7 +34,7 @@ from mirage.scoring.benchmarks import run_xor_attriqa
 from mirage.scoring.xor_attriqa import load_xor_attriqa
 from mirage.scoring.xor_eval import SETTINGS
 
-#: (name, all_tokens, signals, settings[, batch_items]): the scorer before (every CCI row); the new default without the passage
+#: (name, all_tokens, signals, settings): the scorer before (every CCI row); the new default without the passage
 #: signals (the same outputs as before); the new default (plus the single-passage passes the learned setting needs);
 #: and the learned setting alone (``--settings learned``: no CCI row, no gradient).
 RUNS = (("before", True, False, ("ex", "cal", "learned")), ("after", False, False, ("ex", "cal", "learned")),
@@ -71,7 +71,7 @@ def main() -> None:
                     help="with --batch-items: run only learned_only and its batched twin (skip the CCI runs)")
     ap.add_argument("--out", default="benchmarks/results/xor_scoring.json")
     args = ap.parse_args()
-    runs = list(RUNS)
+    runs = [(*run, 1) for run in RUNS]  # the last field: items per batch of CTI passes
     if args.batch_items and args.batch_items > 1:
         runs.append((f"learned_only_batch{args.batch_items}", False, True, ("learned",), args.batch_items))
         if args.only_batch:
@@ -84,12 +84,12 @@ def main() -> None:
     m = Mirage.from_pretrained(args.model)
     reports, walls, timers = {}, {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, all_tokens, signals, groups, *batch in runs:
+        for name, all_tokens, signals, groups, batch in runs:
             timers[name] = Timed()
             start = time.perf_counter()
             report = run_xor_attriqa(m, test, out_dir=Path(tmp) / name, model_name=args.model, text=args.text,
                                      calibrate_on=cal, limit=args.limit, all_tokens=all_tokens, signals=signals,
-                                     groups=groups, progress=timers[name], batch_items=batch[0] if batch else 1)
+                                     groups=groups, progress=timers[name], batch_items=batch)
             walls[name] = time.perf_counter() - start
             reports[name] = report.to_dict()
             rows = sum(1 for line in (Path(tmp) / name / "scores.jsonl").read_text().splitlines()
@@ -102,13 +102,14 @@ def main() -> None:
             and before["sweep"] == after["sweep"] and before["calibration"] == after["calibration"]
         learned_same = all(reports["learned_only"][metric].get("learned") == reports["after_with_signals"][
             metric].get("learned") for metric in METRICS)
+    def learned_avg(name: str, metric: str) -> float | None:
+        return reports[name][metric].get("learned", {}).get("avg")
+
     batched = {}
-    for name in reports:
-        if name.startswith("learned_only_batch"):
-            diffs = [abs(a - b) for metric in METRICS
-                     for a, b in [(reports[name][metric].get("learned", {}).get("avg"),
-                                   reports["learned_only"][metric].get("learned", {}).get("avg"))]
-                     if a is not None and b is not None]
+    for name, *_rest, batch in runs:
+        if batch > 1:
+            diffs = [abs(learned_avg(name, m) - learned_avg("learned_only", m)) for m in METRICS
+                     if learned_avg(name, m) is not None and learned_avg("learned_only", m) is not None]
             batched[name] = {"max_abs_metric_difference_vs_learned_only": max(diffs, default=None),
                              "speedup_vs_learned_only": round(walls["learned_only"] / walls[name], 2)}
     items = [i for p in test for i in load_xor_attriqa(p, text=args.text, limit=args.limit).items]
@@ -116,8 +117,8 @@ def main() -> None:
     for item in items:
         length[item.key] = len(m.lm.tokenizer(item.answer, add_special_tokens=False)["input_ids"])
     # a batch's items finish together, so per-item seconds exist only for unbatched runs
-    by_len: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name, *rest in runs
-                                                 if not rest[3:] or rest[3] == 1}
+    by_len: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name, *_rest, batch in runs
+                                                 if batch == 1}
     for name in by_len:
         for key, sec in timers[name].seconds.items():
             n = length.get(key, 0)
