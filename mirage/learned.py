@@ -110,6 +110,9 @@ def fit_learned(X: Sequence[Sequence[float]], y: Sequence[bool], *, groups: Sequ
         raise ValueError(f"X must be [n_rows, {len(names)}] with one label per row; got {x.shape} and {len(labels)}.")
     if labels.all() or not labels.any():
         raise ValueError("the calibration rows need both supporting and unsupporting passages to fit a classifier.")
+    if len(set(map(str, groups))) < 2:
+        raise ValueError("the calibration rows come from one item; cross-validation needs passages of 2 items or "
+                         "more.")
     mean = x.mean(axis=0)
     scale = x.std(axis=0)
     scale[scale == 0] = 1.0

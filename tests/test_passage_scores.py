@@ -143,6 +143,28 @@ def test_passage_features_by_hand():
         matrix(feats, ["all_mass"])
 
 
+def test_learned_setting_on_too_few_calibration_items_is_a_config_error():
+    """One calibration item cannot be cross-validated (before: sklearn's GroupKFold ValueError from deep inside);
+    calibration passages of one class cannot train a classifier. Both name the fix."""
+    from dataclasses import replace
+
+    from mirage.config import ConfigError, CTIConfig
+    from mirage.scoring.xor_attriqa import XorItem
+    from mirage.scoring.xor_eval import fit_learned_model
+
+    def item(q: str, labels: tuple[bool, ...]) -> XorItem:
+        return XorItem(file="cal.jsonl", line=1, lang="fi", question=q, passages=("a", "b"), answer="x",
+                       labels=labels, idxs=(0, 1))
+
+    one = item("q", (True, False))
+    with pytest.raises(ConfigError, match=r"1 scored item.*2 items or more.*--calibrate-on"):
+        fit_learned_model([one], {one.key: replace(_hand_scores(), key=one.key)}, cti=CTIConfig(selector="std"))
+    same = [item("q1", (False, False)), item("q2", (False, False))]
+    with pytest.raises(ConfigError, match="both supporting and unsupporting.*--settings ex cal"):
+        fit_learned_model(same, {i.key: replace(_hand_scores(), key=i.key) for i in same},
+                          cti=CTIConfig(selector="std"))
+
+
 def test_learned_model_round_trips_with_identical_predictions(tmp_path):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(120, 3))

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from ..aggregation import doc_scores
 from ..cci import select_context
-from ..config import CCIConfig, ContextView, CTIConfig, MirageConfig
+from ..config import CCIConfig, ConfigError, ContextView, CTIConfig, MirageConfig
 from ..cti import select_tokens
 from ..learned import LearnedModel, fit_learned
 from ..passage_features import ALL_TOKEN_FEATURES, FEATURES, document_features, matrix
@@ -429,7 +429,12 @@ def fit_learned_model(calibration_items: Sequence[XorItem], scores: dict[str, It
     X = [r for _item, feats in rows for r in matrix(feats, names)]
     y = [label for item, _feats in rows for label in item.labels]
     groups = [item.key for item, feats in rows for _ in feats]
-    return fit_learned(X, y, groups=groups, names=names)
+    try:
+        return fit_learned(X, y, groups=groups, names=names)
+    except ValueError as err:
+        raise ConfigError(f"the learned setting cannot be fitted on the calibration files' {len(rows)} scored "
+                          f"item(s): {err} Give more calibration rows (--calibrate-on train.jsonl val.jsonl), or "
+                          "leave the setting out (--settings ex cal).") from err
 
 
 def _learned_rows(model: LearnedModel, rows: Sequence[tuple[XorItem, list[dict[str, float]]]],
