@@ -228,7 +228,11 @@ class ResumableJSONL:
         existed = self.path.exists() and self.path.stat().st_size > 0
         self._lock = _lock(self.path)
         if existed:
-            self._open_existing()
+            try:
+                self._open_existing()
+            except BaseException:  # a refused file: this store never opened, so it holds no lock
+                self.close()
+                raise
 
     def _open_existing(self) -> None:
         data = self.path.read_bytes()

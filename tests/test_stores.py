@@ -277,6 +277,11 @@ def test_closing_a_store_releases_its_lock_once_no_store_of_the_process_holds_it
     second.close()  # idempotent
     with pytest.raises(StoreError, match="was closed"):
         first.write({"key": "c"})
+    other = {**SETTINGS, "model": "another"}  # the file's records carry no settings: refused
+    with ResumableJSONL(path), pytest.raises(StoreError) as refused:
+        ResumableJSONL(path, settings=other)  # refused while the first is open: it must keep no hold of its own
+    assert _lock_is_free(path)  # also while the refused store lives on in the traceback `refused` keeps
+    del refused
     with ResumableJSONL(path) as again:  # reopened, it locks the file anew
         assert again.done == {"a", "b"}
         assert not _lock_is_free(path)
