@@ -329,3 +329,20 @@ def test_learned_citation_rule_in_attribute(embedded_mirage, tmp_path):
         load_learned(None, "no-such-model")
     with pytest.raises(ConfigError, match="not a learned classifier file"):
         load_learned(str(tmp_path / "absent.json"), "no-such-model")
+
+
+@pytest.mark.slow
+def test_group_passages_calibrates_on_answers_rebuilt_from_the_per_passage_release(embedded_mirage, tmp_path):
+    """``--group-passages``: the learned classifier is fitted on the per-passage release's rows grouped by answer (7
+    rows, 5 answers in the slice), not on each row alone; both runs share one store, and the setting is recorded."""
+    from mirage.scoring.benchmarks import run_xor_attriqa
+
+    def run(group):
+        return run_xor_attriqa(embedded_mirage, [DATA / "val.jsonl"], out_dir=tmp_path, groups=("learned",),
+                               model_name="smollm2-135m-instruct", group_passages=group,
+                               calibrate_on=[DATA.parent / "xor_attriqa_full" / "train.jsonl"])
+
+    grouped, single = run(True), run(False)
+    assert grouped.settings["group_passages"] is True and single.settings["group_passages"] is False
+    assert (grouped.features["learned"]["n_items"], grouped.features["learned"]["n_rows"]) == (5, 7)
+    assert (single.features["learned"]["n_items"], single.features["learned"]["n_rows"]) == (7, 7)

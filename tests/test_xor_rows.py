@@ -110,3 +110,27 @@ def test_rows_either_reader_rejects():
     assert parse_xor_row(per_passage, index=7).per_passage and parse_xor_row(per_passage, index=7).idxs == (7,)
     with pytest.raises(InputError, match="per-passage release"):
         xor_items([("r1", per_passage)], k=3, seed=0)
+
+
+def _answers(items):
+    """Items up to passage order and file positions: (question, answer, sorted (passage, label) pairs)."""
+    return sorted((it.question, it.answer, tuple(sorted(zip(it.passages, it.labels)))) for it in items)
+
+
+@pytest.mark.parametrize("text", ["en", "native"])
+def test_grouping_the_per_passage_release_rebuilds_the_match_rows(text):
+    """The per-passage rows of one answer, grouped, are the match release's item of that answer: same question,
+    answer, passages and labels (the slice holds the passages of the four match rows in tests/data and the two
+    passages of one answer outside the match subset). In the native view a passage retrieved in English is read in
+    English, as in the match release; the release's passage_in_language is a translation the system never read."""
+    full = DATA / "xor_attriqa_full" / "train.jsonl"
+    single = load_xor_attriqa(full, text=text)
+    grouped = load_xor_attriqa(full, text=text, group=True)
+    match = load_xor_attriqa(DATA / "xor_attriqa_match" / "train.jsonl", text=text)
+    assert not grouped.bad_rows and len(single.items) == 7 and all(len(it.passages) == 1 for it in single.items)
+    assert len(grouped.items) == 5  # the two-passage match row and the two-passage other answer are merged
+    in_match = [it for it in grouped.items if (it.question, it.answer) in {(m.question, m.answer) for m in match.items}]
+    assert _answers(in_match) == _answers(match.items)
+    other = next(it for it in grouped.items if it not in in_match)
+    assert len(other.passages) == 2 and other.labels == (True, True) and other.idxs == (3, 4)
+    assert [it.line for it in grouped.items] == [1, 3, 4, 6, 7]  # a group takes its first row's place

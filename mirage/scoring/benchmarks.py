@@ -28,7 +28,7 @@ from ..serialization import library_versions
 from ..sharding import Shard, StoreFor, in_shards, owns
 from . import metrics as M
 from .eli5 import ELI5Report, attribute_items, evaluate_eli5, load_alce, load_judgments
-from .xor_attriqa import concat_data, load_xor_attriqa, score_items
+from .xor_attriqa import XorData, concat_data, load_xor_attriqa, score_items
 from .xor_eval import (
     SETTING_GROUPS,
     CalibrateBy,
@@ -102,6 +102,7 @@ def run_xor_attriqa(
     progress: Progress | None = None,
     shard: Shard | None = None,
     batch_items: int | None = None,
+    group_passages: bool = False,
 ) -> XorAttriQAReport | None:
     """Score XOR-AttriQA files (and the calibration files) and write ``results.json`` and ``sweep.png``.
 
@@ -123,15 +124,23 @@ computed again.
     see :mod:`mirage.sharding`) each rank scores its shard; rank 0 returns the report of all of them, other ranks
     None. ``batch_items``: new items whose CTI passes run in one padded batch (default: 8 on a GPU, 1 on a CPU,
     where one sequence already keeps the cores busy; see :func:`mirage.scoring.xor_attriqa.score_items`).
+    ``group_passages``: rows of the per-passage release that answer the same question with the same answer become
+    one item with all their passages, as a match row (:func:`mirage.scoring.xor_attriqa.group_by_answer`). On the
+    calibration splits this gives 342 answers instead of the match release's 139, but the extra ones are answers the
+    RAG system did not reproduce, with far fewer supporting passages: measured, they make the learned setting worse
+    on held-out match answers (``benchmarks/calibration_data.py``).
     """
     cfg = config or MirageConfig()
     out = Path(out_dir)
     check_run(out, ExperimentConfig("xor-attriqa", model=model_name, pipeline=cfg).fingerprint())
-    test = concat_data(load_xor_attriqa(p, text=text, nli_dir=nli_dir, limit=limit) for p in data)  # type: ignore[arg-type]
+
+    def load(path: str | Path) -> XorData:
+        return load_xor_attriqa(path, text=text, nli_dir=nli_dir, limit=limit, group=group_passages)
+
+    test = concat_data(load(p) for p in data)
     cal_files = ([] if calibrate_on is None else [calibrate_on] if isinstance(calibrate_on, (str, Path))
                  else list(calibrate_on))
-    cal = concat_data(load_xor_attriqa(p, text=text, nli_dir=nli_dir, limit=limit) for p in cal_files) \
-        if cal_files else None
+    cal = concat_data(load(p) for p in cal_files) if cal_files else None
     by_key = {item.key: item for item in test.items}
 
     unknown = sorted(set(groups) - set(SETTING_GROUPS))
@@ -194,7 +203,7 @@ computed again.
     bad = list(test.bad_rows) + (list(cal.bad_rows) if cal else []) + failed
     settings = {"model": model_name, "text": text, "data": [str(p) for p in data],
                 "calibrate_on": [str(p) for p in cal_files] or None, "calibrate_by": calibrate_by,
-                "limit": limit, "all_tokens": all_tokens, "signals": use_signals, "groups": list(groups),
+                "limit": limit, "group_passages": group_passages, "all_tokens": all_tokens, "signals": use_signals, "groups": list(groups),
                 "config": cfg.to_dict()}
     report = evaluate(test.items, scores, config=cfg, calibration_items=cal.items if cal else None,
                       calibrate_by=calibrate_by, bad_rows=bad, settings=settings, learned=use_signals, groups=groups)

@@ -84,7 +84,7 @@ def cmd_xor_attriqa(args: argparse.Namespace) -> int:
         _model_loader(exp), list(exp.data), out_dir=args.output, model_name=exp.model, config=exp.pipeline,
         text=exp.text, calibrate_on=exp.calibrate_on or None, calibrate_by=args.calibrate_by, nli_dir=args.nli_dir,
         limit=exp.limit, faithfulness=args.faithfulness, all_tokens=args.all_tokens, groups=args.settings, progress=terminal_progress,
-        batch_items=args.batch_items)
+        batch_items=args.batch_items, group_passages=args.group_passages)
     return _finish(args, report, xor_table, "sweep.png")
 
 
@@ -146,6 +146,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "threshold-free mirage_raw ROC-AUC); by default only the tokens some setting selects")
     xor.add_argument("--batch-items", type=positive_int, metavar="N",
                      help="run the CTI passes of N new items in one padded batch (default: 8 on a GPU, 1 on a CPU)")
+    xor.add_argument("--group-passages", action="store_true",
+                     help="rows of the per-passage release (xor_attriqa_full) with the same question and answer "
+                          "become one item with all their passages, as a match row (default: one item per row)")
     xor.add_argument("--calibrate-by", choices=["global", "language"], default="global",
                      help="one threshold, or one per language of the calibration split (as the reference code)")
     xor.add_argument("--nli-dir", help="folder of <split>.nli-*.json baseline predictions (default: beside DATA)")

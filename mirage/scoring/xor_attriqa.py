@@ -162,7 +162,10 @@ def parse_xor_row(data: Any, *, text: TextView = "en", index: int = 0, cut_marks
             answer = require(row, "prediction_translated_en", str)
         else:
             question = require(row, "query", str)
-            passages = [require(row, "passage_in_language", str).strip()]
+            # the text the RAG system read: a passage retrieved in English is English (the release's
+            # passage_in_language translates it to the query's language); this is the match release's text
+            native = "passage_en" if row.get("passage_retrieved_language") == "en" else "passage_in_language"
+            passages = [require(row, native, str).strip()]
             answer = require(row, "prediction", str)
     else:
         idxs_raw = require(row, "idxs", list)
@@ -235,12 +238,38 @@ def _check_nli_length(path: Path, values: list[int], items: Sequence[XorItem]) -
                          f"split, at least {need}. Is it the file of another split?")
 
 
+def group_by_answer(items: Iterable[XorItem], per_passage: Callable[[XorItem], bool]) -> list[XorItem]:
+    """Rebuild answers from the per-passage release: the ``per_passage`` items of one file that share their language,
+    question and answer become one item with all their passages, in file order (the release lists passages by
+    retrieval rank, so this is the order the match release uses), each keeping its label and index. Other items
+    are kept as they are. The group takes the place of its first row."""
+    items = list(items)
+    groups: dict[tuple[str, str, str, str], list[XorItem]] = {}
+    for item in items:
+        if per_passage(item):
+            groups.setdefault((item.file, item.lang, item.question, item.answer), []).append(item)
+    out = []
+    for item in items:
+        if not per_passage(item):
+            out.append(item)
+            continue
+        group = groups.get((item.file, item.lang, item.question, item.answer))
+        if group is None or group[0] is not item:
+            continue  # merged into the group of an earlier row
+        out.append(replace(item, passages=tuple(p for g in group for p in g.passages),
+                           labels=tuple(x for g in group for x in g.labels),
+                           idxs=tuple(i for g in group for i in g.idxs)))
+    return out
+
+
 def load_xor_attriqa(path: str | Path, *, text: TextView = "en", nli_dir: str | Path | None = None,
-                     limit: int | None = None) -> XorData:
+                     limit: int | None = None, group: bool = False) -> XorData:
     """Read an XOR-AttriQA file (match or per-passage release); bad rows are returned, not raised.
 
     The NLI baselines' predictions are read from ``<stem>.nli-translate-en.json`` and ``<stem>.nli-in-lang.json``
-    beside the file (or in ``nli_dir``). ``limit`` keeps the first N rows, bad ones included.
+    beside the file (or in ``nli_dir``). ``limit`` keeps the first N rows, bad ones included. With ``group``, the
+    per-passage release's rows of one answer become one item with all its passages (:func:`group_by_answer`), as a
+    match row holds them; without it each such row is an item with its single passage.
     """
     if text not in ("en", "native"):
         raise InputError(f"text={text!r} is not valid; choose 'en' (English translations) or 'native'.")
@@ -253,10 +282,17 @@ def load_xor_attriqa(path: str | Path, *, text: TextView = "en", nli_dir: str | 
     nli_files = {name: values for name, nli_path in nli_paths.items()
                  if (values := _load_nli(nli_path)) is not None}
 
+    single: set[int] = set()  # lines of the per-passage release
+
     def parse(raw: RawRow) -> XorItem:
-        return parse_row(raw, file=str(path), split=split, text=text)
+        item = parse_row(raw, file=str(path), split=split, text=text)
+        if not isinstance(raw.data.get("ais"), list):
+            single.add(raw.line)
+        return item
 
     items, bad = parse_rows(read_rows(path, what="XOR-AttriQA JSONL file"), parse, file=str(path), limit=limit)
+    if group:
+        items = group_by_answer(items, lambda item: item.line in single)
     for name, values in nli_files.items():
         _check_nli_length(nli_paths[name], values, items)
     items = [replace(item, nli={name: tuple(bool(values[i]) for i in item.idxs) for name, values in nli_files.items()})
