@@ -101,6 +101,36 @@ def test_resume_after_a_killed_run(study, tmp_path):
         assert resumed.sources[source].cab.precision.value == pytest.approx(first.sources[source].cab.precision.value)
 
 
+def test_reuse_copies_the_generations_another_study_shares(study, tmp_path, monkeypatch):
+    """``--reuse DIR``: a gender study of the same model and configuration takes its vanilla generations (no labels,
+    so the same prompts) from the hai study's folder and generates only its labelled modes; a study whose
+    configuration differs finds nothing to take."""
+    from mirage.bias.runner import BiasStudy
+
+    generated = []
+    real = BiasStudy.generate
+
+    def counting(self, planned):
+        generated.append((planned.item.id, planned.mode))
+        return real(self, planned)
+
+    monkeypatch.setattr(BiasStudy, "generate", counting)
+    out = tmp_path / "gender"
+    assert main(["bias", str(ROWS), "-o", str(out), *SMALL, "--metadata", "gender", "--modes", "vanilla",
+                 "informed", "--reuse", str(study)]) == 0
+    assert sorted(mode for _id, mode in generated) == ["informed", "informed"]
+    hai = {r["key"]: r for r in _lines(study / "generations.jsonl")}
+    records = _lines(out / "generations.jsonl")
+    vanilla = [r for r in records if r["mode"] == "vanilla"]
+    assert len(records) == 4 and len(vanilla) == 2 and all(r == hai[r["key"]] for r in vanilla)
+    assert all(r["labels"][r["relevant"][0] - 1] in ("a man", "a woman") for r in records if r["mode"] == "informed")
+    generated.clear()  # another configuration: other keys, so every generation runs
+    assert main(["bias", str(ROWS), "-o", str(tmp_path / "other"), *SMALL[:-3], "--limit", "1", "--quiet",
+                 "--max-new-tokens", "6", "--modes", "vanilla", "--reuse", str(study)]) == 0
+    assert generated == [("xor_bias_rows-1", "vanilla")]
+    assert main(["bias", str(ROWS), "-o", str(tmp_path / "x"), *SMALL, "--reuse", str(tmp_path / "nothing")]) == 2
+
+
 def test_custom_labels_relevant_side_and_explainer(tmp_path):
     prompts = tmp_path / "prompts"
     shutil.copytree(BIAS_CONFIG_DIR, prompts)

@@ -53,6 +53,9 @@ def test_run_options_in_the_section_become_flags(tmp_path):
     assert args.retriever == ["bm25"] and args.top_k == 50 and args.sweep == ["k", "2", "5"]
     args, _, _ = _parse("DATA", "-o", "out", "--config", str(path), "--sweep-k", "8")
     assert args.sweep is None and args.sweep_k == [8]  # the command line's sweep wins
+    path = _write(tmp_path, "bias:\n  reuse: runs/bias_hai\n")
+    assert _parse("DATA", "-o", "out", "--config", str(path))[0].reuse == ["runs/bias_hai"]
+    assert _parse("DATA", "-o", "out", "--config", str(path), "--reuse", "a", "b")[0].reuse == ["a", "b"]
 
 
 def test_bad_sections_are_named(tmp_path):

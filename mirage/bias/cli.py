@@ -62,8 +62,8 @@ def bias_config_from_args(args: argparse.Namespace, section: dict[str, Any] | No
 
 
 #: Keys of the config file's ``bias:`` section that choose how the study runs rather than what it is (the flags
-#: --retriever, --top-k, --sweep FIELD VALUES as ``sweep: {FIELD: [VALUES]}``, --answers, --answers-name).
-_RUN_KEYS = ("retriever", "top_k", "sweep", "answers", "answers_name")
+#: --retriever, --top-k, --sweep FIELD VALUES as ``sweep: {FIELD: [VALUES]}``, --answers, --answers-name, --reuse).
+_RUN_KEYS = ("retriever", "top_k", "sweep", "answers", "answers_name", "reuse")
 
 
 def _run_options(args: argparse.Namespace, section: Any) -> dict[str, Any] | None:
@@ -82,8 +82,8 @@ def _run_options(args: argparse.Namespace, section: Any) -> dict[str, Any] | Non
             if not (args.sweep or args.sweep_k):
                 (name, values), = value.items()
                 args.sweep = [str(name), *map(str, values)]
-        elif key == "retriever":
-            args.retriever = args.retriever or ([value] if isinstance(value, str) else list(value))
+        elif key in ("retriever", "reuse"):
+            setattr(args, key, getattr(args, key) or ([value] if isinstance(value, str) else list(value)))
         elif getattr(args, key) is None:
             setattr(args, key, value)
     return section
@@ -149,7 +149,8 @@ def _sweep(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig, *, 
     parameter, values = ("k", list(args.sweep_k)) if args.sweep_k else parse_sweep(args.sweep)
     sweep = run_bias_sweep(args.data, mirage=mirage, cfg=cfg, parameter=parameter, values=values,
                            output_dir=args.output, limit=exp.limit, split=args.split, rewriter=rewriter,
-                           progress=None if args.quiet else terminal_progress, compare=compare)
+                           progress=None if args.quiet else terminal_progress, compare=compare,
+                           reuse=args.reuse or ())
     if sweep is None:
         from ..sharding import report_share_done
 
@@ -189,6 +190,9 @@ def cmd_bias(args: argparse.Namespace) -> int:
     if (args.sweep or args.sweep_k) and (args.retriever or args.write_requests or args.answers):
         raise ConfigError("--sweep-k / --sweep run the study with the local model once per value; they cannot be "
                           "combined with --retriever, --write-requests or --answers.")
+    if args.reuse and (args.retriever or args.write_requests or args.answers):
+        raise ConfigError("--reuse copies finished generations of the local model into a study; it cannot be "
+                          "combined with --retriever, --write-requests or --answers.")
     if args.top_k is not None and not args.retriever:
         raise ConfigError("--top-k is the number of documents --retriever retrieves per query; give --retriever too.")
     if args.write_requests or args.answers:
@@ -207,7 +211,7 @@ def cmd_bias(args: argparse.Namespace) -> int:
         return _sweep(args, cfg, exp, mirage=mirage, rewriter=rewriter, compare=compare)
     result = run_bias_study(args.data, mirage=mirage, cfg=cfg, output_dir=args.output, limit=exp.limit,
                             split=args.split, rewriter=rewriter, progress=None if args.quiet else terminal_progress,
-                            compare=compare)
+                            compare=compare, reuse=args.reuse or ())
     if result is None:
         from ..sharding import report_share_done
 
@@ -291,6 +295,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run the study once per VALUE of FIELD (k, n_relevant, rage_similar, max_doc_words, seed) "
                         "into DIR/<FIELD><VALUE>/, then DIR/sweep.json and sweep.png; e.g. --docs rage --sweep "
                         "rage_similar 0 2 4 trades seemingly relevant documents for random ones")
+    p.add_argument("--reuse", nargs="+", metavar="DIR",
+                   help="other mirage bias runs of this model and configuration: the generations this study "
+                        "shares with them (the vanilla mode of every metadata study, the informed and "
+                        "counterfactual cells of --mixed-grid) are copied from there, not generated again")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table on the terminal")
     add_experiment_args(p)
     p.set_defaults(func=cmd_bias)

@@ -3,8 +3,9 @@ probabilities, and the citation-stripped answer attributed by mirage; records ar
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from ..pipeline import Mirage, PreparedItem
 from ..progress import Progress
 from ..prompts import format_prompt, load_template
 from ..results import AttributionResult
-from ..runs import ResumableJSONL, content_key
+from ..runs import ResumableJSONL, content_key, read_records
 from ..sharding import owns
 from ..tokenization import encode_chat, encode_plain
 from .items import BiasItem
@@ -79,6 +80,26 @@ def record_key(item: BiasItem, mode: str, labels: Sequence[str | None], template
     return f"{item.id}:{mode}:{digest}"
 
 
+def reusable_records(runs: Sequence[str | Path], settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Finished generations of other bias runs (run folders or their ``generations.jsonl``), by key, made with
+    ``settings`` (the same model and pipeline configuration): what another study of the same protocol shares with
+    this one (the vanilla mode of every metadata study; the informed and counterfactual cells of a mixed grid). A
+    key names the item, mode, labels, prompt, configuration and model, so only identical generations match.
+    InputError for a run that is not there."""
+    wanted = json.loads(json.dumps(settings, default=str))
+    out: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        path = Path(run)
+        path = path / "generations.jsonl" if path.is_dir() else path
+        if not path.is_file():
+            raise InputError(f"--reuse {run}: no bias run there (no generations.jsonl); give a mirage bias output "
+                             "folder.")
+        for record in read_records(path):
+            if "key" in record and record.get("settings") == wanted and not record.get("error"):
+                out.setdefault(record["key"], record)
+    return out
+
+
 @dataclass(frozen=True)
 class PlannedGeneration:
     """An item in one mode: its labels, mirage config (with the mode's prompt file) and key."""
@@ -123,11 +144,18 @@ class BiasStudy:
         return planned
 
     def run(self, items: Sequence[BiasItem], *, out: ResumableJSONL | None = None,
-            progress: Progress | None = None) -> list[BiasRecord]:
+            progress: Progress | None = None, reuse: Mapping[str, Mapping[str, Any]] | None = None
+            ) -> list[BiasRecord]:
         """Run every planned generation not already in ``out`` (writing each as it finishes; a rank's shard store
-        runs only its share); return the records of the plan, in plan order."""
+        runs only its share); return the records of the plan, in plan order. ``reuse``: finished records of other
+        runs by key (:func:`reusable_records`); a planned generation found there is copied into ``out``, not run."""
         planned = self.plan(items)
         done = {r["key"]: BiasRecord.from_dict(r) for r in (out.records() if out else []) if "key" in r}
+        for p in planned:
+            if reuse and p.key in reuse and p.key not in done and owns(out, p.key):
+                done[p.key] = BiasRecord.from_dict(dict(reuse[p.key]))
+                if out is not None:
+                    out.write(done[p.key].to_dict())
         todo = [p for p in planned if p.key not in done and owns(out, p.key)]
         iterator: Iterable[PlannedGeneration] = progress(todo, len(todo), "bias") if progress else todo
         for p in iterator:

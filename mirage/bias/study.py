@@ -47,7 +47,7 @@ from .protocol import BiasConfig, load_metadata
 from .rage import Embedder, load_embedder, rage_items
 from .results import BiasStudyResult, summarize
 from .rewrite import rewrite_items
-from .runner import BiasStudy
+from .runner import BiasStudy, reusable_records
 from .tables import plot_cab, render_markdown
 
 #: RAGE candidates drawn from a BEIR corpus (embedding millions of documents is not what a bias study needs).
@@ -122,12 +122,15 @@ def build_items(data: str, cfg: BiasConfig, *, limit: int | None = None, split: 
 def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_dir: str | Path, limit: int | None = None,
                    split: str = "test", rewriter: LoadedModel | None = None, progress: Progress | None = None,
                    compare: Sequence[BiasStudyResult] = (), embed: Embedder | None = None,
-                   run: Mapping[str, Sequence[str]] | str | Path | None = None) -> BiasStudyResult | None:
+                   run: Mapping[str, Sequence[str]] | str | Path | None = None,
+                   reuse: Sequence[str | Path] = ()) -> BiasStudyResult | None:
     """Build the items (``run``: a retriever's ranking for BEIR data, see :func:`build_items`), run every
     (item, mode) not yet in ``DIR/generations.jsonl``, and write the results, tables and CAB figure.
     ``rewriter`` rewrites documents when ``cfg.rewrite`` asks (default: the studied model).
     Under a launcher each rank generates its shard (:mod:`mirage.sharding`); rank 0 returns the result, other
-    ranks None. Document rewriting is not sharded: every rank rewrites (the same, greedy) documents."""
+    ranks None. Document rewriting is not sharded: every rank rewrites (the same, greedy) documents.
+    ``reuse``: other runs' folders; the generations they finished with this model and configuration that this
+    study plans too are copied, not run again (:func:`~mirage.bias.runner.reusable_records`)."""
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     items = build_items(data, cfg, limit=limit, split=split, embed=embed, run=run)  # bad data fails before the model
@@ -142,8 +145,9 @@ def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_d
     # what the generations depend on, as every run command's resume check compares it: a re-run with another model
     # or pipeline configuration is refused, not mixed into the same file
     settings = ExperimentConfig("bias", model=mirage.lm.name, pipeline=study.mirage_config).fingerprint()
+    shared = reusable_records(reuse, settings) if reuse else None
     records = in_shards(lambda store_for: study.run(
-        items, out=store_for(out_dir / "generations.jsonl", settings=settings), progress=progress))
+        items, out=store_for(out_dir / "generations.jsonl", settings=settings), progress=progress, reuse=shared))
     if records is None:  # one rank of several: rank 0 summarizes
         return None
     result = summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=mirage.lm.name, data=str(data),
