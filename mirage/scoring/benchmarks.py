@@ -203,8 +203,8 @@ computed again.
     bad = list(test.bad_rows) + (list(cal.bad_rows) if cal else []) + failed
     settings = {"model": model_name, "text": text, "data": [str(p) for p in data],
                 "calibrate_on": [str(p) for p in cal_files] or None, "calibrate_by": calibrate_by,
-                "limit": limit, "group_passages": group_passages, "all_tokens": all_tokens, "signals": use_signals, "groups": list(groups),
-                "config": cfg.to_dict()}
+                "limit": limit, "group_passages": group_passages, "all_tokens": all_tokens, "signals": use_signals,
+                "groups": list(groups), "config": cfg.to_dict()}
     report = evaluate(test.items, scores, config=cfg, calibration_items=cal.items if cal else None,
                       calibrate_by=calibrate_by, bad_rows=bad, settings=settings, learned=use_signals, groups=groups)
     report.versions = library_versions()
