@@ -505,6 +505,19 @@ def test_one_reward_step_runs_end_to_end_from_the_sft_adapter(sft_run, tmp_path)
     after = _logits(apply_adapter(copy.deepcopy(pristine), run.adapter_dir).model, ids)
     # the stage trained the SFT adapter further (a fresh adapter would start at the base model's logits)
     assert torch.isfinite(after).all() and not torch.allclose(after, _logits(pristine.model, ids), atol=1e-4)
+    # its checkpoint, as a run stopped there would leave it, becomes the same adapter (mirage tune export CHECKPOINT)
+    from mirage.tune.adapters import AdapterError
+    from mirage.tune.sft import checkpoint_adapter
+
+    saved = checkpoint_adapter(tmp_path / "reward" / "checkpoints" / "checkpoint-1", tmp_path / "step1",
+                               lm=copy.deepcopy(pristine))
+    step1 = read_adapter_info(saved)
+    assert (step1.stage, step1.base_model, step1.training["steps"], step1.training["checkpoint"]) == (
+        "reward", "tiny-causal", 1, "checkpoint-1")
+    assert not (saved / "ref").exists()
+    torch.testing.assert_close(_logits(apply_adapter(copy.deepcopy(pristine), saved).model, ids), after)
+    with pytest.raises(AdapterError, match="not a checkpoint of a mirage tune run"):
+        checkpoint_adapter(tmp_path / "reward" / "adapter", tmp_path / "bad", lm=copy.deepcopy(pristine))
 
 
 def test_citation_evaluation_counts_what_the_answers_cite(tiny_causal, monkeypatch):

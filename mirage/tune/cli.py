@@ -176,10 +176,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """``mirage tune export``: copy an adapter folder with its weights in another dtype (fp16 for shipping)."""
-    from .adapters import export_adapter
+    """``mirage tune export``: copy an adapter folder with its weights in another dtype (fp16 for shipping); a
+    training checkpoint becomes an adapter folder first."""
+    import tempfile
 
-    dest = export_adapter(args.adapter, args.output, dtype=args.dtype)
+    from .adapters import export_adapter
+    from .sft import checkpoint_adapter
+
+    source = Path(args.adapter)
+    if (source / "trainer_state.json").is_file():  # DIR/checkpoints/checkpoint-N of a run stopped partway
+        with tempfile.TemporaryDirectory() as tmp:
+            dest = export_adapter(checkpoint_adapter(source, Path(tmp) / "adapter"), args.output, dtype=args.dtype)
+    else:
+        dest = export_adapter(source, args.output, dtype=args.dtype)
     size = (dest / "adapter_model.safetensors").stat().st_size / 1e6
     print(f"wrote {dest} ({size:.1f} MB of {args.dtype} weights)", file=sys.stderr)
     return 0
@@ -292,8 +301,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     ex = stages.add_parser("export", help="copy an adapter folder with its weights in fp16 (for shipping)",
                            description="Copy an adapter folder (DIR/adapter of mirage tune sft or reward) to OUTPUT "
-                                       "with its LoRA weights cast to --dtype.")
-    ex.add_argument("adapter", help="the adapter folder")
+                                       "with its LoRA weights cast to --dtype. Given a training checkpoint "
+                                       "(DIR/checkpoints/checkpoint-N of a run stopped partway), write that step's "
+                                       "adapter, with the run's base model recorded, so it can be evaluated and "
+                                       "loaded like a finished run's.")
+    ex.add_argument("adapter", help="the adapter folder, or a checkpoint folder of a mirage tune run")
     ex.add_argument("-o", "--output", required=True, help="the folder to write")
     ex.add_argument("--dtype", default="float16", help="float16 (default), bfloat16 or float32")
     ex.set_defaults(func=cmd_export)

@@ -170,6 +170,33 @@ def last_checkpoint(folder: Path) -> str | None:
     return get_last_checkpoint(str(folder)) if folder.is_dir() else None
 
 
+def checkpoint_adapter(checkpoint: str | Path, dest: str | Path, *, lm: LoadedModel | None = None) -> Path:
+    """A mirage adapter folder at ``dest`` from a training checkpoint (``DIR/checkpoints/checkpoint-N`` of ``mirage
+    tune sft`` or ``reward``): step N's LoRA weights with the run's base model, prompt and stage recorded, as the
+    finished run's ``DIR/adapter`` has them; so a long run stopped partway can be evaluated and loaded like a
+    finished one (and resumed later). ``lm``: the base model already loaded; default the run's ``model``, loaded
+    to fingerprint it. AdapterError when the folder is not a checkpoint of a mirage tune run."""
+    from peft import PeftModel
+
+    from .adapters import AdapterError
+
+    checkpoint = Path(checkpoint)
+    run_dir = checkpoint.parent.parent
+    state, record = checkpoint / "trainer_state.json", run_dir / RUN_FILE
+    if not state.is_file() or not (checkpoint / "adapter_config.json").is_file() or not record.is_file():
+        raise AdapterError(f"{checkpoint} is not a checkpoint of a mirage tune run (DIR/checkpoints/checkpoint-N "
+                           f"with its trainer_state.json and adapter, and DIR/{RUN_FILE}).")
+    stored = json.loads(record.read_text(encoding="utf-8"))
+    cfg = TuneConfig.from_dict(stored["config"])
+    step = int(json.loads(state.read_text(encoding="utf-8"))["global_step"])
+    if lm is None:
+        lm = load_model(cfg.model, dtype=cfg.dtype, use_chat_template=cfg.prompt.chat_template)
+    model = PeftModel.from_pretrained(lm.model, str(checkpoint))
+    save_adapter(model, dest, base_name=lm.name, prompt=cfg.prompt, stage=stored["stage"],
+                 training={**cfg.to_dict(), "steps": step, "checkpoint": checkpoint.name})
+    return Path(dest)
+
+
 def finished_run(output_dir: Path) -> SFTRun | None:
     """The record of a run that finished in ``output_dir`` (its adapter saved after the newest checkpoint's step),
     or None. Resuming a finished run trains no further (the trainer would take one more step)."""
