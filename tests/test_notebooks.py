@@ -15,7 +15,8 @@ EXPECTED = {
     "02_mirage_vs_selfcitation.ipynb": ["no self-citation", "mean Jaccard", "random_mirage"],
     "03_attribution_bias.ipynb": ["Self-citation", "MIRAGE", "CAB P / R", "cab.png"],
     "04_attribution_quality.ipynb": ["supporting", "learned", "coefficient"],
-    "05_citation_tuning.ipynb": ["answers cited %", "cite [1] F1", "supporting passages", "Q: ", "SFT + reward, 16 steps"],
+    "05_citation_tuning.ipynb": ["answers cited %", "cite [1] F1", "supporting passages", "Q: ", "SFT + reward, 16 steps",
+                                 "SFT + reward, 1 epoch"],
 }
 
 #: Output types a successful run must have shown (a figure, not only its repr).
