@@ -43,6 +43,7 @@ from mirage.config import CTIConfig
 from mirage.learned import LearnedModel
 from mirage.passage_features import matrix
 from mirage.runs import read_records, write_atomic
+from mirage.scoring import metrics as M
 from mirage.scoring.xor_attriqa import XorItem, concat_data, load_xor_attriqa, scores_from_records
 from mirage.scoring.xor_eval import fit_learned_model, passage_features
 
@@ -59,17 +60,12 @@ def held_out(model: LearnedModel, items: Sequence[XorItem], scores: dict) -> tup
     return probs, labels
 
 
-def metrics(probs: Sequence[float], labels: Sequence[bool], cuts: Sequence[float]) -> dict[str, float]:
-    """ROC-AUC, and agreement / F1 / balanced accuracy (in %) of ``probs[i] >= cuts[i]``."""
-    from sklearn.metrics import roc_auc_score
-
-    y = np.asarray(labels, dtype=bool)
-    pred = np.asarray(probs) >= np.asarray(cuts)
-    tp, fp = int((pred & y).sum()), int((pred & ~y).sum())
-    fn, tn = int((~pred & y).sum()), int((~pred & ~y).sum())
-    return {"agreement": 100 * (tp + tn) / len(y), "f1": 100 * 2 * tp / max(1, 2 * tp + fp + fn),
-            "balanced_accuracy": 50 * (tp / max(1, tp + fn) + tn / max(1, tn + fp)),
-            "roc_auc": float(roc_auc_score(y, probs))}
+def metrics(probs: Sequence[float], labels: Sequence[bool], cuts: Sequence[float]) -> dict[str, float | None]:
+    """ROC-AUC, and agreement / F1 / balanced accuracy (in %) of ``probs[i] >= cuts[i]``, as the XOR-AttriQA
+    tables compute them (:mod:`mirage.scoring.metrics`)."""
+    counts = M.BinaryCounts.of([p >= c for p, c in zip(probs, cuts)], labels)
+    return {"agreement": M.agreement(counts), "f1": M.f1(counts), "balanced_accuracy": M.balanced_accuracy(counts),
+            "roc_auc": M.roc_auc(probs, labels)}
 
 
 class Pool:

@@ -53,7 +53,8 @@ class XorItem:
     """One annotated answer with its passages (in the chosen text view) and per-passage human labels.
 
     ``idxs[i]`` indexes passage i in the per-passage release and the NLI prediction files; ``nli[name][i]`` is that
-    baseline's prediction for passage i (absent when the file is not there).
+    baseline's prediction for passage i (absent when the file is not there); ``per_passage``: read from rows of the
+    per-passage release (one row, or one answer's rows grouped by :func:`group_by_answer`).
     """
 
     file: str
@@ -65,6 +66,7 @@ class XorItem:
     labels: tuple[bool, ...]
     idxs: tuple[int, ...]
     nli: dict[str, tuple[bool, ...]] = field(default_factory=dict)
+    per_passage: bool = False
 
     def rag_item(self) -> dict[str, Any]:
         """The item as the pipeline takes it: one document per passage, untitled, the answer force-decoded."""
@@ -200,7 +202,7 @@ def parse_row(raw: RawRow, *, file: str, split: str, text: TextView) -> XorItem:
     the split's name)."""
     row = parse_xor_row(raw.data, text=text, index=raw.index, cut_marks=False)
     return XorItem(file=file, line=raw.line, lang=row.lang or split, question=row.question, passages=row.passages,
-                   answer=row.answer, labels=row.labels, idxs=row.idxs)
+                   answer=row.answer, labels=row.labels, idxs=row.idxs, per_passage=row.per_passage)
 
 
 def _load_nli(path: Path) -> list[int] | None:
@@ -238,28 +240,18 @@ def _check_nli_length(path: Path, values: list[int], items: Sequence[XorItem]) -
                          f"split, at least {need}. Is it the file of another split?")
 
 
-def group_by_answer(items: Iterable[XorItem], per_passage: Callable[[XorItem], bool]) -> list[XorItem]:
-    """Rebuild answers from the per-passage release: the ``per_passage`` items of one file that share their language,
-    question and answer become one item with all their passages, in file order (the release lists passages by
-    retrieval rank: the match release's order for 311 of its 332 rows), each keeping its label and index. Other items
-    are kept as they are. The group takes the place of its first row."""
-    items = list(items)
-    groups: dict[tuple[str, str, str, str], list[XorItem]] = {}
-    for item in items:
-        if per_passage(item):
-            groups.setdefault((item.file, item.lang, item.question, item.answer), []).append(item)
-    out = []
-    for item in items:
-        if not per_passage(item):
-            out.append(item)
-            continue
-        group = groups.get((item.file, item.lang, item.question, item.answer))
-        if group is None or group[0] is not item:
-            continue  # merged into the group of an earlier row
-        out.append(replace(item, passages=tuple(p for g in group for p in g.passages),
-                           labels=tuple(x for g in group for x in g.labels),
-                           idxs=tuple(i for g in group for i in g.idxs)))
-    return out
+def group_by_answer(items: Iterable[XorItem]) -> list[XorItem]:
+    """Rebuild answers from the per-passage release: its items (``per_passage``) of one file that share their
+    language, question and answer become one item with all their passages, in file order (the release lists passages
+    by retrieval rank: the match release's order for 311 of its 332 rows), each keeping its label and index. Other
+    items are kept as they are. The group takes the place of its first row."""
+    groups: dict[Any, list[XorItem]] = {}
+    for n, item in enumerate(items):
+        key = (item.file, item.lang, item.question, item.answer) if item.per_passage else n
+        groups.setdefault(key, []).append(item)
+    return [replace(group[0], passages=tuple(p for g in group for p in g.passages),
+                    labels=tuple(x for g in group for x in g.labels), idxs=tuple(i for g in group for i in g.idxs))
+            for group in groups.values()]
 
 
 def load_xor_attriqa(path: str | Path, *, text: TextView = "en", nli_dir: str | Path | None = None,
@@ -282,17 +274,12 @@ def load_xor_attriqa(path: str | Path, *, text: TextView = "en", nli_dir: str | 
     nli_files = {name: values for name, nli_path in nli_paths.items()
                  if (values := _load_nli(nli_path)) is not None}
 
-    single: set[int] = set()  # lines of the per-passage release
-
     def parse(raw: RawRow) -> XorItem:
-        item = parse_row(raw, file=str(path), split=split, text=text)
-        if not isinstance(raw.data.get("ais"), list):
-            single.add(raw.line)
-        return item
+        return parse_row(raw, file=str(path), split=split, text=text)
 
     items, bad = parse_rows(read_rows(path, what="XOR-AttriQA JSONL file"), parse, file=str(path), limit=limit)
     if group:
-        items = group_by_answer(items, lambda item: item.line in single)
+        items = group_by_answer(items)
     for name, values in nli_files.items():
         _check_nli_length(nli_paths[name], values, items)
     items = [replace(item, nli={name: tuple(bool(values[i]) for i in item.idxs) for name, values in nli_files.items()})

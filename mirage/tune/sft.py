@@ -29,7 +29,7 @@ from ..pipeline import Mirage
 from ..runs import write_atomic
 from ..serialization import JSONRecord, library_versions
 from ..tokenization import tokenize_answer
-from .adapters import save_adapter
+from .adapters import AdapterError, save_adapter
 from .config import TuneConfig
 from .data import TrainingExample, read_examples
 
@@ -177,8 +177,6 @@ def checkpoint_adapter(checkpoint: str | Path, dest: str | Path, *, lm: LoadedMo
     finished one (and resumed later). ``lm``: the base model already loaded; default the run's ``model``, loaded
     to fingerprint it. AdapterError when the folder is not a checkpoint of a mirage tune run."""
     from peft import PeftModel
-
-    from .adapters import AdapterError
 
     checkpoint = Path(checkpoint)
     run_dir = checkpoint.parent.parent
