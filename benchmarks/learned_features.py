@@ -43,6 +43,7 @@ from mirage.config import CTIConfig
 from mirage.learned import fit_learned
 from mirage.passage_features import CCI_FEATURES, FEATURES, LOO_FEATURES, matrix
 from mirage.runs import read_records, write_atomic
+from mirage.scoring import metrics as M
 from mirage.scoring.xor_attriqa import XorItem, concat_data, load_xor_attriqa, scores_from_records
 from mirage.scoring.xor_eval import passage_features
 
@@ -76,12 +77,9 @@ def oof_metrics(model_cv: dict, X: np.ndarray, y: np.ndarray, groups: Sequence[s
         clf = LogisticRegression(C=float(c), class_weight="balanced", max_iter=5000, random_state=0)
         oof[te] = clf.fit(z[tr], y[tr]).predict_proba(z[te])[:, 1]
     t, _ = best_threshold(oof, y, "f1")
-    pred = oof >= t
-    tp, fp = int((pred & y).sum()), int((pred & ~y).sum())
-    fn, tn = int((~pred & y).sum()), int((~pred & ~y).sum())
-    f1 = 2 * tp / max(1, 2 * tp + fp + fn)
-    bal = (tp / max(1, tp + fn) + tn / max(1, tn + fp)) / 2
-    return {"C": float(c), "f1": 100 * f1, "agreement": 100 * (tp + tn) / len(y), "balanced_accuracy": 100 * bal}
+    counts = M.BinaryCounts.of(list(oof >= t), list(y))
+    return {"C": float(c), "f1": M.f1(counts), "agreement": M.agreement(counts),
+            "balanced_accuracy": M.balanced_accuracy(counts)}
 
 
 def _fit(usable, names: Sequence[str]) -> dict:
