@@ -13,6 +13,7 @@ function of the module that runs it; importing a module never adds a command.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -202,6 +203,12 @@ def _register_retrieve() -> Register:
     return register_retrieve
 
 
+def _register_bias_protocol() -> Register:
+    from .bias.cli import register_protocol
+
+    return functools.partial(register_protocol, run=main)  # each study runs as its own mirage bias command
+
+
 def _register_tune() -> Register:
     from .tune.cli import register
 
@@ -216,6 +223,8 @@ def commands() -> list[Command]:
         Command("score", "score a benchmark of the method's paper: xor-attriqa, eli5", _register_score),
         Command("bias", "attribution sensitivity (CAS) and bias (CAB) to document metadata, for self-citations and "
                         "mirage's citations", _register_bias),
+        Command("bias-protocol", "run every study of an attribution-bias protocol file, each reusing what the others "
+                                 "generated", _register_bias_protocol),
         Command("retrieve", "rank a BEIR corpus for each query (bm25, dense) and write a TREC run file",
                 _register_retrieve),
         Command("view", VIEW_HELP, lambda: register_view),

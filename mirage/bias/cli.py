@@ -11,13 +11,24 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
 
 from ..config import ConfigError, read_config_file
 from ..experiment import ExperimentConfig, add_experiment_args, non_negative_int
 from ..progress import terminal_progress
-from .protocol import GRID_MODES, MIXED_CELLS, MODES, BiasConfig, DocSource, MetadataType, Rewrite, Side
+from .protocol import (
+    BIAS_CONFIG_DIR,
+    GRID_MODES,
+    MIXED_CELLS,
+    MODES,
+    BiasConfig,
+    DocSource,
+    MetadataType,
+    Rewrite,
+    Side,
+)
 
 
 def _pool(text: str) -> tuple[str, ...]:
@@ -341,3 +352,44 @@ def register_retrieve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=int, default=5, help="cut-off of the recall reported on the terminal (default 5)")
     p.add_argument("--split", default="test", help="qrels split (default test)")
     p.set_defaults(func=cmd_retrieve)
+
+
+PROTOCOL_HELP = "run every study of an attribution-bias protocol file, each reusing what the others generated"
+
+
+def cmd_bias_protocol(args: argparse.Namespace) -> int:
+    """Run the protocol's studies into DIR/NAME/ and write DIR/protocol.md and protocol.json."""
+    from .full_protocol import run_protocol, write_overview
+
+    if args.overview_only:
+        rows = write_overview(args.output)
+        print(f"{len(rows)} finished studies; overview in {args.output}/protocol.md.", file=sys.stderr)
+        return 0
+    extra = [*(["--model", args.model] if args.model else []), *(["--limit", str(args.limit)] if args.limit else []),
+             *(["--quiet"] if args.quiet else [])]
+    status = run_protocol(args.protocol, args.output, run=args.run, only=args.only or (), extra=extra)
+    failed = [name for name, code in status.items() if code != 0]
+    print(f"{len(status) - len(failed)} of {len(status)} studies finished"
+          + (f" ({', '.join(failed)} did not: re-run to resume them)" if failed else "")
+          + f"; overview in {args.output}/protocol.md.", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def register_protocol(sub: argparse._SubParsersAction, run: Callable[[list[str]], int]) -> None:
+    """Add ``mirage bias-protocol``; ``run``: the ``mirage`` entry point that runs each study."""
+    p = sub.add_parser("bias-protocol", help=PROTOCOL_HELP,
+                       description="Run each study of a protocol file (configs/bias/protocol.yaml: the papers' table "
+                                   "families) as mirage bias --config STUDY -o DIR/NAME, passing every study the "
+                                   "generations of the studies already in DIR (--reuse), so each prompt is generated "
+                                   "once. Resumable: a re-run continues each study where it stopped. Then writes "
+                                   "DIR/protocol.md (one row per study, sweep point and retriever) and protocol.json.")
+    p.add_argument("protocol", nargs="?", default=str(BIAS_CONFIG_DIR / "protocol.yaml"),
+                   help="protocol file (default: configs/bias/protocol.yaml)")
+    p.add_argument("-o", "--output", required=True, help="output folder; each study in DIR/NAME/")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="run only these studies of the file")
+    p.add_argument("--model", help="model for every study (default: each study file's model)")
+    p.add_argument("--limit", type=non_negative_int, help="only the first N questions of every study")
+    p.add_argument("--overview-only", action="store_true",
+                   help="run nothing; write DIR/protocol.md from the studies already finished there")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or tables on the terminal")
+    p.set_defaults(func=cmd_bias_protocol, run=run)

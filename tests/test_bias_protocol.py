@@ -1,0 +1,113 @@
+"""``mirage bias-protocol``: the studies of a protocol file run into their own folders, each taking the generations
+it shares with the studies before it (on the embedded model, two XOR-AttriQA-derived items, 8 new tokens), the
+overview table, resuming, and the protocol file's errors. The shipped protocol file is checked without a model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mirage.bias.full_protocol import generation_files, load_protocol, overview_rows
+from mirage.bias.protocol import BIAS_CONFIG_DIR
+from mirage.cli import main
+from mirage.config import ConfigError
+
+ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"
+SMALL = ["--k", "3", "--max-doc-words", "25", "--max-new-tokens", "8"]
+
+
+def _study(folder: Path, name: str, metadata: str) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(f"model: smollm2-135m-instruct\ndata: {ROWS}\nbias:\n  metadata: {metadata}\n"
+                    "  modes: [vanilla, informed]\n")
+    return path
+
+
+def _protocol(folder: Path, text: str) -> Path:
+    path = folder / "protocol.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_shipped_protocol_names_every_study_config():
+    studies = load_protocol(BIAS_CONFIG_DIR / "protocol.yaml")
+    assert [s.name for s in studies] == ["hai", "gender", "race", "mixed_grid", "names", "sweep_k", "rage",
+                                         "retrievers"]
+    assert {s.config.name for s in studies} == {p.name for p in (BIAS_CONFIG_DIR / "studies").glob("*.yaml")} - {
+        "external_answers.yaml"}  # answers generated elsewhere need a file the protocol cannot have
+    reuses = {s.name: s.reuses for s in studies}
+    assert reuses == {**dict.fromkeys(reuses, True), "retrievers": False}  # --retriever cannot take --reuse
+
+
+@pytest.mark.slow
+def test_studies_share_generations_and_the_overview_gathers_them(tmp_path, monkeypatch, one_thread):
+    from mirage.bias.runner import BiasStudy
+
+    generated = []
+    real = BiasStudy.generate
+
+    def counting(self, planned):
+        generated.append((planned.item.id, planned.mode, tuple(planned.labels)))
+        return real(self, planned)
+
+    monkeypatch.setattr(BiasStudy, "generate", counting)
+    _study(tmp_path, "hai", "hai")  # named relative to the protocol file below; gender by its absolute path
+    gender = _study(tmp_path, "gender", "gender")
+    small = json.dumps(SMALL)
+    protocol = _protocol(tmp_path, f"studies:\n  - {{name: hai, config: hai.yaml, args: {small}}}\n"
+                                   f"  - {{name: gender, config: {gender}, args: {small}}}\n")
+    out = tmp_path / "run"
+    assert main(["bias-protocol", str(protocol), "-o", str(out), "--limit", "2", "--quiet"]) == 0
+    # hai: 2 items × 2 modes; gender: only its informed mode, its vanilla one is hai's
+    assert sorted(m for _i, m, _l in generated) == ["informed"] * 4 + ["vanilla"] * 2
+    assert sum(1 for _i, m, labels in generated if {"a man", "a woman"} & set(labels)) == 2
+    records = {name: [json.loads(line) for line in (out / name / "generations.jsonl").read_text().splitlines()]
+               for name in ("hai", "gender")}
+    vanilla = {r["key"]: r for r in records["hai"] if r["mode"] == "vanilla"}
+    assert [r for r in records["gender"] if r["mode"] == "vanilla"] == list(vanilla.values())
+    rows = overview_rows(out)
+    assert [(r.study, r.metadata, r.k, r.n_items) for r in rows] == [("gender", "gender", 3, 2), ("hai", "hai", 3, 2)]
+    table = (out / "protocol.md").read_text()
+    assert table.count("| hai | hai | 3 | 2 |") == 2 and table.count("| gender | gender | 3 | 2 |") == 2
+    saved = json.loads((out / "protocol.json").read_text())
+    assert saved == [r.to_dict() for r in rows] and set(saved[0]["figures"]) == {"self", "mirage"}
+    assert saved[1]["figures"]["mirage"]["precision_vanilla"] is not None
+
+    generated.clear()  # a re-run resumes: nothing left to generate, the same overview
+    assert main(["bias-protocol", str(protocol), "-o", str(out), "--limit", "2", "--quiet", "--only", "gender"]) == 0
+    assert generated == [] and (out / "protocol.md").read_text() == table
+    assert main(["bias-protocol", str(protocol), "-o", str(out), "--only", "race"]) == 2  # not in the file
+
+
+def test_overview_only_and_the_protocol_files_errors(tmp_path, capsys):
+    out = tmp_path / "empty"
+    assert main(["bias-protocol", "-o", str(out), "--overview-only"]) == 0
+    assert "0 finished studies" in (out / "protocol.md").read_text()
+    hai = _study(tmp_path, "hai", "hai")
+    cases = {
+        "studies: {}\n": "must be a list of studies",
+        "studies:\n  - {name: a/b, config: hai.yaml}\n": "name must be a folder name",
+        "studies:\n  - {name: a, config: hai.yaml}\n  - {name: a, config: hai.yaml}\n": "used twice",
+        "studies:\n  - {name: a, config: nothere.yaml}\n": "config nothere.yaml not found",
+        "studies:\n  - {name: a, config: hai.yaml, args: [-o, x]}\n": "args may not give -o",
+        "studies:\n  - {name: a, config: hai.yaml, args: --k 3}\n": "args must be a list",
+        "studies:\n  - {name: a, config: hai.yaml, seed: 3}\n": "must be a mapping with keys name, config",
+    }
+    assert hai.is_file()
+    for text, message in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            load_protocol(_protocol(tmp_path, text))
+        assert main(["bias-protocol", str(tmp_path / "protocol.yaml"), "-o", str(out)]) == 2
+        assert message.split()[0] in capsys.readouterr().err
+
+
+def test_generation_files_take_sweep_points_and_skip_rank_files(tmp_path):
+    for rel in ("generations.jsonl", "k2/generations.jsonl", "k5/generations.jsonl",
+                "k8/generations.rank0-of-2.jsonl", "bm25/generations.jsonl"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    assert [p.relative_to(tmp_path).as_posix() for p in generation_files(tmp_path)] == [
+        "bm25/generations.jsonl", "generations.jsonl", "k2/generations.jsonl", "k5/generations.jsonl"]
+    assert generation_files(tmp_path / "absent") == []
