@@ -57,6 +57,13 @@ def view_kind(path: str | Path) -> tuple[ViewKind, Path]:
                        (("bias", GENERATIONS, "generations"), ("ELI5", ANSWERS, "attributed answers"))
                        if run_file(path, "results.json") is not None and run_file(path, name) is None]
             lacks = f"; with its results.json it lacks {' or '.join(missing)}" if missing else ""
+            studies = sorted(str(sub) for sub in path.iterdir() if sub.is_dir() and folder_kind(sub) is not None)
+            if studies:  # a protocol, sweep or retrievers folder: its studies are the runs
+                more = f" (and {len(studies) - 4} more)" if len(studies) > 4 else ""
+                raise InputError(f"{path} holds several bias studies; open one at a time, e.g. mirage view "
+                                 f"{studies[0]}. Its studies: {', '.join(studies[:4])}{more}"
+                                 + (f"; the overview of all of them is {path / 'protocol.md'}."
+                                    if (path / "protocol.md").is_file() else "."))
             raise InputError(f"{path} is a folder mirage view cannot open: {held}{lacks}. Give {EXPECTED}.")
         return kind, path
     if path.name in _run_file_names() and (kind := folder_kind(path.parent)) is not None:

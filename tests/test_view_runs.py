@@ -186,6 +186,15 @@ def test_a_folder_that_is_no_run_is_refused_naming_what_was_expected(tmp_path, c
     err = capsys.readouterr().err
     assert err.startswith(f"mirage: error: {shipped} is a folder mirage view cannot open: it holds ")
     assert "results.json" in err and not out.exists()
+    # a folder of studies (a protocol's, a sweep's): the error names them and the overview
+    protocol = tmp_path / "protocol"
+    for name in ("hai", "gender"):
+        shutil.copytree(BIAS_RUN, protocol / name)
+    (protocol / "protocol.md").write_text("# overview\n")
+    with pytest.raises(InputError, match=f"holds several bias studies; open one at a time, e.g. mirage view "
+                       f"{re.escape(str(protocol / 'gender'))}. Its studies: .*gender, .*hai; the overview of all "
+                       f"of them is {re.escape(str(protocol / 'protocol.md'))}"):
+        view_kind(protocol)
     # a run folder is viewed alone
     assert main(["view", str(BIAS_RUN), str(ELI5_RUN), "-o", str(out)]) == 2
     assert "mirage view opens one run folder at a time" in capsys.readouterr().err
