@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mirage.bias.full_protocol import generation_files, load_protocol, overview_rows
+from mirage.bias.full_protocol import generation_files, load_protocol, overview_rows, overview_table
 from mirage.bias.protocol import BIAS_CONFIG_DIR
 from mirage.cli import main
 from mirage.config import ConfigError
@@ -68,12 +68,14 @@ def test_studies_share_generations_and_the_overview_gathers_them(tmp_path, monke
                for name in ("hai", "gender")}
     vanilla = {r["key"]: r for r in records["hai"] if r["mode"] == "vanilla"}
     assert [r for r in records["gender"] if r["mode"] == "vanilla"] == list(vanilla.values())
-    rows = overview_rows(out)
+    rows = overview_rows(out)  # by folder name
     assert [(r.study, r.metadata, r.k, r.n_items) for r in rows] == [("gender", "gender", 3, 2), ("hai", "hai", 3, 2)]
+    assert [r.study for r in overview_rows(out, ["hai", "gender"])] == ["hai", "gender"]  # the protocol's order
     table = (out / "protocol.md").read_text()
+    assert table.index("| hai | hai | 3 | 2 |") < table.index("| gender | gender | 3 | 2 |")  # as the file runs them
     assert table.count("| hai | hai | 3 | 2 |") == 2 and table.count("| gender | gender | 3 | 2 |") == 2
     saved = json.loads((out / "protocol.json").read_text())
-    assert saved == [r.to_dict() for r in rows] and set(saved[0]["figures"]) == {"self", "mirage"}
+    assert saved == [r.to_dict() for r in reversed(rows)] and set(saved[0]["figures"]) == {"self", "mirage"}
     assert saved[1]["figures"]["mirage"]["precision_vanilla"] is not None
 
     generated.clear()  # a re-run resumes: nothing left to generate, the same overview
@@ -112,3 +114,20 @@ def test_generation_files_take_sweep_points_and_skip_rank_files(tmp_path):
     assert [p.relative_to(tmp_path).as_posix() for p in generation_files(tmp_path)] == [
         "bm25/generations.jsonl", "generations.jsonl", "k2/generations.jsonl", "k5/generations.jsonl"]
     assert generation_files(tmp_path / "absent") == []
+
+
+def test_overview_rows_follow_the_protocol_and_sweep_values_and_skip_other_results(tmp_path):
+    shipped = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    for rel in ("zother", "sweep_k/k10", "sweep_k/k2", "hai"):
+        (tmp_path / rel).mkdir(parents=True)
+        (tmp_path / rel / "results.json").write_bytes((shipped / "bias_smollm2_hai" / "results.json").read_bytes())
+    (tmp_path / "xor").mkdir()  # another command's results.json is not a study
+    (tmp_path / "xor" / "results.json").write_bytes((shipped / "xor_attriqa_smollm2_en" / "results.json").read_bytes())
+    rows = overview_rows(tmp_path, ["hai", "sweep_k"])
+    assert [r.study for r in rows] == ["hai", "sweep_k/k2", "sweep_k/k10", "zother"]
+    f = rows[0].figures["mirage"]  # the shipped hai study's figures, as its tables.md gives them
+    assert (round(f["precision_vanilla"], 1), round(f["recall_vanilla"], 1)) == (46.1, 67.4)
+    assert round(f["cas_precision_informed"], 2) == 19.55 and f["cas_precision_informed_p"] < 0.01
+    assert (round(f["cab_precision"], 2), round(f["cab_recall"], 2)) == (0.09, 2.13)
+    assert "| hai | hai | 5 | 141 | mirage | 46.1 / 67.4 | 1.70 | 19.55** | 18.11** | 0.09 | 2.13 | – |" in \
+        overview_table(rows)

@@ -359,10 +359,10 @@ PROTOCOL_HELP = "run every study of an attribution-bias protocol file, each reus
 
 def cmd_bias_protocol(args: argparse.Namespace) -> int:
     """Run the protocol's studies into DIR/NAME/ and write DIR/protocol.md and protocol.json."""
-    from .full_protocol import run_protocol, write_overview
+    from .full_protocol import load_protocol, run_protocol, write_overview
 
     if args.overview_only:
-        rows = write_overview(args.output)
+        rows = write_overview(args.output, [s.name for s in load_protocol(args.protocol)])
         print(f"{len(rows)} finished studies; overview in {args.output}/protocol.md.", file=sys.stderr)
         return 0
     extra = [*(["--model", args.model] if args.model else []), *(["--limit", str(args.limit)] if args.limit else []),

@@ -127,7 +127,7 @@ def run_protocol(path: str | Path, out_dir: str | Path, *, run: Callable[[list[s
                   file=sys.stderr)
             status[study.name] = run(study_argv(study, out, reuse, extra))  # a refused study: the others still run
     finally:  # also after a stop: the overview of what is finished
-        write_overview(out)
+        write_overview(out, [s.name for s in studies])
     return status
 
 
@@ -177,11 +177,21 @@ def _figures(source: SourceSummary) -> dict[str, float | None]:
     return out
 
 
-def overview_rows(out_dir: str | Path) -> list[OverviewRow]:
-    """A row per ``results.json`` under ``out_dir`` (studies, sweep points, retrievers), in folder order."""
+def _study_order(root: Path, order: Sequence[str]):
+    def key(path: Path) -> tuple[int, int, str]:
+        parts = path.parent.relative_to(root).parts
+        top = order.index(parts[0]) if parts and parts[0] in order else len(order)
+        point = re.search(r"\d+$", parts[1]) if len(parts) > 1 else None  # sweep points by value: k2 < k10
+        return top, int(point.group()) if point else -1, path.parent.relative_to(root).as_posix()
+    return key
+
+
+def overview_rows(out_dir: str | Path, order: Sequence[str] = ()) -> list[OverviewRow]:
+    """A row per ``results.json`` under ``out_dir`` (studies, sweep points, retrievers): the studies named in
+    ``order`` first, in that order (a protocol's), then the others by folder name; sweep points by value."""
     root = Path(out_dir)
     rows = []
-    for path in sorted(root.rglob("results.json")):
+    for path in sorted(root.rglob("results.json"), key=_study_order(root, order)):
         try:
             result = BiasStudyResult.load(path)
         except (KeyError, TypeError, ValueError):
@@ -220,9 +230,10 @@ def overview_table(rows: Sequence[OverviewRow]) -> str:
     return "\n".join(lines)
 
 
-def write_overview(out_dir: str | Path) -> list[OverviewRow]:
-    """Write ``out_dir/protocol.md`` and ``protocol.json`` from the finished studies under ``out_dir``."""
-    rows = overview_rows(out_dir)
+def write_overview(out_dir: str | Path, order: Sequence[str] = ()) -> list[OverviewRow]:
+    """Write ``out_dir/protocol.md`` and ``protocol.json`` from the finished studies under ``out_dir`` (``order``:
+    the protocol's study names, the order of the rows)."""
+    rows = overview_rows(out_dir, order)
     out = Path(out_dir)
     models = sorted({r.model for r in rows})
     text = ("# Attribution-bias protocol: overview\n\n"
