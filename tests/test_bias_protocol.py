@@ -88,6 +88,8 @@ def test_overview_only_and_the_protocol_files_errors(tmp_path, capsys):
     out = tmp_path / "empty"
     assert main(["bias-protocol", "-o", str(out), "--overview-only"]) == 0
     assert "0 finished studies" in (out / "protocol.md").read_text()
+    assert main(["bias-protocol", str(tmp_path / "nothere.yaml"), "-o", str(out)]) == 2
+    assert "nothere.yaml: protocol file not found" in capsys.readouterr().err
     hai = _study(tmp_path, "hai", "hai")
     cases = {
         "studies: {}\n": "must be a list of studies",
@@ -104,6 +106,12 @@ def test_overview_only_and_the_protocol_files_errors(tmp_path, capsys):
             load_protocol(_protocol(tmp_path, text))
         assert main(["bias-protocol", str(tmp_path / "protocol.yaml"), "-o", str(out)]) == 2
         assert message.split()[0] in capsys.readouterr().err
+    # a study mirage refuses is reported, and the others still run (no model is loaded for either here)
+    (tmp_path / "bad.yaml").write_text("bias:\n  metadata: nosuch\n")
+    protocol = _protocol(tmp_path, "studies:\n  - {name: a, config: bad.yaml}\n  - {name: b, config: bad.yaml}\n")
+    assert main(["bias-protocol", str(protocol), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("bias.metadata='nosuch' is not valid") == 2 and "0 of 2 studies finished (a, b did not" in err
 
 
 def test_generation_files_take_sweep_points_and_skip_rank_files(tmp_path):

@@ -370,7 +370,7 @@ def cmd_bias_protocol(args: argparse.Namespace) -> int:
     status = run_protocol(args.protocol, args.output, run=args.run, only=args.only or (), extra=extra)
     failed = [name for name, code in status.items() if code != 0]
     print(f"{len(status) - len(failed)} of {len(status)} studies finished"
-          + (f" ({', '.join(failed)} did not: re-run to resume them)" if failed else "")
+          + (f" ({', '.join(failed)} did not: see the errors above; a re-run resumes them)" if failed else "")
           + f"; overview in {args.output}/protocol.md.", file=sys.stderr)
     return 1 if failed else 0
 

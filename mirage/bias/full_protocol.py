@@ -57,6 +57,9 @@ def load_protocol(path: str | Path) -> list[ProtocolStudy]:
     """The studies of a protocol file, checked: unique folder names, existing experiment files, flags as a list of
     strings that leave the output folder, config and reuse to the protocol. ConfigError naming the field otherwise."""
     path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: protocol file not found; give a file that lists studies, such as "
+                          "configs/bias/protocol.yaml.")
     raw = read_config_file(path)
     studies = raw.get("studies")
     where = f"{path}: 'studies'"
