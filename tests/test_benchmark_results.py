@@ -1,0 +1,45 @@
+"""Shipped results of the benchmarks that need no model reproduce from what ships beside them: the README's
+commands, run on the stored stores, give the stored JSON (no model is loaded)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+MATCH = ROOT.parent / "shared" / "data" / "xor_attriqa_match"
+
+
+def _close(a, b, path="") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in set(a) | set(b) for d in _close(a.get(k), b.get(k), f"{path}/{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _close(x, y, f"{path}[{i}]")]
+    if isinstance(a, float) and isinstance(b, float):
+        return [] if abs(a - b) <= 1e-9 else [f"{path}: {a} != {b}"]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+@pytest.mark.skipif(not MATCH.exists(), reason="the calibration splits are read from ../shared/data")
+def test_extra_signals_reproduce_from_the_shipped_stores(tmp_path):
+    """benchmarks/extra_signals.py (a second model's features, the yes/no judgment) on the calibration splits: the
+    judge's values from ``judge_rows.jsonl.gz``, so ``--model`` is named but never loaded."""
+    from benchmarks.extra_signals import main
+
+    judge = tmp_path / "judge.jsonl"
+    judge.write_bytes(gzip.decompress((RESULTS / "xor_attriqa_smollm2_en" / "judge_rows.jsonl.gz").read_bytes()))
+    en, native = RESULTS / "xor_attriqa_smollm2_en", RESULTS / "xor_attriqa_gemma3_native" / "learned"
+    cal = ["--calibrate-on", str(MATCH / "train.jsonl"), str(MATCH / "val.jsonl")]
+    assert main([str(en / "scores.jsonl.gz"), *cal, "--other", str(native / "scores.jsonl.gz"), "--judge", str(judge),
+                 "--model", "smollm2-135m-instruct", "-o", str(tmp_path / "en.json")]) == 0
+    assert main([str(native / "scores.jsonl.gz"), "--text", "native", *cal, "--other", str(en / "scores.jsonl.gz"),
+                 "--other-text", "en", "-o", str(tmp_path / "native.json")]) == 0
+    for got, shipped in ((tmp_path / "en.json", en / "extra_signals.json"),
+                         (tmp_path / "native.json", native / "extra_signals.json")):
+        assert not _close(json.loads(got.read_text()), json.loads(shipped.read_text())), shipped
+    stored = json.loads((en / "extra_signals.json").read_text())
+    assert round(stored["default + yes/no judge"]["oof_roc_auc"], 3) == 0.841  # the README's row
