@@ -60,8 +60,8 @@ def view_kind(path: str | Path) -> tuple[ViewKind, Path]:
             studies = sorted(str(sub) for sub in path.iterdir() if sub.is_dir() and folder_kind(sub) is not None)
             if studies:  # a protocol, sweep or retrievers folder: its studies are the runs
                 more = f" (and {len(studies) - 4} more)" if len(studies) > 4 else ""
-                raise InputError(f"{path} holds several bias studies; open one at a time, e.g. mirage view "
-                                 f"{studies[0]}. Its studies: {', '.join(studies[:4])}{more}"
+                raise InputError(f"{path} is no run but holds run folders; open one at a time, e.g. mirage view "
+                                 f"{studies[0]}. Its runs: {', '.join(studies[:4])}{more}"
                                  + (f"; the overview of all of them is {path / 'protocol.md'}."
                                     if (path / "protocol.md").is_file() else "."))
             raise InputError(f"{path} is a folder mirage view cannot open: {held}{lacks}. Give {EXPECTED}.")

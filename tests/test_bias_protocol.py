@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from mirage.bias.full_protocol import generation_files, load_protocol, overview_rows, overview_table
+from mirage.bias.cli import check_protocol_study
+from mirage.bias.full_protocol import (
+    StudyPlan,
+    generation_files,
+    load_protocol,
+    overview_rows,
+    overview_table,
+    run_protocol,
+    study_argv,
+)
 from mirage.bias.protocol import BIAS_CONFIG_DIR
 from mirage.cli import main
 from mirage.config import ConfigError
@@ -38,8 +47,31 @@ def test_the_shipped_protocol_names_every_study_config():
     assert studies[6].args == ("--explain",) and studies[6].config == studies[0].config
     assert {s.config.name for s in studies} == {p.name for p in (BIAS_CONFIG_DIR / "studies").glob("*.yaml")} - {
         "external_answers.yaml"}  # answers generated elsewhere need a file the protocol cannot have
-    reuses = {s.name: s.reuses for s in studies}
-    assert reuses == {**dict.fromkeys(reuses, True), "retrievers": False}  # --retriever cannot take --reuse
+    plans = {s.name: check_protocol_study(s, study_argv(s, Path("out"), [])) for s in studies}  # no model: flags only
+    assert {n: p.reuses for n, p in plans.items()} == {**dict.fromkeys(plans, True), "retrievers": False}
+    assert all(p.own_reuse == () for p in plans.values())  # --retriever (in its config) cannot take --reuse
+
+
+def test_a_studys_flags_are_checked_as_mirage_bias_parses_them(tmp_path):
+    _study(tmp_path, "hai", "hai")
+
+    def check(*args: str, config: str = "hai.yaml"):
+        study = load_protocol(_protocol(tmp_path, f"studies:\n  - {{name: s, config: {config}, args: {json.dumps(list(args))}}}\n"))[0]
+        return check_protocol_study(study, study_argv(study, tmp_path / "out", ["--limit", "2"]))
+
+    assert check("--metadata", "race") == StudyPlan(reuses=True)
+    # the flag forms argparse takes: = and abbreviations; per retriever or on outside answers, no --reuse
+    for args in (["--retriever=bm25"], ["--retr", "bm25"], ["--answers", "a.jsonl"], ["--write"]):
+        assert check(*args).reuses is False, args
+    (tmp_path / "own.yaml").write_text("bias:\n  metadata: gender\n  reuse: [runs/old_hai]\n")
+    assert check(config="own.yaml") == StudyPlan(reuses=True, own_reuse=("runs/old_hai",))  # kept beside the protocol's
+    for args in (["-o", "x"], ["-ox"], ["--out", "x"], ["--outp=x"], ["--conf", "hai.yaml"], ["--reu", "x"]):
+        with pytest.raises(ConfigError, match=r"protocol study 's' .*its args may not set the output folder"):
+            check(*args)
+    with pytest.raises(ConfigError, match="protocol study 's' .*unrecognized arguments: --metadta"):
+        check("--metadta", "race")
+    with pytest.raises(ConfigError, match="protocol study 's' .*argument --k: invalid int value"):
+        check("--k", "many")
 
 
 @pytest.mark.slow
@@ -75,7 +107,8 @@ def test_studies_share_generations_and_the_overview_gathers_them(tmp_path, monke
     assert table.index("| hai | hai | 3 | 2 |") < table.index("| gender | gender | 3 | 2 |")  # as the file runs them
     assert table.count("| hai | hai | 3 | 2 |") == 2 and table.count("| gender | gender | 3 | 2 |") == 2
     saved = json.loads((out / "protocol.json").read_text())
-    assert saved == [r.to_dict() for r in reversed(rows)] and set(saved[0]["figures"]) == {"self", "mirage"}
+    assert saved == [r.to_dict() for r in overview_rows(out, ["hai", "gender"])]
+    assert set(saved[0]["figures"]) == {"self", "mirage"}
     assert saved[1]["figures"]["mirage"]["precision_vanilla"] is not None
 
     generated.clear()  # a re-run resumes: nothing left to generate, the same overview
@@ -84,10 +117,10 @@ def test_studies_share_generations_and_the_overview_gathers_them(tmp_path, monke
     assert main(["bias-protocol", str(protocol), "-o", str(out), "--only", "race"]) == 2  # not in the file
 
 
-def test_overview_only_and_the_protocol_files_errors(tmp_path, capsys):
+def test_overview_only_and_the_protocol_files_errors(tmp_path, capsys, monkeypatch):
     out = tmp_path / "empty"
     assert main(["bias-protocol", "-o", str(out), "--overview-only"]) == 0
-    assert "0 finished studies" in (out / "protocol.md").read_text()
+    assert "0 finished results" in (out / "protocol.md").read_text()
     assert main(["bias-protocol", str(tmp_path / "nothere.yaml"), "-o", str(out)]) == 2
     assert "nothere.yaml: protocol file not found" in capsys.readouterr().err
     hai = _study(tmp_path, "hai", "hai")
@@ -96,7 +129,6 @@ def test_overview_only_and_the_protocol_files_errors(tmp_path, capsys):
         "studies:\n  - {name: a/b, config: hai.yaml}\n": "name must be a folder name",
         "studies:\n  - {name: a, config: hai.yaml}\n  - {name: a, config: hai.yaml}\n": "used twice",
         "studies:\n  - {name: a, config: nothere.yaml}\n": "config nothere.yaml not found",
-        "studies:\n  - {name: a, config: hai.yaml, args: [-o, x]}\n": "args may not give -o",
         "studies:\n  - {name: a, config: hai.yaml, args: --k 3}\n": "args must be a list",
         "studies:\n  - {name: a, config: hai.yaml, seed: 3}\n": "must be a mapping with keys name, config",
     }
@@ -105,13 +137,23 @@ def test_overview_only_and_the_protocol_files_errors(tmp_path, capsys):
         with pytest.raises(ConfigError, match=message):
             load_protocol(_protocol(tmp_path, text))
         assert main(["bias-protocol", str(tmp_path / "protocol.yaml"), "-o", str(out)]) == 2
-        assert message.split()[0] in capsys.readouterr().err
-    # a study mirage refuses is reported, and the others still run (no model is loaded for either here)
+        assert message in capsys.readouterr().err
+    # a study whose settings are wrong stops the protocol before anything runs, naming the study
     (tmp_path / "bad.yaml").write_text("bias:\n  metadata: nosuch\n")
-    protocol = _protocol(tmp_path, "studies:\n  - {name: a, config: bad.yaml}\n  - {name: b, config: bad.yaml}\n")
-    assert main(["bias-protocol", str(protocol), "-o", str(out)]) == 1
+    protocol = _protocol(tmp_path, "studies:\n  - {name: a, config: hai.yaml}\n  - {name: b, config: bad.yaml}\n")
+    ran = tmp_path / "ran"
+    assert main(["bias-protocol", str(protocol), "-o", str(ran)]) == 2
+    assert "protocol study 'b' (" in capsys.readouterr().err and not ran.exists()
+    # a study refused while it runs (here its data is missing) is reported, and the others still run; no model loads
+    (tmp_path / "nodata.yaml").write_text(f"data: {tmp_path / 'absent.jsonl'}\nbias:\n  metadata: hai\n")
+    protocol = _protocol(tmp_path, "studies:\n  - {name: a, config: nodata.yaml}\n  - {name: b, config: nodata.yaml}\n")
+    assert main(["bias-protocol", str(protocol), "-o", str(ran)]) == 1
     err = capsys.readouterr().err
-    assert err.count("bias.metadata='nosuch' is not valid") == 2 and "0 of 2 studies finished (a, b did not" in err
+    assert err.count("absent.jsonl: not an XOR-AttriQA file") == 2 and "0 of 2 studies finished (a, b did not" in err
+    assert (ran / "protocol.md").is_file()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="runs in one process"):
+        run_protocol(protocol, ran, run=main, check=check_protocol_study)
 
 
 def test_generation_files_take_sweep_points_and_skip_rank_files(tmp_path):
@@ -122,17 +164,37 @@ def test_generation_files_take_sweep_points_and_skip_rank_files(tmp_path):
     assert [p.relative_to(tmp_path).as_posix() for p in generation_files(tmp_path)] == [
         "bm25/generations.jsonl", "generations.jsonl", "k2/generations.jsonl", "k5/generations.jsonl"]
     assert generation_files(tmp_path / "absent") == []
+    # a study folder that is a link (a run made elsewhere), and a sweep point linked inside one; a link back up is
+    # walked once
+    elsewhere = tmp_path.parent / f"{tmp_path.name}_elsewhere"
+    for rel in ("run/k10", "point"):
+        (elsewhere / rel).mkdir(parents=True, exist_ok=True)
+        (elsewhere / rel / "generations.jsonl").write_text("")
+    (tmp_path / "linked").symlink_to(elsewhere / "run")
+    (tmp_path / "k2" / "k10").symlink_to(elsewhere / "point")
+    (tmp_path / "k5" / "loop").symlink_to(tmp_path)
+    assert [p.relative_to(tmp_path).as_posix() for p in generation_files(tmp_path)] == [
+        "bm25/generations.jsonl", "generations.jsonl", "k2/generations.jsonl", "k2/k10/generations.jsonl",
+        "k5/generations.jsonl", "linked/k10/generations.jsonl"]
 
 
 def test_overview_rows_follow_the_protocol_and_sweep_values_and_skip_other_results(tmp_path):
     shipped = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-    for rel in ("zother", "sweep_k/k10", "sweep_k/k2", "hai"):
+    for rel in ("zother", "sweep_k/k10", "sweep_k/k2", "hai", "retrievers/dense", "retrievers/bm25"):
         (tmp_path / rel).mkdir(parents=True)
         (tmp_path / rel / "results.json").write_bytes((shipped / "bias_smollm2_hai" / "results.json").read_bytes())
+    (tmp_path / "sweep_k" / "sweep.json").write_text("{}")  # a sweep's points sort by value; retrievers by name
+    answers_only = json.loads((shipped / "bias_smollm2_hai" / "results.json").read_text())
+    del answers_only["sources"]["mirage"]  # answers from elsewhere, no local model: self-citations only
+    (tmp_path / "zother" / "results.json").write_text(json.dumps(answers_only))
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "results.json").write_text("[]")  # JSON, but no study's result
     (tmp_path / "xor").mkdir()  # another command's results.json is not a study
     (tmp_path / "xor" / "results.json").write_bytes((shipped / "xor_attriqa_smollm2_en" / "results.json").read_bytes())
-    rows = overview_rows(tmp_path, ["hai", "sweep_k"])
-    assert [r.study for r in rows] == ["hai", "sweep_k/k2", "sweep_k/k10", "zother"]
+    rows = overview_rows(tmp_path, ["hai", "sweep_k", "retrievers"])
+    assert [r.study for r in rows] == ["hai", "sweep_k/k2", "sweep_k/k10", "retrievers/bm25", "retrievers/dense",
+                                       "zother"]
+    assert set(rows[-1].figures) == {"self"} and rows[-1].modes == rows[0].modes
     f = rows[0].figures["mirage"]  # the shipped hai study's figures, as its tables.md gives them
     assert (round(f["precision_vanilla"], 1), round(f["recall_vanilla"], 1)) == (46.1, 67.4)
     assert round(f["cas_precision_informed"], 2) == 19.55 and f["cas_precision_informed_p"] < 0.01

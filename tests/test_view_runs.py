@@ -191,8 +191,8 @@ def test_a_folder_that_is_no_run_is_refused_naming_what_was_expected(tmp_path, c
     for name in ("hai", "gender"):
         shutil.copytree(BIAS_RUN, protocol / name)
     (protocol / "protocol.md").write_text("# overview\n")
-    with pytest.raises(InputError, match=f"holds several bias studies; open one at a time, e.g. mirage view "
-                       f"{re.escape(str(protocol / 'gender'))}. Its studies: .*gender, .*hai; the overview of all "
+    with pytest.raises(InputError, match=f"is no run but holds run folders; open one at a time, e.g. mirage view "
+                       f"{re.escape(str(protocol / 'gender'))}. Its runs: .*gender, .*hai; the overview of all "
                        f"of them is {re.escape(str(protocol / 'protocol.md'))}"):
         view_kind(protocol)
     # a run folder is viewed alone

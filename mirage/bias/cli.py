@@ -13,7 +13,7 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 from ..config import ConfigError, read_config_file
 from ..experiment import ExperimentConfig, add_experiment_args, non_negative_int
@@ -29,6 +29,9 @@ from .protocol import (
     Rewrite,
     Side,
 )
+
+if TYPE_CHECKING:
+    from .full_protocol import ProtocolStudy, StudyPlan
 
 
 def _pool(text: str) -> tuple[str, ...]:
@@ -357,17 +360,49 @@ def register_retrieve(sub: argparse._SubParsersAction) -> None:
 PROTOCOL_HELP = "run every study of an attribution-bias protocol file, each reusing what the others generated"
 
 
+class _RefusingParser(argparse.ArgumentParser):
+    """An argument parser that raises ConfigError instead of exiting (a protocol's study flags are checked before
+    any study runs)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+def check_protocol_study(study: ProtocolStudy, argv: list[str]) -> StudyPlan:
+    """Parse one protocol study's ``mirage bias`` arguments as the command will, check its config file's study
+    settings, and say whether it can take other runs' generations. ConfigError naming the study otherwise."""
+    from .full_protocol import StudyPlan
+
+    parser = _RefusingParser(prog="mirage")
+    register(parser.add_subparsers())
+    try:
+        args = parser.parse_args(argv)
+        if args.output != argv[argv.index("-o") + 1] or args.config != str(study.config) or args.reuse:
+            raise ConfigError("its args may not set the output folder, the config file or --reuse (the protocol "
+                              "sets them)")
+        section = read_config_file(study.config).get("bias")
+        cfg_section = _run_options(args, section)
+        bias_config_from_args(args, cfg_section)
+        ExperimentConfig.from_args(args, command="bias")
+    except ConfigError as err:
+        raise ConfigError(f"protocol study {study.name!r} ({study.config}, args {list(study.args)}): "
+                          f"{str(err).rstrip('.')}. Fix its entry in the protocol file or its config file.") from err
+    reuses = not (args.retriever or args.answers or args.write_requests)
+    return StudyPlan(reuses=reuses, own_reuse=tuple(args.reuse or ()) if reuses else ())
+
+
 def cmd_bias_protocol(args: argparse.Namespace) -> int:
     """Run the protocol's studies into DIR/NAME/ and write DIR/protocol.md and protocol.json."""
     from .full_protocol import load_protocol, run_protocol, write_overview
 
     if args.overview_only:
         rows = write_overview(args.output, [s.name for s in load_protocol(args.protocol)])
-        print(f"{len(rows)} finished studies; overview in {args.output}/protocol.md.", file=sys.stderr)
+        print(f"{len(rows)} finished results; overview in {args.output}/protocol.md.", file=sys.stderr)
         return 0
-    extra = [*(["--model", args.model] if args.model else []), *(["--limit", str(args.limit)] if args.limit else []),
-             *(["--quiet"] if args.quiet else [])]
-    status = run_protocol(args.protocol, args.output, run=args.run, only=args.only or (), extra=extra)
+    extra = [*(["--model", args.model] if args.model else []),
+             *(["--limit", str(args.limit)] if args.limit is not None else []), *(["--quiet"] if args.quiet else [])]
+    status = run_protocol(args.protocol, args.output, run=args.run, check=check_protocol_study,
+                          only=args.only or (), extra=extra)
     failed = [name for name, code in status.items() if code != 0]
     print(f"{len(status) - len(failed)} of {len(status)} studies finished"
           + (f" ({', '.join(failed)} did not: see the errors above; a re-run resumes them)" if failed else "")

@@ -1,6 +1,6 @@
-"""The whole attribution-bias protocol in one command: the studies of a protocol file, each into its own folder, in an
-order that lets every study take the generations it shares with the ones before (``--reuse``), then one overview
-table of every study's headline figures.
+"""The whole attribution-bias protocol in one command: the studies of a protocol file, each into its own folder, each
+taking the generations it shares with the protocol's other studies (``--reuse``), then one overview table of every
+study's headline figures.
 
 A protocol file (``configs/bias/protocol.yaml``) lists the studies::
 
@@ -11,14 +11,18 @@ A protocol file (``configs/bias/protocol.yaml``) lists the studies::
         config: studies/gender_race.yaml
         args: [--metadata, race]           # flags for this study (they win over its config file)
 
-Each study is ``mirage bias --config CONFIG -o DIR/NAME ARGS… --reuse <the generations of the studies before>``;
-every study is resumable, so re-running the protocol after a stop continues where it stopped and generates nothing
-twice. A study that mirage refuses (bad options, a missing file) is reported and the others still run.
+Each study is ``mirage bias --config CONFIG -o DIR/NAME ARGS… --reuse <the generations in the other studies'
+folders>`` (a study run per retriever or on answers from elsewhere takes none). Every study's flags are checked
+before the first one runs (the caller's ``check``). Every study is resumable, so re-running the protocol after a
+stop continues where it stopped and generates nothing twice; a study that mirage refuses while running (its data
+missing, …) is reported and the others still run. The protocol runs in one process: launch a study, not the
+protocol, with ``torchrun``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -30,10 +34,6 @@ from ..config import ConfigError, read_config_file
 from ..runs import write_atomic
 from .results import BiasStudyResult, SourceSummary
 
-#: Flags a protocol sets itself for each study: a study's ``args`` may not give them.
-MANAGED_FLAGS = ("-o", "--output", "--config", "--reuse")
-#: Flags of a bias study that cannot take generations from other runs.
-NO_REUSE_OPTIONS = ("retriever", "answers", "write_requests")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -45,12 +45,14 @@ class ProtocolStudy:
     config: Path
     args: tuple[str, ...] = ()
 
-    @property
-    def reuses(self) -> bool:
-        """Whether the study can take other runs' generations (not per retriever, not for external answers)."""
-        section = read_config_file(self.config).get("bias") or {}
-        flags = {a.lstrip("-").replace("-", "_") for a in self.args if a.startswith("--")}
-        return not any(opt in section or opt in flags for opt in NO_REUSE_OPTIONS)
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """What checking a study's flags found: whether it can take other runs' generations (not per retriever, not for
+    answers from elsewhere), and the runs its own config file names to reuse (kept beside the protocol's)."""
+
+    reuses: bool
+    own_reuse: tuple[str, ...] = ()
 
 
 def load_protocol(path: str | Path) -> list[ProtocolStudy]:
@@ -84,51 +86,67 @@ def load_protocol(path: str | Path) -> list[ProtocolStudy]:
         if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):
             raise ConfigError(f"{at} ({name}): args must be a list of flags and values, e.g. [--metadata, race].")
         args = [str(a) for a in args]
-        managed = [a for a in args if a.split("=")[0] in MANAGED_FLAGS]
-        if managed:
-            raise ConfigError(f"{at} ({name}): args may not give {', '.join(managed)}; the protocol sets the output "
-                              "folder, the experiment file and --reuse itself.")
         out.append(ProtocolStudy(name=name, config=file, args=tuple(args)))
     return out
+
+
+def _walk(root: Path, filename: str) -> list[Path]:
+    """Every ``filename`` under ``root``, symlinked folders followed (each real folder once)."""
+    found, seen = [], set()
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs.sort()
+        if filename in files:
+            found.append(Path(folder) / filename)
+    return found
 
 
 def generation_files(run_dir: str | Path) -> list[Path]:
     """The finished-generation files of a study folder: its own, or its sweep points' and retrievers' (sub-folders),
     never a sharded run's per-rank files."""
-    root = Path(run_dir)
-    return sorted(p for p in root.rglob("generations.jsonl") if p.is_file())
+    return sorted(_walk(Path(run_dir), "generations.jsonl"))
 
 
-def study_argv(study: ProtocolStudy, out_dir: Path, reuse: Sequence[Path], extra: Sequence[str]) -> list[str]:
-    """The ``mirage`` arguments that run one study of the protocol."""
+def study_argv(study: ProtocolStudy, out_dir: Path, extra: Sequence[str], reuse: Sequence[str | Path] = ()
+               ) -> list[str]:
+    """The ``mirage`` arguments that run one study of the protocol (``reuse``: runs it takes generations from)."""
     argv = ["bias", "--config", str(study.config), "-o", str(out_dir / study.name), *study.args, *extra]
-    if reuse and study.reuses:
-        argv += ["--reuse", *map(str, reuse)]
-    return argv
+    return [*argv, "--reuse", *map(str, reuse)] if reuse else argv
 
 
-def run_protocol(path: str | Path, out_dir: str | Path, *, run: Callable[[list[str]], int], only: Sequence[str] = (),
+def run_protocol(path: str | Path, out_dir: str | Path, *, run: Callable[[list[str]], int],
+                 check: Callable[[ProtocolStudy, list[str]], StudyPlan], only: Sequence[str] = (),
                  extra: Sequence[str] = ()) -> dict[str, int]:
     """Run the protocol's studies (``only``: these, by name) into ``out_dir/NAME``, each by ``run`` (the ``mirage``
-    command's entry point, given its arguments); each study takes the generations of every study folder already in
-    ``out_dir`` (``--reuse``). Returns each study's exit status; then writes the overview (:func:`write_overview`)."""
+    command's entry point, given its arguments), after ``check`` has passed every study's arguments (ConfigError
+    naming the study otherwise). Each study that can takes the generations of the protocol's other studies' folders
+    (``--reuse``). Returns each study's exit status; then writes the overview (:func:`write_overview`)."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        raise ConfigError("mirage bias-protocol runs in one process (its studies reuse each other's generations, "
+                          "which ranks would not see in time); launch one study with torchrun instead: mirage bias "
+                          "--config STUDY.yaml -o DIR/NAME.")
     studies = load_protocol(path)
     unknown = sorted(set(only) - {s.name for s in studies})
     if unknown:
         raise ConfigError(f"--only {' '.join(unknown)}: not in {path} (its studies: "
                           f"{', '.join(s.name for s in studies)}).")
+    chosen = [s for s in studies if not only or s.name in only]
+    plans = {s.name: check(s, study_argv(s, Path(out_dir), extra)) for s in chosen}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     status: dict[str, int] = {}
     try:
-        for study in studies:
-            if only and study.name not in only:
-                continue
-            reuse = [f for other in studies if other.name != study.name for f in generation_files(out / other.name)]
-            print(f"== {study.name}: mirage {' '.join(study_argv(study, out, [], extra))}"
-                  + (f" (+ --reuse of {len(reuse)} generation files)" if reuse and study.reuses else ""),
-                  file=sys.stderr)
-            status[study.name] = run(study_argv(study, out, reuse, extra))  # a refused study: the others still run
+        for study in chosen:
+            plan = plans[study.name]
+            reuse = [*plan.own_reuse, *(f for other in studies if other.name != study.name
+                                        for f in generation_files(out / other.name))] if plan.reuses else []
+            print(f"== {study.name}: mirage {' '.join(study_argv(study, out, extra))}"
+                  + (f" (+ --reuse of {len(reuse)} runs)" if reuse else ""), file=sys.stderr)
+            status[study.name] = run(study_argv(study, out, extra, reuse))  # refused: the others still run
     finally:  # also after a stop: the overview of what is finished
         write_overview(out, [s.name for s in studies])
     return status
@@ -173,37 +191,39 @@ def _figures(source: SourceSummary) -> dict[str, float | None]:
     for metric in ("precision", "recall"):
         out[f"cab_{metric}"] = pct(cab.stat(metric).value) if cab else None
         out[f"cab_{metric}_p"] = cab.stat(metric).p_value if cab else None
-    if source.grid is not None:
-        same = source.grid.effects.get("same label (mixed CAB)")
-        out["mixed_cab_precision"] = pct(same.precision.value) if same else None
-        out["mixed_cab_precision_p"] = same.precision.p_value if same else None
+    same = source.grid.effects.get("same label (mixed CAB)") if source.grid is not None else None
+    out["mixed_cab_precision"] = pct(same.precision.value) if same else None
+    out["mixed_cab_precision_p"] = same.precision.p_value if same else None
     return out
 
 
 def _study_order(root: Path, order: Sequence[str]):
-    def key(path: Path) -> tuple[int, int, str]:
+    def key(path: Path) -> tuple[int, str, int, str]:
         parts = path.parent.relative_to(root).parts
         top = order.index(parts[0]) if parts and parts[0] in order else len(order)
-        point = re.search(r"\d+$", parts[1]) if len(parts) > 1 else None  # sweep points by value: k2 < k10
-        return top, int(point.group()) if point else -1, path.parent.relative_to(root).as_posix()
+        point = re.fullmatch(r"([a-z_]+?)(\d+)", parts[1]) if len(parts) == 2 else None
+        if point is None or not (root / parts[0] / "sweep.json").is_file():  # sweep points by value: k2 < k10
+            return top, parts[0] if parts else "", -1, "/".join(parts[1:])
+        return top, parts[0], int(point.group(2)), point.group(1)
     return key
 
 
 def overview_rows(out_dir: str | Path, order: Sequence[str] = ()) -> list[OverviewRow]:
-    """A row per ``results.json`` under ``out_dir`` (studies, sweep points, retrievers): the studies named in
-    ``order`` first, in that order (a protocol's), then the others by folder name; sweep points by value."""
+    """A row per bias study's ``results.json`` under ``out_dir`` (studies, sweep points, retrievers): the studies
+    named in ``order`` first, in that order (a protocol's), then the others by folder name; sweep points by value.
+    Files that are not a bias study's result (another command's, unreadable) are left out."""
     root = Path(out_dir)
     rows = []
-    for path in sorted(root.rglob("results.json"), key=_study_order(root, order)):
+    for path in sorted(_walk(root, "results.json"), key=_study_order(root, order)):
         try:
             result = BiasStudyResult.load(path)
-        except (KeyError, TypeError, ValueError):
-            continue  # not a bias study's result (a sweep's or another command's file)
-        rel = path.parent.relative_to(root).as_posix() or "."
-        rows.append(OverviewRow(study=rel, model=result.model, metadata=str(result.metadata.get("type", "")),
-                                k=int(result.config.get("k", 0)), n_items=result.n_items,
-                                modes=tuple(result.mirage.modes), figures={
-                                    name: _figures(source) for name, source in result.sources.items()}))
+            modes = tuple(dict.fromkeys(m for source in result.sources.values() for m in source.modes))
+            rel = path.parent.relative_to(root).as_posix() or "."
+            rows.append(OverviewRow(study=rel, model=result.model, metadata=str(result.metadata.get("type", "")),
+                                    k=int(result.config.get("k", 0)), n_items=result.n_items, modes=modes,
+                                    figures={name: _figures(source) for name, source in result.sources.items()}))
+        except (KeyError, TypeError, ValueError, AttributeError, OSError):
+            continue
     return rows
 
 
@@ -215,10 +235,10 @@ def _num(x: float | None, p: float | None = None, digits: int = 1) -> str:
 
 
 def overview_table(rows: Sequence[OverviewRow]) -> str:
-    """The overview as markdown: per study and citation source, vanilla precision / recall and citations per answer,
+    """The overview as markdown, a row per study and citation source: vanilla precision / recall and citations per answer,
     CAS of precision (informed, counterfactual), CAB of precision and recall, and the mixed grid's CAB where run
     (* p < 0.05, ** p < 0.01 by each study's own tests)."""
-    head = ("| study | metadata | k | questions | citations | P / R vanilla | citations per answer | "
+    head = ("| study | metadata | k | questions | source | P / R vanilla | citations per answer | "
             "CAS P informed | CAS P counterfactual | CAB P | CAB R | mixed CAB P |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for row in rows:
@@ -240,7 +260,8 @@ def write_overview(out_dir: str | Path, order: Sequence[str] = ()) -> list[Overv
     out = Path(out_dir)
     models = sorted({r.model for r in rows})
     text = ("# Attribution-bias protocol: overview\n\n"
-            f"{len(rows)} finished studies under this folder (model: {', '.join(models) or '–'}). Percentages; CAS = "
+            f"{len(rows)} finished results under this folder (studies, sweep points, retrievers; model: "
+            f"{', '.join(models) or '–'}), a row per citation source. Percentages; CAS = "
             "mean |change| of precision against vanilla, CAB = ω · mean (informed − counterfactual); * p < 0.05, "
             "** p < 0.01 by each study's tests; each study's `tables.md` has the full tables.\n\n"
             + overview_table(rows) + "\n")
