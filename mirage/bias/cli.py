@@ -397,7 +397,7 @@ def cmd_bias_protocol(args: argparse.Namespace) -> int:
 
     if args.overview_only:
         rows = write_overview(args.output, [s.name for s in load_protocol(args.protocol)])
-        print(f"{len(rows)} finished results; overview in {args.output}/protocol.md.", file=sys.stderr)
+        print(f"{len(rows)} finished result{'' if len(rows) == 1 else 's'}; overview in {args.output}/protocol.md.", file=sys.stderr)
         return 0
     extra = [*(["--model", args.model] if args.model else []),
              *(["--limit", str(args.limit)] if args.limit is not None else []), *(["--quiet"] if args.quiet else [])]

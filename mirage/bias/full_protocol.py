@@ -260,7 +260,7 @@ def write_overview(out_dir: str | Path, order: Sequence[str] = ()) -> list[Overv
     out = Path(out_dir)
     models = sorted({r.model for r in rows})
     text = ("# Attribution-bias protocol: overview\n\n"
-            f"{len(rows)} finished results under this folder (studies, sweep points, retrievers; model: "
+            f"{len(rows)} finished result{'' if len(rows) == 1 else 's'} under this folder (studies, sweep points, retrievers; model: "
             f"{', '.join(models) or '–'}), a row per citation source. Percentages; CAS = "
             "mean |change| of precision against vanilla, CAB = ω · mean (informed − counterfactual); * p < 0.05, "
             "** p < 0.01 by each study's tests; each study's `tables.md` has the full tables.\n\n"
