@@ -11,6 +11,7 @@ import pytest
 
 from mirage.bias.cli import check_protocol_study
 from mirage.bias.full_protocol import (
+    OverviewRow,
     StudyPlan,
     generation_files,
     load_protocol,
@@ -108,6 +109,7 @@ def test_studies_share_generations_and_the_overview_gathers_them(tmp_path, monke
     assert table.count("| hai | hai | 3 | 2 |") == 2 and table.count("| gender | gender | 3 | 2 |") == 2
     saved = json.loads((out / "protocol.json").read_text())
     assert saved == [r.to_dict() for r in overview_rows(out, ["hai", "gender"])]
+    assert [OverviewRow.from_dict(r) for r in saved] == overview_rows(out, ["hai", "gender"])  # loads back
     assert set(saved[0]["figures"]) == {"self", "mirage"}
     assert saved[1]["figures"]["mirage"]["precision_vanilla"] is not None
 

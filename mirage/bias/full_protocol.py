@@ -32,6 +32,7 @@ from typing import Any
 
 from ..config import ConfigError, read_config_file
 from ..runs import write_atomic
+from ..serialization import JSONRecord
 from .results import BiasStudyResult, SourceSummary
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -57,7 +58,7 @@ class StudyPlan:
 
 def load_protocol(path: str | Path) -> list[ProtocolStudy]:
     """The studies of a protocol file, checked: unique folder names, existing experiment files, flags as a list of
-    strings that leave the output folder, config and reuse to the protocol. ConfigError naming the field otherwise."""
+    strings (what they say is checked by :func:`run_protocol`'s ``check``). ConfigError naming the field otherwise."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: protocol file not found; give a file that lists studies, such as "
@@ -125,7 +126,7 @@ def run_protocol(path: str | Path, out_dir: str | Path, *, run: Callable[[list[s
     command's entry point, given its arguments), after ``check`` has passed every study's arguments (ConfigError
     naming the study otherwise). Each study that can takes the generations of the protocol's other studies' folders
     (``--reuse``). Returns each study's exit status; then writes the overview (:func:`write_overview`)."""
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+    if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1"):
         raise ConfigError("mirage bias-protocol runs in one process (its studies reuse each other's generations, "
                           "which ranks would not see in time); launch one study with torchrun instead: mirage bias "
                           "--config STUDY.yaml -o DIR/NAME.")
@@ -156,7 +157,7 @@ def run_protocol(path: str | Path, out_dir: str | Path, *, run: Callable[[list[s
 
 
 @dataclass(frozen=True)
-class OverviewRow:
+class OverviewRow(JSONRecord):
     """One finished study (or sweep point, or retriever) of a protocol folder: where it is, what it varied and its
     headline figures per citation source (percentages; p-values as given by the study's tests)."""
 
@@ -169,8 +170,12 @@ class OverviewRow:
     figures: dict[str, dict[str, float | None]]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"study": self.study, "model": self.model, "metadata": self.metadata, "k": self.k,
-                "n_items": self.n_items, "modes": list(self.modes), "figures": self.figures}
+        return {**super().to_dict(), "modes": list(self.modes)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OverviewRow:
+        data = cls.known_fields(data)
+        return cls(**{**data, "modes": tuple(data.get("modes", ()))})
 
 
 def _figures(source: SourceSummary) -> dict[str, float | None]:
