@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from mirage import Mirage
 from mirage import passage_signals as ps
+from mirage.scoring.benchmarks import xor_attriqa_pipeline
 from mirage.scoring.xor_attriqa import SIGNALS, load_xor_attriqa, prepare_item
 from mirage.serialization import library_versions
 from mirage.tokenization import tokenize_answer
@@ -62,7 +63,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    m = Mirage.from_pretrained(args.model)
+    m = Mirage.from_pretrained(args.model, config=xor_attriqa_pipeline())  # the scorer's prompt
     kept = ps.causal_pass
     items = [i for i in load_xor_attriqa(args.data, text=args.text, limit=args.limit).items if len(i.passages) > 1]
     rows = []

@@ -14,8 +14,9 @@ rows, which a ``--settings learned`` run does not compute; a run with MIRAGE-EX/
 them. No test row is read: this is the selection the issue allows (train/val only).
 
 ``--fill FILL.jsonl --model NAME`` first computes, for the calibration items that lack them, the leave-one-passage-out
-signals and the MIRAGE-EX tokens' CCI rows, into ``FILL.jsonl`` (resumable; ``SCORES`` is never written), and
-compares the sets with those items' scores taken from it.
+signals and the MIRAGE-EX tokens' CCI rows, into ``FILL.jsonl`` (resumable; ``SCORES`` is never written), with the
+pipeline ``SCORES`` was computed with (the ``run.json`` beside it: its prompt), and compares the sets with those
+items' scores taken from it.
 
 Also compares the classifier itself on the default features: the logistic regression against random forests
 (200 trees, class-balanced, leaves of at least 5 or 20 passages), by ROC-AUC over 5 item-grouped 5-fold splits
@@ -29,6 +30,7 @@ writes the same as JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -39,11 +41,12 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np
 
-from mirage.config import CTIConfig
+from mirage.config import CTIConfig, MirageConfig
 from mirage.learned import fit_learned
 from mirage.passage_features import CCI_FEATURES, FEATURES, LOO_FEATURES, matrix
 from mirage.runs import read_records, write_atomic
 from mirage.scoring import metrics as M
+from mirage.scoring.benchmarks import stored_xor_pipeline
 from mirage.scoring.xor_attriqa import XorItem, concat_data, load_xor_attriqa, scores_from_records
 from mirage.scoring.xor_eval import passage_features
 
@@ -159,9 +162,11 @@ def classifiers(items: Sequence[XorItem], records: list[dict], *, seeds: int = 5
     return out
 
 
-def fill(items: Sequence[XorItem], records: list[dict], path: Path, model: str, text: str) -> list[dict]:
+def fill(items: Sequence[XorItem], records: list[dict], path: Path, model: str, text: str, config: MirageConfig
+         ) -> list[dict]:
     """The records of ``path`` after scoring there, with the leave-one-out signals and MIRAGE-EX's CCI rows, every
-    multi-passage calibration item that ``records`` hold without them (resumable: a re-run skips what is done)."""
+    multi-passage calibration item that ``records`` hold without them (resumable: a re-run skips what is done), under
+    ``config``: the pipeline ``records`` were computed with (:func:`mirage.scoring.benchmarks.stored_xor_pipeline`)."""
     from tqdm.auto import tqdm
 
     from mirage import Mirage
@@ -172,12 +177,13 @@ def fill(items: Sequence[XorItem], records: list[dict], path: Path, model: str, 
     ex = CTIConfig(selector="std")
     need = [item for item in items if item.key in scores and scores[item.key].n_docs > 1
             and not all({"loo_drop", "ex_mass"} <= set(f) for f in passage_features(scores[item.key], cti=ex))]
-    with ResumableJSONL(path, settings={"model": model, "text": text, "fill": "loo+ex-cci"}) as store:
+    settings = {"model": model, "text": text, "fill": "loo+ex-cci", "prompt": dataclasses.asdict(config.prompt)}
+    with ResumableJSONL(path, settings=settings) as store:
         todo = [item for item in need if item.key not in store.done]
         if todo:
-            mirage = Mirage.from_pretrained(model)
+            mirage = Mirage.from_pretrained(model, config=config)
             for item in tqdm(todo, desc="leave-one-out + EX rows"):
-                sc = score_item(mirage, item, targets="selected", signals=True, leave_one_out=True)
+                sc = score_item(mirage, item, config=config, targets="selected", signals=True, leave_one_out=True)
                 for t in sorted(sc.cci):
                     store.write(row_record(sc.key, t, sc.cci[t]))
                 store.write(sc.to_record())  # last: the item counts as done once its rows are stored
@@ -198,7 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     items = concat_data(load_xor_attriqa(p, text=args.text) for p in args.calibrate_on).items
     records = read_records(args.scores)
     if args.fill:
-        records = records + fill(items, records, args.fill, args.model, args.text)
+        config = stored_xor_pipeline(args.scores, args.model)  # the store's own prompt: the rows must match its
+        records = records + fill(items, records, args.fill, args.model, args.text, config)
     result = compare(items, records)
     print(f"{result['n_items_scored']} calibration items with 2+ passages scored; out-of-fold (item-grouped 5-fold), "
           "each set beside the default set fitted on the same items:")

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from mirage import Mirage, MirageConfig
 from mirage.runs import read_records
+from mirage.scoring.benchmarks import stored_xor_pipeline
 from mirage.scoring.xor_attriqa import (
     ItemScores,
     XorItem,
@@ -84,7 +85,7 @@ def main() -> int:
                              "`mirage score xor-attriqa … -o DIR` re-evaluates it without recomputing attribution")
     args = parser.parse_args()
 
-    cfg = MirageConfig().replace(prompt={"name": "standard"})
+    cfg = stored_xor_pipeline(Path(args.run_dir) / "scores.jsonl", args.model)  # the run's own prompt
     stored = scores_from_records(read_records(Path(args.run_dir) / "scores.jsonl"))
     test = [i for path in args.data for i in load_xor_attriqa(path, text=args.text).items]
     cal = load_xor_attriqa(args.calibrate_on, text=args.text).items

@@ -18,13 +18,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mirage import Mirage, MirageConfig
+from mirage import Mirage
 from mirage.cci import select_context
 from mirage.config import CCIConfig, CTIConfig
 from mirage.cti import select_tokens
 from mirage.reference import run_reference
 from mirage.runs import read_records
 from mirage.scoring import metrics as M
+from mirage.scoring.benchmarks import stored_xor_pipeline
 from mirage.scoring.xor_attriqa import load_xor_attriqa, prepare_item, scores_from_records
 from mirage.scoring.xor_eval import CCI_SELECTIONS, build_views, predict, selected_tokens
 
@@ -51,7 +52,7 @@ def main() -> int:
     parser.add_argument("--text", default="en", choices=["en", "native"])
     args = parser.parse_args()
 
-    cfg = MirageConfig().replace(prompt={"name": "standard"})
+    cfg = stored_xor_pipeline(Path(args.run_dir) / "scores.jsonl", args.model)  # the run's own prompt
     stored = scores_from_records(read_records(Path(args.run_dir) / "scores.jsonl"))
     m = Mirage.from_pretrained(args.model, config=cfg)
     selections = {name: CCIConfig(**{**vars(cfg.cci), **sel}) for name, sel in CCI_SELECTIONS.items()}

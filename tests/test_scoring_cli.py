@@ -111,6 +111,38 @@ def test_xor_attriqa_refuses_a_directory_of_another_run(xor_run, capsys):
     assert "another run" in capsys.readouterr().err
 
 
+def test_the_python_api_runs_the_commands_prompt_and_scripts_read_it_from_the_run(xor_run, tmp_path):
+    """``run_xor_attriqa`` without a config runs the pipeline ``mirage score xor-attriqa`` runs (the "standard"
+    prompt), so it resumes the command's run without computing anything; scripts that add rows to a stored run
+    (benchmarks/learned_features.py --fill, cci_methods.py) take its pipeline from the run's run.json."""
+    import shutil
+
+    from mirage.config import ConfigError
+    from mirage.scoring.benchmarks import run_xor_attriqa, stored_xor_pipeline, xor_attriqa_pipeline
+
+    out, _ = xor_run
+
+    def no_model():
+        raise AssertionError("everything was stored: the model must not be needed")
+
+    report = run_xor_attriqa(no_model, [XOR_VAL], out_dir=out, model_name="smollm2-135m-instruct",
+                             calibrate_on=XOR_VAL, limit=2)
+    assert report is not None and report.counts["all"]["items"] == 2
+    assert xor_attriqa_pipeline().prompt.name == "standard"
+    stored = stored_xor_pipeline(out / "scores.jsonl", "smollm2-135m-instruct")
+    assert stored.prompt.name == "standard" and stored == xor_attriqa_pipeline()
+    with pytest.raises(ConfigError, match="model: 'smollm2-135m-instruct' there, 'gemma3-270m' now"):
+        stored_xor_pipeline(out / "scores.jsonl", "gemma3-270m")
+    other = tmp_path / "run"
+    other.mkdir()
+    run = json.loads((out / "run.json").read_text())
+    (other / "run.json").write_text(json.dumps({**run, "template": "0" * 16}))  # the template's text changed since
+    with pytest.raises(ConfigError, match="template"):
+        stored_xor_pipeline(other / "scores.jsonl.gz", "smollm2-135m-instruct")
+    shutil.rmtree(other)
+    assert stored_xor_pipeline(other / "scores.jsonl", "any-model") == xor_attriqa_pipeline()  # no run.json
+
+
 @pytest.fixture(scope="module")
 def eli5_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("eli5")

@@ -59,6 +59,38 @@ def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(expected, indent=2, ensure_ascii=False) + "\n")
 
 
+def xor_attriqa_pipeline() -> MirageConfig:
+    """The pipeline ``mirage score xor-attriqa`` runs when no file or flag changes it: the default one with the
+    scorer's own prompt (:data:`mirage.experiment.DEFAULT_PROMPTS`: ``standard``, since these answers cite nothing)."""
+    return ExperimentConfig.from_dict({}, command="xor-attriqa").pipeline
+
+
+def stored_xor_pipeline(store: str | Path, model: str) -> MirageConfig:
+    """The pipeline a ``mirage score xor-attriqa`` store (``scores.jsonl``, or a ``.gz`` of it) was computed with, so
+    that rows added to it are computed as its own were: the prompt, CTI metric and CCI method of the ``run.json``
+    beside it (:func:`xor_attriqa_pipeline` where there is none). ConfigError if that run was of another model or
+    its prompt template's text has changed since."""
+    from ..config import ConfigError
+
+    path = Path(store).parent / "run.json"
+    if not path.is_file():
+        return xor_attriqa_pipeline()
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        cfg = xor_attriqa_pipeline().replace(
+            prompt=stored["prompt"], cti={"metric": stored["cti_metric"]},
+            cci={"method": stored["cci_method"], "ig_steps": stored["ig_steps"]})
+    except (KeyError, TypeError) as err:
+        raise ConfigError(f"{path} is not the run.json of a mirage score xor-attriqa run ({err}).") from err
+    now = json.loads(json.dumps(ExperimentConfig("xor-attriqa", model=model, pipeline=cfg).fingerprint()))
+    diff = sorted(k for k in set(stored) | set(now) if stored.get(k) != now.get(k))
+    if diff:
+        raise ConfigError(f"{store} was computed with other settings than --model {model} and today's prompt "
+                          f"template give ({'; '.join(f'{k}: {stored.get(k)!r} there, {now.get(k)!r} now' for k in diff)}"
+                          "); name that run's model, or recompute the store.")
+    return cfg
+
+
 def _save(out_dir: Path, report: Any, figure: Any, figure_name: str) -> None:
     write_atomic(out_dir / "results.json", json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
     if figure is not None:
@@ -116,7 +148,8 @@ or ``passage_score`` setting. ``groups`` (:data:`~mirage.scoring.xor_eval.SETTIN
 so the work, to those asked for: ``learned`` alone computes no CCI row at all. A row already stored is never
 computed again.
 
-    ``model``: a Mirage, or a function returning one (called only if some item still needs the model).
+    ``model``: a Mirage, or a function returning one (called only if some item still needs the model); its own
+    config is not used: ``config`` is the pipeline (default :func:`xor_attriqa_pipeline`, what the command runs).
     ``calibrate_on``: one file or several (their items are pooled to calibrate the CTI thresholds and fit the
     learned classifier). ``limit`` keeps the first N rows of each file, the calibration files included. With
     ``faithfulness``, each test answer is attributed as a whole (sentence citations by the config's CCI selector)
@@ -130,7 +163,7 @@ computed again.
     RAG system did not reproduce, with far fewer supporting passages: measured, they make the learned setting worse
     on held-out match answers (``benchmarks/calibration_data.py``).
     """
-    cfg = config or MirageConfig()
+    cfg = config or xor_attriqa_pipeline()
     out = Path(out_dir)
     check_run(out, ExperimentConfig("xor-attriqa", model=model_name, pipeline=cfg).fingerprint())
 

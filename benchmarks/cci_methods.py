@@ -1,0 +1,174 @@
+"""Which CCI method ranks passages best: saliency, input × gradient and integrated gradients, compared as passage
+scores on the calibration splits only.
+
+    python benchmarks/cci_methods.py SCORES --calibrate-on train.jsonl val.jsonl --model NAME [--text en]
+        --store ROWS.jsonl [--methods saliency input_x_gradient integrated_gradients] [--ig-steps 8]
+        [--limit N] [-o OUT.json]
+
+``SCORES`` is a ``mirage score xor-attriqa`` store holding the calibration items' CTI scores and passage signals
+(the shipped ``scores.jsonl.gz`` of a view, with the ``run.json`` beside it that says its prompt). For every calibration item with two passages or more (the first
+``--limit``), each method's CCI rows of the tokens MIRAGE-EX selects are computed into ``ROWS.METHOD.jsonl``
+(resumable, one store per method and settings: a re-run computes only what is missing; ``SCORES`` is never written),
+with the method's seconds per item. Then, on the items where every method has the rows of the tokens that the
+stored CTI scores select (an item whose recomputed selection differs is left out and counted):
+
+- each CCI aggregation of :mod:`mirage.passage_features` (``ex_*``, ``content_*``) alone, per method: its ROC-AUC
+  against the human labels (does the method's saliency rank the supporting passage first?);
+- the default learned features with each method's CCI family added, fitted exactly as ``--settings learned`` fits
+  its classifier (:func:`mirage.learned.fit_learned`) and scored out of fold (item-grouped 5-fold, as
+  ``benchmarks/learned_features.py``), beside the default features alone on the same passages.
+
+No test row is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.learned_features import ONLY, _fit
+from mirage.config import CTIConfig, MirageConfig
+from mirage.cti import select_tokens
+from mirage.passage_features import CCI_FEATURES
+from mirage.runs import ResumableJSONL, read_records, write_atomic
+from mirage.scoring.benchmarks import stored_xor_pipeline
+from mirage.scoring.xor_attriqa import (
+    ItemScores,
+    XorItem,
+    concat_data,
+    load_xor_attriqa,
+    row_record,
+    scores_from_records,
+)
+from mirage.scoring.xor_eval import passage_features
+
+METHODS = ("saliency", "input_x_gradient", "integrated_gradients")
+
+
+def method_rows(items: Sequence[XorItem], path: Path, *, model: str, text: str, config: MirageConfig, method: str,
+                ig_steps: int, mirage: Any = None) -> dict[str, dict]:
+    """Per item key: the MIRAGE-EX tokens' CCI rows under ``method`` (``{"rows": {token: row}, "seconds": s,
+    "n_rows": n}``), computed with ``config`` (the scored store's pipeline) and that method into ``PATH.METHOD.jsonl``
+    beside ``path`` for the items it lacks (resumable; ``mirage``: the loaded model, else ``model`` is loaded only if
+    something is missing)."""
+    from tqdm.auto import tqdm
+
+    from mirage import Mirage
+    from mirage.scoring.xor_attriqa import score_item
+
+    settings = {"model": model, "text": text, "method": method, "stage": "ex-rows",
+                "prompt": dataclasses.asdict(config.prompt), "cti_metric": config.cti.metric}
+    if method == "integrated_gradients":
+        settings["ig_steps"] = ig_steps
+    name = path.with_name(f"{path.stem}.{method}{path.suffix}")
+    with ResumableJSONL(name, settings=settings) as store:
+        todo = [item for item in items if item.key not in store.done]
+        if todo:
+            mirage = mirage or Mirage.from_pretrained(model, config=config)
+            cfg = config.replace(cci={"method": method, "ig_steps": ig_steps})
+            for item in tqdm(todo, desc=method):
+                start = time.perf_counter()
+                sc = score_item(mirage, item, config=cfg, targets="selected")
+                seconds = time.perf_counter() - start
+                for t in sorted(sc.cci):
+                    store.write(row_record(sc.key, t, sc.cci[t]))
+                store.write({"key": sc.key, "seconds": seconds, "n_rows": len(sc.cci)})  # last: the item is done
+        out: dict[str, dict] = {}
+        for rec in store.records():
+            if "token" in rec:
+                out.setdefault(rec["item"], {"rows": {}})["rows"][int(rec["token"])] = rec["cci"]
+            elif "seconds" in rec:
+                out.setdefault(rec["key"], {"rows": {}}).update(seconds=rec["seconds"], n_rows=rec["n_rows"])
+        return {k: v for k, v in out.items() if "seconds" in v}
+
+
+def with_rows(scores: ItemScores, rows: dict[int, list[float]]) -> ItemScores:
+    """``scores`` (CTI, passages, signals) with these CCI rows instead of its own."""
+    return replace(scores, cci=dict(rows))
+
+
+def compare(items: Sequence[XorItem], base: dict[str, ItemScores], by_method: dict[str, dict[str, dict]]) -> dict:
+    """Single-feature ROC-AUC of each method's CCI aggregations, and the out-of-fold fit of the default features with
+    each method's CCI family added, on the items every method has."""
+    from sklearn.metrics import roc_auc_score
+
+    ex = CTIConfig(selector="std")
+
+    def covered(item: XorItem) -> bool:  # every method has the rows of the tokens the stored CTI selects
+        wanted = set(select_tokens(base[item.key].cti, ex)[0])
+        return all(item.key in rows and wanted <= set(rows[item.key]["rows"]) for rows in by_method.values())
+
+    scored = [item for item in items if item.key in base]
+    common = [item for item in scored if covered(item)]
+    out: dict = {"n_items": len(common), "n_passages": sum(len(item.labels) for item in common),
+                 "n_items_left_out": len(scored) - len(common), "methods": {}}
+    for method, rows in by_method.items():
+        feats = [(item, passage_features(with_rows(base[item.key], rows[item.key]["rows"]), cti=ex))
+                 for item in common]
+        y = [lab for item, _f in feats for lab in item.labels]
+        single = {}
+        for name in CCI_FEATURES:
+            x = [f[name] for _item, fs in feats for f in fs]
+            single[name] = float(roc_auc_score(y, x)) if len(set(y)) == 2 else None
+        with_cci = _fit(feats, (*ONLY, *CCI_FEATURES))
+        seconds = sorted(rows[item.key]["seconds"] for item in common)
+        out["methods"][method] = {
+            "single_feature_roc_auc": single,
+            "best_single": max(single.items(), key=lambda kv: kv[1] or 0.0),
+            "default_plus_cci": {k: v for k, v in with_cci.items() if k != "coefficients"},
+            "cci_rows": sum(rows[item.key]["n_rows"] for item in common),
+            "median_seconds_per_item": seconds[len(seconds) // 2] if seconds else None,
+            "total_seconds": sum(seconds),
+        }
+    default = _fit([(item, passage_features(base[item.key], cti=ex)) for item in common], ONLY)
+    out["default"] = {k: v for k, v in default.items() if k != "coefficients"}
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("scores", type=Path, help="scores.jsonl or scores.jsonl.gz of a mirage score xor-attriqa run")
+    ap.add_argument("--calibrate-on", nargs="+", type=Path, required=True, help="train/val files (never fi/ru)")
+    ap.add_argument("--model", required=True, help="the model SCORES was computed with")
+    ap.add_argument("--text", choices=("en", "native"), default="en")
+    ap.add_argument("--store", type=Path, required=True, help="where each method's rows go (one file per method)")
+    ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    ap.add_argument("--ig-steps", type=int, default=8, help="integrated gradients' steps (mirage's default: 16)")
+    ap.add_argument("--limit", type=int, help="the first N calibration items with two passages or more")
+    ap.add_argument("-o", "--output", type=Path)
+    args = ap.parse_args(argv)
+    items = concat_data(load_xor_attriqa(p, text=args.text) for p in args.calibrate_on).items
+    base = scores_from_records(read_records(args.scores))
+    multi = [item for item in items if item.key in base and base[item.key].n_docs > 1]
+    multi = multi[: args.limit] if args.limit else multi
+    config = stored_xor_pipeline(args.scores, args.model)  # the rows are computed as the store's own were
+    by_method = {m: method_rows(multi, args.store, model=args.model, text=args.text, config=config, method=m,
+                                ig_steps=args.ig_steps) for m in args.methods}
+    result = {"model": args.model, "text": args.text, "ig_steps": args.ig_steps, "limit": args.limit,
+              "command": "python benchmarks/cci_methods.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              **compare(multi, base, by_method)}
+    d = result["default"]
+    print(f"{result['n_items']} calibration items with 2+ passages ({result['n_passages']} passages); out-of-fold "
+          f"(item-grouped 5-fold): default features ROC-AUC {d['oof_roc_auc']:.3f}, F1 {d['f1']:.1f}")
+    print(f"{'method':22s} {'best CCI feature':28s} {'ROC-AUC':>7s}  {'default+CCI':>11s} {'F1':>5s}  s/item")
+    for m, r in result["methods"].items():
+        name, auc = r["best_single"]
+        print(f"{m:22s} {name:28s} {auc:7.3f}  {r['default_plus_cci']['oof_roc_auc']:11.3f} "
+              f"{r['default_plus_cci']['f1']:5.1f}  {r['median_seconds_per_item']:.1f}")
+    if args.output:
+        write_atomic(args.output, json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
