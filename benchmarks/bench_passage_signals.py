@@ -29,8 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from mirage import Mirage
 from mirage import passage_signals as ps
-from mirage.scoring.benchmarks import xor_attriqa_pipeline
-from mirage.scoring.xor_attriqa import SIGNALS, load_xor_attriqa, prepare_item
+from mirage.scoring.xor_attriqa import SIGNALS, load_xor_attriqa, prepare_item, xor_attriqa_pipeline
 from mirage.serialization import library_versions
 from mirage.tokenization import tokenize_answer
 

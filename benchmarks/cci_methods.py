@@ -155,7 +155,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     by_method = {m: method_rows(multi, args.store, model=args.model, text=args.text, config=config, method=m,
                                 ig_steps=args.ig_steps) for m in args.methods}
     result = {"model": args.model, "text": args.text, "ig_steps": args.ig_steps, "limit": args.limit,
-              "command": "python benchmarks/cci_methods.py " + " ".join(sys.argv[1:] if argv is None else argv),
               **compare(multi, base, by_method)}
     d = result["default"]
     print(f"{result['n_items']} calibration items with 2+ passages ({result['n_passages']} passages); out-of-fold "

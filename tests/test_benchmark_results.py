@@ -43,3 +43,27 @@ def test_extra_signals_reproduce_from_the_shipped_stores(tmp_path):
         assert not _close(json.loads(got.read_text()), json.loads(shipped.read_text())), shipped
     stored = json.loads((en / "extra_signals.json").read_text())
     assert round(stored["default + yes/no judge"]["oof_roc_auc"], 3) == 0.841  # the README's row
+
+
+@pytest.mark.skipif(not MATCH.exists(), reason="the calibration splits are read from ../shared/data")
+@pytest.mark.parametrize("view, model, store, methods", [
+    ("en", "smollm2-135m-instruct", "xor_attriqa_smollm2_en", ["saliency", "input_x_gradient", "integrated_gradients"]),
+    ("native", "gemma3-270m", "xor_attriqa_gemma3_native/learned", ["saliency", "input_x_gradient"]),
+])
+def test_cci_methods_reproduce_from_the_shipped_rows(tmp_path, view, model, store, methods):
+    """benchmarks/cci_methods.py (saliency, input x gradient, integrated gradients as passage scores) on the
+    calibration splits: each method's rows from ``cci_rows/`` (``--store``), so ``--model`` is named but never
+    loaded."""
+    from benchmarks.cci_methods import main
+
+    folder = RESULTS / store
+    for method in methods:
+        shipped = folder / "cci_rows" / f"rows.{method}.jsonl.gz"
+        (tmp_path / f"rows.{method}.jsonl").write_bytes(gzip.decompress(shipped.read_bytes()))
+    got = tmp_path / "cci_methods.json"
+    assert main([str(folder / "scores.jsonl.gz"), "--calibrate-on", str(MATCH / "train.jsonl"), str(MATCH / "val.jsonl"),
+                 "--model", model, "--text", view, "--store", str(tmp_path / "rows.jsonl"), "--methods", *methods,
+                 "--ig-steps", "8", "-o", str(got)]) == 0
+    stored = json.loads((folder / "cci_methods.json").read_text())
+    assert not _close(json.loads(got.read_text()), stored)
+    assert stored["n_items"] == 110 and stored["n_items_left_out"] == 0  # every multi-passage calibration item

@@ -118,7 +118,8 @@ def test_the_python_api_runs_the_commands_prompt_and_scripts_read_it_from_the_ru
     import shutil
 
     from mirage.config import ConfigError
-    from mirage.scoring.benchmarks import run_xor_attriqa, stored_xor_pipeline, xor_attriqa_pipeline
+    from mirage.scoring.benchmarks import run_xor_attriqa, stored_xor_pipeline
+    from mirage.scoring.xor_attriqa import xor_attriqa_pipeline
 
     out, _ = xor_run
 

@@ -28,7 +28,7 @@ from ..serialization import library_versions
 from ..sharding import Shard, StoreFor, in_shards, owns
 from . import metrics as M
 from .eli5 import ELI5Report, attribute_items, evaluate_eli5, load_alce, load_judgments
-from .xor_attriqa import XorData, concat_data, load_xor_attriqa, score_items
+from .xor_attriqa import XorData, concat_data, load_xor_attriqa, score_items, xor_attriqa_pipeline
 from .xor_eval import (
     SETTING_GROUPS,
     CalibrateBy,
@@ -57,12 +57,6 @@ def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
                              "or delete that one.")
         return
     write_atomic(path, json.dumps(expected, indent=2, ensure_ascii=False) + "\n")
-
-
-def xor_attriqa_pipeline() -> MirageConfig:
-    """The pipeline ``mirage score xor-attriqa`` runs when no file or flag changes it: the default one with the
-    scorer's own prompt (:data:`mirage.experiment.DEFAULT_PROMPTS`: ``standard``, since these answers cite nothing)."""
-    return ExperimentConfig.from_dict({}, command="xor-attriqa").pipeline
 
 
 def stored_xor_pipeline(store: str | Path, model: str) -> MirageConfig:

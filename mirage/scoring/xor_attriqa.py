@@ -1,7 +1,8 @@
 """XOR-AttriQA: the data (match and per-passage releases, English or native text) and the model stage.
 
     data = load_xor_attriqa("fi.jsonl", text="en")
-    scores, failed = score_items(Mirage.from_pretrained("smollm2-135m-instruct"), data.items)
+    scores, failed = score_items(Mirage.from_pretrained("smollm2-135m-instruct"), data.items,
+                                 config=xor_attriqa_pipeline())   # the command's pipeline (its prompt)
     report = evaluate(data.items, scores)          # mirage.scoring.xor_eval, no model run
 
 Each match row is one query with its answer and passages, read by :func:`parse_xor_row` (the one parser of these
@@ -403,6 +404,15 @@ def scores_from_records(records: Iterable[Any]) -> dict[str, ItemScores]:
         elif "signals" in rec and (owner.signals is None or not owner.signals.get("only_logprob")):
             owner.signals = rec["signals"]
     return out
+
+
+def xor_attriqa_pipeline() -> MirageConfig:
+    """The pipeline ``mirage score xor-attriqa`` runs when no file or flag changes it: the default one with the
+    scorer's own prompt (:data:`mirage.experiment.DEFAULT_PROMPTS`: ``standard``, since these answers cite nothing).
+    Give it to the functions here (or to the Mirage) to score as the command does."""
+    from ..experiment import ExperimentConfig
+
+    return ExperimentConfig.from_dict({}, command="xor-attriqa").pipeline
 
 
 def ex_config(cfg: MirageConfig) -> MirageConfig:
