@@ -29,7 +29,6 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +93,7 @@ def method_rows(items: Sequence[XorItem], path: Path, *, model: str, text: str, 
 
 def with_rows(scores: ItemScores, rows: dict[int, list[float]]) -> ItemScores:
     """``scores`` (CTI, passages, signals) with these CCI rows instead of its own."""
-    return replace(scores, cci=dict(rows))
+    return dataclasses.replace(scores, cci=dict(rows))
 
 
 def compare(items: Sequence[XorItem], base: dict[str, ItemScores], by_method: dict[str, dict[str, dict]]) -> dict:

@@ -393,11 +393,11 @@ def check_protocol_study(study: ProtocolStudy, argv: list[str]) -> StudyPlan:
 
 def cmd_bias_protocol(args: argparse.Namespace) -> int:
     """Run the protocol's studies into DIR/NAME/ and write DIR/protocol.md and protocol.json."""
-    from .full_protocol import load_protocol, run_protocol, write_overview
+    from .full_protocol import finished_results, load_protocol, run_protocol, write_overview
 
     if args.overview_only:
         rows = write_overview(args.output, [s.name for s in load_protocol(args.protocol)])
-        print(f"{len(rows)} finished result{'' if len(rows) == 1 else 's'}; overview in {args.output}/protocol.md.", file=sys.stderr)
+        print(f"{finished_results(len(rows))}; overview in {args.output}/protocol.md.", file=sys.stderr)
         return 0
     extra = [*(["--model", args.model] if args.model else []),
              *(["--limit", str(args.limit)] if args.limit is not None else []), *(["--quiet"] if args.quiet else [])]

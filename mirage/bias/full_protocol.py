@@ -258,6 +258,11 @@ def overview_table(rows: Sequence[OverviewRow]) -> str:
     return "\n".join(lines)
 
 
+def finished_results(n: int) -> str:
+    """``"1 finished result"``, ``"3 finished results"``: how the overview and the command count a folder's rows."""
+    return f"{n} finished result{'' if n == 1 else 's'}"
+
+
 def write_overview(out_dir: str | Path, order: Sequence[str] = ()) -> list[OverviewRow]:
     """Write ``out_dir/protocol.md`` and ``protocol.json`` from the finished studies under ``out_dir`` (``order``:
     the protocol's study names, the order of the rows)."""
@@ -265,7 +270,7 @@ def write_overview(out_dir: str | Path, order: Sequence[str] = ()) -> list[Overv
     out = Path(out_dir)
     models = sorted({r.model for r in rows})
     text = ("# Attribution-bias protocol: overview\n\n"
-            f"{len(rows)} finished result{'' if len(rows) == 1 else 's'} under this folder (studies, sweep points, retrievers; model: "
+            f"{finished_results(len(rows))} under this folder (studies, sweep points, retrievers; model: "
             f"{', '.join(models) or '–'}), a row per citation source. Percentages; CAS = "
             "mean |change| of precision against vanilla, CAB = ω · mean (informed − counterfactual); * p < 0.05, "
             "** p < 0.01 by each study's tests; each study's `tables.md` has the full tables.\n\n"

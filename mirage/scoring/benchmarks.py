@@ -47,16 +47,21 @@ def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
     directory holding outputs of different settings."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "run.json"
-    expected = json.loads(json.dumps(fingerprint))
     if path.exists():
-        stored = json.loads(path.read_text(encoding="utf-8"))
-        diff = sorted(k for k in set(stored) | set(expected) if stored.get(k) != expected.get(k))
-        if diff:
-            details = "; ".join(f"{k}: {stored.get(k)!r} there, {expected.get(k)!r} now" for k in diff)
+        details = _differences(json.loads(path.read_text(encoding="utf-8")), fingerprint)
+        if details:
             raise InputError(f"{out_dir} holds model outputs of another run ({details}); use another -o directory "
                              "or delete that one.")
         return
-    write_atomic(path, json.dumps(expected, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(path, json.dumps(fingerprint, indent=2, ensure_ascii=False) + "\n")
+
+
+def _differences(stored: dict[str, Any], fingerprint: dict[str, Any]) -> str:
+    """``key: stored there, expected now`` for each key where a stored ``run.json`` and a fingerprint differ (compared
+    as JSON: tuples are lists); empty when they agree."""
+    expected = json.loads(json.dumps(fingerprint))
+    diff = sorted(k for k in set(stored) | set(expected) if stored.get(k) != expected.get(k))
+    return "; ".join(f"{k}: {stored.get(k)!r} there, {expected.get(k)!r} now" for k in diff)
 
 
 def stored_xor_pipeline(store: str | Path, model: str) -> MirageConfig:
@@ -76,12 +81,10 @@ def stored_xor_pipeline(store: str | Path, model: str) -> MirageConfig:
             cci={"method": stored["cci_method"], "ig_steps": stored["ig_steps"]})
     except (KeyError, TypeError) as err:
         raise ConfigError(f"{path} is not the run.json of a mirage score xor-attriqa run ({err}).") from err
-    now = json.loads(json.dumps(ExperimentConfig("xor-attriqa", model=model, pipeline=cfg).fingerprint()))
-    diff = sorted(k for k in set(stored) | set(now) if stored.get(k) != now.get(k))
-    if diff:
+    details = _differences(stored, ExperimentConfig("xor-attriqa", model=model, pipeline=cfg).fingerprint())
+    if details:
         raise ConfigError(f"{store} was computed with other settings than --model {model} and today's prompt "
-                          f"template give ({'; '.join(f'{k}: {stored.get(k)!r} there, {now.get(k)!r} now' for k in diff)}"
-                          "); name that run's model, or recompute the store.")
+                          f"template give ({details}); name that run's model, or recompute the store.")
     return cfg
 
 
