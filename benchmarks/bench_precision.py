@@ -1,12 +1,14 @@
 """Attribution on a CPU at lower precision and other thread counts: time and parity against float32, in one run.
 
     python benchmarks/bench_precision.py [--model smollm2-135m-instruct] [--eli5 2] [--threads 2]
-        [--answer-tokens N] [--variants float32_1thread bfloat16 float16] [--out benchmarks/results/precision.json]
+        [--answer-tokens N] [--variants float32_1thread bfloat16 float16 cci_bfloat16 cci_float16]
+        [--out benchmarks/results/precision.json]
 
 The ELI5 answers are generated once (float32, greedy) and then force-decoded by every variant, so each attributes the
-same tokens: float32 at ``--threads`` threads (the baseline), float32 at one thread, and the model loaded in
+same tokens: float32 at ``--threads`` threads (the baseline), float32 at one thread, the model loaded in
 bfloat16 and in float16 (CTI's scores are computed in float32 either way; the backward passes run in the model's
-dtype). For each variant: the seconds of attribution per answer, the ratio to the baseline, the generation time of
+dtype), and the float32 model with ``cci.precision`` bfloat16 or float16 (``cci_bfloat16``, ``cci_float16``: CTI in
+float32, only CCI's passes under autocast). For each variant: the seconds of attribution per answer, the ratio to the baseline, the generation time of
 the baseline, and parity: the largest CTI score difference, whether the selected tokens and the sentence citations
 are the same, and the rank correlation of the CCI saliency rows of the tokens both selected. The CPU's flags that
 decide whether half precision has hardware support (``avx512_bf16``, ``amx_bf16``, ``avx512_fp16``) are recorded.
@@ -31,9 +33,10 @@ from benchmarks import SHARED_DATA
 from mirage import Mirage
 
 SHARED_ELI5 = SHARED_DATA / "eli5_alce" / "eli5_eval_sample.json"
-#: (name, dtype, threads or None for --threads)
-VARIANTS = (("float32", "float32", None), ("float32_1thread", "float32", 1), ("bfloat16", "bfloat16", None),
-            ("float16", "float16", None))
+#: (name, model dtype, threads or None for --threads, cci.precision)
+VARIANTS = (("float32", "float32", None, "model"), ("float32_1thread", "float32", 1, "model"),
+            ("bfloat16", "bfloat16", None, "model"), ("float16", "float16", None, "model"),
+            ("cci_bfloat16", "float32", None, "bfloat16"), ("cci_float16", "float32", None, "float16"))
 
 
 def cpu_flags() -> list[str]:
@@ -60,9 +63,10 @@ def _cases(n: int) -> list[dict]:
     return [{"question": it["question"], "docs": it["docs"]} for it in items[:n]]
 
 
-def _attribute(m: Mirage, case: dict, answer: str):
+def _attribute(m: Mirage, case: dict, answer: str, precision: str = "model"):
     t = time.perf_counter()
-    res = m.attribute_item({**case, "output": answer}, config=m.config.replace(aggregation={"keep_saliency": True}))
+    cfg = m.config.replace(aggregation={"keep_saliency": True}, cci={"precision": precision})
+    res = m.attribute_item({**case, "output": answer}, config=cfg)
     return res, time.perf_counter() - t
 
 
@@ -111,18 +115,19 @@ def main() -> None:
     out = {"model": args.model, "machine": platform.processor() or platform.machine(), "cpu_flags": cpu_flags(),
            "torch": torch.__version__, "answer_tokens": [len(base_model.lm.tokenizer(a)["input_ids"]) for a in answers],
            "generation_s": gen_s, "variants": results}
-    for name, dtype, threads in VARIANTS:
+    for name, dtype, threads, precision in VARIANTS:
         if name != "float32" and name not in args.variants:
             continue
         torch.set_num_threads(threads or args.threads)
         m = base_model if dtype == "float32" else Mirage.from_pretrained(args.model, device="cpu", dtype=dtype)
-        _attribute(m, cases[0], answers[0])  # warm-up (kernel selection, allocator)
-        runs = [_attribute(m, case, answer) for case, answer in zip(cases, answers)]
+        _attribute(m, cases[0], answers[0], precision)  # warm-up (kernel selection, allocator)
+        runs = [_attribute(m, case, answer, precision) for case, answer in zip(cases, answers)]
         seconds = [s for _r, s in runs]
         if name == "float32":
             baseline = [r for r, _s in runs]
         parity = [_parity(b, r) for b, (r, _s) in zip(baseline, runs)]
-        results[name] = {"dtype": dtype, "threads": threads or args.threads, "seconds": seconds,
+        results[name] = {"dtype": dtype, "cci_precision": precision, "threads": threads or args.threads,
+                         "seconds": seconds,
                          "total_s": sum(seconds), "parity": parity}
         print(f"{name:>16}: {sum(seconds):7.2f} s for {len(runs)} answers  "
               f"(x{results[name]['total_s'] / results['float32']['total_s']:.2f} of float32)  "

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -137,10 +139,52 @@ def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int) -> int:
     return max(1, min(n_targets, 64, budget // max(1, per_row)))
 
 
+def autocast_dtype(lm: LoadedModel, cfg: CCIConfig) -> torch.dtype | None:
+    """The dtype CCI's passes are autocast to (``cfg.precision``), or None where they run in the model's own."""
+    if cfg.precision == "model":
+        return None
+    dtype = getattr(torch, cfg.precision)
+    return None if dtype == lm.dtype else dtype
+
+
+def _native_16bit(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``device`` computes in ``dtype`` natively (a CPU without AMX/AVX512 bf16 or fp16 emulates it, slower
+    than float32)."""
+    if device.type != "cpu":
+        return True
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True  # not Linux: no way to tell, no warning
+    wanted = ("amx_bf16", "avx512_bf16") if dtype == torch.bfloat16 else ("amx_fp16", "avx512_fp16")
+    return any(flag in flags.split() for flag in wanted)
+
+
+@contextmanager
+def _precision(lm: LoadedModel, cfg: CCIConfig) -> Iterator[None]:
+    """Autocast for the block when ``cfg.precision`` asks for it (a warning, once, where the CPU emulates it)."""
+    dtype = autocast_dtype(lm, cfg)
+    if dtype is None:
+        yield
+        return
+    if not _native_16bit(lm.device, dtype):
+        warnings.warn(f"cci.precision={cfg.precision}: this CPU has no native {cfg.precision} arithmetic, so CCI "
+                      "runs emulated and slower than in float32; leave cci.precision at 'model' here.", stacklevel=3)
+    with torch.autocast(device_type=lm.device.type, dtype=dtype):
+        yield
+
+
 def shares_graph(lm: LoadedModel, cfg: CCIConfig) -> bool:
     """Whether CCI takes every gradient from one forward pass: a gradient method (``from_gradient``) on a model
-    whose backward passes vmap can batch (not known to fail)."""
+    whose backward passes vmap can batch (not known to fail). With an autocast ``cfg.precision`` that pass is CCI's
+    own (CTI's with-documents logits stay in the model's dtype), so it is never shared with CTI; see
+    :func:`shares_cti_graph`."""
     return CCI_METHODS.lookup(cfg.method).from_gradient is not None and lm.batched_backward is not False
+
+
+def shares_cti_graph(lm: LoadedModel, cfg: CCIConfig) -> bool:
+    """Whether CTI's with-documents pass can be the differentiable one CCI takes its gradients from."""
+    return shares_graph(lm, cfg) and autocast_dtype(lm, cfg) is None
 
 
 @dataclass(frozen=True)
@@ -282,7 +326,10 @@ def compute_cci(
     targets = _Targets(base=embed(lm, input_ids), answer_ids=answer_ids, positions=answer_positions,
                        idx=[selected[k] for k in order], contrast=[contrast_ids[k] for k in order],
                        context=torch.tensor(list(context_positions), device=lm.device, dtype=torch.long))
-    with frozen_parameters(lm.model):
+    if graph is not None and autocast_dtype(lm, cfg) is not None:
+        raise ValueError("compute_cci: a graph in the model's dtype was given with cci.precision="
+                         f"{cfg.precision!r}; build no graph (see shares_cti_graph).")
+    with frozen_parameters(lm.model), _precision(lm, cfg):
         rows = _from_one_graph(lm, targets, cfg, graph) if shares_graph(lm, cfg) else None
         if rows is None:
             rows = _from_repeated_inputs(lm, targets, cfg)

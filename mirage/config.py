@@ -38,6 +38,8 @@ CTIMetric = Literal["kl_noctx_ctx", "kl_ctx_noctx", "js", "prob_diff"]
 CTISelector = Literal["std", "threshold"]
 CCIMethod = Literal["saliency", "input_x_gradient", "integrated_gradients"]
 PercentRule = Literal["range", "percentile"]
+#: ``cci.precision``: CCI's differentiable pass in the model's own dtype, or under autocast to a 16-bit float.
+CCIPrecision = Literal["model", "bfloat16", "float16"]
 #: ``cci.top_percent`` when neither it nor ``cci.top_k`` is set.
 DEFAULT_TOP_PERCENT = 5.0
 PromptName = Literal["selfcitation", "standard", "cora_mgen"]  # the built-in templates (configs/prompts)
@@ -230,6 +232,10 @@ class CCIConfig:
     the default, because the published numbers come from it; ``percentile`` keeps scores at or above the (100 - p)-th
     percentile, the paper's wording.
     ``batch_size``: selected tokens per backward pass; None adapts it to free memory.
+    ``precision``: ``model`` (default) runs CCI's forward and backward passes in the model's dtype; ``bfloat16`` or
+    ``float16`` runs them under autocast to that type (faster where the hardware has it: GPUs, CPUs with AMX or
+    AVX512-BF16). CTI stays in the model's dtype, so the context-sensitive tokens are those of the default; the
+    saliency, and through it the citations, are approximate (README, "Lower precision").
     """
 
     method: str = field(default="saliency", metadata={
@@ -245,10 +251,15 @@ class CCIConfig:
     batch_size: int | None = field(default=None, metadata={
         "flag": "--cci-batch-size", "help": "selected tokens per backward pass (default: fit free memory)"})
     ig_steps: int = 16
+    precision: CCIPrecision = field(default="model", metadata={
+        "flag": "--cci-precision", "help": "model (default: the model's dtype), bfloat16 or float16: CCI's passes "
+        "under autocast, faster on GPUs and CPUs with AMX/AVX512-BF16; CTI and the selected tokens stay exact, "
+        "saliency is approximate", "later": True})
 
     def __post_init__(self) -> None:
         _check_registered("cci", "method", self.method, CCIMethod, "mirage.cci.register_cci_method")
         _check_literal("cci", "percent_rule", self.percent_rule, PercentRule)
+        _check_literal("cci", "precision", self.precision, CCIPrecision)
         if self.top_k is None and self.top_percent is None:
             _set(self, "top_percent", DEFAULT_TOP_PERCENT)
         if self.top_k is not None and self.top_percent is not None:
@@ -315,7 +326,9 @@ class MirageConfig:
                                   f"{type(value).__name__}; build the tree from plain dicts with MirageConfig.from_dict.")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The tree as nested dicts, without the fields added after stores were first written (``later`` in their
+        metadata) while they are at their defaults: record keys and run fingerprints of existing runs stay valid."""
+        return {name: section_dict(getattr(self, name)) for name in _SECTIONS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> MirageConfig:
@@ -408,6 +421,15 @@ EXPERIMENT_KEYS = frozenset({"model", "dataset", "description", "data", "text", 
 #: Sections of experiment files that configure one command rather than the pipeline (``bias:``, read by
 #: ``mirage bias``); skipped by the pipeline and by :class:`mirage.experiment.ExperimentConfig`.
 COMMAND_SECTIONS = frozenset({"bias"})
+
+
+def section_dict(section: Any) -> dict[str, Any]:
+    """One section as a dict, its ``later`` fields (see :meth:`MirageConfig.to_dict`) left out at their defaults."""
+    out = dataclasses.asdict(section)
+    for f in fields(section):
+        if f.metadata.get("later") and out[f.name] == f.default:
+            del out[f.name]
+    return out
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

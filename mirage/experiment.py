@@ -26,7 +26,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from .config import COMMAND_SECTIONS, EXPERIMENT_KEYS, ConfigError, MirageConfig, read_config_file, with_implied
+from .config import (
+    COMMAND_SECTIONS,
+    EXPERIMENT_KEYS,
+    ConfigError,
+    MirageConfig,
+    read_config_file,
+    section_dict,
+    with_implied,
+)
 
 if TYPE_CHECKING:
     from .pipeline import Mirage
@@ -112,13 +120,16 @@ class ExperimentConfig:
             from .runs import content_key
 
             # the template's text too: its passages are untitled, and how an untitled document renders changed
-            return {"benchmark": "xor-attriqa", "model": self.model, "prompt": dataclasses.asdict(cfg.prompt),
-                    "template": content_key(dataclasses.asdict(load_template(cfg.prompt))),
-                    "cti_metric": cfg.cti.metric, "cci_method": cfg.cci.method, "ig_steps": cfg.cci.ig_steps}
+            out = {"benchmark": "xor-attriqa", "model": self.model, "prompt": dataclasses.asdict(cfg.prompt),
+                   "template": content_key(dataclasses.asdict(load_template(cfg.prompt))),
+                   "cti_metric": cfg.cti.metric, "cci_method": cfg.cci.method, "ig_steps": cfg.cci.ig_steps}
+            if cfg.cci.precision != "model":  # added later: stores of the model's own precision keep their shape
+                out["cci_precision"] = cfg.cci.precision
+            return out
         if self.command == "eli5":
             generation = {k: v for k, v in dataclasses.asdict(cfg.generation).items() if k != "seed"}
             return {"benchmark": "eli5", "model": self.model, "prompt": dataclasses.asdict(cfg.prompt),
-                    "generation": generation, "cti": dataclasses.asdict(cfg.cti), "cci": dataclasses.asdict(cfg.cci),
+                    "generation": generation, "cti": dataclasses.asdict(cfg.cti), "cci": section_dict(cfg.cci),
                     "aggregation": _aggregation(cfg)}
         config = cfg.to_dict()
         config["aggregation"] = _aggregation(cfg)

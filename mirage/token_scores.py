@@ -7,7 +7,7 @@
 ``"all"`` (every answer token, so that any selection can be derived afterwards, as the XOR-AttriQA scorer does) or
 ``"none"`` (CTI only), or explicit answer indices, or a function of the :class:`CTIScores` returning them (the
 XOR-AttriQA scorer asks for the tokens some setting selects). When the answer was just generated, generation's logits are the with-documents pass; otherwise
-that pass is differentiable when CCI can take its gradients from it (see :func:`mirage.cci.shares_graph`).
+that pass is differentiable when CCI can take its gradients from it (see :func:`mirage.cci.shares_cti_graph`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from .cci import CCIScores, compute_cci, shares_graph
+from .cci import CCIScores, compute_cci, shares_cti_graph
 from .config import MirageConfig
 from .cti import CTIScores, compute_cti
 from .forward import AttributionGraph, answer_logits, batched_answer_logits, model_inputs, with_documents_logits
@@ -66,7 +66,7 @@ def score_tokens(lm: LoadedModel, prompt: TokenizedPrompt, answer: TokenizedAnsw
         logits_ctx, graph = generated.logits, None  # generation already computed the with-documents pass
     else:  # CCI reuses the graph of this pass when it can
         want_graph = (targets != "none" and not (isinstance(targets, Sequence) and not isinstance(targets, str)
-                                                 and not targets)) and shares_graph(lm, cfg.cci)
+                                                 and not targets)) and shares_cti_graph(lm, cfg.cci)
         logits_ctx, graph = with_documents_logits(lm, prompt.ids, answer.ids, graph=want_graph)
     logits_noctx = answer_logits(lm, prompt.contextless_ids, answer.ids)
     cti = compute_cti(logits_ctx, logits_noctx, answer.ids, cfg=cfg.cti)
