@@ -54,7 +54,8 @@ class ExperimentConfig:
     """What a run command runs; see the module docstring. ``data`` are input files (``calibrate_on`` the XOR-AttriQA
     calibration split), ``seeds`` the generation seeds (empty: the pipeline's one seed), ``nli`` the Hugging Face NLI
     judge of ELI5's citation quality; ``device``, ``dtype`` and ``trust_remote_code`` say how the model is loaded and
-    ``description`` / ``dataset`` describe the file: none of these five changes what is stored."""
+    ``description`` / ``dataset`` describe the file: of these five only a ``dtype`` other than float32 (given, or the
+    device's default: bf16/fp16 on a GPU) changes what is stored, and the fingerprint names it."""
 
     command: Command
     model: str = DEFAULT_MODEL
@@ -105,15 +106,29 @@ class ExperimentConfig:
         """The seeds answers are generated with: ``seeds``, or the pipeline's generation seed."""
         return self.seeds or (self.pipeline.generation.seed,)
 
+    def dtype_name(self) -> str:
+        """The dtype the model runs in (``dtype``, or the default of ``device``), e.g. ``"float32"``."""
+        from .models import resolve_device, resolve_dtype
+
+        return str(resolve_dtype(self.dtype, resolve_device(self.device))).removeprefix("torch.")
+
     def fingerprint(self) -> dict[str, Any]:
         """What this command's stored model outputs depend on; a store holding outputs of another fingerprint is
-        refused, never mixed in.
+        refused, never mixed in. A dtype other than float32 is named (``"dtype"``; runs in float32, all those written
+        before it was, leave it out).
 
         ``attribute`` and ``bias`` store whole results: the model and the whole pipeline config. ``xor-attriqa``
         stores raw per-token scores and selects when evaluating: the model, prompt (and its template's text), CTI
         metric and CCI method. ``eli5`` stores whole results keyed by seed: all but the generation seed. (The shapes are those of
         the ``run.json`` files and result records already written, so existing runs resume.)
         """
+        out = self._outputs_depend_on()
+        dtype = self.dtype_name()
+        if dtype != "float32":
+            out["dtype"] = dtype
+        return out
+
+    def _outputs_depend_on(self) -> dict[str, Any]:
         cfg = self.pipeline
         if self.command == "xor-attriqa":
             from .prompts import load_template

@@ -19,25 +19,30 @@ from mirage.runs import StoreError
 ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"
 
 
-def _model(name: str, config: MirageConfig) -> SimpleNamespace:
+def _model(name: str, config: MirageConfig, dtype: str = "torch.float32") -> SimpleNamespace:
     """Enough of a Mirage for the study to open its store; it cannot generate (nothing may be generated)."""
     def refuse(*_args, **_kwargs):
         raise AssertionError("a generation was attempted")
 
-    return SimpleNamespace(lm=SimpleNamespace(name=name), config=config, generate=refuse, attribute=refuse)
+    return SimpleNamespace(lm=SimpleNamespace(name=name, dtype=dtype), config=config, generate=refuse,
+                           attribute=refuse)
 
 
-@pytest.mark.parametrize("model, config, says", [
-    ("another-model", MirageConfig(), "model: 'smollm2-135m-instruct' in the file, 'another-model' now"),
-    ("smollm2-135m-instruct", MirageConfig().replace(cti={"std_k": 0.5}), "config.cti.std_k: 1.0 in the file, 0.5 now"),
+@pytest.mark.parametrize("model, config, dtype, says", [
+    ("another-model", MirageConfig(), "torch.float32", "model: 'smollm2-135m-instruct' in the file, 'another-model' now"),
+    ("smollm2-135m-instruct", MirageConfig().replace(cti={"std_k": 0.5}), "torch.float32",
+     "config.cti.std_k: 1.0 in the file, 0.5 now"),
+    ("smollm2-135m-instruct", MirageConfig(), "torch.bfloat16", "dtype: None in the file, 'bfloat16' now"),
+    ("smollm2-135m-instruct", MirageConfig().replace(cci={"precision": "bfloat16"}), "torch.float32",
+     "config.cci.precision: None in the file, 'bfloat16' now"),
 ])
-def test_a_rerun_with_other_settings_is_refused(tmp_path, model, config, says):
+def test_a_rerun_with_other_settings_is_refused(tmp_path, model, config, dtype, says):
     before = ExperimentConfig("bias", model="smollm2-135m-instruct", pipeline=MirageConfig()).fingerprint()
     generations = tmp_path / "generations.jsonl"
     generations.write_text(json.dumps({"key": "xor_bias_rows-1:vanilla:0", "settings": before}) + "\n")
     content = generations.read_bytes()
     with pytest.raises(StoreError, match="holds results made with other settings") as err:
-        run_bias_study(str(ROWS), mirage=_model(model, config), cfg=BiasConfig(k=3, modes=("vanilla",)),
+        run_bias_study(str(ROWS), mirage=_model(model, config, dtype), cfg=BiasConfig(k=3, modes=("vanilla",)),
                        output_dir=tmp_path, limit=1)
     assert says in str(err.value)
     assert generations.read_bytes() == content

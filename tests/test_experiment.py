@@ -118,7 +118,7 @@ def test_a_fingerprint_holds_what_the_stored_outputs_depend_on():
                                    if k in ("max_citations", "top_context_tokens")}  # later fields at defaults: absent
     assert fp("attribute") == {"model": DEFAULT_MODEL, "config": stored_shape}
     assert fp("attribute", base.replace(aggregation={"rule": "learned"})) != fp("attribute")
-    # How the model is loaded, the limit and the data are no part of it.
+    # How the model is loaded (in float32), the limit and the data are no part of it.
     assert fp("attribute", device="cpu", dtype="float32", limit=3, data=("x",)) == fp("attribute")
 
 
@@ -130,3 +130,16 @@ def test_check_run_records_the_fingerprint_and_refuses_another(tmp_path):
     with pytest.raises(InputError, match="model: 'smollm2-135m-instruct' there, 'other' now"):
         check_run(tmp_path, other)
     assert json.loads((tmp_path / "run.json").read_text()) == json.loads(json.dumps(first))
+
+
+def test_a_dtype_other_than_float32_is_another_run(tmp_path):
+    """A run resumed in another dtype would mix its outputs with the stored ones: the fingerprint names any dtype but
+    float32 (given or the device's default), so float32 runs written before keep their fingerprint."""
+    for command in ("xor-attriqa", "eli5", "attribute", "bias"):
+        plain = ExperimentConfig(command).fingerprint()
+        assert "dtype" not in plain and ExperimentConfig(command, dtype="fp32").fingerprint() == plain
+        assert ExperimentConfig(command, dtype="bf16").fingerprint() == {**plain, "dtype": "bfloat16"}
+        assert ExperimentConfig(command, dtype="torch.float16").dtype_name() == "float16"
+    check_run(tmp_path, ExperimentConfig("xor-attriqa").fingerprint())
+    with pytest.raises(InputError, match="dtype: None there, 'bfloat16' now"):
+        check_run(tmp_path, ExperimentConfig("xor-attriqa", dtype="bfloat16").fingerprint())

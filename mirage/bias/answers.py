@@ -193,6 +193,9 @@ def evaluate_answers(items: Sequence[BiasItem], cfg: BiasConfig, answers_path: s
                                        length=16),
                 "name": name, "model": mirage.lm.name if mirage is not None else None,
                 "pipeline": mirage.config.to_dict() if mirage is not None else None}
+    dtype = str(mirage.lm.dtype).removeprefix("torch.") if mirage is not None else "float32"
+    if dtype != "float32":  # float32 runs, and all those written before, leave it out
+        settings["dtype"] = dtype
     store = ResumableJSONL(out_dir / "generations.jsonl", settings=settings)
     done = {r["key"]: BiasRecord.from_dict(r) for r in store.records() if "key" in r}
     todo = [r for r in requests if r.key in answers and r.key not in done]

@@ -144,7 +144,8 @@ def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_d
     study = BiasStudy(mirage, cfg, template_dir=out_dir / "prompts")
     # what the generations depend on, as every run command's resume check compares it: a re-run with another model
     # or pipeline configuration is refused, not mixed into the same file
-    settings = ExperimentConfig("bias", model=mirage.lm.name, pipeline=study.mirage_config).fingerprint()
+    settings = ExperimentConfig("bias", model=mirage.lm.name, pipeline=study.mirage_config,
+                                dtype=str(mirage.lm.dtype)).fingerprint()
     shared = reusable_records(reuse, settings) if reuse else None
     records = in_shards(lambda store_for: study.run(
         items, out=store_for(out_dir / "generations.jsonl", settings=settings), progress=progress, reuse=shared))

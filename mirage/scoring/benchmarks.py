@@ -89,6 +89,15 @@ def stored_xor_pipeline(store: str | Path, model: str) -> MirageConfig:
     return cfg
 
 
+def _dtype(model: Any, dtype: str | None) -> str | None:
+    """The dtype a run's outputs are computed in, for its fingerprint: ``dtype`` as given, else a loaded model's,
+    else None (the device's default, which a lazy loader without a dtype gets)."""
+    if dtype is not None:
+        return dtype
+    lm = getattr(model, "lm", None)
+    return str(lm.dtype) if lm is not None else None
+
+
 def _save(out_dir: Path, report: Any, figure: Any, figure_name: str) -> None:
     write_atomic(out_dir / "results.json", json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
     if figure is not None:
@@ -133,6 +142,7 @@ def run_xor_attriqa(
     shard: Shard | None = None,
     batch_items: int | None = None,
     group_passages: bool = False,
+    dtype: str | None = None,
 ) -> XorAttriQAReport | None:
     """Score XOR-AttriQA files (and the calibration files) and write ``results.json`` and ``sweep.png``.
 
@@ -159,11 +169,13 @@ computed again.
     one item with all their passages, as a match row (:func:`mirage.scoring.xor_attriqa.group_by_answer`). On the
     calibration splits this gives 342 answers instead of the match release's 139, but the extra ones are answers the
     RAG system did not reproduce, with far fewer supporting passages: measured, they make the learned setting worse
-    on held-out match answers (``benchmarks/calibration_data.py``).
+    on held-out match answers (``benchmarks/calibration_data.py``). ``dtype``: the dtype a lazily loaded model will
+    run in (default: a loaded Mirage's, else the device's default), which the run's fingerprint names unless float32.
     """
     cfg = config or xor_attriqa_pipeline()
     out = Path(out_dir)
-    check_run(out, ExperimentConfig("xor-attriqa", model=model_name, pipeline=cfg).fingerprint())
+    check_run(out, ExperimentConfig("xor-attriqa", model=model_name, pipeline=cfg,
+                                    dtype=_dtype(model, dtype)).fingerprint())
 
     def load(path: str | Path) -> XorData:
         return load_xor_attriqa(path, text=text, nli_dir=nli_dir, limit=limit, group=group_passages)
@@ -267,14 +279,15 @@ def run_eli5(
     faithfulness: bool = False,
     progress: Progress | None = None,
     shard: Shard | None = None,
+    dtype: str | None = None,
 ) -> ELI5Report | None:
     """Generate, self-cite and attribute ALCE-format items for each seed; write ``results.json`` and
     ``length_bins.png``. The judge's decisions are kept in ``judgments-<judge>.jsonl`` and reused; with
     ``faithfulness``, each answer's faithfulness check is kept in ``faithfulness.jsonl`` and summarized. Sharded
-    like :func:`run_xor_attriqa` (rank 0 returns the report, other ranks None)."""
+    like :func:`run_xor_attriqa` (rank 0 returns the report, other ranks None; ``dtype`` as there)."""
     cfg = config or MirageConfig()
     out = Path(out_dir)
-    check_run(out, ExperimentConfig("eli5", model=model_name, pipeline=cfg).fingerprint())
+    check_run(out, ExperimentConfig("eli5", model=model_name, pipeline=cfg, dtype=_dtype(model, dtype)).fingerprint())
     data = load_alce(source, limit=limit)
 
     order = [item.key(seed=seed, ndocs=ndocs) for seed in seeds for item in data.items]

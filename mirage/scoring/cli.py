@@ -84,7 +84,7 @@ def cmd_xor_attriqa(args: argparse.Namespace) -> int:
         _model_loader(exp), list(exp.data), out_dir=args.output, model_name=exp.model, config=exp.pipeline,
         text=exp.text, calibrate_on=exp.calibrate_on or None, calibrate_by=args.calibrate_by, nli_dir=args.nli_dir,
         limit=exp.limit, faithfulness=args.faithfulness, all_tokens=args.all_tokens, groups=args.settings, progress=terminal_progress,
-        batch_items=args.batch_items, group_passages=args.group_passages)
+        batch_items=args.batch_items, group_passages=args.group_passages, dtype=exp.dtype_name())
     return _finish(args, report, xor_table, "sweep.png")
 
 
@@ -104,7 +104,7 @@ def cmd_eli5(args: argparse.Namespace) -> int:
     report = run_eli5(
         _model_loader(exp), exp.data[0], out_dir=args.output, model_name=exp.model, config=exp.pipeline,
         seeds=list(exp.generation_seeds), ndocs=args.ndocs, judge=judge, at_most=args.at_most_citations,
-        limit=exp.limit, faithfulness=args.faithfulness, progress=terminal_progress)
+        limit=exp.limit, faithfulness=args.faithfulness, progress=terminal_progress, dtype=exp.dtype_name())
     return _finish(args, report, eli5_table, "length_bins.png")
 
 
