@@ -21,6 +21,8 @@ The reference runs a forward and a backward pass per selected token. Models whos
 (remembered on the model: ``LoadedModel.batched_backward``) fall back to repeating the input once per target
 (``[chunk, seq, hidden]`` rows that do not interact, one backward of the summed targets), which is also how methods
 without ``from_gradient`` (integrated gradients, captum) run.
+``cci.precision`` other than ``model`` runs these passes under ``torch.autocast`` to bfloat16/float16 (the scores
+are reduced in float32); the pass is then CCI's own, never CTI's (:func:`shares_cti_graph`).
 Shapes: result scores ``[n_selected, n_context]``.
 """
 
