@@ -108,9 +108,9 @@ class ExperimentConfig:
 
     def dtype_name(self) -> str:
         """The dtype the model runs in (``dtype``, or the default of ``device``), e.g. ``"float32"``."""
-        from .models import resolve_device, resolve_dtype
+        from .models import dtype_name, resolve_device, resolve_dtype
 
-        return str(resolve_dtype(self.dtype, resolve_device(self.device))).removeprefix("torch.")
+        return dtype_name(resolve_dtype(self.dtype, resolve_device(self.device)))
 
     def fingerprint(self) -> dict[str, Any]:
         """What this command's stored model outputs depend on; a store holding outputs of another fingerprint is

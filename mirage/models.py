@@ -222,6 +222,11 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | str | 
 _resolve_dtype = resolve_dtype  # the name used before it was public
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """A dtype's name as configs and run fingerprints write it: ``torch.bfloat16`` -> ``"bfloat16"``."""
+    return str(dtype).removeprefix("torch.")
+
+
 def hub_endpoint() -> str:
     """The Hugging Face hub endpoint: ``$HF_ENDPOINT`` or ``https://huggingface.co``."""
     return os.environ.get("HF_ENDPOINT") or "https://huggingface.co"

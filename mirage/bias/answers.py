@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from ..citations import parse_answer
 from ..config import MirageConfig
 from ..inputs import InputError, make_item
+from ..models import dtype_name
 from ..progress import Progress
 from ..prompts import format_prompt, load_template
 from ..runs import ResumableJSONL, content_key
@@ -193,7 +194,7 @@ def evaluate_answers(items: Sequence[BiasItem], cfg: BiasConfig, answers_path: s
                                        length=16),
                 "name": name, "model": mirage.lm.name if mirage is not None else None,
                 "pipeline": mirage.config.to_dict() if mirage is not None else None}
-    dtype = str(mirage.lm.dtype).removeprefix("torch.") if mirage is not None else "float32"
+    dtype = dtype_name(mirage.lm.dtype) if mirage is not None else "float32"
     if dtype != "float32":  # float32 runs, and all those written before, leave it out
         settings["dtype"] = dtype
     store = ResumableJSONL(out_dir / "generations.jsonl", settings=settings)
