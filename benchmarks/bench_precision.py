@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import SHARED_DATA
 from mirage import Mirage
+from mirage.models import cpu_flags
 
 SHARED_ELI5 = SHARED_DATA / "eli5_alce" / "eli5_eval_sample.json"
 #: (name, model dtype, threads or None for --threads, cci.precision)
@@ -39,14 +40,10 @@ VARIANTS = (("float32", "float32", None, "model"), ("float32_1thread", "float32"
             ("cci_bfloat16", "float32", None, "bfloat16"), ("cci_float16", "float32", None, "float16"))
 
 
-def cpu_flags() -> list[str]:
-    """The half-precision flags of this CPU (Linux /proc/cpuinfo; empty elsewhere)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return sorted(f for f in flags if f in {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_tile"})
+def half_precision_flags() -> list[str]:
+    """The flags of this CPU that decide half precision's speed (empty where they cannot be read)."""
+    return sorted(f for f in cpu_flags() if f in {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16",
+                                                     "amx_tile"})
 
 
 def _spearman(a: list[float], b: list[float]) -> float:
@@ -112,7 +109,7 @@ def main() -> None:
         answers.append(answer)
     results: dict[str, dict] = {}
     baseline: list = []
-    out = {"model": args.model, "machine": platform.processor() or platform.machine(), "cpu_flags": cpu_flags(),
+    out = {"model": args.model, "machine": platform.processor() or platform.machine(), "cpu_flags": half_precision_flags(),
            "torch": torch.__version__, "answer_tokens": [len(base_model.lm.tokenizer(a)["input_ids"]) for a in answers],
            "generation_s": gen_s, "variants": results}
     for name, dtype, threads, precision in VARIANTS:

@@ -28,19 +28,17 @@ Shapes: result scores ``[n_selected, n_context]``.
 
 from __future__ import annotations
 
-import functools
 import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from .forward import AttributionGraph, embed, frozen_parameters, graph_from_embeds, logits_from_embeds
-from .models import LoadedModel
+from .models import LoadedModel, cpu_flags
 from .registry import Registry
 
 if TYPE_CHECKING:
@@ -150,20 +148,11 @@ def autocast_dtype(lm: LoadedModel, cfg: CCIConfig) -> torch.dtype | None:
     return None if dtype == lm.dtype else dtype
 
 
-@functools.cache
-def _cpu_flags() -> frozenset[str] | None:
-    """The CPU's feature flags (Linux ``/proc/cpuinfo``), None where they cannot be read."""
-    try:
-        return frozenset(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").split())
-    except OSError:
-        return None
-
-
 def _native_16bit(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether ``device`` computes in ``dtype`` natively (a CPU without AMX/AVX512 bf16 or fp16 emulates it, slower
     than float32)."""
-    flags = _cpu_flags() if device.type == "cpu" else None
-    if flags is None:
+    flags = cpu_flags() if device.type == "cpu" else None
+    if not flags:
         return True  # a GPU, or no way to tell: no warning
     wanted = ("amx_bf16", "avx512_bf16") if dtype == torch.bfloat16 else ("amx_fp16", "avx512_fp16")
     return any(flag in flags for flag in wanted)

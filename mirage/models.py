@@ -222,6 +222,17 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | str | 
 _resolve_dtype = resolve_dtype  # the name used before it was public
 
 
+@cache
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags (the ``flags`` line of Linux ``/proc/cpuinfo``); empty where they cannot be read."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return frozenset()
+    return frozenset(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")),
+                          []))
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """A dtype's name as configs and run fingerprints write it: ``torch.bfloat16`` -> ``"bfloat16"``."""
     return str(dtype).removeprefix("torch.")
