@@ -12,12 +12,19 @@ float32, only CCI's passes under autocast). For each variant: the seconds of att
 the baseline, and parity: the largest CTI score difference, whether the selected tokens and the sentence citations
 are the same, and the rank correlation of the CCI saliency rows of the tokens both selected. The CPU's flags that
 decide whether half precision has hardware support (``avx512_bf16``, ``amx_bf16``, ``avx512_fp16``) are recorded.
+
+Across devices: ``--device cuda`` runs the same on a GPU (``float32_1thread`` is skipped there), and ``--details
+FILE`` keeps every variant's per-answer CTI scores, selected tokens, citations and saliency rows. A later run with
+``--answers-from FILE`` (on a CPU, say) force-decodes that file's answers instead of generating its own, reports
+whether its own greedy float32 answers are the same text, and measures the parity of every variant stored in FILE
+against its own float32 baseline (``cross_parity`` in the output): GPU against CPU, same inputs.
 Nothing is asserted; numbers are wall-clock on whatever machine runs it.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import platform
 import sys
@@ -67,21 +74,43 @@ def _attribute(m: Mirage, case: dict, answer: str, precision: str = "model"):
     return res, time.perf_counter() - t
 
 
-def _parity(base, other) -> dict:
-    cti_a = [t.cti for t in base.tokens]
-    cti_b = [t.cti for t in other.tokens]
-    sel_a = [t.index for t in base.tokens if t.context_sensitive]
-    sel_b = [t.index for t in other.tokens if t.context_sensitive]
-    rows_a = dict(zip(base.saliency.answer_tokens, base.saliency.to_numpy().tolist())) if base.saliency else {}
-    rows_b = dict(zip(other.saliency.answer_tokens, other.saliency.to_numpy().tolist())) if other.saliency else {}
-    both = sorted(set(rows_a) & set(rows_b))
-    corr = [_spearman(list(rows_a[i]), list(rows_b[i])) for i in both]
-    return {"max_cti_abs_diff": max(abs(x - y) for x, y in zip(cti_a, cti_b)),
-            "max_cti": max(abs(x) for x in cti_a),
-            "same_selected": sel_a == sel_b,
-            "same_citations": [s.mirage_citations for s in base.sentences] == [s.mirage_citations for s in other.sentences],
+def _details(res) -> dict:
+    """What parity needs of one attribution, as plain JSON: CTI scores, selected tokens, citations, saliency rows."""
+    rows = dict(zip(res.saliency.answer_tokens, res.saliency.to_numpy().tolist())) if res.saliency else {}
+    return {"cti": [t.cti for t in res.tokens], "selected": [t.index for t in res.tokens if t.context_sensitive],
+            "citations": [s.mirage_citations for s in res.sentences],
+            "saliency": {str(i): row for i, row in rows.items()}}
+
+
+def _parity(base: dict, other: dict) -> dict:
+    """Parity of one attribution (``_details``) against the baseline's."""
+    rows_a, rows_b = base["saliency"], other["saliency"]
+    both = sorted(set(rows_a) & set(rows_b), key=int)
+    corr = [_spearman(rows_a[i], rows_b[i]) for i in both]
+    return {"max_cti_abs_diff": max(abs(x - y) for x, y in zip(base["cti"], other["cti"])),
+            "max_cti": max(abs(x) for x in base["cti"]),
+            "same_selected": base["selected"] == other["selected"],
+            "same_citations": base["citations"] == other["citations"],
             "saliency_spearman_min": min(corr) if corr else None,
             "saliency_spearman_mean": sum(corr) / len(corr) if corr else None}
+
+
+def _summary(parity: list[dict]) -> str:
+    return (f"max |ΔCTI| {max(p['max_cti_abs_diff'] for p in parity):.2e}  "
+            f"same tokens {all(p['same_selected'] for p in parity)}  "
+            f"same citations {all(p['same_citations'] for p in parity)}")
+
+
+def _read_details(path: Path) -> dict:
+    """A ``--details`` file, plain or gzipped."""
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return json.loads(raw)
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -90,14 +119,21 @@ def main() -> None:
     ap.add_argument("--eli5", type=int, default=2, help="ELI5 questions (answers generated once, float32)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads of the baseline (default 2)")
     ap.add_argument("--answer-tokens", type=int, help="cut each generated answer to its first N tokens")
-    ap.add_argument("--variants", nargs="+", choices=[v[0] for v in VARIANTS], default=[v[0] for v in VARIANTS],
+    ap.add_argument("--variants", nargs="*", choices=[v[0] for v in VARIANTS], default=[v[0] for v in VARIANTS],
                     help="variants to run (float32 always runs: it is the baseline)")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--details", help="also write every variant's per-answer scores here (for --answers-from)")
+    ap.add_argument("--answers-from", help="a --details file: attribute its answers and compare with its variants")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "precision.json"))
     args = ap.parse_args()
-    cases = _cases(args.eli5)
+    other = _read_details(Path(args.answers_from)) if args.answers_from else None
+    if other and args.answer_tokens is None:
+        args.answer_tokens = other.get("answer_tokens_cut")  # own answers cut alike, so that they compare
+    cases = _cases(len(other["answers"]) if other else args.eli5)
     torch.set_num_threads(args.threads)
-    base_model = Mirage.from_pretrained(args.model, device="cpu", dtype="float32")
-    answers, gen_s = [], []
+    base_model = Mirage.from_pretrained(args.model, device=args.device, dtype="float32")
+    device = base_model.lm.device
+    answers, gen_s, own_answers = [], [], []
     for case in cases:
         t = time.perf_counter()
         res = base_model.attribute_item({**case, "output": None})
@@ -106,31 +142,35 @@ def main() -> None:
         if args.answer_tokens:
             tok = base_model.lm.tokenizer
             answer = tok.decode(tok(answer, add_special_tokens=False)["input_ids"][:args.answer_tokens])
-        answers.append(answer)
+        own_answers.append(answer)
+    answers = other["answers"] if other else own_answers
     results: dict[str, dict] = {}
-    baseline: list = []
-    out = {"model": args.model, "machine": platform.processor() or platform.machine(), "cpu_flags": half_precision_flags(),
-           "torch": torch.__version__, "answer_tokens": [len(base_model.lm.tokenizer(a)["input_ids"]) for a in answers],
+    details: dict[str, list[dict]] = {}
+    out = {"model": args.model, "device": str(device), "machine": _device_name(device),
+           "cpu_flags": half_precision_flags(), "torch": torch.__version__,
+           "answer_tokens": [len(base_model.lm.tokenizer(a)["input_ids"]) for a in answers],
            "generation_s": gen_s, "variants": results}
+    if other:
+        out["answers_from"] = {"file": args.answers_from, "machine": other.get("machine"),
+                               "same_answers_as_own_float32_generation": [a == b for a, b in zip(answers, own_answers)]}
     for name, dtype, threads, precision in VARIANTS:
         if name != "float32" and name not in args.variants:
             continue
+        if threads and device.type != "cpu":
+            continue  # a thread count is a CPU variant
         torch.set_num_threads(threads or args.threads)
-        m = base_model if dtype == "float32" else Mirage.from_pretrained(args.model, device="cpu", dtype=dtype)
+        m = base_model if dtype == "float32" else Mirage.from_pretrained(args.model, device=device, dtype=dtype)
         _attribute(m, cases[0], answers[0], precision)  # warm-up (kernel selection, allocator)
         runs = [_attribute(m, case, answer, precision) for case, answer in zip(cases, answers)]
         seconds = [s for _r, s in runs]
-        if name == "float32":
-            baseline = [r for r, _s in runs]
-        parity = [_parity(b, r) for b, (r, _s) in zip(baseline, runs)]
+        details[name] = [_details(r) for r, _s in runs]
+        parity = [_parity(b, d) for b, d in zip(details["float32"], details[name])]
         results[name] = {"dtype": dtype, "cci_precision": precision, "threads": threads or args.threads,
                          "seconds": seconds,
                          "total_s": sum(seconds), "parity": parity}
         print(f"{name:>16}: {sum(seconds):7.2f} s for {len(runs)} answers  "
-              f"(x{results[name]['total_s'] / results['float32']['total_s']:.2f} of float32)  "
-              f"max |ΔCTI| {max(p['max_cti_abs_diff'] for p in parity):.2e}  "
-              f"same tokens {all(p['same_selected'] for p in parity)}  "
-              f"same citations {all(p['same_citations'] for p in parity)}", flush=True)
+              f"(x{results[name]['total_s'] / results['float32']['total_s']:.2f} of float32)  {_summary(parity)}",
+              flush=True)
         if m is not base_model:
             del m
         base_total = results["float32"]["total_s"]  # written after each variant: a long one lost loses only itself
@@ -138,6 +178,17 @@ def main() -> None:
         if not args.answer_tokens:
             out["attribution_over_generation"] = {k: round(v["total_s"] / sum(gen_s), 2) for k, v in results.items()}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+        if args.details:
+            Path(args.details).write_text(json.dumps({"machine": out["machine"], "device": out["device"],
+                                                      "answer_tokens_cut": args.answer_tokens, "answers": answers,
+                                                      "variants": details}) + "\n")
+    if other:  # each of the other run's variants against this run's float32 baseline, answer by answer
+        out["cross_parity"] = {}
+        for name, runs in other["variants"].items():
+            parity = [_parity(b, d) for b, d in zip(details["float32"], runs)]
+            out["cross_parity"][name] = parity
+            print(f"{other.get('machine')} {name:>13} vs this float32: {_summary(parity)}", flush=True)
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: out.get(k) for k in ("cpu_flags", "ratio_to_float32", "attribution_over_generation")},
                      indent=2))

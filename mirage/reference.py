@@ -51,6 +51,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from .aggregation import cite_sentences, cite_token
 from .config import CCIConfig
 from .results import AttributionResult
@@ -96,8 +98,10 @@ def _inseq_model(model, tokenizer):
     key = (id(model), id(tokenizer))
     if key not in _INSEQ_MODELS:
         inseq, *_ = _import_inseq()
-        device = str(next(model.parameters()).device)
-        _INSEQ_MODELS[key] = inseq.load_model(model, "saliency", tokenizer=tokenizer, device=device)
+        device = next(model.parameters()).device
+        if device.type == "cuda" and device.index is not None:
+            torch.cuda.set_device(device)  # inseq names a device by its type alone ("cuda", never "cuda:0")
+        _INSEQ_MODELS[key] = inseq.load_model(model, "saliency", tokenizer=tokenizer, device=device.type)
     return _INSEQ_MODELS[key]
 
 
