@@ -29,6 +29,7 @@ from statistics import median
 import torch
 
 from mirage import Mirage
+from mirage.models import dtype_name
 from mirage.runs import write_atomic
 from mirage.scoring.benchmarks import run_xor_attriqa
 from mirage.scoring.xor_attriqa import load_xor_attriqa
@@ -129,8 +130,9 @@ def main() -> None:
     per_len = {b: {name: round(median(by_len[name][b]), 2) if by_len[name].get(b) else None for name in by_len}
                for b in ("1", "2-4", "5-9", "10+")}
     device = m.lm.device
-    out = {"model": args.model, "device": str(device), "dtype": str(m.lm.dtype).removeprefix("torch."),
-           "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None, "text": args.text, "limit": args.limit, "threads": torch.get_num_threads(),
+    out = {"model": args.model, "device": str(device), "dtype": dtype_name(m.lm.dtype),
+           "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+           "text": args.text, "limit": args.limit, "threads": torch.get_num_threads(),
            "seconds": {k: round(v, 1) for k, v in walls.items()},
            "speedup": {name: round(walls["before"] / walls[name], 2) for name in walls if "before" in walls
                        and name != "before"},
