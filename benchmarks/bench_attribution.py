@@ -24,7 +24,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import sys
 import threading
 import time
@@ -35,7 +34,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import SHARED_DATA
+from benchmarks import SHARED_DATA, device_name
 from mirage import Mirage, MirageConfig
 from mirage.generation import generate_answer
 from mirage.reference import run_reference, sentence_citations
@@ -240,8 +239,7 @@ def main() -> None:
     if args.sweep:
         first = _cases(1)[0]
         rows += _sweep(m, first, answers[first["id"]], cfg, args.sweep)
-    device = torch.cuda.get_device_name(m.lm.device) if m.lm.device.type == "cuda" else (
-        platform.processor() or platform.machine())
+    device = device_name(m.lm.device)
     out = {"model": args.model, "device": str(m.lm.device), "device_name": device,
            "torch_threads": torch.get_num_threads(), "max_new_tokens": args.max_new_tokens,
            "cci_precision": args.cci_precision,

@@ -24,9 +24,7 @@ Nothing is asserted; numbers are wall-clock on whatever machine runs it.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -36,9 +34,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import SHARED_DATA
+from benchmarks import SHARED_DATA, device_name
 from mirage import Mirage
 from mirage.models import cpu_flags
+from mirage.run_files import read_json
 
 SHARED_ELI5 = SHARED_DATA / "eli5_alce" / "eli5_eval_sample.json"
 #: (name, model dtype, threads or None for --threads, cci.precision)
@@ -101,18 +100,6 @@ def _summary(parity: list[dict]) -> str:
             f"same citations {all(p['same_citations'] for p in parity)}")
 
 
-def _read_details(path: Path) -> dict:
-    """A ``--details`` file, plain or gzipped."""
-    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    return json.loads(raw)
-
-
-def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -126,14 +113,14 @@ def main() -> None:
     ap.add_argument("--answers-from", help="a --details file: attribute its answers and compare with its variants")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "precision.json"))
     args = ap.parse_args()
-    other = _read_details(Path(args.answers_from)) if args.answers_from else None
+    other = read_json(args.answers_from) if args.answers_from else None
     if other and args.answer_tokens is None:
         args.answer_tokens = other.get("answer_tokens_cut")  # own answers cut alike, so that they compare
     cases = _cases(len(other["answers"]) if other else args.eli5)
     torch.set_num_threads(args.threads)
     base_model = Mirage.from_pretrained(args.model, device=args.device, dtype="float32")
     device = base_model.lm.device
-    answers, gen_s, own_answers = [], [], []
+    gen_s, own_answers = [], []
     for case in cases:
         t = time.perf_counter()
         res = base_model.attribute_item({**case, "output": None})
@@ -146,7 +133,7 @@ def main() -> None:
     answers = other["answers"] if other else own_answers
     results: dict[str, dict] = {}
     details: dict[str, list[dict]] = {}
-    out = {"model": args.model, "device": str(device), "machine": _device_name(device),
+    out = {"model": args.model, "device": str(device), "machine": device_name(device),
            "cpu_flags": half_precision_flags(), "torch": torch.__version__,
            "answer_tokens": [len(base_model.lm.tokenizer(a)["input_ids"]) for a in answers],
            "generation_s": gen_s, "variants": results}

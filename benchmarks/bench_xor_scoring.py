@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -28,6 +29,9 @@ from statistics import median
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import device_name
 from mirage import Mirage
 from mirage.models import dtype_name
 from mirage.runs import write_atomic
@@ -131,7 +135,7 @@ def main() -> None:
                for b in ("1", "2-4", "5-9", "10+")}
     device = m.lm.device
     out = {"model": args.model, "device": str(device), "dtype": dtype_name(m.lm.dtype),
-           "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+           "device_name": device_name(device),
            "text": args.text, "limit": args.limit, "threads": torch.get_num_threads(),
            "seconds": {k: round(v, 1) for k, v in walls.items()},
            "speedup": {name: round(walls["before"] / walls[name], 2) for name in walls if "before" in walls
