@@ -13,7 +13,14 @@ SHARED_DATA = Path(os.environ.get("MIRAGE_SHARED_DATA") or Path(__file__).resolv
 
 
 def device_name(device: torch.device) -> str:
-    """What a benchmark records as its machine: the GPU's name, else the CPU's (``platform``)."""
+    """What a benchmark records as its machine: the GPU's name, else the CPU's model name (``/proc/cpuinfo`` where
+    there is one, else ``platform``)."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
     return platform.processor() or platform.machine()

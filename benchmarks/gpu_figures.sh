@@ -11,14 +11,19 @@
 #   2. the precision benchmark on the GPU: float32 (the baseline), bfloat16, float16 and CCI-only bfloat16, with
 #      every variant's per-answer scores kept (precision_gpu_details.json) for the CPU comparison, which runs
 #      afterwards on a CPU: python benchmarks/bench_precision.py --answers-from precision_gpu_details.json --variants
-#   3. the XOR-AttriQA scoring benchmark on the GPU (before/after, and the CTI passes of 8 items batched).
+#   3. the XOR-AttriQA scoring benchmark on the GPU (before/after, and the passes of 8 items batched: CTI's alone
+#      for the learned setting, CTI's and CCI's for after_batch8), in the GPU default bfloat16;
+#   4. the same in float32 (before, after, after_batch8), where batched and one-at-a-time passes differ only by float
+#      rounding, so whether their tables agree is a test of the batched path rather than of bfloat16;
+#   5. where one attribution's time goes (benchmarks/profile_attribution.py): new prompt shapes against warm repeats,
+#      before and after the reference has run, with torch.profiler's busiest operators.
 set -u
 OUT=${OUT:-benchmarks/results/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 DATA=${MIRAGE_SHARED_DATA:-$(dirname "$0")/../../shared/data}
 py=${PYTHON:-python3}
-STEPS=${STEPS:-convert attribution precision xor_scoring}  # a subset reruns only those steps
+STEPS=${STEPS:-convert attribution precision xor_scoring xor_scoring_fp32 profile}  # a subset reruns only those steps
 step() {  # step NAME SECONDS COMMAND...: run one step under its limit, its output appended to $OUT/log.txt too
     local name=$1 limit=$2
     shift 2
@@ -37,3 +42,6 @@ step precision 100 $py benchmarks/bench_precision.py --device cuda --eli5 3 --va
     --details "$OUT/precision_gpu_details.json" --out "$OUT/precision_gpu.json"
 step xor_scoring 150 $py benchmarks/bench_xor_scoring.py "$DATA/xor_attriqa_match" --limit 10 --device cuda \
     --batch-items 8 --out "$OUT/xor_scoring_gpu.json"
+step xor_scoring_fp32 120 $py benchmarks/bench_xor_scoring.py "$DATA/xor_attriqa_match" --limit 10 --device cuda \
+    --dtype float32 --batch-items 8 --runs before after after_batch8 --out "$OUT/xor_scoring_gpu_fp32.json"
+step profile 120 $py benchmarks/profile_attribution.py --device cuda --out "$OUT/profile_gpu.json"

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .forward import AttributionGraph, embed, frozen_parameters, graph_from_embeds, logits_from_embeds
+from .forward import AttributionGraph, BatchGraph, embed, frozen_parameters, graph_from_embeds, logits_from_embeds
 from .models import LoadedModel, cpu_flags
 from .registry import Registry
 
@@ -127,15 +127,16 @@ def _free_memory_bytes(device: torch.device) -> int:
         return 4 * 2**30
 
 
-def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int) -> int:
-    """Targets per backward pass that fit in about half the free memory (estimate of activations per row)."""
+def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int, rows: int = 1) -> int:
+    """Targets per backward pass that fit in about half the free memory (estimate of activations per row; ``rows``:
+    the sequences of ``seq_len`` positions in the graph)."""
     cfg = lm.model.config
     text_cfg = getattr(cfg, "text_config", None) or cfg
     hidden = getattr(text_cfg, "hidden_size", None) or getattr(text_cfg, "d_model", 1024)
     layers = getattr(text_cfg, "num_hidden_layers", None) or getattr(text_cfg, "num_layers", 24)
     heads = getattr(text_cfg, "num_attention_heads", None) or getattr(text_cfg, "num_heads", 16)
     width = torch.finfo(lm.dtype).bits // 8
-    per_row = layers * seq_len * (24 * hidden * width + heads * seq_len * 4)
+    per_row = rows * layers * seq_len * (24 * hidden * width + heads * seq_len * 4)
     budget = _free_memory_bytes(lm.device) // 2
     return max(1, min(n_targets, 64, budget // max(1, per_row)))
 
@@ -222,9 +223,10 @@ class _NoBatchedBackward(RuntimeError):
 def _batched_gradients(values: torch.Tensor, inputs: torch.Tensor,
                        from_gradient: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                        chunk: int) -> torch.Tensor:
-    """``[n_targets, seq]``: vmapped backward passes of ``chunk`` targets at a time through one graph."""
+    """``[n_targets, batch, seq]``: vmapped backward passes of ``chunk`` targets at a time through one graph whose
+    input leaf is ``[batch, seq, hidden]``, each row's attribution reduced to its L2 norm over ``hidden``."""
     n = values.shape[0]
-    base = inputs.detach()[0]
+    base = inputs.detach()
     rows = []
     for start in range(0, n, chunk):
         size = min(chunk, n - start)
@@ -239,7 +241,8 @@ def _batched_gradients(values: torch.Tensor, inputs: torch.Tensor,
             raise
         except RuntimeError as err:  # vmap has no batching rule for an op of this model
             raise _NoBatchedBackward(str(err)) from err
-        rows.append(from_gradient(grad[:, 0], base).float().norm(dim=-1))
+        rows.append(torch.stack([from_gradient(grad[:, b], base[b]).float().norm(dim=-1)
+                                 for b in range(base.shape[0])], dim=1))
     return torch.cat(rows)
 
 
@@ -261,7 +264,7 @@ def _from_one_graph(lm: LoadedModel, t: _Targets, cfg: CCIConfig,
         lm.batched_backward = False
         return None
     lm.batched_backward = True
-    return attr.index_select(1, t.context).tolist()
+    return attr[:, 0].index_select(1, t.context).tolist()
 
 
 def _repeated_rows(lm: LoadedModel, base: torch.Tensor, answer_ids: Sequence[int], positions: Sequence[int],
@@ -365,3 +368,69 @@ def select_context(scores: Sequence[float], cfg: CCIConfig) -> list[int]:
     else:
         cut = float(torch.quantile(values, 1.0 - p))
     return [j for j, v in enumerate(values.tolist()) if v >= cut]
+
+
+@dataclass(frozen=True)
+class CCIRequest:
+    """What one row of a :class:`~mirage.forward.BatchGraph` needs for :func:`compute_cci_batch`: its answer ids, the
+    answer indices to attribute, the contextless model's top token at each answer step, and the context positions
+    (in the row's unpadded input) whose scores are kept."""
+
+    answer_ids: Sequence[int]
+    selected: Sequence[int]
+    contextless_top: Sequence[int]
+    context_positions: Sequence[int]
+
+
+def compute_cci_batch(lm: LoadedModel, graph: BatchGraph, requests: Sequence[CCIRequest], *,
+                      cfg: CCIConfig) -> list[CCIScores] | None:
+    """:func:`compute_cci` of every row of ``graph`` at once (``requests[b]`` for row b). The k-th target of every
+    row shares one vmapped backward pass: rows do not interact, so the gradient of their sum on row b's inputs is
+    row b's own. Backward passes: the most targets of one row, not their total. The scores equal per-item
+    :func:`compute_cci` up to float rounding of batched matrix products. None (and the model remembered) when vmap
+    cannot batch the model's backward passes, or when the method has no ``from_gradient`` or ``cfg.precision``
+    autocasts (the caller then attributes item by item)."""
+    if len(requests) != graph.inputs.shape[0]:
+        raise ValueError(f"{len(requests)} requests for a graph of {graph.inputs.shape[0]} rows.")
+    if not shares_cti_graph(lm, cfg):
+        return None
+    plans = []
+    for req in requests:
+        order = sorted(range(len(req.selected)), key=lambda k: req.selected[k])
+        contrast = [None if req.contextless_top[i] == req.answer_ids[i] else int(req.contextless_top[i])
+                    for i in req.selected]
+        plans.append((order, contrast))
+    n_rows = max((len(req.selected) for req in requests), default=0)
+    out_rows: list[list[list[float]]] = [[] for _ in requests]
+    if n_rows:
+        cells = [(b, k, req.selected[order[k]]) for b, (req, (order, _c)) in enumerate(zip(requests, plans))
+                 for k in range(len(order))]
+        logits = graph.logits[[b for b, _k, _i in cells], [graph.column(b, i) for b, _k, i in cells]]
+        logp = torch.log_softmax(logits.float(), dim=-1)  # [n_cells, vocab]: only the attributed steps
+        values: list[torch.Tensor | None] = [None] * n_rows
+        for c, (b, k, i) in enumerate(cells):
+            y_nc = plans[b][1][plans[b][0][k]]
+            value = logp[c, requests[b].answer_ids[i]]
+            if y_nc is not None:
+                value = value - logp[c, y_nc]
+            values[k] = value if values[k] is None else values[k] + value
+        width = graph.inputs.shape[1]
+        chunk = cfg.batch_size or auto_batch_size(lm, width, n_rows, rows=graph.inputs.shape[0])
+        try:
+            with frozen_parameters(lm.model):
+                attr = _batched_gradients(torch.stack(values), graph.inputs,  # type: ignore[arg-type]
+                                          CCI_METHODS.lookup(cfg.method).from_gradient, chunk)
+        except _NoBatchedBackward:
+            lm.batched_backward = False
+            return None
+        lm.batched_backward = True
+        for b, req in enumerate(requests):
+            cols = torch.tensor([graph.pads[b] + j for j in req.context_positions], device=attr.device,
+                                dtype=torch.long)
+            out_rows[b] = attr[: len(req.selected), b].index_select(1, cols).tolist()
+    results = []
+    for req, (order, contrast), rows in zip(requests, plans, out_rows):
+        by_selected = dict(zip(order, rows))
+        results.append(CCIScores(selected=tuple(req.selected), contrast_ids=tuple(contrast),
+                                 scores=tuple(tuple(by_selected[k]) for k in range(len(req.selected)))))
+    return results

@@ -187,7 +187,7 @@ def batch_token_budget(lm: LoadedModel) -> int:
     return max(512, int(free // 4 // per_token))
 
 
-def _chunks(lengths: Sequence[int], budget: int) -> list[list[int]]:
+def token_groups(lengths: Sequence[int], budget: int) -> list[list[int]]:
     """Indices grouped (longest first) so that each group's rows × its longest row stay within ``budget``."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     groups: list[list[int]] = []
@@ -204,6 +204,19 @@ def _pad_id(lm: LoadedModel) -> int:
     if pad is None:
         pad = lm.tokenizer.eos_token_id
     return int(pad) if pad is not None else 0
+
+
+def _left_padded(lm: LoadedModel, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, dict]:
+    """Causal batch of ``seqs``: the left-padded ids ``[batch, width]`` on the device, and the attention mask and
+    position ids that let each row's real tokens see what they see alone, at the positions they have alone."""
+    width = max(len(seq) for seq in seqs)
+    ids = torch.full((len(seqs), width), _pad_id(lm), dtype=torch.long)
+    mask = torch.zeros(len(seqs), width, dtype=torch.long)
+    for r, seq in enumerate(seqs):
+        ids[r, width - len(seq):], mask[r, width - len(seq):] = torch.tensor(list(seq)), 1
+    position_ids = (mask.cumsum(-1) - 1).clamp_min(0)
+    return ids.to(lm.device), {"attention_mask": mask.to(lm.device), "position_ids": position_ids.to(lm.device),
+                               "use_cache": False}
 
 
 @torch.inference_mode()
@@ -224,11 +237,11 @@ def batched_answer_logits(lm: LoadedModel, pairs: Sequence[tuple[Sequence[int], 
     budget = max_batch_tokens or batch_token_budget(lm)
     out: list[torch.Tensor | None] = [None] * len(pairs)
     pad = _pad_id(lm)
-    for group in _chunks([len(seq) for seq in inputs], budget):
+    for group in token_groups([len(seq) for seq in inputs], budget):
         width = max(len(inputs[i]) for i in group)
         n_keep = max(len(pairs[i][1]) for i in group)
-        mask = torch.zeros(len(group), width, dtype=torch.long)
         if lm.is_encoder_decoder:
+            mask = torch.zeros(len(group), width, dtype=torch.long)
             ids = torch.full((len(group), width), pad, dtype=torch.long)
             dec = torch.full((len(group), n_keep), pad, dtype=torch.long)
             dec_mask = torch.zeros(len(group), n_keep, dtype=torch.long)
@@ -242,15 +255,67 @@ def batched_answer_logits(lm: LoadedModel, pairs: Sequence[tuple[Sequence[int], 
             for r, i in enumerate(group):
                 out[i] = logits[r, :len(pairs[i][1])].float()
             continue
-        ids = torch.full((len(group), width), pad, dtype=torch.long)
-        for r, i in enumerate(group):
-            seq = inputs[i]
-            ids[r, width - len(seq):], mask[r, width - len(seq):] = torch.tensor(seq), 1
-        position_ids = (mask.cumsum(-1) - 1).clamp_min(0)
-        kwargs = {"input_ids": ids.to(lm.device), "attention_mask": mask.to(lm.device),
-                  "position_ids": position_ids.to(lm.device), "use_cache": False}
-        logits = causal_pass(lm, range(width - n_keep, width), **kwargs).logits
+        ids, kwargs = _left_padded(lm, [inputs[i] for i in group])
+        logits = causal_pass(lm, range(width - n_keep, width), input_ids=ids, **kwargs).logits
         for r, i in enumerate(group):
             n = len(pairs[i][1])
             out[i] = logits[r, n_keep - n:].float()
     return out  # type: ignore[return-value]
+
+
+#: Padded tokens per batched differentiable pass on a CPU (its activations stay for the backward passes).
+CPU_GRAPH_TOKENS = 2048
+
+
+def graph_token_budget(lm: LoadedModel) -> int:
+    """Padded tokens per batched differentiable pass (:func:`batched_attribution_graph`): a quarter of free GPU memory
+    over the activations a token keeps for the backward pass in every layer, at least one sequence."""
+    if lm.device.type != "cuda":
+        return CPU_GRAPH_TOKENS
+    free, _total = torch.cuda.mem_get_info(lm.device)
+    text_cfg = getattr(lm.model.config, "text_config", None) or lm.model.config
+    hidden = getattr(text_cfg, "hidden_size", None) or getattr(text_cfg, "d_model", 1024)
+    layers = getattr(text_cfg, "num_hidden_layers", None) or getattr(text_cfg, "num_layers", 24)
+    per_token = layers * 24 * hidden * max(2, torch.finfo(lm.dtype).bits // 8)
+    return max(512, int(free // 4 // per_token))
+
+
+@dataclass
+class BatchGraph:
+    """One differentiable pass over several attributed inputs of a causal model, left-padded (parameters frozen):
+    the input-embedding leaf ``[batch, width, hidden]``, the logits ``[batch, n_keep, vocab]`` of the last
+    ``n_keep`` positions (``n_keep``: the longest answer), each row's padding ``pads[b]`` and answer length
+    ``n_answer[b]``. Rows do not interact, so a sum of targets over rows has, on each row's inputs, the gradient of
+    that row's target alone."""
+
+    inputs: torch.Tensor
+    logits: torch.Tensor
+    pads: list[int]
+    n_answer: list[int]
+
+    def column(self, row: int, i: int) -> int:
+        """Where ``logits[row]`` holds the logits predicting answer token ``i`` of that row."""
+        return self.logits.shape[1] - self.n_answer[row] + i
+
+    def answer_logits(self, row: int) -> torch.Tensor:
+        """Detached fp32 logits ``[n_answer, vocab]`` of one row (what :func:`answer_logits` returns)."""
+        return self.logits[row, self.column(row, 0):].detach().float()
+
+
+def batched_attribution_graph(lm: LoadedModel, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> BatchGraph:
+    """:func:`attribution_graph` of several ``(prompt_ids, answer_ids)`` pairs in one left-padded pass (causal
+    models only; the rows equal their single passes up to float rounding of batched matrix products)."""
+    if lm.is_encoder_decoder:
+        raise ValueError("batched_attribution_graph: causal models only.")
+    if not pairs or any(not len(a) for _p, a in pairs):
+        raise ValueError("every pair needs at least one answer token.")
+    inputs = [model_inputs(lm, p, a)[0] for p, a in pairs]
+    ids, kwargs = _left_padded(lm, inputs)
+    width, n_keep = ids.shape[1], max(len(a) for _p, a in pairs)
+    with frozen_parameters(lm.model):
+        with torch.no_grad():
+            leaf = lm.model.get_input_embeddings()(ids).detach()
+        leaf.requires_grad_(True)
+        logits = causal_pass(lm, range(width - n_keep, width), inputs_embeds=leaf, **kwargs).logits
+    return BatchGraph(inputs=leaf, logits=logits, pads=[width - len(seq) for seq in inputs],
+                      n_answer=[len(a) for _p, a in pairs])

@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -549,6 +549,8 @@ def load_model(
         # mirage.tune.adapters.apply_adapter also checks an adapter's base model; a shipped one is tested against
         # its base (tests/test_tune.py), and the registry names that base
         lm.model = PeftModel.from_pretrained(lm.model, str(shipped.path)).merge_and_unload().eval()
+        if dev.type == "cuda":
+            without_cudnn_attention(lm.model)
         lm.name = name
         return lm
     spec = embedded_models().get(name)
@@ -573,6 +575,8 @@ def load_model(
         model = _from_pretrained("weights", name, source, offline,
                                  lambda: auto.from_pretrained(source, dtype=torch_dtype, **remote, **adapter))
     model.to(dev).eval()
+    if dev.type == "cuda":
+        without_cudnn_attention(model)
     if use_chat_template is None:
         use_chat_template = spec.chat_template if spec else bool(getattr(tokenizer, "chat_template", None))
     window = spec.context_window if spec else _context_window(config, tokenizer)
@@ -586,6 +590,39 @@ def load_model(
     )
 
 
+def without_cudnn_attention(model: Any) -> Any:
+    """Make ``model``'s forward pass run scaled-dot-product attention with the flash, memory-efficient or math
+    backend, never cuDNN's, and return it (idempotent; numerically the same attention).
+
+    cuDNN's backend builds a plan for every new sequence length: on an H200 that cost 85 ms in the forward and 48 ms
+    in the backward pass of each new prompt shape (smollm2-135m, bfloat16; ``benchmarks/profile_attribution.py``),
+    against about 3 ms once built, and every prompt, answer cut and generation step is a new shape. Mirage loads
+    models onto a GPU with this set (:func:`load_model`, :func:`wrap_model`). The backward pass uses the backend
+    its forward pass chose, so wrapping the forward covers both. Generation's ``inspect.signature`` checks still see
+    the model's own signature.
+    """
+    if getattr(model, "_mirage_without_cudnn_attention", False):
+        return model
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    inner = model.forward
+
+    @wraps(inner)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        with sdpa_kernel(backends):
+            return inner(*args, **kwargs)
+
+    model.forward = forward
+    model._mirage_without_cudnn_attention = True
+    return model
+
+
+def _on_cuda(model: Any) -> bool:
+    param = next(iter(model.parameters()), None)
+    return param is not None and param.device.type == "cuda"
+
+
 def _context_window(config: Any, tokenizer: Any) -> int | None:
     for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
         value = getattr(config, attr, None)
@@ -596,8 +633,11 @@ def _context_window(config: Any, tokenizer: Any) -> int | None:
 
 
 def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None, use_chat_template: bool | None = None) -> LoadedModel:
-    """Wrap a model and tokenizer the user already loaded."""
+    """Wrap a model and tokenizer the user already loaded (on a GPU, its attention then avoids cuDNN's backend:
+    :func:`without_cudnn_attention`)."""
     config = model.config
+    if _on_cuda(model):
+        without_cudnn_attention(model)
     is_enc_dec = bool(getattr(config, "is_encoder_decoder", False))
     if use_chat_template is None:
         use_chat_template = bool(getattr(tokenizer, "chat_template", None))

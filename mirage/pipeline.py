@@ -142,8 +142,9 @@ class Mirage:
     def score_batch(self, prepared: Sequence[PreparedItem], answers: Sequence[TokenizedAnswer | str], *,
                     targets: TargetSpec = "selected", item_targets: Sequence[TargetSpec] | None = None,
                     config: MirageConfig | None = None, max_batch_tokens: int | None = None) -> list[TokenScores]:
-        """:meth:`score_tokens` of several prepared items at once: their CTI passes run in padded batches (see
-        :func:`mirage.token_scores.score_batch`), CCI item by item; the same scores up to float rounding."""
+        """:meth:`score_tokens` of several prepared items at once, in padded batches: CTI's passes and, from the
+        same differentiable pass, CCI's gradients (see :func:`mirage.token_scores.score_batch`); the same scores up
+        to float rounding."""
         tokenized = [tokenize_answer(self.lm.tokenizer, a) if isinstance(a, str) else a for a in answers]
         return score_batch(self.lm, [p.tokens for p in prepared], tokenized, config or self.config, targets=targets,
                            item_targets=item_targets, max_batch_tokens=max_batch_tokens)

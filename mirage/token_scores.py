@@ -17,10 +17,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from .cci import CCIScores, compute_cci, shares_cti_graph
+from .cci import CCIRequest, CCIScores, compute_cci, compute_cci_batch, shares_cti_graph
 from .config import MirageConfig
 from .cti import CTIScores, compute_cti
-from .forward import AttributionGraph, answer_logits, batched_answer_logits, model_inputs, with_documents_logits
+from .forward import (
+    AttributionGraph,
+    answer_logits,
+    batched_answer_logits,
+    batched_attribution_graph,
+    graph_token_budget,
+    model_inputs,
+    token_groups,
+    with_documents_logits,
+)
 from .generation import Generated
 from .models import LoadedModel
 from .tokenization import TokenizedAnswer, TokenizedPrompt
@@ -85,16 +94,25 @@ def _with_cci(lm: LoadedModel, prompt: TokenizedPrompt, answer: TokenizedAnswer,
     return TokenScores(cti=cti, cci=cci, timings={"cti": cti_seconds, "cci": time.perf_counter() - t})
 
 
+def _may_need_cci(spec: TargetSpec) -> bool:
+    """Whether a target spec can ask for any CCI row before CTI is known."""
+    if isinstance(spec, str):
+        return spec != "none"
+    return callable(spec) or bool(len(spec))
+
+
 def score_batch(lm: LoadedModel, prompts: Sequence[TokenizedPrompt], answers: Sequence[TokenizedAnswer],
                 cfg: MirageConfig, *, targets: TargetSpec = "selected",
                 item_targets: Sequence[TargetSpec] | None = None,
                 max_batch_tokens: int | None = None) -> list[TokenScores]:
-    """:func:`score_tokens` of several answers (each after its own prompt): the CTI passes of all of them run in
-    padded batches (:func:`mirage.forward.batched_answer_logits`: every with-documents input, then every
-    contextless one), then CCI item by item over its own differentiable pass. ``targets``: the spec for every
-    item, or ``item_targets``: one per item. The scores equal per-item :func:`score_tokens` up to float rounding; the batched passes pay off where
-    one sequence leaves the device idle (a GPU, many short answers). ``timings["cti"]`` is each item's share of the
-    batched passes."""
+    """:func:`score_tokens` of several answers (each after its own prompt), in padded batches: every contextless
+    input in batched inference passes (:func:`mirage.forward.batched_answer_logits`); the with-documents inputs of
+    items that may need CCI in batched differentiable passes (:func:`mirage.forward.batched_attribution_graph`,
+    causal models whose CCI shares CTI's graph), from which CTI reads its logits and CCI takes every row's
+    gradients at once (:func:`mirage.cci.compute_cci_batch`); the other items' with-documents inputs in batched
+    inference passes, with CCI item by item. ``targets``: the spec for every item, or ``item_targets``: one per
+    item. The scores equal per-item :func:`score_tokens` up to float rounding; batches pay off where one sequence
+    leaves the device idle (a GPU, many short answers). ``timings``: each item's share of its batch's seconds."""
     if len(prompts) != len(answers):
         raise ValueError(f"{len(prompts)} prompts for {len(answers)} answers.")
     per_item = list(item_targets) if item_targets is not None else [targets] * len(prompts)
@@ -106,13 +124,40 @@ def score_batch(lm: LoadedModel, prompts: Sequence[TokenizedPrompt], answers: Se
     for answer in answers:
         if not answer.ids:
             raise ValueError("an answer has no tokens; nothing to score.")
+    n = len(prompts)
     t = time.perf_counter()
-    with_docs = batched_answer_logits(lm, [(p.ids, a.ids) for p, a in zip(prompts, answers)],
-                                      max_batch_tokens=max_batch_tokens)
     without = batched_answer_logits(lm, [(p.contextless_ids, a.ids) for p, a in zip(prompts, answers)],
                                     max_batch_tokens=max_batch_tokens)
-    ctis = [compute_cti(c, n, a.ids, cfg=cfg.cti) for c, n, a in zip(with_docs, without, answers)]
-    del with_docs, without
-    cti_share = (time.perf_counter() - t) / len(prompts)
-    return [_with_cci(lm, prompt, answer, cti, spec, cfg, cti_seconds=cti_share)
-            for prompt, answer, cti, spec in zip(prompts, answers, ctis, per_item)]
+    graphed = [k for k in range(n) if _may_need_cci(per_item[k])] \
+        if not lm.is_encoder_decoder and shares_cti_graph(lm, cfg.cci) else []
+    plain = [k for k in range(n) if k not in set(graphed)]
+    with_docs = dict(zip(plain, batched_answer_logits(lm, [(prompts[k].ids, answers[k].ids) for k in plain],
+                                                       max_batch_tokens=max_batch_tokens)))
+    share = (time.perf_counter() - t) / n
+    out: list[TokenScores | None] = [None] * n
+    for k in plain:
+        cti = compute_cti(with_docs.pop(k), without[k], answers[k].ids, cfg=cfg.cti)
+        out[k] = _with_cci(lm, prompts[k], answers[k], cti, per_item[k], cfg, cti_seconds=share)
+    budget = max_batch_tokens or graph_token_budget(lm)
+    lengths = [len(prompts[k].ids) + len(answers[k].ids) - 1 for k in graphed]
+    for group in token_groups(lengths, budget):
+        ks = [graphed[g] for g in group]
+        t = time.perf_counter()
+        graph = batched_attribution_graph(lm, [(prompts[k].ids, answers[k].ids) for k in ks])
+        ctis = [compute_cti(graph.answer_logits(r), without[k], answers[k].ids, cfg=cfg.cti) for r, k in enumerate(ks)]
+        cti_s = time.perf_counter() - t
+        t = time.perf_counter()
+        requests = [CCIRequest(answer_ids=answers[k].ids, selected=_cci_targets(cti, len(answers[k].ids), per_item[k]),
+                               contextless_top=cti.contextless_top, context_positions=prompts[k].context_positions)
+                    for cti, k in zip(ctis, ks)]
+        ccis = compute_cci_batch(lm, graph, requests, cfg=cfg.cci)
+        del graph
+        cci_s = time.perf_counter() - t
+        for r, k in enumerate(ks):
+            if ccis is None:  # vmap cannot batch this model's backward passes: item by item
+                out[k] = _with_cci(lm, prompts[k], answers[k], ctis[r], per_item[k], cfg,
+                                   cti_seconds=share + cti_s / len(ks))
+            else:
+                out[k] = TokenScores(cti=ctis[r], cci=ccis[r],
+                                     timings={"cti": share + cti_s / len(ks), "cci": cci_s / len(ks)})
+    return out  # type: ignore[return-value]

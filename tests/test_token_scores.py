@@ -185,6 +185,29 @@ def test_batched_scoring_equals_one_item_at_a_time(embedded_mirage):
         embedded_mirage.score_batch([embedded_mirage.prepare(ITEMS[0][0])], ["x"], targets="some")
 
 
+def test_batched_scoring_takes_every_gradient_from_one_batched_graph(embedded_mirage, monkeypatch):
+    """In one batch, CTI's with-documents logits and every item's CCI come from one padded differentiable pass: no
+    CCI item by item, and one vmapped backward pass per target rank (the most targets of one item), not per target."""
+    import mirage.cci as cci_module
+    import mirage.token_scores as ts
+
+    calls = []
+    real = cci_module._batched_gradients
+
+    def spy(values, inputs, from_gradient, chunk):
+        calls.append((values.shape[0], inputs.shape[0]))
+        return real(values, inputs, from_gradient, chunk)
+
+    monkeypatch.setattr(cci_module, "_batched_gradients", spy)
+    monkeypatch.setattr(ts, "compute_cci", lambda *a, **k: pytest.fail("CCI ran item by item"))
+    prepared = [embedded_mirage.prepare(item) for item, _a in ITEMS]
+    batch = embedded_mirage.score_batch(prepared, [a for _i, a in ITEMS], item_targets=["selected", "all", [0, 2]])
+    n_targets = [len(b.cci.selected) for b in batch]
+    assert n_targets[1] == len(batch[1].cti.scores) and n_targets[2] == 2
+    assert calls == [(max(n_targets), len(ITEMS))]
+    assert sum(n_targets) > max(n_targets)  # fewer backward passes than targets
+
+
 def test_batched_scoring_on_an_encoder_decoder(tiny_seq2seq):
     """Right padding of the encoder and decoder inputs, both masked (tiny random model, the real tokenizer)."""
     from mirage import Mirage

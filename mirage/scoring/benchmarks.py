@@ -163,7 +163,7 @@ computed again.
     ``faithfulness``, each test answer is attributed as a whole (sentence citations by the config's CCI selector)
     and checked; results are kept in ``faithfulness.jsonl``. Under a launcher (``torchrun``, ``accelerate launch``;
     see :mod:`mirage.sharding`) each rank scores its shard; rank 0 returns the report of all of them, other ranks
-    None. ``batch_items``: new items whose CTI passes run in one padded batch (default: 8 on a GPU, 1 on a CPU,
+    None. ``batch_items``: new items whose CTI and CCI passes run in padded batches (default: 8 on a GPU, 1 on a CPU,
     where one sequence already keeps the cores busy; see :func:`mirage.scoring.xor_attriqa.score_items`).
     ``group_passages``: rows of the per-passage release that answer the same question with the same answer become
     one item with all their passages, as a match row (:func:`mirage.scoring.xor_attriqa.group_by_answer`). On the

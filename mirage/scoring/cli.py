@@ -145,7 +145,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="compute CCI for every answer token of every item (slower; needed only for the "
                           "threshold-free mirage_raw ROC-AUC); by default only the tokens some setting selects")
     xor.add_argument("--batch-items", type=positive_int, metavar="N",
-                     help="run the CTI passes of N new items in one padded batch (default: 8 on a GPU, 1 on a CPU)")
+                     help="run the passes (CTI and CCI) of N new items in padded batches (default: 8 on a GPU, 1 on a CPU)")
     xor.add_argument("--group-passages", action="store_true",
                      help="rows of the per-passage release (xor_attriqa_full) with the same question and answer "
                           "become one item with all their passages, as a match row (default: one item per row)")

@@ -476,7 +476,7 @@ def score_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = None
 def score_item_batch(mirage: Any, items: Sequence[XorItem], *, config: MirageConfig | None = None,
                      targets: Sequence[str | Sequence[int] | Callable[[Any], Iterable[int]]],
                      signals: bool = False) -> list[ItemScores | InputError]:
-    """:func:`score_item` of several items, their CTI passes batched (:meth:`mirage.pipeline.Mirage.score_batch`);
+    """:func:`score_item` of several items, their CTI and CCI passes batched (:meth:`mirage.pipeline.Mirage.score_batch`);
     an item the pipeline rejects comes back as its InputError, in its place."""
     cfg = ex_config(config or mirage.config)
     out: list[ItemScores | InputError | None] = [None] * len(items)
@@ -553,7 +553,7 @@ def score_items(
     finishes) lacks. An item not scored yet gets, in one pass, CTI, the CCI rows of its MIRAGE-EX tokens (with
     ``ex_rows``) and of ``needs(item, cti)``, and with ``signals`` its passage signals; an item scored before gets only the rows and
     signals it lacks. ``model`` is a Mirage, or a function returning one, called only if something needs to run.
-    ``batch_items`` > 1 batches the CTI passes of that many new items (:func:`score_item_batch`); None: 8 on a
+    ``batch_items`` > 1 batches the CTI and CCI passes of that many new items (:func:`score_item_batch`); None: 8 on a
     GPU, 1 on a CPU.
     Items the pipeline rejects come back as BadRow."""
     scores = scores_from_records(store.records()) if store is not None else {}
@@ -587,7 +587,7 @@ def score_items(
                    else 8 if getattr(mirage.lm.device, "type", "cpu") == "cuda" else 1)
         new = [item for item in todo.values() if item.key not in scores] if size > 1 else []
         batched = {item.key for item in new}
-        for start in range(0, len(new), size):  # new items, their CTI passes batched
+        for start in range(0, len(new), size):  # new items, their passes batched
             chunk = new[start: start + size]
             done = score_item_batch(mirage, chunk, config=config, targets=[targets_of(i) for i in chunk],
                                     signals=signals)
