@@ -130,7 +130,7 @@ def score_batch(lm: LoadedModel, prompts: Sequence[TokenizedPrompt], answers: Se
                                     max_batch_tokens=max_batch_tokens)
     graphed = [k for k in range(n) if _may_need_cci(per_item[k])] \
         if not lm.is_encoder_decoder and shares_cti_graph(lm, cfg.cci) else []
-    plain = [k for k in range(n) if k not in set(graphed)]
+    plain = sorted(set(range(n)) - set(graphed))
     with_docs = dict(zip(plain, batched_answer_logits(lm, [(prompts[k].ids, answers[k].ids) for k in plain],
                                                        max_batch_tokens=max_batch_tokens)))
     share = (time.perf_counter() - t) / n

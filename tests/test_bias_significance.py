@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -225,3 +226,23 @@ def test_summarize_run_recomputes_a_stored_run_without_a_model(tmp_path):
     assert json.loads(again.to_json())["sources"] == json.loads(result.to_json())["sources"]
     with pytest.raises(Exception, match="no results.json"):
         summarize_run(tmp_path)
+
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bias_smollm2_protocol"
+
+
+@pytest.mark.parametrize("study", sorted(str(p.parent.relative_to(PUBLISHED))
+                                         for p in PUBLISHED.glob("**/generations.jsonl.gz")))
+def test_every_published_protocol_study_recomputes_from_its_generations(tmp_path, study):
+    """Each study of the published protocol run (README, "Attribution bias, …" sections) gives its shipped tables
+    again when summarized from its shipped generations alone (no model; the settings from its results.json)."""
+    import shutil
+
+    from mirage.bias.study import summarize_run
+
+    run = tmp_path / "run"
+    shutil.copytree(PUBLISHED / study, run)
+    shipped = json.loads((run / "results.json").read_text())
+    result = summarize_run(run)
+    assert json.loads(result.to_json())["sources"] == shipped["sources"]
+    assert result.n_items == shipped["n_items"]
