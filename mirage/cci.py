@@ -15,7 +15,10 @@ How the gradients are computed for gradient methods (``saliency``, ``input_x_gra
   (or the caller's :class:`~mirage.forward.AttributionGraph`, whose logits CTI already read);
 - the gradients of all selected targets from that one graph, by vmapped backward passes
   (``torch.autograd.grad(..., is_grads_batched=True)``) in memory-bounded chunks; each chunk is reduced to
-  ``[chunk, seq]`` at once.
+  ``[chunk, seq]`` at once;
+- for several items at once (:func:`compute_cci_batch`), one left-padded pass over all of them
+  (:class:`~mirage.forward.BatchGraph`): rows of a padded batch do not interact, so the k-th target of every item
+  shares one vmapped backward pass (as many passes as the largest item has targets).
 
 The reference runs a forward and a backward pass per selected token. Models whose operations vmap cannot batch
 (remembered on the model: ``LoadedModel.batched_backward``) fall back to repeating the input once per target
