@@ -208,6 +208,22 @@ def test_batched_scoring_takes_every_gradient_from_one_batched_graph(embedded_mi
     assert sum(n_targets) > max(n_targets)  # fewer backward passes than targets
 
 
+def test_batched_scoring_mixes_items_without_cci_and_items_whose_targets_come_out_empty(embedded_mirage):
+    """An item that wants no CCI runs in the inference batch, an item whose target function picks nothing gets an
+    empty CCI from the differentiable batch, and both equal their one-at-a-time scores."""
+    prepared = [embedded_mirage.prepare(item) for item, _a in ITEMS]
+    answers = [a for _i, a in ITEMS]
+    specs = ["none", lambda cti: [], "selected"]
+    batch = embedded_mirage.score_batch(prepared, answers, item_targets=specs)
+    for prep, answer, got, spec in zip(prepared, answers, batch, specs):
+        want = embedded_mirage.score_tokens(prep, answer, targets=spec)
+        assert got.cti.scores == pytest.approx(want.cti.scores, abs=1e-3, rel=1e-3)
+        assert got.cci.selected == want.cci.selected
+        for row, ref in zip(got.cci.scores, want.cci.scores):
+            assert row == pytest.approx(ref, rel=1e-3, abs=1e-5)
+    assert batch[0].cci.selected == () and batch[1].cci.selected == () and batch[2].cci.selected
+
+
 def test_batched_scoring_on_an_encoder_decoder(tiny_seq2seq):
     """Right padding of the encoder and decoder inputs, both masked (tiny random model, the real tokenizer)."""
     from mirage import Mirage
