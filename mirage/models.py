@@ -603,8 +603,12 @@ def without_cudnn_attention(model: Any) -> Any:
     """
     if getattr(model, "_mirage_without_cudnn_attention", False):
         return model
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # torch < 2.3, which has no cuDNN attention either
+        return model
+    if not hasattr(SDPBackend, "CUDNN_ATTENTION"):  # torch < 2.5: none to avoid
+        return model
     backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
     inner = model.forward
 
