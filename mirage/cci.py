@@ -133,13 +133,9 @@ def _free_memory_bytes(device: torch.device) -> int:
 def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int, rows: int = 1) -> int:
     """Targets per backward pass that fit in about half the free memory (estimate of activations per row; ``rows``:
     the sequences of ``seq_len`` positions in the graph)."""
-    cfg = lm.model.config
-    text_cfg = getattr(cfg, "text_config", None) or cfg
-    hidden = getattr(text_cfg, "hidden_size", None) or getattr(text_cfg, "d_model", 1024)
-    layers = getattr(text_cfg, "num_hidden_layers", None) or getattr(text_cfg, "num_layers", 24)
-    heads = getattr(text_cfg, "num_attention_heads", None) or getattr(text_cfg, "num_heads", 16)
+    sizes = lm.sizes
     width = torch.finfo(lm.dtype).bits // 8
-    per_row = rows * layers * seq_len * (24 * hidden * width + heads * seq_len * 4)
+    per_row = rows * sizes.layers * seq_len * (24 * sizes.hidden * width + sizes.heads * seq_len * 4)
     budget = _free_memory_bytes(lm.device) // 2
     return max(1, min(n_targets, 64, budget // max(1, per_row)))
 
@@ -217,6 +213,13 @@ def _target_values(logits: torch.Tensor, rows: Sequence[int], cols: Sequence[int
             value = value - logp[row, col, y_nc]
         out.append(value)
     return torch.stack(out)
+
+
+def _contrast_ids(answer_ids: Sequence[int], selected: Sequence[int], contextless_top: Sequence[int]
+                  ) -> list[int | None]:
+    """Per selected answer token, the contextless model's top token, or None where it is the answer token itself
+    (the target is then log p(y_i | ctx) alone; see the module docstring)."""
+    return [None if contextless_top[i] == answer_ids[i] else int(contextless_top[i]) for i in selected]
 
 
 class _NoBatchedBackward(RuntimeError):
@@ -323,7 +326,7 @@ def compute_cci(
     over the same input, when the caller already ran it (otherwise one is run, cut after the furthest selected
     position).
     """
-    contrast_ids = [None if contextless_top[i] == answer_ids[i] else int(contextless_top[i]) for i in selected]
+    contrast_ids = _contrast_ids(answer_ids, selected, contextless_top)
     if not selected:
         return CCIScores(selected=(), contrast_ids=(), scores=())
     order = sorted(range(len(selected)), key=lambda k: selected[k])
@@ -397,32 +400,26 @@ def compute_cci_batch(lm: LoadedModel, graph: BatchGraph, requests: Sequence[CCI
         raise ValueError(f"{len(requests)} requests for a graph of {graph.inputs.shape[0]} rows.")
     if not shares_cti_graph(lm, cfg):
         return None
-    plans = []
-    for req in requests:
-        order = sorted(range(len(req.selected)), key=lambda k: req.selected[k])
-        contrast = [None if req.contextless_top[i] == req.answer_ids[i] else int(req.contextless_top[i])
-                    for i in req.selected]
-        plans.append((order, contrast))
+    plans = [(sorted(range(len(req.selected)), key=lambda k, req=req: req.selected[k]),
+              _contrast_ids(req.answer_ids, req.selected, req.contextless_top)) for req in requests]
     n_rows = max((len(req.selected) for req in requests), default=0)
     out_rows: list[list[list[float]]] = [[] for _ in requests]
     if n_rows:
+        # every attributed step, the k-th target (ascending) of row b: its logits alone, then the values summed by k
         cells = [(b, k, req.selected[order[k]]) for b, (req, (order, _c)) in enumerate(zip(requests, plans))
                  for k in range(len(order))]
-        logits = graph.logits[[b for b, _k, _i in cells], [graph.column(b, i) for b, _k, i in cells]]
-        logp = torch.log_softmax(logits.float(), dim=-1)  # [n_cells, vocab]: only the attributed steps
-        values: list[torch.Tensor | None] = [None] * n_rows
-        for c, (b, k, i) in enumerate(cells):
-            y_nc = plans[b][1][plans[b][0][k]]
-            value = logp[c, requests[b].answer_ids[i]]
-            if y_nc is not None:
-                value = value - logp[c, y_nc]
-            values[k] = value if values[k] is None else values[k] + value
+        logits = graph.logits[[b for b, _k, _i in cells], [graph.column(b, i) for b, _k, i in cells]].unsqueeze(1)
+        cell_values = _target_values(logits, range(len(cells)), [0] * len(cells),
+                                     [requests[b].answer_ids[i] for b, _k, i in cells],
+                                     [plans[b][1][plans[b][0][k]] for b, k, _i in cells])
+        ranks = torch.tensor([k for _b, k, _i in cells], device=cell_values.device)
+        values = torch.zeros(n_rows, device=cell_values.device, dtype=cell_values.dtype).index_add(0, ranks,
+                                                                                                  cell_values)
         width = graph.inputs.shape[1]
         chunk = cfg.batch_size or auto_batch_size(lm, width, n_rows, rows=graph.inputs.shape[0])
         try:
             with frozen_parameters(lm.model):
-                attr = _batched_gradients(torch.stack(values), graph.inputs,  # type: ignore[arg-type]
-                                          CCI_METHODS.lookup(cfg.method).from_gradient, chunk)
+                attr = _batched_gradients(values, graph.inputs, CCI_METHODS.lookup(cfg.method).from_gradient, chunk)
         except _NoBatchedBackward:
             lm.batched_backward = False
             return None

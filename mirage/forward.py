@@ -174,17 +174,20 @@ def token_probabilities(logits: torch.Tensor, ids: Sequence[int], *, log: bool =
 CPU_BATCH_TOKENS = 8192
 
 
+def _token_budget(lm: LoadedModel, per_token: int, cpu: int) -> int:
+    """A quarter of free GPU memory over ``per_token`` bytes, at least 512 tokens; ``cpu`` tokens on a CPU."""
+    if lm.device.type != "cuda":
+        return cpu
+    free, _total = torch.cuda.mem_get_info(lm.device)
+    return max(512, int(free // 4 // per_token))
+
+
 def batch_token_budget(lm: LoadedModel) -> int:
     """Padded tokens per batched inference pass: a quarter of free GPU memory over the activations per token
     (hidden states of every layer, the attention scores are not kept in inference), at least one sequence."""
-    if lm.device.type != "cuda":
-        return CPU_BATCH_TOKENS
-    free, _total = torch.cuda.mem_get_info(lm.device)
-    text_cfg = getattr(lm.model.config, "text_config", None) or lm.model.config
-    hidden = getattr(text_cfg, "hidden_size", None) or getattr(text_cfg, "d_model", 1024)
-    vocab = getattr(text_cfg, "vocab_size", 32000)
-    per_token = (16 * hidden + vocab) * max(4, torch.finfo(lm.dtype).bits // 8)
-    return max(512, int(free // 4 // per_token))
+    sizes = lm.sizes
+    return _token_budget(lm, (16 * sizes.hidden + sizes.vocab) * max(4, torch.finfo(lm.dtype).bits // 8),
+                         CPU_BATCH_TOKENS)
 
 
 def token_groups(lengths: Sequence[int], budget: int) -> list[list[int]]:
@@ -270,14 +273,9 @@ CPU_GRAPH_TOKENS = 2048
 def graph_token_budget(lm: LoadedModel) -> int:
     """Padded tokens per batched differentiable pass (:func:`batched_attribution_graph`): a quarter of free GPU memory
     over the activations a token keeps for the backward pass in every layer, at least one sequence."""
-    if lm.device.type != "cuda":
-        return CPU_GRAPH_TOKENS
-    free, _total = torch.cuda.mem_get_info(lm.device)
-    text_cfg = getattr(lm.model.config, "text_config", None) or lm.model.config
-    hidden = getattr(text_cfg, "hidden_size", None) or getattr(text_cfg, "d_model", 1024)
-    layers = getattr(text_cfg, "num_hidden_layers", None) or getattr(text_cfg, "num_layers", 24)
-    per_token = layers * 24 * hidden * max(2, torch.finfo(lm.dtype).bits // 8)
-    return max(512, int(free // 4 // per_token))
+    sizes = lm.sizes
+    return _token_budget(lm, sizes.layers * 24 * sizes.hidden * max(2, torch.finfo(lm.dtype).bits // 8),
+                         CPU_GRAPH_TOKENS)
 
 
 @dataclass

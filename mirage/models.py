@@ -63,6 +63,16 @@ class EmbeddedModelSpec:
     assemble: str | None = None
 
 
+@dataclass(frozen=True)
+class ModelSizes:
+    """A model's width, depth, attention heads and vocabulary (defaults where its config does not say)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    vocab: int
+
+
 @dataclass
 class LoadedModel:
     """A model with its tokenizer and the facts the pipeline needs about it."""
@@ -84,6 +94,16 @@ class LoadedModel:
     @property
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
+
+    @property
+    def sizes(self) -> ModelSizes:
+        """The (text) model's width, depth, heads and vocabulary, for memory estimates."""
+        cfg = self.model.config
+        text = getattr(cfg, "text_config", None) or cfg
+        return ModelSizes(hidden=getattr(text, "hidden_size", None) or getattr(text, "d_model", 1024),
+                          layers=getattr(text, "num_hidden_layers", None) or getattr(text, "num_layers", 24),
+                          heads=getattr(text, "num_attention_heads", None) or getattr(text, "num_heads", 16),
+                          vocab=getattr(text, "vocab_size", 32000))
 
 
 @cache
@@ -622,11 +642,6 @@ def without_cudnn_attention(model: Any) -> Any:
     return model
 
 
-def _on_cuda(model: Any) -> bool:
-    param = next(iter(model.parameters()), None)
-    return param is not None and param.device.type == "cuda"
-
-
 def _context_window(config: Any, tokenizer: Any) -> int | None:
     for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
         value = getattr(config, attr, None)
@@ -640,12 +655,10 @@ def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None, use_chat_
     """Wrap a model and tokenizer the user already loaded (on a GPU, its attention then avoids cuDNN's backend:
     :func:`without_cudnn_attention`)."""
     config = model.config
-    if _on_cuda(model):
-        without_cudnn_attention(model)
     is_enc_dec = bool(getattr(config, "is_encoder_decoder", False))
     if use_chat_template is None:
         use_chat_template = bool(getattr(tokenizer, "chat_template", None))
-    return LoadedModel(
+    lm = LoadedModel(
         model=model.eval(),
         tokenizer=tokenizer,
         name=name or getattr(config, "_name_or_path", None) or model.__class__.__name__,
@@ -653,3 +666,6 @@ def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None, use_chat_
         use_chat_template=use_chat_template and not is_enc_dec,
         context_window=_context_window(config, tokenizer),
     )
+    if lm.device.type == "cuda":
+        without_cudnn_attention(lm.model)
+    return lm

@@ -74,8 +74,7 @@ def score_tokens(lm: LoadedModel, prompt: TokenizedPrompt, answer: TokenizedAnsw
     if generated is not None and tuple(generated.ids) == tuple(answer.ids):
         logits_ctx, graph = generated.logits, None  # generation already computed the with-documents pass
     else:  # CCI reuses the graph of this pass when it can
-        want_graph = (targets != "none" and not (isinstance(targets, Sequence) and not isinstance(targets, str)
-                                                 and not targets)) and shares_cti_graph(lm, cfg.cci)
+        want_graph = _may_need_cci(targets) and shares_cti_graph(lm, cfg.cci)
         logits_ctx, graph = with_documents_logits(lm, prompt.ids, answer.ids, graph=want_graph)
     logits_noctx = answer_logits(lm, prompt.contextless_ids, answer.ids)
     cti = compute_cti(logits_ctx, logits_noctx, answer.ids, cfg=cfg.cti)
