@@ -228,20 +228,22 @@ def test_summarize_run_recomputes_a_stored_run_without_a_model(tmp_path):
         summarize_run(tmp_path)
 
 
-PUBLISHED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bias_smollm2_protocol"
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+#: the published protocol runs: the embedded model's, and the tuned model's
+PUBLISHED = ("bias_smollm2_protocol", "bias_smollm2_cite_protocol")
 
 
-@pytest.mark.parametrize("study", sorted(str(p.parent.relative_to(PUBLISHED))
-                                         for p in PUBLISHED.glob("**/generations.jsonl.gz")))
+@pytest.mark.parametrize("study", sorted(str(p.parent.relative_to(RESULTS)) for name in PUBLISHED
+                                         for p in (RESULTS / name).glob("**/generations.jsonl.gz")))
 def test_every_published_protocol_study_recomputes_from_its_generations(tmp_path, study):
-    """Each study of the published protocol run (README, "Attribution bias, …" sections) gives its shipped tables
+    """Each study of the published protocol runs (README, "Attribution bias, …" sections) gives its shipped tables
     again when summarized from its shipped generations alone (no model; the settings from its results.json)."""
     import shutil
 
     from mirage.bias.study import summarize_run
 
     run = tmp_path / "run"
-    shutil.copytree(PUBLISHED / study, run)
+    shutil.copytree(RESULTS / study, run)
     shipped = json.loads((run / "results.json").read_text())
     result = summarize_run(run)
     assert json.loads(result.to_json())["sources"] == shipped["sources"]
