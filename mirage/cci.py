@@ -204,13 +204,14 @@ class _Targets:
 
 def _target_values(logits: torch.Tensor, rows: Sequence[int], cols: Sequence[int], target_ids: Sequence[int],
                    contrast: Sequence[int | None]) -> torch.Tensor:
-    """Per target b: log p(target_b) - log p(contrast_b), read at ``logits[rows[b], cols[b]]``."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    """Per target b: log p(target_b) - log p(contrast_b), read at ``logits[rows[b], cols[b]]`` (the softmax is taken
+    over those steps only, not every position of ``logits``)."""
+    logp = torch.log_softmax(logits[list(rows), list(cols)].float(), dim=-1)  # [n_targets, vocab]
     out = []
-    for row, col, y, y_nc in zip(rows, cols, target_ids, contrast):
-        value = logp[row, col, y]
+    for b, (y, y_nc) in enumerate(zip(target_ids, contrast)):
+        value = logp[b, y]
         if y_nc is not None:
-            value = value - logp[row, col, y_nc]
+            value = value - logp[b, y_nc]
         out.append(value)
     return torch.stack(out)
 
@@ -405,11 +406,11 @@ def compute_cci_batch(lm: LoadedModel, graph: BatchGraph, requests: Sequence[CCI
     n_rows = max((len(req.selected) for req in requests), default=0)
     out_rows: list[list[list[float]]] = [[] for _ in requests]
     if n_rows:
-        # every attributed step, the k-th target (ascending) of row b: its logits alone, then the values summed by k
+        # every attributed step, the k-th target (ascending) of row b; the values are summed by k
         cells = [(b, k, req.selected[order[k]]) for b, (req, (order, _c)) in enumerate(zip(requests, plans))
                  for k in range(len(order))]
-        logits = graph.logits[[b for b, _k, _i in cells], [graph.column(b, i) for b, _k, i in cells]].unsqueeze(1)
-        cell_values = _target_values(logits, range(len(cells)), [0] * len(cells),
+        cell_values = _target_values(graph.logits, [b for b, _k, _i in cells],
+                                     [graph.column(b, i) for b, _k, i in cells],
                                      [requests[b].answer_ids[i] for b, _k, i in cells],
                                      [plans[b][1][plans[b][0][k]] for b, k, _i in cells])
         ranks = torch.tensor([k for _b, k, _i in cells], device=cell_values.device)
