@@ -29,11 +29,10 @@ from ..models import dtype_name
 from ..progress import Progress
 from ..prompts import format_prompt, load_template
 from ..runs import ResumableJSONL, content_key
-from ..serialization import JSONRecord
 from .items import BiasItem
 from .prompts import labelled_docs, load_prompts, mode_template, write_template
 from .protocol import BiasConfig, doc_labels, load_metadata
-from .records import BiasRecord
+from .records import BiasRecord, PromptCell
 from .results import BiasStudyResult, summarize
 from .runner import mirage_citation_probabilities
 
@@ -42,16 +41,9 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class BiasRequest(JSONRecord):
+class BiasRequest(PromptCell):
     """One prompt of the study, as a chat API takes it. ``key`` identifies it by what the prompt shows."""
 
-    key: str
-    item_id: str
-    mode: str
-    labels: list[str | None]
-    relevant: list[int]
-    n_docs: int
-    answers: list[str]
     user: str
     system: str | None = None
     template: str = ""
@@ -174,10 +166,8 @@ def answer_record(request: BiasRequest, answer: ExternalAnswer, *, mirage: Mirag
             mirage_cits = [list(s.mirage_citations) for s in res.sentences]
             mirage_probs = [[d, p] for d, p in mirage_citation_probabilities(res, [t.prob for t in res.tokens])]
     return BiasRecord(
-        key=request.key, item_id=request.item_id, mode=request.mode, labels=list(request.labels),
-        relevant=list(request.relevant), n_docs=request.n_docs, answers=list(request.answers),
-        raw_answer=answer.answer, answer=parsed.text, self_citations=[list(c) for c in parsed.citations],
-        mirage_citations=mirage_cits, self_citation_probs=[list(p) for p in answer.citation_probs],
+        **request.cell(), raw_answer=answer.answer, answer=parsed.text,
+        self_citations=[list(c) for c in parsed.citations], mirage_citations=mirage_cits, self_citation_probs=[list(p) for p in answer.citation_probs],
         mirage_citation_probs=mirage_probs, n_answer_tokens=0, error=error, prompt=request.user)
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ..inputs import InputError
 from ..run_files import read_run_records, run_file
@@ -15,7 +16,27 @@ SOURCES: tuple[CitationSource, ...] = ("self", "mirage")
 
 
 @dataclass
-class BiasRecord(JSONRecord):
+class PromptCell(JSONRecord):
+    """What one prompt of the study shows, and so what identifies it: its ``key``, the item, the mode, the label on
+    each document (None where the document has none), the relevant documents (1-based), how many documents it has
+    and the item's reference answers. A :class:`BiasRecord` (answered here) and a
+    :class:`~mirage.bias.answers.BiasRequest` (to answer elsewhere) both start with these fields."""
+
+    key: str
+    item_id: str
+    mode: str
+    labels: list[str | None]
+    relevant: list[int]
+    n_docs: int
+    answers: list[str]
+
+    def cell(self) -> dict[str, Any]:
+        """The :class:`PromptCell` fields alone (copies), to build another record of the same prompt."""
+        return {f.name: copy.copy(getattr(self, f.name)) for f in fields(PromptCell)}
+
+
+@dataclass
+class BiasRecord(PromptCell):
     """An item's answer in one mode.
 
     ``self_citations`` / ``mirage_citations``: per answer sentence, 1-based document ids (the model's own ``[n]``
@@ -27,13 +48,6 @@ class BiasRecord(JSONRecord):
     mirage citations are then empty.
     """
 
-    key: str
-    item_id: str
-    mode: str
-    labels: list[str | None]
-    relevant: list[int]
-    n_docs: int
-    answers: list[str]
     raw_answer: str
     answer: str
     self_citations: list[list[int]]
