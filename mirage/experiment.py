@@ -287,6 +287,12 @@ def _dest(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
+def add_device_args(parser: argparse.ArgumentParser) -> None:
+    """``--device`` and ``--dtype``: where the model runs and in which dtype."""
+    parser.add_argument("--device", help="torch device: cpu, cuda, cuda:1 … (default: cuda if available, else cpu)")
+    parser.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bf16/fp16 on GPU, fp32 on CPU)")
+
+
 def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:
     """The model, config-file and pipeline flags every run command takes, less the pipeline flags in ``skip`` (those
     the command sets itself)."""
@@ -294,8 +300,7 @@ def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] 
                         help=f"embedded model name, Hugging Face id or local path (default: {DEFAULT_MODEL})")
     parser.add_argument("--config", help="YAML config: pipeline sections (prompt, generation, cti, cci, aggregation), "
                                          "and for experiment files (configs/*.yaml) model/data/text/…")
-    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
-    parser.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bf16/fp16 on GPU, fp32 on CPU)")
+    add_device_args(parser)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the hub")
     groups: dict[str, Any] = {}  # flags of fields with the same metadata "exclusive" name: at most one of them
     for _section, f, kind in pipeline_flags():

@@ -76,7 +76,7 @@ def test_a_studys_flags_are_checked_as_mirage_bias_parses_them(tmp_path):
 
 
 @pytest.mark.slow
-def test_studies_share_generations_and_the_overview_gathers_them(tmp_path, monkeypatch, one_thread):
+def test_studies_share_generations_and_the_overview_gathers_them(tmp_path, monkeypatch, capsys, one_thread):
     from mirage.bias.runner import BiasStudy
 
     generated = []
@@ -113,9 +113,17 @@ def test_studies_share_generations_and_the_overview_gathers_them(tmp_path, monke
     assert set(saved[0]["figures"]) == {"self", "mirage"}
     assert saved[1]["figures"]["mirage"]["precision_vanilla"] is not None
 
-    generated.clear()  # a re-run resumes: nothing left to generate, the same overview
-    assert main(["bias-protocol", str(protocol), "-o", str(out), "--limit", "2", "--quiet", "--only", "gender"]) == 0
+    generated.clear()  # a re-run resumes (float32 named, as on a GPU): nothing left to generate, the same overview
+    assert main(["bias-protocol", str(protocol), "-o", str(out), "--limit", "2", "--quiet", "--only", "gender",
+                 "--device", "cpu", "--dtype", "float32"]) == 0
     assert generated == [] and (out / "protocol.md").read_text() == table
+    capsys.readouterr()
+    # another dtype reaches every study: its generations would differ, so the study refuses to mix them in
+    assert main(["bias-protocol", str(protocol), "-o", str(out), "--limit", "2", "--quiet", "--only", "gender",
+                 "--dtype", "bfloat16"]) == 1
+    err = capsys.readouterr().err
+    assert "--dtype bfloat16" in err and "dtype: None in the file, 'bfloat16' now" in err
+    assert generated == [] and "0 of 1 studies finished (gender did not" in err
     assert main(["bias-protocol", str(protocol), "-o", str(out), "--only", "race"]) == 2  # not in the file
 
 

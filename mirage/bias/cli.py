@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 from ..config import ConfigError, read_config_file
-from ..experiment import ExperimentConfig, add_experiment_args, non_negative_int
+from ..experiment import ExperimentConfig, add_device_args, add_experiment_args, non_negative_int
 from ..progress import terminal_progress
 from .protocol import (
     BIAS_CONFIG_DIR,
@@ -400,6 +400,7 @@ def cmd_bias_protocol(args: argparse.Namespace) -> int:
         print(f"{finished_results(len(rows))}; overview in {args.output}/protocol.md.", file=sys.stderr)
         return 0
     extra = [*(["--model", args.model] if args.model else []),
+             *(["--device", args.device] if args.device else []), *(["--dtype", args.dtype] if args.dtype else []),
              *(["--limit", str(args.limit)] if args.limit is not None else []), *(["--quiet"] if args.quiet else [])]
     status = run_protocol(args.protocol, args.output, run=args.run, check=check_protocol_study,
                           only=args.only or (), extra=extra)
@@ -423,6 +424,7 @@ def register_protocol(sub: argparse._SubParsersAction, run: Callable[[list[str]]
     p.add_argument("-o", "--output", required=True, help="output folder; each study in DIR/NAME/")
     p.add_argument("--only", nargs="+", metavar="NAME", help="run only these studies of the file")
     p.add_argument("--model", help="model for every study (default: each study file's model)")
+    add_device_args(p)  # every study's, like --model (float32 on a GPU resumes and reuses a CPU run's generations)
     p.add_argument("--limit", type=non_negative_int, help="only the first N questions of every study")
     p.add_argument("--overview-only", action="store_true",
                    help="run nothing; write DIR/protocol.md from the studies already finished there")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import ConfigError, MirageConfig, PromptConfig
-from ..experiment import non_negative_int, positive_int
+from ..experiment import add_device_args, non_negative_int, positive_int
 from ..progress import terminal_progress
 from ..runs import write_atomic
 
@@ -199,11 +199,6 @@ def _item_key(example: TrainingExample) -> tuple[str, tuple[tuple[str, str], ...
     return example.question, tuple((d.get("title", ""), d["text"]) for d in example.docs)
 
 
-def _device_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", help="cpu, cuda, cuda:0 … (default: a GPU when there is one)")
-    parser.add_argument("--dtype", help="float32, bfloat16, float16 (default: fp32 on a CPU, bf16 on a GPU)")
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``mirage tune {data,sft,reward,eval,export}``."""
     tune = sub.add_parser("tune", help=TUNE_HELP, description=TUNE_HELP)
@@ -232,7 +227,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "renumbered (breaks the gold sets' 'passage 1 supports' habit; default 0)")
     data.add_argument("--seed", type=int, default=0, help="seed of --shuffle-docs (default 0)")
     data.add_argument("--quiet", action="store_true", help="no progress bar")
-    _device_args(data)
+    add_device_args(data)
     data.add_argument("-o", "--output", required=True, help="training set to write (JSONL)")
     data.set_defaults(func=cmd_data)
 
@@ -247,7 +242,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sft.add_argument("--data", nargs="+", metavar="FILE", help="training set(s) (default: the config's data)")
     sft.add_argument("--max-steps", type=positive_int, help="stop after N optimisation steps")
     sft.add_argument("--quiet", action="store_true", help="no progress bar")
-    _device_args(sft)
+    add_device_args(sft)
     sft.add_argument("-o", "--output", required=True, help="run folder")
     sft.set_defaults(func=cmd_sft)
 
@@ -266,7 +261,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     rl.add_argument("--data", nargs="+", metavar="FILE", help="training set(s) (default: the config's data)")
     rl.add_argument("--max-steps", type=positive_int, help="stop after N optimisation steps")
     rl.add_argument("--quiet", action="store_true", help="no progress bar")
-    _device_args(rl)
+    add_device_args(rl)
     rl.add_argument("-o", "--output", required=True, help="run folder")
     rl.set_defaults(func=cmd_reward)
 
@@ -290,7 +285,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "model's shipped classifier where one ships) and run the faithfulness check: self-citation "
                          "vs mirage vs the labels, and drop/keep vs random sets")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
-    _device_args(ev)
+    add_device_args(ev)
     ev.add_argument("-o", "--output", required=True,
                     help="JSON report to write; every answer is also stored in OUTPUT's stem + .answers.jsonl as it "
                          "is done, and a rerun with the same -o reuses the answers of rows whose question and "
