@@ -167,8 +167,9 @@ def answer_record(request: BiasRequest, answer: ExternalAnswer, *, mirage: Mirag
             mirage_probs = [[d, p] for d, p in mirage_citation_probabilities(res, [t.prob for t in res.tokens])]
     return BiasRecord(
         **request.cell(), raw_answer=answer.answer, answer=parsed.text,
-        self_citations=[list(c) for c in parsed.citations], mirage_citations=mirage_cits, self_citation_probs=[list(p) for p in answer.citation_probs],
-        mirage_citation_probs=mirage_probs, n_answer_tokens=0, error=error, prompt=request.user)
+        self_citations=[list(c) for c in parsed.citations], mirage_citations=mirage_cits,
+        self_citation_probs=[list(p) for p in answer.citation_probs], mirage_citation_probs=mirage_probs,
+        n_answer_tokens=0, error=error, prompt=request.user)
 
 
 def evaluate_answers(items: Sequence[BiasItem], cfg: BiasConfig, answers_path: str | Path, *, out_dir: str | Path,
