@@ -52,6 +52,25 @@ def test_std_selector_hand_case():
     assert select_tokens(scores, CTIConfig(selector="threshold", threshold=0.25))[0] == (2, 3)
 
 
+def test_std_selector_short_answers_bound():
+    """The README's short-answer limit of MIRAGE-EX: with the sample std no score lies more than (n - 1) / sqrt(n)
+    std above the mean, so at k = 1 a two-token answer never keeps a token, and a three-token one only when one token
+    stands out; a calibrated threshold does not depend on the length. (0.373, 1.633, 1.472) are the CTI scores of
+    the tuned model's answer "165" in its hai study, which got no MIRAGE citation."""
+    gen = torch.Generator().manual_seed(0)
+    for n in (2, 3, 4, 8):
+        for _ in range(200):
+            scores = (torch.rand(n, generator=gen) * 3).tolist()
+            mean = sum(scores) / n
+            std = math.sqrt(sum((s - mean) ** 2 for s in scores) / (n - 1))
+            assert max(scores) <= mean + (n - 1) / math.sqrt(n) * std + 1e-9
+            if n == 2 and scores[0] != scores[1]:
+                assert select_tokens(scores, CTIConfig(std_k=1.0))[0] == ()
+    assert select_tokens([0.373, 1.633, 1.472], CTIConfig(std_k=1.0))[0] == ()
+    assert select_tokens([0.2, 0.3, 1.9], CTIConfig(std_k=1.0))[0] == (2,)
+    assert select_tokens([0.373, 1.633, 1.472], CTIConfig(selector="threshold", threshold=1.0))[0] == (1, 2)
+
+
 def test_cci_selectors_hand_cases():
     scores = [0.0, 1.0, 2.0, 10.0, 9.6, 3.0]
     assert select_context(scores, CCIConfig(top_k=2, top_percent=None)) == [3, 4]
