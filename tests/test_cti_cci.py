@@ -59,13 +59,15 @@ def test_std_selector_short_answers_bound():
     the tuned model's answer "165" in its hai study, which got no MIRAGE citation."""
     gen = torch.Generator().manual_seed(0)
     for n in (2, 3, 4, 8):
+        bound = (n - 1) / math.sqrt(n)
         for _ in range(200):
             scores = (torch.rand(n, generator=gen) * 3).tolist()
-            mean = sum(scores) / n
-            std = math.sqrt(sum((s - mean) ** 2 for s in scores) / (n - 1))
-            assert max(scores) <= mean + (n - 1) / math.sqrt(n) * std + 1e-9
-            if n == 2 and scores[0] != scores[1]:
+            assert select_tokens(scores, CTIConfig(std_k=bound + 1e-6))[0] == ()
+            if n == 2:
                 assert select_tokens(scores, CTIConfig(std_k=1.0))[0] == ()
+        # the bound is tight: one token standing out from n - 1 equal ones lies exactly `bound` std above the mean
+        standing_out = [0.5] * (n - 1) + [2.0]
+        assert select_tokens(standing_out, CTIConfig(std_k=bound - 1e-6))[0] == (n - 1,)
     assert select_tokens([0.373, 1.633, 1.472], CTIConfig(std_k=1.0))[0] == ()
     assert select_tokens([0.2, 0.3, 1.9], CTIConfig(std_k=1.0))[0] == (2,)
     assert select_tokens([0.373, 1.633, 1.472], CTIConfig(selector="threshold", threshold=1.0))[0] == (1, 2)
