@@ -5,6 +5,7 @@
     mirage tune sft [--config configs/tune/sft.yaml] [--model NAME] [--data FILE...] -o DIR
     mirage tune reward [--config configs/tune/reward.yaml] [--adapter SFT_DIR/adapter] -o DIR
     mirage tune eval DATA... [--adapter DIR | --model NAME] [--limit-each N] [--judge] [--max-new-tokens N] -o OUT.json
+    mirage tune follow DATA... [--adapter DIR | --model NAME] [--k 5] [--judge] -o OUT.json
     mirage tune export DIR/adapter -o SHIP_DIR [--dtype float16]
 
 Parsing imports neither torch nor trl: each handler imports what it runs.
@@ -15,8 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..config import ConfigError, MirageConfig, PromptConfig
 from ..experiment import add_device_args, non_negative_int, positive_int
@@ -131,13 +133,33 @@ def cmd_reward(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    """``mirage tune eval``: how often a (tuned) model cites."""
+def _eval_mirage(args: argparse.Namespace) -> tuple[Any, str]:
+    """The model ``tune eval`` and ``tune follow`` answer with (``--adapter`` on its base, or ``--model``), with its
+    prompt (the adapter's unless ``--prompt``), and the base model's name (for the judge)."""
     from ..models import load_model
     from ..pipeline import Mirage
     from .adapters import load_tuned, read_adapter_info
+
+    if args.adapter and args.model:
+        raise ConfigError("--adapter loads its own base model; give --adapter or --model, not both.")
+    prompt = PromptConfig(name=args.prompt or "selfcitation")
+    if args.adapter:
+        lm = load_tuned(args.adapter, device=args.device, dtype=args.dtype)
+        base = read_adapter_info(args.adapter).base_model
+        if args.prompt is None:  # the prompt the adapter was trained with
+            prompt = PromptConfig(**read_adapter_info(args.adapter).prompt)
+    else:
+        base = args.model or "smollm2-135m-instruct"
+        lm = load_model(base, device=args.device, dtype=args.dtype)
+    mirage = Mirage(lm, config=MirageConfig(prompt=prompt))
+    return mirage, base
+
+
+def _eval_examples(args: argparse.Namespace, *, usable: Callable[[list[TrainingExample]], list[TrainingExample]]
+                   | None = None) -> list[TrainingExample]:
+    """The XOR-AttriQA rows ``tune eval`` and ``tune follow`` answer: each file's (``--limit-each``), less the rows
+    of the ``--exclude`` training sets, then (of those ``usable`` keeps) the first ``--limit``."""
     from .data import read_examples, xor_examples
-    from .evaluate import evaluate_citations, judge_config
 
     examples = []
     for path in args.data:
@@ -151,20 +173,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
         n_before = len(examples)
         examples = [ex for ex in examples if _item_key(ex) not in trained]
         print(f"{n_before - len(examples)} of {n_before} rows are in the training set(s) and left out.", file=sys.stderr)
+    if usable is not None:
+        examples = usable(examples)
     if args.limit is not None:
         examples = examples[: args.limit]
-    if args.adapter and args.model:
-        raise ConfigError("--adapter loads its own base model; give --adapter or --model, not both.")
-    prompt = PromptConfig(name=args.prompt or "selfcitation")
-    if args.adapter:
-        lm = load_tuned(args.adapter, device=args.device, dtype=args.dtype)
-        base = read_adapter_info(args.adapter).base_model
-        if args.prompt is None:  # the prompt the adapter was trained with
-            prompt = PromptConfig(**read_adapter_info(args.adapter).prompt)
-    else:
-        base = args.model or "smollm2-135m-instruct"
-        lm = load_model(base, device=args.device, dtype=args.dtype)
-    mirage = Mirage(lm, config=MirageConfig(prompt=prompt))
+    return examples
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """``mirage tune eval``: how often a (tuned) model cites."""
+    from .evaluate import evaluate_citations, judge_config
+
+    examples = _eval_examples(args)
+    mirage, base = _eval_mirage(args)
     judge = judge_config(mirage.config, base) if args.judge else None
     out = Path(args.output)
     report = evaluate_citations(mirage, examples, max_new_tokens=args.max_new_tokens,
@@ -172,6 +193,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                 store=out.with_name(out.stem + ".answers.jsonl"))
     write_atomic(out, json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n")
     print(report.to_text(), file=sys.stderr)
+    return 0
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    """``mirage tune follow``: the permutation test (does the self-citation follow the supporting passage?)."""
+    from .evaluate import judge_config
+    from .follow import evaluate_follow, single_supporting
+
+    examples = _eval_examples(args, usable=lambda found: single_supporting(found, args.k))
+    mirage, base = _eval_mirage(args)
+    judge = judge_config(mirage.config, base) if args.judge else None
+    out = Path(args.output)
+    report = evaluate_follow(mirage, examples, k=args.k, seed=args.seed, max_new_tokens=args.max_new_tokens,
+                             judge=judge, store=out.with_name(out.stem + ".answers.jsonl"),
+                             progress=None if args.quiet else terminal_progress)
+    write_atomic(out, json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n")
+    print(report.to_markdown(), file=sys.stderr)
     return 0
 
 
@@ -197,6 +235,32 @@ def cmd_export(args: argparse.Namespace) -> int:
 def _item_key(example: TrainingExample) -> tuple[str, tuple[tuple[str, str], ...]]:
     """What the model sees of an item: its question and documents."""
     return example.question, tuple((d.get("title", ""), d["text"]) for d in example.docs)
+
+
+def _add_eval_args(ev: argparse.ArgumentParser) -> None:
+    """The arguments ``tune eval`` and ``tune follow`` share: the rows, the model, the answers."""
+    ev.add_argument("data", nargs="+", help="XOR-AttriQA JSONL files")
+    ev.add_argument("--adapter", help="an adapter folder (mirage tune sft -o DIR: DIR/adapter)")
+    ev.add_argument("--model", help="a model without adapter (default smollm2-135m-instruct)")
+    ev.add_argument("--prompt", help="prompt template (default: the adapter's, else selfcitation)")
+    ev.add_argument("--text", choices=["en", "native"], default="en", help="XOR-AttriQA text view (default en)")
+    ev.add_argument("--max-new-tokens", type=positive_int, default=48, help="answer length (48)")
+    ev.add_argument("--exclude", nargs="+", metavar="FILE",
+                    help="training set(s): rows whose question and documents are in them are left out")
+    ev.add_argument("--limit", type=non_negative_int, help="only the first N rows (after --exclude)")
+    ev.add_argument("--limit-each", type=non_negative_int, metavar="N", help="only the first N rows of each file")
+    ev.add_argument("--judge", action="store_true",
+                    help="also attribute each answer with mirage on the same model (learned rule with the base "
+                         "model's shipped classifier where one ships) and run the faithfulness check: self-citation "
+                         "vs mirage vs the labels, and drop/keep vs random sets")
+    ev.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_device_args(ev)
+    ev.add_argument("-o", "--output", required=True,
+                    help="JSON report to write; every answer is also stored in OUTPUT's stem + .answers.jsonl as it "
+                         "is done, and a rerun with the same -o reuses the answers of rows whose question and "
+                         "documents are unchanged (a file made with another model, prompt, --max-new-tokens or "
+                         "--judge is refused; one from an earlier mirage is converted once, the original kept as "
+                         ".answers.v0.jsonl)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -270,29 +334,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Generate a greedy answer per row with the self-citation prompt and report the share of answers "
                     "and sentences with [n] citations, their precision/recall against the human labels and the "
                     "exact match of the reference answer.")
-    ev.add_argument("data", nargs="+", help="XOR-AttriQA JSONL files")
-    ev.add_argument("--adapter", help="an adapter folder (mirage tune sft -o DIR: DIR/adapter)")
-    ev.add_argument("--model", help="a model without adapter (default smollm2-135m-instruct)")
-    ev.add_argument("--prompt", help="prompt template (default: the adapter's, else selfcitation)")
-    ev.add_argument("--text", choices=["en", "native"], default="en", help="XOR-AttriQA text view (default en)")
-    ev.add_argument("--max-new-tokens", type=positive_int, default=48, help="answer length (48)")
-    ev.add_argument("--exclude", nargs="+", metavar="FILE",
-                    help="training set(s): rows whose question and documents are in them are left out")
-    ev.add_argument("--limit", type=non_negative_int, help="only the first N rows (after --exclude)")
-    ev.add_argument("--limit-each", type=non_negative_int, metavar="N", help="only the first N rows of each file")
-    ev.add_argument("--judge", action="store_true",
-                    help="also attribute each answer with mirage on the same model (learned rule with the base "
-                         "model's shipped classifier where one ships) and run the faithfulness check: self-citation "
-                         "vs mirage vs the labels, and drop/keep vs random sets")
-    ev.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_device_args(ev)
-    ev.add_argument("-o", "--output", required=True,
-                    help="JSON report to write; every answer is also stored in OUTPUT's stem + .answers.jsonl as it "
-                         "is done, and a rerun with the same -o reuses the answers of rows whose question and "
-                         "documents are unchanged (a file made with another model, prompt, --max-new-tokens or "
-                         "--judge is refused; one from an earlier mirage is converted once, the original kept as "
-                         ".answers.v0.jsonl)")
+    _add_eval_args(ev)
     ev.set_defaults(func=cmd_eval)
+
+    fo = stages.add_parser(
+        "follow", help="the permutation test: does the self-citation follow the supporting passage when it moves?",
+        description="For each row with exactly one supporting passage, present the question K times with that "
+                    "passage at position 1..K (the other passages in one fixed shuffled order), generate a greedy "
+                    "answer to each and report how often its self-citations follow the passage (cite its new "
+                    "number and at most one other document), per position, and how often [1] is cited when it "
+                    "does not support; beside cite-[1], a random citer with the model's citation count and, with "
+                    "--judge, mirage's citations of the same answers.")
+    _add_eval_args(fo)
+    fo.add_argument("--k", type=positive_int, default=5, help="positions (documents per presentation; default 5)")
+    fo.add_argument("--seed", type=non_negative_int, default=0, help="the order of the other passages (default 0)")
+    fo.set_defaults(func=cmd_follow)
 
     ex = stages.add_parser("export", help="copy an adapter folder with its weights in fp16 (for shipping)",
                            description="Copy an adapter folder (DIR/adapter of mirage tune sft or reward) to OUTPUT "
