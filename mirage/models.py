@@ -564,7 +564,7 @@ def load_model(
             from peft import PeftModel
         except ImportError:
             raise ModelLoadError(f"model {name!r} is a LoRA adapter on {shipped.base!r} and needs peft: "
-                                 "pip install 'mirage[tune]' (or pip install peft).") from None
+                                 "pip install 'mirage-rag[embedded]' (or pip install peft).") from None
         lm = load_model(shipped.base, device=dev, dtype=torch_dtype, use_chat_template=use_chat_template)
         # mirage.tune.adapters.apply_adapter also checks an adapter's base model; a shipped one is tested against
         # its base (tests/test_tune.py), and the registry names that base

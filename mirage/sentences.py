@@ -72,8 +72,8 @@ def _punkt() -> Any:
     try:
         from nltk.tokenize.punkt import PunktSentenceTokenizer
     except ImportError as err:
-        raise ImportError("split_sentences(method='punkt') needs NLTK: pip install nltk (no data download is "
-                          "needed).") from err
+        raise ImportError("split_sentences(method='punkt') needs NLTK: pip install 'mirage-rag[punkt]' (no data "
+                          "download is needed).") from err
     return PunktSentenceTokenizer()  # untrained: default parameters, nothing loaded
 
 

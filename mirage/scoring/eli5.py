@@ -95,7 +95,7 @@ def _hub_rows(source: str) -> list[Any]:
     try:
         from datasets import load_dataset
     except ImportError as err:
-        raise InputError(f"{source}: reading ALCE from the hub needs the 'datasets' package (pip install datasets), "
+        raise InputError(f"{source}: reading ALCE from the hub needs the 'datasets' package (pip install 'mirage-rag[datasets]'), "
                          "or download the file and give its path.") from err
     try:
         ds = load_dataset(repo, data_files=filename, split="train")
