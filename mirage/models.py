@@ -364,6 +364,16 @@ def _in_hub_cache(name: str) -> bool:
         return False
 
 
+def _embedded_choices(name: str) -> str:
+    """The embedded names, for a message about a model that is none of them; the nearest first when ``name`` looks
+    like a mistyped one (``smollm2-135`` → ``did you mean 'smollm2-135m-instruct'?``)."""
+    from .registry import did_you_mean
+
+    names = embedded_names()
+    hint = did_you_mean(name, names)
+    return ", ".join(names) + (f"; {hint}" if hint else "")
+
+
 def _locate(name: str) -> tuple[str, str | None]:
     """Where ``name`` (not an embedded model) loads from, and why only local files may be used (None: the hub too).
 
@@ -371,7 +381,7 @@ def _locate(name: str) -> tuple[str, str | None]:
     at once. For a hub id, when the hub is unreachable (or offline mode is set) only the local Hugging Face cache is
     used, so a cached model still loads and an uncached one fails at once instead of after minutes of retries.
     """
-    known = ", ".join(embedded_names())
+    known = _embedded_choices(name)
     path = Path(name).expanduser()
     if path.exists():
         _check_local_folder(name, path)
@@ -389,7 +399,7 @@ def _locate(name: str) -> tuple[str, str | None]:
 
 
 def _offline_error(name: str, offline: str) -> ModelLoadError:
-    known = ", ".join(embedded_names())
+    known = _embedded_choices(name)
     if offline == "unreachable":
         return ModelLoadError(
             f"model {name!r} is not an embedded model ({known}), not a local folder, and the Hugging Face hub is "

@@ -6,6 +6,7 @@ the configuration accepts any registered name for ``cti.metric`` / ``cci.method`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -31,3 +32,12 @@ class Registry(dict[str, T]):
         if name not in self:
             raise ValueError(f"unknown {self.kind} {name!r}; registered: {', '.join(map(repr, self))}.")
         return self[name]
+
+
+def did_you_mean(word: str, choices: Iterable[str], *, n: int = 2) -> str:
+    """``"did you mean 'a' or 'b'?"`` naming the (at most ``n``) choices closest to a mistyped ``word`` (``difflib``,
+    ratio at least 0.6), best first; ``""`` when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=n, cutoff=0.6)
+    return f"did you mean {' or '.join(map(repr, close))}?" if close else ""

@@ -4,13 +4,16 @@ the failures that used to print a traceback or report numbers that were not true
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
 
+import pytest
 import tomllib
 
 import mirage
+from mirage.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = Path(mirage.__file__).resolve().parent
@@ -72,3 +75,52 @@ def test_the_readme_set_up_installs_what_the_advertised_features_need():
         for extra in extras:
             installed |= _requirement_names(project["optional-dependencies"][extra])
         assert {"peft", "datasets"} <= installed, (with_test, sorted(installed))
+
+
+# -- mistyped names: the nearest valid one, and the subcommand's usage -----------------------------------------------
+
+def _cli_error(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_a_mistyped_flag_names_the_nearest_one_under_the_subcommands_usage(capsys, tmp_path):
+    err = _cli_error(capsys, ["attribute", "items.json", "-o", str(tmp_path / "o.jsonl"), "--modle", "x"])
+    assert err.startswith("usage: mirage attribute ")  # the subcommand's usage, not `usage: mirage [-h] [-v]`
+    assert "unrecognized arguments: --modle x" in err and "did you mean '--model'?" in err
+    err = _cli_error(capsys, ["score", "eli5", "data", "-o", str(tmp_path / "run"), "--limt", "3"])
+    assert err.startswith("usage: mirage score eli5 ") and "did you mean '--limit'?" in err
+    err = _cli_error(capsys, ["attribut", "items.json"])
+    assert "invalid choice: 'attribut'" in err and "did you mean 'attribute'?" in err
+    err = _cli_error(capsys, ["score", "xor-attriq"])
+    assert err.startswith("usage: mirage score ") and "did you mean 'xor-attriqa'?" in err
+    # nothing close: no hint
+    err = _cli_error(capsys, ["attribute", "items.json", "-o", str(tmp_path / "o.jsonl"), "--zzzzzz"])
+    assert "did you mean" not in err
+
+
+def test_a_mistyped_model_name_names_the_nearest_embedded_one(capsys, tmp_path):
+    items = tmp_path / "items.json"
+    items.write_text(json.dumps([{"question": "Who?", "docs": [{"text": "Ann did."}]}]), encoding="utf-8")
+    assert main(["attribute", str(items), "-o", str(tmp_path / "o.jsonl"), "--model", "smollm2-135"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("mirage: error: ") and "did you mean 'smollm2-135m-" in err[-1]
+    assert not any("Traceback" in line for line in err)
+
+
+# -- a benchmark whose every row is bad is a failure, not a results.json of nulls -----------------------------------
+
+@pytest.mark.parametrize("benchmark", ["eli5", "xor-attriqa"])
+def test_score_with_no_usable_row_fails_and_says_where_the_row_errors_are(capsys, tmp_path, benchmark):
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"question": 3}\n[1, 2]\nnot json\n', encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["score", benchmark, str(data), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("mirage: error: ") and "no row could be scored (3 bad row(s)" in err[-1]
+    assert str(out / "errors.jsonl") in err[-1] and not any("Traceback" in line for line in err)
+    assert not (out / "results.json").exists()  # no report of nulls
+    rows = [json.loads(line) for line in (out / "errors.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["line"] for r in rows] == [1, 2, 3] and all(r["file"] == str(data) and r["error"] for r in rows)

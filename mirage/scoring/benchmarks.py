@@ -19,7 +19,7 @@ from typing import Any
 
 from ..config import MirageConfig
 from ..experiment import ExperimentConfig
-from ..inputs import InputError
+from ..inputs import BadRow, InputError
 from ..lazy import resolve_mirage
 from ..progress import Progress
 from ..results import AttributionResult
@@ -104,6 +104,23 @@ def _save(out_dir: Path, report: Any, figure: Any, figure_name: str) -> None:
         figure.savefig(out_dir / figure_name, dpi=130)
 
 
+def require_scored(out_dir: Path, data: str | Path | Sequence[str | Path], n_scored: int,
+                   bad_rows: Sequence[BadRow]) -> None:
+    """Nothing to report when no row could be scored: the per-row errors go to ``DIR/errors.jsonl`` (one JSON line
+    each: file, line, error) and an InputError says so, instead of a results.json whose every metric is null."""
+    if n_scored:
+        return
+    names = ", ".join(map(str, data)) if isinstance(data, (list, tuple)) else str(data)
+    if not bad_rows:
+        raise InputError(f"{names}: no row to score (the data has no rows).")
+    path = out_dir / "errors.jsonl"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, "".join(json.dumps({"file": b.file, "line": b.line, "error": b.error}, ensure_ascii=False)
+                               + "\n" for b in bad_rows))
+    raise InputError(f"{names}: no row could be scored ({len(bad_rows)} bad row(s), e.g. {bad_rows[0]}); the "
+                     f"per-row errors are in {path}.")
+
+
 def _model_stages(model: Any, out: Path, outputs_for: Callable[[StoreFor], tuple[dict, list]],
                   faith_keys: Callable[[dict], list[str]], result_for: Callable[[Any, str, dict], AttributionResult],
                   *, faithfulness: bool, progress: Progress | None, shard: Shard | None) -> tuple | None:
@@ -185,6 +202,8 @@ computed again.
                  else list(calibrate_on))
     cal = concat_data(load(p) for p in cal_files) if cal_files else None
     by_key = {item.key: item for item in test.items}
+    if not by_key:  # before any model is loaded
+        require_scored(out, data, 0, test.bad_rows)
 
     unknown = sorted(set(groups) - set(SETTING_GROUPS))
     if unknown:
@@ -244,6 +263,7 @@ computed again.
         return None
     scores, failed, faith = done
     bad = list(test.bad_rows) + (list(cal.bad_rows) if cal else []) + failed
+    require_scored(out, data, sum(key in scores for key in by_key), list(test.bad_rows) + failed)
     settings = {"model": model_name, "text": text, "data": [str(p) for p in data],
                 "calibrate_on": [str(p) for p in cal_files] or None, "calibrate_by": calibrate_by,
                 "limit": limit, "group_passages": group_passages, "all_tokens": all_tokens, "signals": use_signals,
@@ -289,6 +309,8 @@ def run_eli5(
     out = Path(out_dir)
     check_run(out, ExperimentConfig("eli5", model=model_name, pipeline=cfg, dtype=_dtype(model, dtype)).fingerprint())
     data = load_alce(source, limit=limit)
+    if not data.items:  # before any model is loaded
+        require_scored(out, source, 0, data.bad_rows)
 
     order = [item.key(seed=seed, ndocs=ndocs) for seed in seeds for item in data.items]
     done = _model_stages(
@@ -299,6 +321,7 @@ def run_eli5(
     if done is None:
         return None
     results, failed, faith = done
+    require_scored(out, source, sum(key in results for key in order), list(data.bad_rows) + failed)
     cached = None
     if judge is not None:
         path = out / f"judgments-{_slug(judge.name)}.jsonl"
