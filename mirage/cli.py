@@ -210,6 +210,12 @@ def _register_bias_protocol() -> Register:
     return functools.partial(register_protocol, run=main)  # each study runs as its own mirage bias command
 
 
+def _register_report() -> Register:
+    from .pages import register
+
+    return register
+
+
 def _register_tune() -> Register:
     from .tune.cli import register
 
@@ -231,6 +237,7 @@ def commands() -> list[Command]:
         Command("view", VIEW_HELP, lambda: register_view),
         Command("tune", "citation fine-tuning: build training data, train a LoRA adapter (SFT, then a reward "
                         "stage), evaluate its citations", _register_tune),
+        Command("report", "write a run folder's results page (DIR/README.md) from its results alone", _register_report),
     ]
 
 
@@ -263,7 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         warnings.filterwarnings("default", module="mirage")
     try:
-        return args.func(args)
+        status = args.func(args)
+        if status == 0 and isinstance(getattr(args, "output", None), str):  # a run folder gets its results page
+            from .pages import record_run
+
+            record_run(args.output, argv)
+        return status
     except (ConfigError, InputError, ModelLoadError, ShardError, StoreError) as err:
         print(f"mirage: error: {err}", file=sys.stderr)
         return 2
