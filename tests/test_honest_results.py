@@ -124,3 +124,27 @@ def test_score_with_no_usable_row_fails_and_says_where_the_row_errors_are(capsys
     assert not (out / "results.json").exists()  # no report of nulls
     rows = [json.loads(line) for line in (out / "errors.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["line"] for r in rows] == [1, 2, 3] and all(r["file"] == str(data) and r["error"] for r in rows)
+
+
+# -- ELI5: an uncited side is not agreement ----------------------------------------------------------------------------
+
+def test_eli5_table_counts_uncited_sentences_and_labels_old_results_for_what_they_measured():
+    from dataclasses import asdict
+
+    from mirage.scoring.eli5 import ELI5Report
+    from mirage.scoring.metrics import citation_set_agreement
+    from mirage.scoring.tables import eli5_table
+
+    shipped = ROOT / "benchmarks" / "results" / "eli5_smollm2_selfcitation" / "results.json"
+    report = ELI5Report.from_dict(json.loads(shipped.read_text(encoding="utf-8")))
+    # results written before the split: their figures counted uncited sentences as agreeing, and say so now
+    old = eli5_table(report)
+    assert re.search(r"pairs agreeing, uncited sentences included \(%\) +87.7", old)
+    assert "\n(sentence, document) pairs agreeing (%)" not in old
+    # self-citation cites nothing, MIRAGE cites one sentence of three: counts, and no agreement figure
+    agreement = asdict(citation_set_agreement([[], [], []], [[2], [], []], [3, 3, 3]))
+    report.mean["agreement"], report.std["agreement"] = agreement, {k: None for k in agreement}
+    table = eli5_table(report)
+    assert re.search(r"sentences neither cites +2\n", table) and re.search(r"sentences only MIRAGE cites +1\n", table)
+    assert re.search(r"of those both cite: \(sentence, document\) pairs agreeing \(%\) +-$", table, re.MULTILINE)
+    assert "uncited sentences counted as agreeing" not in table

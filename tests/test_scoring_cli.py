@@ -160,7 +160,10 @@ def test_eli5_results_shape_and_resume(eli5_run, no_model, capsys):
         assert block["answers"] == 1 and block["sentences"] >= 1
         assert 0 <= block["no_citation_sentences_pct"] <= 100
         assert block["no_citation_answers_pct"] in (0.0, 100.0)
-    assert set(res["mean"]["agreement"]) >= {"exact_match", "jaccard", "pair_agreement"}
+    agreement = res["mean"]["agreement"]
+    assert set(agreement) >= {"neither", "only_a", "only_b", "both", "both_same_set", "both_pair_agreement"}
+    assert agreement["neither"] + agreement["only_a"] + agreement["only_b"] + agreement["both"] == \
+        res["mean"]["self"]["sentences"]
     assert list(res["per_seed"]) == ["42"] and res["judge"] is None
     assert res["settings"]["ndocs"] == 2 and res["settings"]["config"]["prompt"]["name"] == "selfcitation"
     answer = _lines(out / "answers.jsonl")[0]["result"]
@@ -210,8 +213,9 @@ def test_eli5_with_an_nli_judge_scores_citation_quality(eli5_run, no_model):
     assert "citation_recall" in report.length_bins
 
 
-def test_experiment_config_file_gives_the_defaults(monkeypatch, capsys):
-    """configs/xor_attriqa_cora_mgen.yaml: model, text, data and calibration split come from the file; flags win."""
+def test_experiment_config_file_gives_the_defaults(monkeypatch, capsys, data_dir):
+    """configs/xor_attriqa_cora_mgen.yaml: model, text, data and calibration split (named datasets, read from the data
+    cache) come from the file; flags win."""
     from mirage.scoring import benchmarks
 
     seen = {}

@@ -157,10 +157,20 @@ def test_cached_judge_asks_once_and_reports_new_decisions():
 
 
 def test_citation_set_agreement_by_hand():
-    ag = M.citation_set_agreement([[1], [1, 2], []], [[1], [2], []], [3, 3, 3])
-    assert ag.exact_match == pytest.approx(200 / 3)
-    assert ag.jaccard == pytest.approx((1 + 0.5 + 1) / 3 * 100)
-    assert ag.pair_agreement == pytest.approx(800 / 9)
+    ag = M.citation_set_agreement([[1], [1, 2], [], [3], []], [[1], [2], [], [], [2]], [3, 3, 3, 3, 3])
+    assert (ag.n_sentences, ag.neither, ag.only_a, ag.only_b, ag.both) == (5, 1, 1, 1, 2)
+    # over the two sentences both cite: {1} = {1}; {1, 2} vs {2}: Jaccard .5, pairs 2 of 3 agree
+    assert ag.both_same_set == pytest.approx(50)
+    assert ag.both_jaccard == pytest.approx((1 + 0.5) / 2 * 100)
+    assert ag.both_pair_agreement == pytest.approx(500 / 6)
+
+
+def test_an_uncited_side_is_not_agreement():
+    """Self-citation that cites nothing beside MIRAGE that cites: no agreement figure at all (it used to read 67 %
+    of pairs agreeing and 50 % of sentences with the same set, from the empty sets)."""
+    ag = M.citation_set_agreement([[], [], []], [[1], [], []], [3, 3, 3])
+    assert (ag.neither, ag.only_a, ag.only_b, ag.both) == (2, 0, 1, 0)
+    assert ag.both_same_set is None and ag.both_jaccard is None and ag.both_pair_agreement is None
 
 
 # -- XOR-AttriQA settings from stored scores --------------------------------------------------------------------------

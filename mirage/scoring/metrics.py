@@ -270,13 +270,21 @@ def citation_quality(per_answer: Sequence[Sequence[SentenceCitationScore]]) -> C
 
 @dataclass(frozen=True)
 class CitationSetAgreement:
-    """How two citation sets over the same sentences agree: exact-match % of sentences, mean Jaccard % (two empty
-    sets count as 1), and % of (sentence, document) pairs where both cite or both do not cite."""
+    """How two citation sets ``a`` and ``b`` over the same sentences compare. Each sentence falls in one group
+    (counts): neither side cites it (``neither``), only ``a`` does (``only_a``), only ``b`` does (``only_b``), both do
+    (``both``). A sentence that one side or both leave uncited is no agreement and is counted as what it is; the
+    agreement figures are over the sentences both cite: % with the same set (``both_same_set``), mean Jaccard %
+    (``both_jaccard``) and % of their (sentence, document) pairs that both cite or both leave out
+    (``both_pair_agreement``); None when no sentence is cited by both."""
 
-    exact_match: float | None
-    jaccard: float | None
-    pair_agreement: float | None
     n_sentences: int
+    neither: int
+    only_a: int
+    only_b: int
+    both: int
+    both_same_set: float | None
+    both_jaccard: float | None
+    both_pair_agreement: float | None
 
 
 def citation_set_agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]],
@@ -284,15 +292,17 @@ def citation_set_agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]
     """Agreement of citation sets ``a[i]`` and ``b[i]`` of sentence i, whose answer had ``n_docs[i]`` documents."""
     if not (len(a) == len(b) == len(n_docs)):
         raise ValueError("a, b and n_docs must have one entry per sentence.")
-    if not a:
-        return CitationSetAgreement(exact_match=None, jaccard=None, pair_agreement=None, n_sentences=0)
+    groups = {"neither": 0, "only_a": 0, "only_b": 0, "both": 0}
     exact = jac = 0.0
     same = pairs = 0
     for x, y, n in zip(a, b, n_docs):
         sx, sy = set(x), set(y)
-        exact += sx == sy
-        jac += 1.0 if not (sx | sy) else len(sx & sy) / len(sx | sy)
-        same += sum(1 for d in range(1, n + 1) if (d in sx) == (d in sy))
-        pairs += n
-    return CitationSetAgreement(exact_match=100 * exact / len(a), jaccard=100 * jac / len(a),
-                                pair_agreement=percent(same, pairs), n_sentences=len(a))
+        groups["both" if sx and sy else "only_a" if sx else "only_b" if sy else "neither"] += 1
+        if sx and sy:
+            exact += sx == sy
+            jac += len(sx & sy) / len(sx | sy)
+            same += sum(1 for d in range(1, n + 1) if (d in sx) == (d in sy))
+            pairs += n
+    both = groups["both"]
+    return CitationSetAgreement(n_sentences=len(a), **groups, both_same_set=percent(exact, both),
+                                both_jaccard=percent(jac, both), both_pair_agreement=percent(same, pairs))

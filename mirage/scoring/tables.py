@@ -17,9 +17,9 @@ SETTING_NAMES = {
     "cite_all": "cite every passage",
     "cite_none": "cite none",
     "mirage_raw": "MIRAGE |CTI| x CCI share",
-    "learned": "MIRAGE learned",
-    "learned_agreement": "MIRAGE learned, threshold for agreement",
-    "passage_score": "MIRAGE passage score",
+    "learned": "passage-likelihood classifier",
+    "learned_agreement": "passage-likelihood classifier, threshold for agreement",
+    "passage_score": "passage likelihood gain (alone vs none)",
 }
 XOR_METRICS = {
     "agreement": "Agreement with human labels (%)",
@@ -85,10 +85,23 @@ ELI5_ROWS = {
     "citation_precision": "ALCE citation precision (%)",
     "citation_f1": "ALCE citation F1 (%)",
 }
+#: :class:`~mirage.scoring.metrics.CitationSetAgreement` of self-citation (a) and MIRAGE (b): a sentence that a side
+#: leaves uncited is counted as such, never as agreeing; the agreement figures are over the sentences both cite.
 AGREEMENT_ROWS = {
-    "exact_match": "same citation set (% of sentences)",
-    "jaccard": "mean Jaccard of the sets (%)",
-    "pair_agreement": "(sentence, document) pairs agreeing (%)",
+    "neither": "sentences neither cites",
+    "only_a": "sentences only self-citation cites",
+    "only_b": "sentences only MIRAGE cites",
+    "both": "sentences both cite",
+    "both_same_set": "of those both cite: same citation set (%)",
+    "both_jaccard": "of those both cite: mean Jaccard of the sets (%)",
+    "both_pair_agreement": "of those both cite: (sentence, document) pairs agreeing (%)",
+}
+#: What results written before the split reported (over every sentence, so a sentence neither side cites counted
+#: as agreeing): shown for those results, under names that say so.
+LEGACY_AGREEMENT_ROWS = {
+    "exact_match": "same citation set, uncited sentences counted as agreeing (% of sentences)",
+    "jaccard": "mean Jaccard, two empty sets counted as 1 (%)",
+    "pair_agreement": "(sentence, document) pairs agreeing, uncited sentences included (%)",
 }
 
 
@@ -98,7 +111,8 @@ def eli5_table(report: ELI5Report) -> str:
 
     def cell(block: str, name: str) -> str:
         value = report.mean[block].get(name)
-        if name in ("answers", "sentences") and isinstance(value, float) and value.is_integer():
+        if name in ("answers", "sentences", *list(AGREEMENT_ROWS)[:4]) and isinstance(value, float) \
+                and value.is_integer():
             value = int(value)
         text = _fmt(value, 2 if name == "citations_per_sentence" else 1)
         if n_seeds > 1 and value is not None and report.std[block].get(name) is not None:
@@ -110,7 +124,8 @@ def eli5_table(report: ELI5Report) -> str:
     seeds = ", ".join(report.per_seed)
     out = [grid(f"Citations over {n_seeds} seed(s) ({seeds})", ["", "self-citation", "MIRAGE"], rows)]
     out.append(grid("Agreement between the two citation sets", ["", "value"],
-                    [[label, cell("agreement", name)] for name, label in AGREEMENT_ROWS.items()]))
+                    [[label, cell("agreement", name)] for name, label in
+                     (AGREEMENT_ROWS | LEGACY_AGREEMENT_ROWS).items() if name in report.mean["agreement"]]))
     out.append(f"NLI judge: {report.judge or 'none (give --nli MODEL for ALCE citation quality)'}")
     out.append(f"Bad rows skipped: {report.bad_rows['count']}")
     return "\n\n".join(out)
