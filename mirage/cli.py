@@ -29,7 +29,7 @@ from .experiment import ExperimentConfig, add_experiment_args, non_negative_int
 from .inputs import InputError, make_item, read_items
 from .models import ModelLoadError
 from .progress import terminal_progress
-from .runs import StoreError, item_keys
+from .runs import StoreError, changed_ids, disk_error_message, drop_resolved, item_keys, read_records
 from .sharding import ShardedJSONL, ShardError, StoreFor, in_shards, report_share_done
 
 if TYPE_CHECKING:
@@ -112,9 +112,13 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     settings = exp.fingerprint()
     loaded: list[Mirage] = []
 
+    errors_path = Path(str(args.output) + ".errors.jsonl")
+
     def compute(store_for: StoreFor) -> int:
         out = store_for(args.output, settings=settings)
-        skipped = _Skipped(store_for(Path(str(args.output) + ".errors.jsonl"), settings=settings))
+        _refuse_changed_ids(out, [(key, i, raw) for key, (i, raw) in zip(keys, items) if key not in out.done],
+                            args.input, args.output)
+        skipped = _Skipped(store_for(errors_path, settings=settings))
         todo = [(key, i, raw) for key, (i, raw) in zip(keys, items) if key not in out.done and out.owns(key)]
         where = f"rank {out.shard.rank} of {out.shard.world}: " if out.shard.world > 1 else ""
         valid = _valid_items(todo, skipped)
@@ -126,14 +130,34 @@ def cmd_attribute(args: argparse.Namespace) -> int:
                 loaded.append(exp.load_mirage())
             _attribute_items(loaded[0], valid, out, skipped, quiet=args.quiet)
         if todo:
-            print(f"done: {len(todo) - skipped.count} attributed, {skipped.count} skipped (see "
-                  f"{skipped.errors.path}).", file=sys.stderr)
+            print(f"done: {len(todo) - skipped.count} attributed"
+                  + (f", {skipped.count} skipped (see {skipped.errors.path})" if skipped.count else "") + ".",
+                  file=sys.stderr)
         return skipped.count
 
-    failed = in_shards(compute)
+    failed = in_shards(compute, keep=[args.input])
     if failed is None:
         return report_share_done(f"merges into {args.output}")
+    # the errors of items that have a result now are no longer errors of this output
+    drop_resolved(errors_path, {r["key"] for r in read_records(args.output)}, settings=settings)
     return 0 if failed == 0 else 3
+
+
+def _refuse_changed_ids(out: ShardedJSONL, new: list[tuple[str, int, Any]], input_path: str, output: str) -> None:
+    """An id names one item's result: refuse (StoreError, before any model loads) an item to attribute whose id
+    ``out`` already holds for other content (its question, documents or answer changed since)."""
+    ids = [(key, raw.get("id") if isinstance(raw, dict) else None) for key, _i, raw in new]
+    if not any(item_id is not None for _key, item_id in ids):
+        return
+    changed = changed_ids(out.records(), ids)
+    if changed:
+        item_id, key = changed[0]
+        index = next(i for k, i, _raw in new if k == key)
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise StoreError(f"item {index} of {input_path} has id {item_id!r}{more}, but {output} holds a result under "
+                         "that id made from other content (its question, documents or answer changed): an id names "
+                         f"one item's result. Give a new -o, or remove the old results (delete {output}, or its "
+                         "line with that id) and run again.")
 
 
 ATTRIBUTE_HELP = "attribute answers of a JSON/JSONL file of items"
@@ -279,6 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, InputError, ModelLoadError, ShardError, StoreError) as err:
         print(f"mirage: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # the disk: full, read-only, not allowed (a store keeps what it wrote before)
+        logging.getLogger(__name__).info("the error in full:", exc_info=True)
+        print(f"mirage: error: {disk_error_message(err)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C: every finished item is on disk already
+        print("mirage: interrupted; what was finished is saved: run the same command again to resume.",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -12,12 +12,15 @@ A store only ever appends to a file it recognises as its own, and rewrites nothi
 - one process at a time writes a file: the store holds an exclusive advisory lock (``flock``) on it for as long as
   it lives, and a second process gets :class:`StoreError` instead of interleaving duplicate records. The lock dies
   with its process, so ``kill -9`` leaves nothing to clean up.
+- a write that fails (a full disk) is cut back to the end of the last whole record and raised as an ``OSError``
+  naming the store's path (:func:`disk_error_message` says it in one line): what was written before stays.
 
 Records are keyed by :func:`content_key`, a hash of what determines the output, never of an item's position.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import json
@@ -29,6 +32,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from .inputs import parse_json
 
 try:  # POSIX; elsewhere stores work without the lock
     import fcntl
@@ -106,12 +111,46 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         if not raw.strip():
             continue
         try:
-            value = json.loads(raw)
+            value = parse_json(raw)
         except ValueError:  # JSONDecodeError, or bytes that are not UTF-8
             continue
         if is_record(value):
             out.append(value)
     return out
+
+
+# -- disks and folders -----------------------------------------------------------------------------------------------
+
+def make_parent(path: str | Path) -> None:
+    """Make ``path``'s folder (and those above it); a StoreError names the part of the path that is a file, not a
+    folder (``-o notes.txt/out.jsonl``)."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), path.parent)
+        raise StoreError(f"{path}: {blocker} is a file, not a folder; give an output path inside a folder.") from None
+
+
+def with_path(err: OSError, path: str | Path) -> OSError:
+    """``err`` (same class and errno) naming ``path``, the file the user asked for, instead of a temporary file
+    beside it or no file at all."""
+    return OSError(err.errno, err.strerror or str(err), str(path)) if err.errno else err  # the errno's subclass
+
+
+def disk_error_message(err: OSError) -> str:
+    """One line for an error of the disk (full, read-only, not allowed, a file where a folder belongs), naming the
+    path and what to do."""
+    where = f"{err.filename}: " if err.filename else ""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"{where}the disk is full (no space left on device); what was written before is kept: free some space "
+                "and run the same command again to resume.")
+    if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        why = "the disk is read-only" if err.errno == errno.EROFS else "permission denied"
+        return f"{where}cannot write there ({why}); give an output path on a disk and in a folder you can write to."
+    if err.errno == errno.ENOTDIR:
+        return f"{where}a part of this path is a file, not a folder; give an output path inside a folder."
+    return f"{where}{err.strerror or err}."
 
 
 # -- whole-file writes ------------------------------------------------------------------------------------------------
@@ -120,9 +159,9 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """Replace ``path`` with ``data`` (text is written as UTF-8) whole or not at all: it goes to a temporary file
     beside it, is flushed to disk, then renamed over ``path``. A run killed mid-write leaves the previous version
     (or no file), never half of one; processes writing the same path leave one whole version. Makes the parent
-    folder."""
+    folder. An ``OSError`` (a full or read-only disk) names ``path``, not the temporary file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
@@ -131,8 +170,13 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as err:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # a read-only disk refuses even that; there is no temporary file then
+            pass
+        if isinstance(err, OSError):
+            raise with_path(err, path) from err
         raise
     return path
 
@@ -206,7 +250,13 @@ def settings_differences(stored: Any, current: Mapping[str, Any]) -> list[str]:
 # -- the store -------------------------------------------------------------------------------------------------------
 
 #: How every record line starts (``key`` is written first): a torn last line is recognised by it.
-_PREFIX = b'{"key": "'
+RECORD_PREFIX = b'{"key": "'
+
+
+def is_torn_record(tail: bytes, *, after_records: bool) -> bool:
+    """Whether ``tail``, a last line without its newline, is the start of a record cut off mid-write (also a cut
+    inside the prefix itself, when the file holds records before it)."""
+    return tail.startswith(RECORD_PREFIX) or (after_records and RECORD_PREFIX.startswith(tail))
 
 
 class ResumableJSONL:
@@ -223,7 +273,7 @@ class ResumableJSONL:
         self.settings = None if settings is None else json.loads(json.dumps(settings, default=str))
         if self.path.is_dir():
             raise StoreError(f"{self.path} is a directory; give a file path for the output.")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_parent(self.path)
         self.done: set[str] = set()
         existed = self.path.exists() and self.path.stat().st_size > 0
         self._lock = _lock(self.path)
@@ -244,7 +294,7 @@ class ResumableJSONL:
             if not raw.strip():
                 continue
             try:
-                value = json.loads(raw)
+                value = parse_json(raw)
             except ValueError:
                 damaged.append(lineno)
                 continue
@@ -256,7 +306,7 @@ class ResumableJSONL:
             self.done.add(value["key"])
         if tail.strip():
             try:
-                value = json.loads(tail)
+                value = parse_json(tail)
             except ValueError:
                 value = None
             if is_record(value):  # a whole record whose newline was lost
@@ -264,7 +314,7 @@ class ResumableJSONL:
                 os.write(self._lock.fd, b"\n")
                 self.done.add(value["key"])
                 records += 1
-            elif foreign is None and (tail.startswith(_PREFIX) or (records and _PREFIX.startswith(tail))):
+            elif foreign is None and is_torn_record(tail, after_records=records > 0):
                 os.truncate(self.path, len(data) - len(tail))  # the half-written record of a killed run
                 warnings.warn(f"{self.path}: removed a torn last line (a run was stopped mid-write).", stacklevel=3)
             else:
@@ -299,10 +349,18 @@ class ResumableJSONL:
         if not self._lock.current(self.path):  # the file was replaced (a merge) since this store opened it
             stale, self._lock = self._lock, _lock(self.path)
             stale.release()
-        view = memoryview(line)
-        while view:
-            view = view[os.write(self._lock.fd, view):]
-        os.fsync(self._lock.fd)
+        end = os.fstat(self._lock.fd).st_size
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(self._lock.fd, view):]
+            os.fsync(self._lock.fd)
+        except OSError as err:  # a full disk: cut back to the last whole record, which stays
+            try:
+                os.ftruncate(self._lock.fd, end)
+            except OSError:
+                pass  # a torn last line is what the next open repairs
+            raise with_path(err, self.path) from err
         self.done.add(record["key"])
 
     def write_once(self, record: Mapping[str, Any]) -> bool:
@@ -328,3 +386,41 @@ class ResumableJSONL:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# -- what a store's records say about each other ---------------------------------------------------------------------
+
+def drop_resolved(path: str | Path, done: Iterable[str], *, settings: Mapping[str, Any] | None = None) -> int:
+    """Remove from the store at ``path`` (an errors file a run owns) the records whose key is in ``done`` (items that
+    failed once and have a result now), atomically; the file goes when no record is left. Returns how many records
+    stay. The store is opened first, so a file that is not a mirage store with these ``settings`` is refused
+    untouched."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    with ResumableJSONL(path, settings=settings) as store:
+        records = store.records()
+        done = set(done)
+        kept = [r for r in records if r["key"] not in done]
+        if not kept:
+            path.unlink()
+        elif len(kept) < len(records):
+            write_atomic(path, "".join(dumps_record(r) + "\n" for r in kept))
+    return len(kept)
+
+
+def changed_ids(stored: Iterable[Mapping[str, Any]], current: Iterable[tuple[str, Any]]) -> list[tuple[str, str]]:
+    """``(id, key)`` for each item of ``current`` (its ``(key, id)`` pairs) that would get a second result under an
+    id the store already holds for other content: an item whose question, documents or answer changed since its
+    result was stored. An id names one item's result, so those are refused (:class:`StoreError`) by the run, never
+    mixed in. Items without an id, new ids, and the results of items no longer given are no conflict."""
+    by_id: dict[str, set[str]] = {}
+    for record in stored:
+        if record.get("id") is not None:
+            by_id.setdefault(str(record["id"]), set()).add(record["key"])
+    pairs = [(key, str(item_id)) for key, item_id in current if item_id is not None]
+    given: dict[str, set[str]] = {}
+    for key, item_id in pairs:
+        given.setdefault(item_id, set()).add(key)
+    return [(item_id, key) for key, item_id in pairs
+            if item_id in by_id and key not in by_id[item_id] and by_id[item_id] - given[item_id]]

@@ -14,21 +14,36 @@ match too), and folds the rank files into the single-process files. A rank only 
 ranks' files are read, never rewritten, while they may be appending). Ranks started without a rendezvous (separate
 jobs with ``RANK``/``WORLD_SIZE`` set by hand and ``MIRAGE_SHARD_NO_SYNC=1``) just finish their shard; running the
 same command once more without a launcher merges.
+
+A file is a rank's file only if mirage wrote it as that rank: every record carries ``"mirage_shard": "<r>-of-<w>"``
+matching its name (and, for a store with settings, the run's settings, or the store refuses to open). Any other file
+that happens to be named like one (an input ``data.rank0-of-2.jsonl``, someone's ``notes.rank1-of-3.jsonl``) is
+neither read, nor folded, nor removed; nor is a file the run names as an input (``in_shards(..., keep=...)``).
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from .runs import ResumableJSONL, StoreError, dumps_record, read_records, settings_differences, write_atomic
+from .runs import (
+    ResumableJSONL,
+    StoreError,
+    dumps_record,
+    is_record,
+    is_torn_record,
+    read_records,
+    settings_differences,
+    write_atomic,
+)
 
 T = TypeVar("T")
 
@@ -98,34 +113,59 @@ def report_share_done(what_rank0_does: str = "writes the results") -> int:
     return 0
 
 
+#: The field that marks a record written by one rank of a sharded run: ``"<rank>-of-<world>"``.
+SHARD_FIELD = "mirage_shard"
+
+
 class ShardedJSONL(ResumableJSONL):
-    """A resumable JSONL store seen by one rank: it reads every rank's file and writes its own."""
+    """A resumable JSONL store seen by one rank: it reads every rank's file and writes its own (each record marked
+    with :data:`SHARD_FIELD`, which :meth:`records` leaves out)."""
 
     def __init__(self, path: str | Path, shard: Shard, *, settings: Mapping[str, Any] | None = None) -> None:
         base = Path(path)
         self.base = base
         self.shard = shard
         own = base if shard.world == 1 else shard_path(base, shard.rank, shard.world)
+        self.created = not own.exists()  # by this store: removed again if it stays empty (:func:`in_shards`)
         super().__init__(own, settings=settings)
-        for other in shard_files(base):
-            if other != own:  # another rank may be appending to it: read only
-                for record in read_records(other):
-                    if self.settings is not None and record.get("settings") != self.settings:
-                        diffs = settings_differences(record.get("settings"), self.settings)
-                        raise StoreError(f"{other} holds results made with other settings ({'; '.join(diffs[:6])}); "
-                                         "give another output path, or delete those files to start over.")
-                    self.done.add(record["key"])
+        try:
+            if own != base and own.stat().st_size > 0 and rank_records(own) is None:
+                raise StoreError(f"{own} is named like the file of rank {shard.rank} of {shard.world}, but mirage did "
+                                 "not write it as that rank; mirage leaves it untouched: give another output path.")
+            for other in shard_files(base):
+                if other != own:  # another rank may be appending to it: read only
+                    for record in _file_records(base, other):
+                        if self.settings is not None and record.get("settings") != self.settings:
+                            diffs = settings_differences(record.get("settings"), self.settings)
+                            raise StoreError(f"{other} holds results made with other settings "
+                                             f"({'; '.join(diffs[:6])}); give another output path, or delete those "
+                                             "files to start over.")
+                        self.done.add(record["key"])
+        except BaseException:  # a refused store holds no lock
+            self.close()
+            raise
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        """Append one record; a rank of several marks it as its own (:data:`SHARD_FIELD`)."""
+        if self.shard.world > 1:
+            record = {**record, SHARD_FIELD: shard_tag(self.shard.rank, self.shard.world)}
+        super().write(record)
 
     def owns(self, key: str) -> bool:
         """Whether this rank computes ``key``."""
         return self.shard.owns(key)
 
     def records(self) -> list[dict[str, Any]]:
-        """The records of every rank's file (the single-process file first)."""
+        """The records of every rank's file (the single-process file first), without the ranks' marks."""
         out: list[dict[str, Any]] = []
         for path in shard_files(self.base):
-            out.extend(read_records(path))
+            out.extend(_file_records(self.base, path))
         return out
+
+
+def shard_tag(rank: int, world: int) -> str:
+    """The mark of rank ``rank`` of ``world`` (:data:`SHARD_FIELD`)."""
+    return f"{rank}-of-{world}"
 
 
 def shard_path(base: Path, rank: int, world: int) -> Path:
@@ -133,16 +173,64 @@ def shard_path(base: Path, rank: int, world: int) -> Path:
     return base.with_name(f"{base.stem}.rank{rank}-of-{world}{base.suffix}")
 
 
+def _named_rank(base: Path, path: Path) -> tuple[int, int] | None:
+    """``(rank, world)`` when ``path`` is named as a rank's file of ``base``."""
+    m = re.fullmatch(re.escape(base.stem) + r"\.rank(\d+)-of-(\d+)" + re.escape(base.suffix), path.name)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def rank_records(path: Path) -> list[dict[str, Any]] | None:
+    """The records of a rank's file ``NAME.rank<r>-of-<w>.SUFFIX``, without their marks; None when mirage did not
+    write ``path`` as the rank its name says: any line that is not a record marked with that rank (a torn last line,
+    cut off mid-write, is skipped), or no record at all. Never writes."""
+    m = re.search(r"\.rank(\d+)-of-(\d+)(\.[^.]*)?$", path.name)
+    if m is None or not path.is_file():
+        return None
+    tag = shard_tag(int(m.group(1)), int(m.group(2)))
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    *complete, tail = data.split(b"\n")
+    out = []
+    for raw in complete:
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return None
+        if not is_record(value) or value.get(SHARD_FIELD) != tag:
+            return None
+        out.append({k: v for k, v in value.items() if k != SHARD_FIELD})
+    if tail.strip():
+        try:
+            value = json.loads(tail)
+        except ValueError:
+            value = None
+        if is_record(value) and value.get(SHARD_FIELD) == tag:  # a whole record that lost its newline
+            out.append({k: v for k, v in value.items() if k != SHARD_FIELD})
+        elif not is_torn_record(tail, after_records=bool(out)):
+            return None
+    return out or None  # no record at all: nothing says mirage wrote it
+
+
+def _file_records(base: Path, path: Path) -> list[dict[str, Any]]:
+    """The records of ``base`` itself, or of one of its ranks' files (without the marks)."""
+    return read_records(path) if path == base else rank_records(path) or []
+
+
 def shard_files(base: Path) -> list[Path]:
-    """The single-process file (if present) and every rank's file of any world size, in a fixed order."""
-    pattern = re.compile(re.escape(base.stem) + r"\.rank(\d+)-of-(\d+)" + re.escape(base.suffix) + "$")
+    """The single-process file (if present) and every rank's file of any world size that mirage wrote as that rank
+    (:func:`rank_records`), in a fixed order. Other files named like a rank's are left out: never read nor removed."""
+    base = Path(base)
     ranks = []
-    if base.parent.exists():
+    if base.parent.is_dir():
         for p in base.parent.iterdir():
-            m = pattern.match(p.name)
-            if m:
-                ranks.append((int(m.group(2)), int(m.group(1)), p))
-    return ([base] if base.exists() else []) + [p for _w, _r, p in sorted(ranks)]
+            named = _named_rank(base, p)
+            if named is not None and rank_records(p) is not None:
+                ranks.append((named[1], named[0], p))
+    return ([base] if base.is_file() else []) + [p for _w, _r, p in sorted(ranks)]
 
 
 class StoreFor(Protocol):
@@ -151,53 +239,79 @@ class StoreFor(Protocol):
     def __call__(self, path: str | Path, *, settings: Mapping[str, Any] | None = None) -> ShardedJSONL: ...
 
 
-def in_shards(work: Callable[[StoreFor], T], shard: Shard | None = None) -> T | None:
+def in_shards(work: Callable[[StoreFor], T], shard: Shard | None = None, *,
+              keep: Iterable[str | Path] = ()) -> T | None:
     """Run ``work(store_for)`` on this rank's shard; with several ranks, wait for all, then on rank 0 run it once
-    more over the merged stores and return that (other ranks return None).
+    more over the merged stores, fold the ranks' files into the single-process files (:func:`consolidate`) and
+    return that (other ranks return None).
 
     ``store_for(path, settings=None)`` opens a store for ``path``; ``work`` computes only the keys
-    ``store.owns(key)``.
+    ``store.owns(key)``. ``keep``: the files the run reads (its inputs), never folded nor removed.
     """
     shard = shard or Shard.from_env()
     if shard.world > 1:
-        work(lambda path, *, settings=None: ShardedJSONL(path, shard, settings=settings))
+        mine: list[ShardedJSONL] = []
+
+        def rank_store(path: str | Path, *, settings: Mapping[str, Any] | None = None) -> ShardedJSONL:
+            mine.append(ShardedJSONL(path, shard, settings=settings))
+            return mine[-1]
+
+        work(rank_store)
+        for store in mine:  # a file this rank made and left empty (no errors, say) is not left behind
+            if store.created and store.path.is_file() and store.path.stat().st_size == 0:
+                store.close()
+                store.path.unlink()
         shard.barrier()
         if not shard.is_main or os.environ.get("MIRAGE_SHARD_NO_SYNC") == "1":
             return None
-    opened: list[Path] = []
+    opened: list[tuple[Path, Mapping[str, Any] | None]] = []
 
     def store_for(path: str | Path, *, settings: Mapping[str, Any] | None = None) -> ShardedJSONL:
-        opened.append(Path(path))
-        return ShardedJSONL(path, Shard(), settings=settings)
+        store = ShardedJSONL(path, Shard(), settings=settings)
+        opened.append((Path(path), store.settings))
+        return store
 
     result = work(store_for)
-    for path in opened:
-        consolidate(path)
+    for path, settings in opened:
+        consolidate(path, settings=settings, keep=keep)
     return result
 
 
-def consolidate(base: str | Path) -> None:
-    """Fold every rank's file into the single-process file ``base`` and remove them. Records carrying an ``index``
-    are put in index order, as one process writes them; the file is replaced atomically."""
+def consolidate(base: str | Path, *, settings: Mapping[str, Any] | None = None,
+                keep: Iterable[str | Path] = ()) -> None:
+    """Fold every rank's file that mirage wrote as that rank (:func:`shard_files`) into the single-process file
+    ``base`` and remove them. Records carrying an ``index`` are put in index order, as one process writes them; the
+    file is replaced atomically. A rank's file whose records were made with other ``settings`` is a StoreError (and
+    nothing is folded); the files in ``keep`` (a run's inputs) are neither folded nor removed."""
     base = Path(base)
-    files = shard_files(base)
+    kept = [Path(k) for k in keep]
+    files = [p for p in shard_files(base) if p == base or not any(_same_file(p, k) for k in kept)]
     if files in ([], [base]):
         return
     records, seen = [], set()
     for path in files:
-        for rec in read_records(path):
-            key = rec.get("key") if isinstance(rec, dict) else None
-            if key is not None and key in seen:
+        for rec in _file_records(base, path):
+            if settings is not None and path != base and rec.get("settings") != settings:
+                diffs = settings_differences(rec.get("settings"), settings)
+                raise StoreError(f"{path} holds results made with other settings ({'; '.join(diffs[:6])}); give "
+                                 "another output path, or delete those files to start over.")
+            if rec["key"] in seen:
                 continue
             records.append(rec)
-            if key is not None:
-                seen.add(key)
-    if records and all(isinstance(r, dict) and isinstance(r.get("index"), int) for r in records):
+            seen.add(rec["key"])
+    if records and all(isinstance(r.get("index"), int) for r in records):
         records.sort(key=lambda r: r["index"])
     write_atomic(base, "".join(dumps_record(r) + "\n" for r in records))
     for path in files:
         if path != base:
             path.unlink()
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
 
 
 def owns(store: Any, key: str) -> bool:

@@ -7,6 +7,10 @@
   ``results.json`` (:mod:`mirage.scoring_report`).
 
 Naming one of those files of a run folder (``DIR/results.json``, ``DIR/generations.jsonl.gz``, …) opens the folder.
+
+The page goes to its output only when that file is new or is a page mirage view wrote (its ``<head>`` holds
+:data:`PAGE_MARKER`): any other file (another run's results, a run folder's ``generations.jsonl``, your own page) is
+refused with a StoreError, untouched.
 """
 
 from __future__ import annotations
@@ -19,10 +23,15 @@ from .bias_report import GENERATIONS, bias_report_html, bias_run_view
 from .inputs import InputError
 from .report import write_report
 from .run_files import run_file
-from .runs import write_atomic
+from .runs import StoreError, write_atomic
 from .scoring_report import ANSWERS, eli5_report_html
 
 ViewKind = Literal["results", "bias", "eli5"]
+#: In the ``<head>`` of every page mirage view writes (the templates ``report.html.j2`` and ``bias.html.j2``): the
+#: mark of a file it may replace.
+PAGE_MARKER = '<meta name="generator" content="mirage view">'
+#: How much of an existing output is read to find the mark (it comes right after ``<meta charset>``).
+_HEAD_BYTES = 4096
 #: The files that make a folder a run of each kind (each may be gzipped).
 RUN_FILES: dict[ViewKind, tuple[str, ...]] = {"bias": (GENERATIONS, "results.json"), "eli5": (ANSWERS, "results.json")}
 EXPECTED = ("a results JSONL written by `mirage attribute`, a bias-study run folder (generations.jsonl or "
@@ -71,9 +80,29 @@ def view_kind(path: str | Path) -> tuple[ViewKind, Path]:
     return "results", path
 
 
+def check_page_output(output: str | Path) -> None:
+    """Refuse (StoreError) an ``output`` that exists and is not a page mirage view wrote (:data:`PAGE_MARKER`)."""
+    out = Path(output)
+    if not out.exists() and not out.is_symlink():
+        return
+    if out.is_dir():
+        raise StoreError(f"-o {output} is a directory; give a file path, e.g. {out / 'report.html'}.")
+    try:
+        with out.open("rb") as fh:
+            head = fh.read(_HEAD_BYTES)
+    except OSError as err:
+        raise StoreError(f"-o {output} exists and cannot be read ({err.strerror or err}), so mirage cannot tell it is "
+                         "a page it wrote; it leaves it untouched: give another -o.") from None
+    if PAGE_MARKER.encode() not in head:
+        raise StoreError(f"-o {output} exists and is not a page mirage view wrote; mirage leaves it untouched: give "
+                         "another -o (e.g. report.html), or delete that file first.")
+
+
 def write_view(paths: str | Path | Sequence[str | Path], output: str | Path, *, title: str | None = None) -> Path:
     """Write the page of what ``paths`` are (:func:`view_kind`): one results file or two to compare, or one run
-    folder; returns the output path."""
+    folder; returns the output path. An existing ``output`` that is not a page mirage view wrote is refused
+    (:func:`check_page_output`)."""
+    check_page_output(output)
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     kinds = [view_kind(p) for p in paths]
     runs = [(kind, where) for kind, where in kinds if kind != "results"]

@@ -63,7 +63,7 @@ def test_a_rank_never_rewrites_another_ranks_file(tmp_path):
     """Rank 1 may be mid-append (a torn last line) while rank 0 opens its store: rank 0 only reads that file."""
     base = tmp_path / "out.jsonl"
     other = shard_path(base, 1, 2)
-    other.write_text('{"key": "a"}\n{"key": "b", "val', encoding="utf-8")
+    other.write_text('{"key": "a", "mirage_shard": "1-of-2"}\n{"key": "b", "val', encoding="utf-8")
     store = ShardedJSONL(base, Shard(0, 2))
     assert store.done == {"a"}
     assert other.read_text(encoding="utf-8").endswith('"val')  # untouched
