@@ -59,29 +59,45 @@ def random_follow_probability(n_cited: int, k: int) -> float:
     return n_cited / k if 1 <= n_cited <= 2 else 0.0
 
 
-def single_supporting(examples: Iterable[TrainingExample], k: int) -> list[TrainingExample]:
-    """The examples the test can use: exactly one supporting passage and at least ``k`` documents."""
-    return [ex for ex in examples if ex.supporting is not None and len(ex.supporting) == 1 and len(ex.docs) >= k]
+def single_supporting(examples: Iterable[TrainingExample]) -> list[TrainingExample]:
+    """The examples the test can use: exactly one supporting passage."""
+    return [ex for ex in examples if ex.supporting is not None and len(ex.supporting) == 1]
 
 
-def permutation_presentations(examples: Iterable[TrainingExample], *, k: int = 5,
-                              seed: int = 0) -> list[TrainingExample]:
+def permutation_presentations(examples: Sequence[TrainingExample], *, k: int = 5, seed: int = 0,
+                              pool: Sequence[TrainingExample] | None = None) -> list[TrainingExample]:
     """Each usable example (:func:`single_supporting`) presented ``k`` times, its supporting passage at position
-    1…k and ``k − 1`` of its other passages around it in one shuffled order, fixed per example (seeded by ``seed``
-    and the example's content, so the presentations do not depend on which other examples are given).
+    1…k and ``k − 1`` other passages around it in one shuffled order, fixed per example (seeded by ``seed`` and the
+    example's content). The other passages are the example's own; where it has fewer than ``k − 1``, passages of
+    ``pool`` (default: the examples given; they answer other questions) fill the rest, as the bias study fills its
+    distractors; ``meta["follow"]["fillers"]`` counts them.
 
     Each presentation's answer is the example's reference answer cited with the moved passage on every sentence,
-    its ``supporting`` is ``[position]`` and ``meta["follow"]`` records ``{"item", "position", "k"}``."""
+    its ``supporting`` is ``[position]`` and ``meta["follow"]`` records ``{"item", "position", "k", "fillers"}``."""
     if k < 2:
         raise ValueError(f"k must be at least 2 (the supporting passage and one other), got {k}")
+    usable = single_supporting(examples)
     out: list[TrainingExample] = []
-    for ex in single_supporting(examples, k):
+    for ex in usable:
         assert ex.supporting is not None
         support = ex.supporting[0]
-        others = [doc for i, doc in enumerate(ex.docs, start=1) if i != support]
+        own_texts = {doc["text"] for doc in ex.docs}
         rng = random.Random(f"{seed}:{content_key([ex.question, ex.docs])}")
+        others = [doc for i, doc in enumerate(ex.docs, start=1) if i != support]
         rng.shuffle(others)
         others = others[: k - 1]
+        n_fillers = k - 1 - len(others)
+        if n_fillers:
+            candidates = sorted({doc["text"]: doc for other in (examples if pool is None else pool)
+                                 if other.question != ex.question
+                                 for doc in other.docs if doc["text"] not in own_texts}.values(),
+                                key=lambda d: d["text"])
+            if len(candidates) < n_fillers:
+                raise ValueError(f"{ex.id}: {len(ex.docs)} documents and {len(candidates)} of other items to fill "
+                                 f"{k} positions; give more items or a smaller k")
+            fillers = rng.sample(candidates, n_fillers)
+            others = others + fillers
+            rng.shuffle(others)
         reference = parse_answer(ex.output, len(ex.docs)).text
         for position in range(1, k + 1):
             docs = others[: position - 1] + [ex.docs[support - 1]] + others[position - 1:]
@@ -90,7 +106,7 @@ def permutation_presentations(examples: Iterable[TrainingExample], *, k: int = 5
                 id=f"{ex.id}-pos{position}", source=ex.source, question=ex.question, docs=docs, output=output,
                 citations=[list(c) for c in parse_answer(output, k).citations], supporting=[position],
                 file=ex.file, line=ex.line, lang=ex.lang,
-                meta={**ex.meta, "follow": {"item": ex.id, "position": position, "k": k}}))
+                meta={**ex.meta, "follow": {"item": ex.id, "position": position, "k": k, "fillers": n_fillers}}))
     return out
 
 
@@ -233,16 +249,18 @@ def follow_report(evaluation: CitationEval, presentations: Sequence[TrainingExam
 
 def evaluate_follow(mirage: Mirage, examples: Sequence[TrainingExample], *, k: int = 5, seed: int = 0,
                     max_new_tokens: int = 48, judge: MirageConfig | None = None,
-                    store: str | Path | None = None, progress: Progress | None = None) -> FollowReport:
+                    store: str | Path | None = None, progress: Progress | None = None,
+                    pool: Sequence[TrainingExample] | None = None) -> FollowReport:
     """Run the permutation test: present ``examples`` (:func:`permutation_presentations`), generate a greedy answer
     to each with ``mirage``'s model and prompt (:func:`mirage.tune.evaluate.evaluate_citations`, resumable through
-    ``store``; with ``judge``, mirage also attributes each answer) and compare the self-citations with the
+    ``store``; with ``judge``, mirage also attributes each answer; ``pool``: where filler passages come from) and
+    compare the self-citations with the
     baselines (:func:`follow_report`)."""
     from .evaluate import evaluate_citations
 
-    presentations = permutation_presentations(examples, k=k, seed=seed)
+    presentations = permutation_presentations(examples, k=k, seed=seed, pool=pool)
     if not presentations:
-        raise ValueError(f"no item has exactly one supporting passage and at least {k} documents")
+        raise ValueError("no item has exactly one supporting passage")
     evaluation = evaluate_citations(mirage, presentations, max_new_tokens=max_new_tokens, progress=progress,
                                     judge=judge, store=store)
     return follow_report(evaluation, presentations, k=k, seed=seed,

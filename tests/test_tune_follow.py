@@ -1,0 +1,130 @@
+"""The permutation test (`mirage tune follow`): presentations, the follow rule, the baselines' exact expectations,
+and a real run of the shipped citation adapter on XOR-AttriQA val rows."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mirage.tune.data import TrainingExample, xor_examples
+from mirage.tune.follow import (
+    FollowReport,
+    follows,
+    permutation_presentations,
+    random_follow_probability,
+    random_side,
+    side_of,
+    single_supporting,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+VAL = ROOT / "tests" / "data" / "xor_attriqa_match" / "val.jsonl"  # a slice of XOR-AttriQA val (tests/data/README.md)
+ADAPTER = ROOT / "mirage" / "assets" / "adapters" / "smollm2-135m-cite"
+
+
+def _example(i: int, n_docs: int, support: list[int] | None) -> TrainingExample:
+    docs = [{"title": "", "text": f"passage {i}.{d}"} for d in range(1, n_docs + 1)]
+    return TrainingExample(id=f"q{i}", source="xor-attriqa", question=f"question {i}?", docs=docs,
+                           output="Helsinki [1].", citations=[[1]], supporting=support)
+
+
+def test_follows_needs_the_passage_and_at_most_one_other():
+    assert follows({3}, 3) and follows({1, 3}, 3)
+    assert not follows({1, 2, 3}, 3)
+    assert not follows({1}, 3) and not follows(set(), 3)
+
+
+def test_random_citer_expectation_matches_sampling():
+    rng = random.Random(0)
+    k = 5
+    for c in range(k + 1):
+        hits = sum(follows(set(rng.sample(range(1, k + 1), c)), rng.randint(1, k)) for _ in range(20000))
+        assert abs(hits / 20000 - random_follow_probability(c, k)) < 0.015, c
+
+
+def test_random_side_expectations_match_sampling():
+    rng = random.Random(1)
+    k, counts = 4, [1, 2, 3, 1, 0, 2]
+    positions = [1, 2, 3, 4, 2, 3]
+    expected = random_side(counts, positions, k)
+    sampled = [side_of([set(rng.sample(range(1, k + 1), c)) for c in counts], positions, k) for _ in range(4000)]
+    for name in ("follow_rate", "precision", "recall", "f1"):
+        mean = sum(getattr(s, name) for s in sampled) / len(sampled)
+        assert abs(mean - getattr(expected, name)) < 0.02, name
+
+
+def test_cite_first_follows_only_at_position_one():
+    positions = [p for _ in range(3) for p in range(1, 6)]
+    side = side_of([{1}] * len(positions), positions, 5)
+    assert side.follow_rate == pytest.approx(0.2)
+    assert side.per_position == [1.0, 0.0, 0.0, 0.0, 0.0]
+    assert side.first_when_not_supporting == 1.0
+
+
+def test_presentations_move_the_supporting_passage_and_keep_the_others_in_order():
+    examples = [_example(0, 5, [2]), _example(1, 2, [1]), _example(2, 3, [1, 2]), _example(3, 4, None)]
+    pres = permutation_presentations(examples, k=5, seed=7)
+    assert {p.meta["follow"]["item"] for p in pres} == {"q0", "q1"}  # one supporting passage each
+    for item in ("q0", "q1"):
+        mine = [p for p in pres if p.meta["follow"]["item"] == item]
+        assert [p.meta["follow"]["position"] for p in mine] == [1, 2, 3, 4, 5]
+        support_text = next(e for e in examples if e.id == item).docs[next(
+            e for e in examples if e.id == item).supporting[0] - 1]["text"]
+        orders = []
+        for p in mine:
+            pos = p.meta["follow"]["position"]
+            assert p.supporting == [pos] and p.docs[pos - 1]["text"] == support_text
+            assert p.citations == [[pos]] and f"[{pos}]" in p.output
+            orders.append([d["text"] for d in p.docs if d["text"] != support_text])
+        assert all(o == orders[0] for o in orders)  # the other passages keep one order
+    q1 = next(p for p in pres if p.meta["follow"]["item"] == "q1")
+    assert q1.meta["follow"]["fillers"] == 3  # two passages of its own, three of other questions
+    assert sum(not d["text"].startswith("passage 1.") for d in q1.docs) == 3
+    # deterministic
+    again = permutation_presentations(examples, k=5, seed=7)
+    assert [p.docs for p in again] == [p.docs for p in pres]
+
+
+def test_too_few_passages_to_fill_is_an_error():
+    with pytest.raises(ValueError, match="smaller k"):
+        permutation_presentations([_example(0, 2, [1])], k=5)
+
+
+def test_real_xor_val_rows_are_presented():
+    examples, _, _ = xor_examples(VAL, for_evaluation=True)
+    usable = single_supporting(examples)
+    assert len(usable) == 2
+    pres = permutation_presentations(usable, k=5, pool=examples)
+    assert len(pres) == 10
+    for p in pres:
+        assert len(p.docs) == 5 and len({d["text"] for d in p.docs}) == 5
+
+
+@pytest.mark.slow
+def test_follow_command_on_the_shipped_adapter(tmp_path, one_thread):
+    out = tmp_path / "follow.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--adapter", str(ADAPTER),
+         "--limit", "2", "--k", "3", "--quiet", "-o", str(out)], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert run.returncode == 0, run.stderr
+    report = FollowReport.from_dict(json.loads(out.read_text()))
+    assert report.n_items == 2 and report.n_presentations == 6 and report.k == 3
+    answers = [json.loads(line) for line in out.with_name("follow.answers.jsonl").read_text().splitlines()]
+    assert len(answers) == 6
+    # the self-citation row is the follow rule applied to the stored answers
+    by_id = {a["id"]: a for a in answers}
+    hits = [follows(by_id[i]["cited"], int(i.rsplit("pos", 1)[1])) for i in by_id]
+    assert report.self_citation.follow_rate == pytest.approx(sum(hits) / 6)
+    assert report.cite_first.follow_rate == pytest.approx(1 / 3)
+    assert "| self-citation |" in run.stderr
+    # a rerun reuses every answer
+    again = subprocess.run(
+        [sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--adapter", str(ADAPTER),
+         "--limit", "2", "--k", "3", "--quiet", "-o", str(out)], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert again.returncode == 0, again.stderr
+    assert FollowReport.from_dict(json.loads(out.read_text())).to_dict() == report.to_dict()
