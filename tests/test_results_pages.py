@@ -101,6 +101,18 @@ def test_mirage_report_rewrites_the_page_from_the_results_alone(xor_page_run, tm
     assert (moved / PAGE).read_text(encoding="utf-8") == (xor_page_run / PAGE).read_text(encoding="utf-8")
 
 
+def test_a_dataset_name_shows_the_checksum_the_data_registry_pins(tmp_path):
+    """A run that read a dataset by name (as the runs record cached data) gets that file's pinned SHA-256."""
+    registry = pytest.importorskip("mirage.data.registry")
+    run = tmp_path / "eli5"
+    shutil.copytree(RESULTS / "eli5_smollm2_selfcitation", run)
+    res = json.loads((run / "results.json").read_text(encoding="utf-8"))
+    res["settings"]["data"] = "eli5-alce"
+    (run / "results.json").write_text(json.dumps(res), encoding="utf-8")
+    pinned = registry.DATASETS["eli5-alce"].parts["eli5-alce"][0].sha256
+    assert pinned and f"| `eli5-alce` | `{pinned}` (pinned by `mirage data`) |" in render_page(run)
+
+
 def test_a_readme_mirage_did_not_write_is_left_alone(tmp_path, capsys):
     run = tmp_path / "eli5"
     shutil.copytree(RESULTS / "eli5_smollm2_selfcitation", run)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..inputs import InputError
 from ..runs import write_atomic
 from ..serialization import JSONRecord
 
@@ -118,15 +119,34 @@ class Provenance(JSONRecord):
     format: int = PROVENANCE_FORMAT
 
 
+def pinned_sha256(given: str) -> str | None:
+    """The SHA-256 the data registry (:mod:`mirage.data`) pins for a dataset name that stands for one file
+    (``xor-attriqa-match:fi``); None for a path, a name of several files or a file without a pinned checksum."""
+    try:
+        from ..data.registry import is_spec, parse_spec
+    except ImportError:  # the data registry is not part of this checkout
+        return None
+    if Path(given).exists() or not is_spec(given):
+        return None
+    try:
+        spec = parse_spec(given)
+    except InputError:
+        return None
+    if spec.dataset.as_folder or len(spec.parts) != 1:  # a folder: its files' checksums are `mirage data list`'s
+        return None
+    return spec.dataset.parts[spec.parts[0]][0].sha256
+
+
 def data_entries(given: Iterable[str]) -> list[dict[str, Any]]:
-    """One entry per data path or name: ``{"given": …, "sha256": … or None}`` (duplicates once)."""
+    """One entry per data path or name: ``{"given": …, "sha256": …}``: a local file's (or folder's) SHA-256, a
+    dataset name's pinned one, else None (duplicates once)."""
     out, seen = [], set()
     for item in given:
         if item is None or item in seen:
             continue
         seen.add(item)
         path = Path(item)
-        out.append({"given": str(item), "sha256": file_sha256(path) if path.exists() else None})
+        out.append({"given": str(item), "sha256": file_sha256(path) if path.exists() else pinned_sha256(str(item))})
     return out
 
 
@@ -163,7 +183,13 @@ def data_section(run_dir: Path, given: Sequence[str]) -> str:
     names = list(dict.fromkeys([*given, *known]))
     if not names:
         return "## Data\n\nnone recorded"
-    rows = [(f"`{n}`", f"`{known[n]}`" if known.get(n) else "not recorded by the run") for n in names]
+    def checksum(name: str) -> str:
+        if known.get(name):
+            return f"`{known[name]}`"
+        pinned = pinned_sha256(name)
+        return f"`{pinned}` (pinned by `mirage data`)" if pinned else "not recorded by the run"
+
+    rows = [(f"`{n}`", checksum(n)) for n in names]
     return "## Data\n\n" + md_table(["data (as given to the run)", "SHA-256"], rows)
 
 
