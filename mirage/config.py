@@ -432,8 +432,10 @@ def section_dict(section: Any) -> dict[str, Any]:
     return out
 
 
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """The top-level mapping of a YAML config or experiment file.
+def read_config_file(path: str | Path, *, expected: str = "a mapping of sections (prompt, generation, cti, cci, "
+                     "aggregation)") -> dict[str, Any]:
+    """The top-level mapping of a YAML config or experiment file (``expected``: what the file should hold, for the
+    message when its top level is not a mapping, e.g. a protocol file's description).
 
     Every problem with the file (missing, a directory, unreadable, not UTF-8 text, invalid YAML, not a mapping) is a
     ConfigError whose message starts with the path.
@@ -461,5 +463,5 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         fix = "fix the syntax there" if at else "fix the file: a config is plain YAML text"
         raise ConfigError(f"{path}: not valid YAML{at} ({reason}); {fix}.") from err
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections (prompt, generation, cti, cci, aggregation).")
+        raise ConfigError(f"{path}: expected {expected}; its top level is a YAML {type(data).__name__}.")
     return data

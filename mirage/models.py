@@ -444,6 +444,17 @@ def _from_pretrained(what: str, name: str, source: str | Path, offline: str | No
             f"Cannot load model {name!r} ({what}{where}): {cause}{only_cache}. Use an embedded model ({known}), "
             "a local checkpoint folder, or a Hugging Face id reachable from here."
         ) from err
+    except RuntimeError as err:  # transformers and peft refuse weights of other shapes than the config's
+        if "mismatch" not in str(err).lower():
+            raise
+        lines = [line.strip() for line in str(err).splitlines()
+                 if "mismatch" in line.lower() and "ignore_mismatched_sizes" not in line]
+        detail = f" ({lines[0][:200]})" if lines else ""
+        raise ModelLoadError(
+            f"Cannot load model {name!r} ({what} from {source}): the weights' shapes do not match its config.json"
+            f"{detail}; its weights and config come from different models. Give a checkpoint folder whose weights "
+            "and config.json belong together (an adapter: the base model it was trained on)."
+        ) from None
 
 
 def _gguf_path(spec: EmbeddedModelSpec) -> Path:

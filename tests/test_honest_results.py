@@ -148,3 +148,48 @@ def test_eli5_table_counts_uncited_sentences_and_labels_old_results_for_what_the
     assert re.search(r"sentences neither cites +2\n", table) and re.search(r"sentences only MIRAGE cites +1\n", table)
     assert re.search(r"of those both cite: \(sentence, document\) pairs agreeing \(%\) +-$", table, re.MULTILINE)
     assert "uncited sentences counted as agreeing" not in table
+
+
+# -- one-line errors where a traceback was --------------------------------------------------------------------------
+
+def _one_line_error(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("mirage: error: ")
+    return last
+
+
+def test_a_checkpoint_whose_weights_do_not_fit_its_config_is_a_one_line_error(capsys, tmp_path):
+    from tests.test_model_errors import _write_checkpoint
+
+    folder = _write_checkpoint(tmp_path / "ckpt")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["intermediate_size"] = 48  # the safetensors hold 32
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    items = tmp_path / "items.json"
+    items.write_text(json.dumps([{"question": "the capital of france", "docs": [{"text": "paris"}]}]),
+                     encoding="utf-8")
+    line = _one_line_error(capsys, ["attribute", str(items), "-o", str(tmp_path / "o.jsonl"), "--model", str(folder)])
+    assert "the weights' shapes do not match its config.json" in line and str(folder) in line
+
+
+def test_tune_eval_with_an_adapter_and_no_peft_is_a_one_line_error(capsys, tmp_path, monkeypatch):
+    """peft is installed here: the test makes its import fail in this process (``sys.modules["peft"] = None``)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "peft", None)
+    adapter = PACKAGE / "assets" / "adapters" / "smollm2-135m-cite"
+    for command in ("eval", "follow"):
+        line = _one_line_error(capsys, ["tune", command, "rows.jsonl", "--adapter", str(adapter),
+                                        "-o", str(tmp_path / f"{command}.json")])
+        assert "needs peft" in line and "pip install 'mirage-rag[tune]'" in line
+
+
+def test_bias_protocol_given_a_list_says_what_a_protocol_file_is(capsys, tmp_path):
+    protocol = tmp_path / "protocol.yaml"
+    protocol.write_text("- name: hai\n  config: studies/hai.yaml\n", encoding="utf-8")
+    line = _one_line_error(capsys, ["bias-protocol", str(protocol), "-o", str(tmp_path / "out")])
+    assert "expected a protocol file" in line and "'studies'" in line and "top level is a YAML list" in line
+    assert "prompt, generation, cti" not in line  # what a pipeline config holds: another kind of file

@@ -63,7 +63,8 @@ def load_protocol(path: str | Path) -> list[ProtocolStudy]:
     if not path.is_file():
         raise ConfigError(f"{path}: protocol file not found; give a file that lists studies, such as "
                           "configs/bias/protocol.yaml.")
-    raw = read_config_file(path)
+    raw = read_config_file(path, expected="a protocol file: a mapping whose 'studies' lists the studies, each "
+                           "{name: NAME, config: FILE[, args: [FLAGS]]} (see configs/bias/protocol.yaml)")
     studies = raw.get("studies")
     where = f"{path}: 'studies'"
     if not isinstance(studies, list) or not studies:

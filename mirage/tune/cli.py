@@ -133,6 +133,18 @@ def cmd_reward(args: argparse.Namespace) -> int:
     return 0
 
 
+def _require_peft(args: argparse.Namespace) -> None:
+    """``--adapter`` applies a LoRA adapter with peft: ConfigError naming the install when it is missing (checked
+    before the data is read or a model loads)."""
+    if not getattr(args, "adapter", None):
+        return
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"--adapter {args.adapter} needs peft to apply the LoRA adapter, and peft is not "
+                          "installed: pip install 'mirage-rag[tune]' (or pip install peft).") from None
+
+
 def _eval_mirage(args: argparse.Namespace) -> tuple[Any, str]:
     """The model ``tune eval`` and ``tune follow`` answer with (``--adapter`` on its base, or ``--model``), with its
     prompt (the adapter's unless ``--prompt``), and the base model's name (for the judge)."""
@@ -184,6 +196,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """``mirage tune eval``: how often a (tuned) model cites."""
     from .evaluate import evaluate_citations, judge_config
 
+    _require_peft(args)
     examples = _eval_examples(args)
     mirage, base = _eval_mirage(args)
     judge = judge_config(mirage.config, base) if args.judge else None
@@ -201,6 +214,7 @@ def cmd_follow(args: argparse.Namespace) -> int:
     from .evaluate import judge_config
     from .follow import evaluate_follow, single_supporting
 
+    _require_peft(args)
     examples = _eval_examples(args, usable=lambda found: single_supporting(found, args.k))
     mirage, base = _eval_mirage(args)
     judge = judge_config(mirage.config, base) if args.judge else None
