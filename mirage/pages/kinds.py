@@ -6,10 +6,11 @@ formatted here only where no such writer exists (tuning runs, benchmark JSONs)."
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -202,7 +203,7 @@ def _bias_command(res: Mapping[str, Any]) -> str:
     from ..bias.protocol import BiasConfig
     from ..config import MirageConfig
 
-    base = BiasConfig().to_dict() if hasattr(BiasConfig, "to_dict") else {}
+    base = json.loads(json.dumps(asdict(BiasConfig())))  # as the results hold it (tuples are lists)
     argv = ["bias", str(res.get("data")), "--model", str(res.get("model"))]
     for name, value in (res.get("config") or {}).items():
         flag = BIAS_FLAGS.get(name)
