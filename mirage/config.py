@@ -235,7 +235,7 @@ class CCIConfig:
     ``precision``: ``model`` (default) runs CCI's forward and backward passes in the model's dtype; ``bfloat16`` or
     ``float16`` runs them under autocast to that type (faster where the hardware has it: GPUs, CPUs with AMX or
     AVX512-BF16). CTI stays in the model's dtype, so the context-sensitive tokens are those of the default; the
-    saliency, and through it the citations, are approximate (README, "Lower precision").
+    saliency, and through it the citations, are approximate (docs/method.md, "Lower precision").
     """
 
     method: str = field(default="saliency", metadata={

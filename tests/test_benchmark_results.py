@@ -1,5 +1,5 @@
-"""Shipped results of the benchmarks that need no model reproduce from what ships beside them: the README's
-commands, run on the stored stores, give the stored JSON (no model is loaded)."""
+"""Shipped results of the benchmarks that need no model reproduce from what ships beside them: the commands of
+docs/benchmarks.md's studies, run on the stored stores, give the stored JSON (no model is loaded)."""
 
 from __future__ import annotations
 
@@ -41,8 +41,6 @@ def test_extra_signals_reproduce_from_the_shipped_stores(tmp_path):
     for got, shipped in ((tmp_path / "en.json", en / "extra_signals.json"),
                          (tmp_path / "native.json", native / "extra_signals.json")):
         assert not _close(json.loads(got.read_text()), json.loads(shipped.read_text())), shipped
-    stored = json.loads((en / "extra_signals.json").read_text())
-    assert round(stored["default + yes/no judge"]["oof_roc_auc"], 3) == 0.841  # the README's row
 
 
 @pytest.mark.skipif(not MATCH.exists(), reason="the calibration splits are read from ../shared/data")

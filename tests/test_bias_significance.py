@@ -236,7 +236,7 @@ PUBLISHED = ("bias_smollm2_protocol", "bias_smollm2_cite_protocol")
 @pytest.mark.parametrize("study", sorted(str(p.parent.relative_to(RESULTS)) for name in PUBLISHED
                                          for p in (RESULTS / name).glob("**/generations.jsonl.gz")))
 def test_every_published_protocol_study_recomputes_from_its_generations(tmp_path, study):
-    """Each study of the published protocol runs (README, "Attribution bias, …" sections) gives its shipped tables
+    """Each study of the published protocol runs (docs/bias.md and its results pages) gives its shipped tables
     again when summarized from its shipped generations alone (no model; the settings from its results.json)."""
     import shutil
 

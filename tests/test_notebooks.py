@@ -1,4 +1,5 @@
-"""Every notebook in notebooks/ runs top to bottom (on the embedded model), and none is committed with outputs."""
+"""Every notebook in notebooks/ runs top to bottom (on the embedded model), and none is committed with outputs. Each
+run that passes keeps its executed copy in out/notebooks/, which the documentation site shows (docs/hooks.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+#: Where a passing run keeps the executed notebook, for the documentation site.
+EXECUTED = Path(__file__).resolve().parents[1] / "out" / "notebooks"
 #: Text that a successful run must have shown, per notebook.
 EXPECTED = {
     "01_quickstart.ipynb": ["mirage-span", "context-sensitive tokens"],
@@ -58,3 +61,5 @@ def test_notebook_runs_top_to_bottom(path):
     mimes = {kind for cell in nb.cells for out in cell.get("outputs", []) for kind in out.get("data", {})}
     if path.name in EXPECTED_MIME:
         assert EXPECTED_MIME[path.name] in mimes, f"{path.name}: no {EXPECTED_MIME[path.name]} output"
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, EXECUTED / path.name)

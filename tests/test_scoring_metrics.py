@@ -88,7 +88,6 @@ def test_binary_scores_reproduce_the_published_nli_rows():
             for name, fn in M.BINARY_METRICS.items():
                 assert fn(counts) == pytest.approx(stored[name][setting][lang], abs=1e-9), (lang, setting, name)
             assert M.roc_auc([float(p) for p in preds], labels) == pytest.approx(stored["roc_auc"][setting][lang])
-    assert round(stored["agreement"]["nli_mt"]["avg"], 1) == 82.7  # the README's row
 
 
 def test_roc_auc_by_hand():

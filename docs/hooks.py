@@ -1,0 +1,455 @@
+"""mkdocs hooks: what the site can generate, it generates, so the pages cannot drift from the code and the results.
+
+- The CLI reference renders ``mirage.cli.build_parser()`` (every command of ``cli.commands()``, every flag).
+- The configuration reference renders the config dataclasses' fields, defaults, flags and help.
+- Each command's cost, the benchmark tables and the README's headline table are read from ``benchmarks/results``.
+- The notebooks come in with their outputs: the executed copies ``tests/test_notebooks.py`` writes to
+  ``out/notebooks/`` when they match the stored notebook cell for cell, the stored (output-free) ones otherwise.
+- Every run folder of ``benchmarks/results`` joins the site under ``results/`` with its page (``README.md``, written
+  by ``mirage report DIR``) and its files.
+
+A page asks for generated text with a marker on a line of its own, e.g. ``<!-- mirage:cli -->``,
+``<!-- mirage:config -->``, ``<!-- mirage:cost attribute -->``, ``<!-- mirage:bench attribution -->``,
+``<!-- mirage:headline -->``. ``tests/test_docs_site.py`` builds the site and reads these pages back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import json
+import logging
+import re
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mkdocs.plugins import event_priority
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+NOTEBOOKS = ROOT / "notebooks"
+EXECUTED = ROOT / "out" / "notebooks"
+#: Where a run folder's files land in the site: ``results/<folder>/``.
+RESULTS_URI = "results"
+MARKER = re.compile(r"^<!-- mirage:([a-z-]+)(?: ([^>]*?))? -->$", re.MULTILINE)
+
+log = logging.getLogger("mkdocs.hooks.mirage")
+
+
+# ---------------------------------------------------------------------------------------------------------------- util
+def _cell(text: Any) -> str:
+    """A value as one markdown table cell (pipes escaped, newlines folded)."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _read(rel: str) -> Any:
+    return json.loads((RESULTS / rel).read_text(encoding="utf-8"))
+
+
+def _num(value: float | None, digits: int = 1, unit: str = "") -> str:
+    return "–" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def _source(rel: str) -> str:
+    """A link to a results file from a page at the site's top level."""
+    return f"[`{rel}`]({RESULTS_URI}/{rel})"
+
+
+# ------------------------------------------------------------------------------------------------------------ the CLI
+def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ("mirage",)):
+    """``(path, parser, help)`` for every command and subcommand, depth first, in ``--help`` order."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                yield path + (name,), sub, helps.get(name) or ""
+                yield from _parsers(sub, path + (name,))
+
+
+def _argument_rows(parser: argparse.ArgumentParser) -> list[list[str]]:
+    formatter = parser._get_formatter()
+    rows = []
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) or action.help == argparse.SUPPRESS:
+            continue
+        if action.option_strings:
+            name = ", ".join(f"`{o}`" for o in action.option_strings)
+            if action.nargs != 0:
+                name += f" `{formatter._format_args(action, formatter._get_default_metavar_for_optional(action))}`"
+        else:
+            name = f"`{formatter._format_args(action, formatter._get_default_metavar_for_positional(action))}`"
+        what = formatter._expand_help(action) if action.help else ""
+        if action.choices is not None and not isinstance(action.choices, dict):
+            what += f" (one of: {', '.join(map(str, action.choices))})"
+        default = action.default
+        if isinstance(default, (str, Path)) and str(default).startswith(f"{ROOT}/"):
+            default = Path(default).relative_to(ROOT).as_posix()  # a packaged file, not this machine's path
+        shown = "" if default in (None, False, argparse.SUPPRESS) or action.nargs == 0 else f"`{default}`"
+        if isinstance(default, (list, tuple)):
+            shown = f"`{' '.join(map(str, default))}`" if default else ""
+        rows.append([name, shown, what])
+    return rows
+
+
+def cli_reference() -> str:
+    """Every ``mirage`` command and subcommand with its arguments, from the parser itself, and what it costs."""
+    from mirage.cli import build_parser
+
+    parser = build_parser()
+    out = ["`mirage --help` lists the commands; `mirage COMMAND --help` the options below. Top-level options:", "",
+           table(["argument", "default", "what"], _argument_rows(parser))]
+    for path, sub, help_text in _parsers(parser):
+        depth = len(path)
+        out += ["", f"{'#' * min(depth, 4)} `{' '.join(path)}`", ""]
+        if help_text:
+            out += [help_text[0].upper() + help_text[1:] + ("" if help_text.endswith(".") else "."), ""]
+        usage = " ".join(sub.format_usage().split())
+        out += ["```text", usage.removeprefix("usage: "), "```", ""]
+        rows = _argument_rows(sub)
+        if rows:
+            out.append(table(["argument", "default", "what"], rows))
+        cost = COSTS.get(" ".join(path[1:]))
+        if cost is not None:
+            out += ["", f"**What it costs.** {cost()}"]
+    return "\n".join(out)
+
+
+def cli_commands() -> list[str]:
+    """Every command path of the parser (``mirage score xor-attriqa``, …): what the CLI page must show."""
+    from mirage.cli import build_parser
+
+    return [" ".join(path) for path, _sub, _help in _parsers(build_parser())]
+
+
+# ------------------------------------------------------------------------------------------------- the configuration
+def _attribute_comments(cls: type) -> dict[str, str]:
+    """The ``#:`` comment above each field of ``cls``'s source."""
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):
+        return {}
+    out, pending = {}, []
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("#:"):
+            pending.append(stripped[2:].strip())
+            continue
+        match = re.match(r"([a-z_][a-z0-9_]*)\s*:", stripped)
+        if match and pending:
+            out[match.group(1)] = " ".join(pending)
+        pending = []
+    return out
+
+
+def _default(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+        if dataclasses.is_dataclass(value):
+            return f"a `{type(value).__name__}`"
+    else:
+        return "required"
+    if isinstance(value, tuple):
+        value = list(value)
+    return f"`{json.dumps(value)}`"
+
+
+def _literal_choices(hint: Any) -> list[str]:
+    """The values of a ``Literal`` type (or of an optional one), else none."""
+    if typing.get_origin(hint) is typing.Literal:
+        return [str(v) for v in typing.get_args(hint)]
+    return [c for arg in typing.get_args(hint) for c in _literal_choices(arg)] if typing.get_args(hint) else []
+
+
+def config_classes() -> list[tuple[str, type]]:
+    """``(heading, class)`` of every config dataclass the reference shows, in reading order."""
+    from mirage.bias.protocol import BiasConfig
+    from mirage.config import AggregationConfig, CCIConfig, CTIConfig, GenerationConfig, MirageConfig, PromptConfig
+    from mirage.experiment import ExperimentConfig
+    from mirage.tune.config import LoraSettings, RewardSettings, TrainSettings, TuneConfig
+
+    return [("MirageConfig", MirageConfig), ("prompt", PromptConfig), ("generation", GenerationConfig),
+            ("cti", CTIConfig), ("cci", CCIConfig), ("aggregation", AggregationConfig),
+            ("ExperimentConfig", ExperimentConfig), ("bias", BiasConfig), ("TuneConfig", TuneConfig),
+            ("lora", LoraSettings), ("train", TrainSettings), ("reward", RewardSettings)]
+
+
+def config_reference() -> str:
+    """A table per config class: each field's type, default, flag and meaning, from the dataclasses."""
+    out = []
+    for heading, cls in config_classes():
+        out += [f"### `{heading}`" + ("" if heading == cls.__name__ else f" (`{cls.__module__}.{cls.__name__}`)"), ""]
+        doc = inspect.getdoc(cls) or ""
+        if doc:
+            out += [doc, ""]
+        comments = _attribute_comments(cls)
+        hints = typing.get_type_hints(cls)
+        rows = []
+        for f in dataclasses.fields(cls):
+            what = f.metadata.get("help", comments.get(f.name, "")).replace("%%", "%")
+            choices = _literal_choices(hints.get(f.name))
+            if choices:
+                what += f" (one of: {', '.join(f'`{c}`' for c in choices)})"
+            flag = f"`{f.metadata['flag']}`" if "flag" in f.metadata else ""
+            rows.append([f"`{f.name}`", f"`{f.type}`", _default(f), flag, what])
+        out += [table(["field", "type", "default", "flag", "what"], rows), ""]
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------------ costs, from results
+def _attribution_rows(rel: str) -> tuple[dict, list[list[str]]]:
+    data = _read(rel)
+    rows = []
+    for r in data["rows"]:
+        ratio = r.get("attribution_over_generation")
+        rows.append([r["id"], r["answer_tokens"], r["context_tokens"], r["selected"], _num(r["mirage_s"], 2, " s"),
+                     _num(r["reference_s"], 1, " s"), _num(r["speedup"], 1, "×"), _num(r.get("generation_s"), 2, " s"),
+                     _num(ratio, 2, "×"), _num(r["mirage_peak_mb"] / 1024, 2, " GiB")])
+    return data, rows
+
+
+def _machine(data: dict) -> str:
+    threads = data.get("torch_threads", data.get("threads"))
+    where = data.get("device_name") or data.get("machine") or data.get("device")
+    return f"{where} ({data.get('device', 'cpu')}" + (f", {threads} thread{'s' * (threads != 1)})" if threads else ")")
+
+
+def bench_attribution() -> str:
+    """The attribution benchmark on the CPU and on the GPU (``bench_attribution.py``)."""
+    out = []
+    for rel in ("attribution.json", "gpu/attribution_gpu.json"):
+        data, rows = _attribution_rows(rel)
+        out += [f"On {_machine(data)}, {data['model']}, from {_source(rel)} (`{data['command']}`):", "",
+                table(["case", "answer tokens", "context tokens", "selected", "mirage", "reference", "speedup",
+                       "generation", "attribution / generation", "peak added"], rows), ""]
+    return "\n".join(out)
+
+
+def bench_precision() -> str:
+    """Attribution time per precision variant on the CPU and on the GPU (``bench_precision.py``)."""
+    out = []
+    for rel in ("precision.json", "gpu/precision_gpu.json"):
+        data = _read(rel)
+        base = data["variants"]["float32"]["total_s"]
+        gen = sum(data["generation_s"])
+        rows = [[name, v["dtype"], v["cci_precision"], v["threads"], _num(v["total_s"], 2, " s"),
+                 _num(v["total_s"] / base, 2), _num(v["total_s"] / gen, 1, "×")]
+                for name, v in data["variants"].items()]
+        intro = (f"{data.get('device', 'cpu')} ({data.get('machine', '')}), {data['model']}, answers of "
+                 f"{', '.join(map(str, data['answer_tokens']))} tokens, from {_source(rel)}:")
+        out += [intro, "",
+                table(["variant", "dtype", "CCI precision", "threads", "attribution, all answers", "of float32",
+                       "attribution / generation"], rows), ""]
+    return "\n".join(out)
+
+
+def bench_xor_scoring() -> str:
+    """The XOR-AttriQA scorer's runs on the CPU and on the GPU (``bench_xor_scoring.py``)."""
+    out = []
+    for rel in ("xor_scoring.json", "xor_scoring_limit30.json", "gpu/xor_scoring_gpu_fp32.json",
+                "gpu/xor_scoring_gpu.json"):
+        if not (RESULTS / rel).exists():
+            continue
+        data = _read(rel)
+        rows = [[run, _num(s, 1, " s"), _num(data.get("speedup", {}).get(run), 2, "×")]
+                for run, s in data["seconds"].items()]
+        where = f"{data.get('device_name', 'CPU')}, {data.get('dtype', 'float32')}, {data.get('threads')} threads"
+        intro = (f"{where}: {data['model']}, first {data['limit']} rows of each file ({data['test_items']} test "
+                 f"answers), from {_source(rel)}:")
+        out += [intro, "", table(["run", "seconds", "against every row"], rows), ""]
+    return "\n".join(out)
+
+
+def _cost_attribute() -> str:
+    parts = []
+    for rel in ("attribution.json", "gpu/attribution_gpu.json"):
+        data = _read(rel)
+        rows = [r for r in data["rows"] if r.get("sweep") is None]
+        times = [r["mirage_s"] for r in rows]
+        ratios = [r["attribution_over_generation"] for r in rows if r.get("attribution_over_generation")]
+        parts.append(f"on {_machine(data)}, {min(times):.2f}–{max(times):.2f} s per answer of "
+                     f"{min(r['answer_tokens'] for r in rows)}–{max(r['answer_tokens'] for r in rows)} tokens"
+                     + (f" ({min(ratios):.2f}–{max(ratios):.2f}× its generation time)" if ratios else "")
+                     + f" ({_source(rel)})")
+    return f"Attribution of {_read('attribution.json')['model']}'s answers: " + "; ".join(parts) + \
+        ". Tables: [benchmarks](benchmarks.md#speed)."
+
+
+def _cost_xor() -> str:
+    parts = []
+    for rel in ("xor_scoring.json", "gpu/xor_scoring_gpu_fp32.json"):
+        data = _read(rel)
+        per = data["median_seconds_per_test_item_by_answer_tokens"]
+        run = "learned_only" if "learned_only" in next(iter(per.values())) else "after"
+        medians = [v[run] for v in per.values() if v.get(run) is not None]
+        parts.append(f"on {data.get('device_name', 'a CPU')} ({data.get('dtype', 'float32')}, {data['threads']} "
+                     f"threads), a median {min(medians):.2f}–{max(medians):.2f} s per test answer "
+                     f"(`{run}` run, {_source(rel)})")
+    return "Scoring XOR-AttriQA with " + _read("xor_scoring.json")["model"] + ": " + "; ".join(parts) + \
+        ". Tables: [benchmarks](benchmarks.md#speed)."
+
+
+def _cost_tune(stage: str) -> Callable[[], str]:
+    files = {"sft": "tune_smollm2_sft/sft_*.json", "reward": "tune_smollm2_reward/reward_*.json",
+             "eval": "tune_smollm2_*/eval_*fi_ru60.json"}[stage]
+
+    def cost() -> str:
+        by_device: dict[str, list[str]] = {"CPU": [], "GPU": []}
+        for path in sorted(RESULTS.glob(files)):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            rel = path.relative_to(RESULTS).as_posix()
+            torch = data.get("versions", {}).get("torch", "")
+            device = "CPU" if torch.endswith("+cpu") else "GPU"
+            if "runtime_s" in data:
+                by_device[device].append(
+                    f"{data['steps']} steps"
+                    + (f" over {data['n_train']} examples" if data.get("n_train") else "")
+                    + f" in {data['runtime_s'] / 60:.0f} min at {data['peak_rss_mb'] / 1024:.1f} GiB peak"
+                    + f" ({_source(rel)})")
+            elif "seconds_per_answer" in data:
+                by_device[device].append(f"{data['seconds_per_answer']:.2f} s per answer of {data['model']} "
+                                         f"({_source(rel)})")
+        return " ".join(f"On a {device}: " + "; ".join(parts) + "." if parts else
+                        f"No {device} run of this stage is in `benchmarks/results`." for device, parts in
+                        by_device.items())
+    return cost
+
+
+def _not_measured() -> str:
+    return "No file in `benchmarks/results` times this command on a CPU or a GPU yet."
+
+
+#: The cost line of each command path (after ``mirage``), generated from the results files.
+COSTS: dict[str, Callable[[], str]] = {
+    "attribute": _cost_attribute,
+    "score xor-attriqa": _cost_xor,
+    "score eli5": lambda: "Each answer is generated, then attributed as by `mirage attribute` (see its cost).",
+    "bias": lambda: "Each generation is attributed as by `mirage attribute` (see its cost); " + _not_measured(),
+    "tune sft": _cost_tune("sft"),
+    "tune reward": _cost_tune("reward"),
+    "tune eval": _cost_tune("eval"),
+}
+
+
+# ---------------------------------------------------------------------------------------------- the headline table
+#: (what, model and view, results folder, file in it, setting): the README's and the site's headline rows.
+HEADLINE = [
+    ("passage-likelihood classifier", "smollm2-135m-instruct, English text", "xor_attriqa_smollm2_en",
+     "results.json", "learned"),
+    ("passage-likelihood classifier, agreement operating point", "smollm2-135m-instruct, English text",
+     "xor_attriqa_smollm2_en", "results.json", "learned_agreement"),
+    ("passage-likelihood classifier", "gemma3-270m, original fi / ru text", "xor_attriqa_gemma3_native/learned",
+     "results.json", "learned"),
+    ("MIRAGE-EX top-3 (the paper's rule)", "smollm2-135m-instruct, English text", "xor_attriqa_smollm2_en/ex_cal",
+     "results.json", "ex_top3"),
+    ("ContextCite, EX-style rule", "smollm2-135m-instruct, English text", "xor_attriqa_smollm2_en",
+     "peers/peers.json", "contextcite_ex"),
+    ("NLI judge, machine-translated to English (11B)", "–", "xor_attriqa_smollm2_en", "results.json", "nli_mt"),
+    ("cite no passage", "–", "xor_attriqa_smollm2_en", "results.json", "cite_none"),
+]
+
+
+def headline_table(link_prefix: str = "benchmarks/results/") -> str:
+    """XOR-AttriQA fi + ru passage attribution against the human labels, each row read from its results file and
+    linked to its results page (``link_prefix`` + folder + ``/README.md``)."""
+    rows = []
+    for what, model, folder, name, key in HEADLINE:
+        data = _read(f"{folder}/{name}")
+        auc = data["roc_auc"].get(key, {}).get("avg")
+        rows.append([f"[{what}]({link_prefix}{folder}/README.md)", model,
+                     _num(data["agreement"][key]["avg"]), _num(data["f1"][key]["avg"]),
+                     _num(data["balanced_accuracy"][key]["avg"]), _num(auc, 3)])
+    return table(["setting", "model, text", "agreement %", "F1 %", "balanced accuracy %", "ROC-AUC"], rows)
+
+
+# ------------------------------------------------------------------------------------------------------ the notebooks
+def _sources(path: Path) -> list[str]:
+    return [c["source"] if isinstance(c["source"], str) else "".join(c["source"])
+            for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
+
+
+def notebook_source(name: str) -> Path:
+    """The notebook the site shows: the tests' executed copy when it has the stored notebook's cells, else the
+    stored one (without outputs)."""
+    stored, executed = NOTEBOOKS / name, EXECUTED / name
+    if executed.exists() and _sources(executed) == _sources(stored):
+        return executed
+    log.info("notebook %s: no executed copy matching it in %s (run tests/test_notebooks.py); showing it without "
+             "outputs", name, EXECUTED)
+    return stored
+
+
+# -------------------------------------------------------------------------------------------------------- mkdocs hooks
+GENERATORS: dict[str, Callable[..., str]] = {
+    "cli": cli_reference, "config": config_reference, "headline": lambda: headline_table(f"{RESULTS_URI}/"),
+    "bench": lambda name: {"attribution": bench_attribution, "precision": bench_precision,
+                           "xor-scoring": bench_xor_scoring}[name](),
+    "cost": lambda command: COSTS[command](),
+}
+
+
+def _results_page(folder: Path) -> str:
+    """A stand-in page for a run folder that has no ``README.md`` yet: its files and folders, linked."""
+    rel = folder.relative_to(RESULTS).as_posix()
+    title = "benchmarks/results" if rel == "." else rel
+    lines = [f"# {title}", "", "No results page yet: `mirage report` writes one from the results.", ""]
+    for p in sorted(folder.iterdir()):
+        lines.append(f"- [{p.name}/]({p.name}/README.md)" if p.is_dir() else f"- [{p.name}]({p.name})")
+    return "\n".join(lines) + "\n"
+
+
+@event_priority(100)  # before mkdocs-jupyter's on_files, which turns the notebooks into pages
+def on_files(files, config):
+    """Add the notebooks (executed copies when current) and every results folder's files to the site."""
+    from mkdocs.structure.files import File
+
+    kw = {"dest_dir": config["site_dir"], "use_directory_urls": config["use_directory_urls"]}
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        source = notebook_source(path.name)
+        files.append(File(f"notebooks/{path.name}", src_dir=str(source.parent.parent), **kw))
+    for path in sorted(RESULTS.rglob("*")):
+        if path.is_file():
+            files.append(File(f"{RESULTS_URI}/{path.relative_to(RESULTS).as_posix()}", src_dir=str(RESULTS.parent),
+                              **kw))
+    for folder in [RESULTS, *sorted(p for p in RESULTS.rglob("*") if p.is_dir())]:
+        if not (folder / "README.md").exists():
+            rel = folder.relative_to(RESULTS).as_posix()
+            uri = f"{RESULTS_URI}/README.md" if rel == "." else f"{RESULTS_URI}/{rel}/README.md"
+            files.append(File.generated(config, uri, content=_results_page(folder)))
+    return files
+
+
+
+FOLDER_LINK = re.compile(r"\]\(([^()\s:#]+/)\)")
+
+
+def _folder_links(markdown: str, page_dir: Path) -> str:
+    """A results page's links to folders (``](gpu/)``, as GitHub shows them) point at the folder's page."""
+    def fix(match: re.Match) -> str:
+        target = match.group(1)
+        return f"]({target}README.md)" if (page_dir / target).is_dir() else match.group(0)
+    return FOLDER_LINK.sub(fix, markdown)
+
+
+def on_page_markdown(markdown, page, config, files):
+    """Replace each ``<!-- mirage:NAME ARG -->`` line by its generated text; in a results page, point links to
+    folders at their pages."""
+    if page.file.src_uri.startswith(f"{RESULTS_URI}/") and page.file.abs_src_path:
+        markdown = _folder_links(markdown, Path(page.file.abs_src_path).parent)
+    def render(match: re.Match) -> str:
+        name, arg = match.group(1), match.group(2)
+        if name not in GENERATORS:
+            raise ValueError(f"{page.file.src_uri}: unknown generated block {name!r}; known: {sorted(GENERATORS)}")
+        return GENERATORS[name](arg) if arg else GENERATORS[name]()
+    return MARKER.sub(render, markdown)
