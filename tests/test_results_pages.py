@@ -34,7 +34,8 @@ def test_every_results_folder_has_the_page_mirage_report_writes(tmp_path):
     assert cli.main(["report", "--recursive", str(copy)]) == 0
     differ = [str(p.relative_to(copy)) for p in folders
               if (p / PAGE).read_text(encoding="utf-8") != (RESULTS / p.relative_to(copy) / PAGE).read_text(encoding="utf-8")]
-    assert not differ, f"committed pages that differ from what `mirage report` writes now: {differ}"
+    assert not differ, (f"committed pages that differ from what `mirage report` writes now: {differ}; after "
+                        "changing results or their table writers, run `mirage report -r benchmarks/results`")
 
 
 def test_folders_are_told_apart_by_their_results():
@@ -122,6 +123,9 @@ def test_a_readme_mirage_did_not_write_is_left_alone(tmp_path, capsys):
     assert "not written by mirage" in capsys.readouterr().err
 
 
-def test_report_names_a_folder_without_results(tmp_path, capsys):
+def test_report_names_a_folder_without_results_and_a_results_file_that_is_not_json(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path)]) == 2
     assert "holds no results" in capsys.readouterr().err
+    (tmp_path / "sweep.json").write_text("{not json", encoding="utf-8")
+    assert cli.main(["report", str(tmp_path / "sweep.json")]) == 2  # a file names its folder
+    assert "sweep.json is not valid JSON" in capsys.readouterr().err

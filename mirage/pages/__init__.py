@@ -110,7 +110,8 @@ REPORT_HELP = "write a run folder's results page (DIR/README.md) from its result
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    written = write_pages(args.dir) if args.recursive else [write_page(args.dir)]
+    folder = Path(args.dir).parent if Path(args.dir).is_file() else Path(args.dir)  # DIR/results.json names DIR
+    written = write_pages(folder) if args.recursive else [write_page(folder)]
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     if not written:
@@ -124,7 +125,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Write DIR/README.md: the settings, the data and its checksums, the tables, the "
                                    "plots, the versions and the command, from the files the run wrote (no model, "
                                    "no data). A README.md mirage did not write is never overwritten.")
-    p.add_argument("dir", help="a run's output folder (mirage score, bias, bias-protocol, tune; benchmarks/results)")
+    p.add_argument("dir", help="a run's output folder (mirage score, bias, bias-protocol, tune; benchmarks/results), "
+                              "or a file in it")
     p.add_argument("-r", "--recursive", action="store_true",
                    help="also every folder below DIR that holds results (e.g. benchmarks/results)")
     p.set_defaults(func=cmd_report)

@@ -70,7 +70,12 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+    """A results file's JSON; an InputError names a file that is not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{path} is not valid JSON ({err}); its page is written from the file as the run wrote "
+                         "it.") from None
 
 
 # -- provenance: what the run knew about its command and data ----------------------------------------------------------

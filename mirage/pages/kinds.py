@@ -251,7 +251,7 @@ def _protocol_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) ->
 def _sweep_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
     from ..bias.sweep import SweepResult
 
-    sweep = SweepResult.load(run_dir / "sweep.json")
+    sweep = SweepResult.from_dict(read_json(run_dir / "sweep.json"))
 
     def pct(x: float | None) -> str:
         return "–" if x is None else f"{100 * x:.1f}"
@@ -283,7 +283,7 @@ def _sweep_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> st
 def _retrievers_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
     from ..bias.retrievers_study import RetrieverComparison, render_retrievers
 
-    comparison = RetrieverComparison.load(run_dir / "retrievers.json")
+    comparison = RetrieverComparison.from_dict(read_json(run_dir / "retrievers.json"))
     title, body = render_retrievers(comparison).split("\n", 1)
     return page(title.lstrip("# "), "Written by `mirage bias --retriever` (`retrievers.json`).\n" + body.rstrip(),
                 [settings_section({"top_k": comparison.top_k, "k": comparison.k}),
