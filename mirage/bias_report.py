@@ -32,7 +32,7 @@ from .bias.results import BiasStudyResult
 from .bias.tables import render_markdown
 from .citations import parse_answer
 from .config import ConfigError, PromptConfig
-from .inputs import InputError
+from .inputs import InputError, parse_json
 from .prompts import PromptTemplate, load_template
 from .report import doc_color, template_asset, template_env
 from .run_files import figure_uri, read_json, read_run_records, read_text, run_file
@@ -192,7 +192,7 @@ def read_items_file(path: str | Path) -> dict[str, QueryText]:
 
 def _json_row(line: str, path: str | Path) -> Any:
     try:
-        return json.loads(line)
+        return parse_json(line)
     except json.JSONDecodeError as err:
         raise InputError(f"{path}: a line is not valid JSON ({err}).") from None
 

@@ -31,6 +31,8 @@ from typing import Any, Literal, NoReturn, get_args
 
 import yaml
 
+from .inputs import short_repr
+
 #: The built-in CTI metrics and CCI methods; ``cti.metric`` / ``cci.method`` take any name registered in
 #: :data:`mirage.cti.CTI_METRICS` / :data:`mirage.cci.CCI_METHODS`, these included (a built-in name is accepted
 #: without importing those modules, which bring torch).
@@ -83,8 +85,8 @@ def _check_registered(owner: str, name: str, value: Any, builtin: Any, how: str)
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    """A user's value in a message: bounded, whatever its size (:func:`mirage.inputs.short_repr`)."""
+    return short_repr(value, 60)
 
 
 def _fail(owner: str, name: str, expected: str, value: Any, hint: str = "") -> NoReturn:
@@ -373,17 +375,17 @@ class MirageConfig:
 def _build_section(name: Any, value: Any, base: Any = None) -> Any:
     """One section from a mapping of its fields (over ``base`` when given), checking section and key names."""
     if name not in _SECTIONS:
-        raise ConfigError(f"Unknown config section {name!r}; expected one of {sorted(_SECTIONS)}.")
+        raise ConfigError(f"Unknown config section {_show(name)}; expected one of {sorted(_SECTIONS)}.")
     if value is None:
         value = {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"config section {name!r} must be a mapping of fields, got {type(value).__name__}.")
+        raise ConfigError(f"config section {_show(name)} must be a mapping of fields, got {type(value).__name__}.")
     section_cls = _SECTIONS[name]
     known = {f.name for f in fields(section_cls)}
     unknown = [key for key in value if key not in known]
     if unknown:
         shown = sorted(map(str, unknown))
-        raise ConfigError(f"Unknown key(s) {shown} in config section {name!r}; known: {sorted(known)}.")
+        raise ConfigError(f"Unknown key(s) {_show(shown)} in config section {_show(name)}; known: {sorted(known)}.")
     if base is not None:
         return dataclasses.replace(base, **with_implied(name, value))
     return section_cls(**value)
@@ -432,6 +434,32 @@ def section_dict(section: Any) -> dict[str, Any]:
     return out
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases: an alias (``*name``) is refused where it stands, so that a few lines
+    cannot expand into gigabytes (a "billion laughs" file) in the config or in an error message showing it."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"an alias (*{event.anchor}) repeats another value; mirage's YAML files take no "
+                "aliases: write the value out", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def load_yaml(text: str) -> Any:
+    """The value of a YAML text, read safely: no Python objects, no aliases, nesting and numbers bounded. Every
+    problem is a ``yaml.YAMLError`` (with its line where known): what a caller turns into its one-line error."""
+    try:
+        return yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader
+    except RecursionError:
+        raise yaml.YAMLError("values nested too deeply") from None
+    except yaml.YAMLError:
+        raise
+    except ValueError as err:  # an integer of more digits than Python converts
+        raise yaml.YAMLError(f"a value cannot be read ({str(err).split(';')[0]})") from None
+
+
 def read_config_file(path: str | Path, *, expected: str = "a mapping of sections (prompt, generation, cti, cci, "
                      "aggregation)") -> dict[str, Any]:
     """The top-level mapping of a YAML config or experiment file (``expected``: what the file should hold, for the
@@ -455,7 +483,7 @@ def read_config_file(path: str | Path, *, expected: str = "a mapping of sections
         raise ConfigError(f"{path}: cannot read the config file ({err.strerror or err}); check it is a readable "
                           f"file, or {fix}.") from err
     try:
-        data = yaml.safe_load(text) or {}
+        data = load_yaml(text) or {}
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import reprlib
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,13 +195,135 @@ def json_kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def json_repr(value: Any, limit: int = 40) -> str:
-    """``value`` as JSON, cut to ``limit`` characters, for error messages."""
-    text = json.dumps(value, ensure_ascii=True, default=str)
+#: How much of a user's value an error message shows: this many items of a list or mapping, characters of a text,
+#: levels of nesting (a YAML alias bomb or a 50 MB string is shown as its first few pieces, never expanded whole).
+_PREVIEW_ITEMS = 8
+_PREVIEW_DEPTH = 4
+
+
+class _BoundedRepr(reprlib.Repr):
+    """``reprlib`` with an integer of any size shown by its digits' count instead of converting it whole."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 128:
+            return f"<an integer of about {int(x.bit_length() * 0.30103) + 1} digits>"
+        return super().repr_int(x, level)
+
+
+def _bounded_repr(limit: int) -> reprlib.Repr:
+    shown = _BoundedRepr()
+    shown.maxlevel = _PREVIEW_DEPTH
+    shown.maxdict = shown.maxlist = shown.maxtuple = shown.maxset = shown.maxfrozenset = _PREVIEW_ITEMS
+    shown.maxdeque = shown.maxarray = _PREVIEW_ITEMS
+    shown.maxstring = shown.maxother = shown.maxlong = max(limit, 12)
+    return shown
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split()) if ("\n" in text or "\r" in text) else text  # one line
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` for an error message, in at most ``limit`` characters on one line, in work bounded by
+    ``limit`` whatever the value's size (strings, lists and mappings are cut before they are shown, a deep value
+    at a few levels, a huge integer by its number of digits): every message that shows a user's value shows it
+    through this or :func:`json_repr`."""
+    try:
+        return _cut(_bounded_repr(limit).repr(value), limit)
+    except Exception:  # noqa: BLE001 - a user object whose __repr__ fails: say what it is instead
+        return _cut(f"<{type(value).__name__}>", limit)
+
+
+def _preview(value: Any, limit: int, depth: int = 0) -> Any:
+    """A small copy of ``value`` for :func:`json_repr`: strings cut to ``limit`` characters, lists and mappings to a
+    few items (a ``"..."`` marks the rest), nesting to a few levels, huge integers described."""
+    if isinstance(value, str):
+        return value[: limit + 1]
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return value if value.bit_length() <= 128 else f"<an integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
+    if depth >= _PREVIEW_DEPTH and isinstance(value, (Mapping, list, tuple)):
+        return "..."
+    if isinstance(value, Mapping):
+        out = {}
+        for n, (key, item) in enumerate(value.items()):
+            if n == _PREVIEW_ITEMS:
+                out["..."] = "..."
+                break
+            out[str(key)[: limit + 1]] = _preview(item, limit, depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        out_list = [_preview(item, limit, depth + 1) for item in value[:_PREVIEW_ITEMS]]
+        return out_list + ["..."] if len(value) > _PREVIEW_ITEMS else out_list
+    return short_repr(value, limit)
+
+
+def json_repr(value: Any, limit: int = 40) -> str:
+    """``value`` as JSON, cut to ``limit`` characters, for error messages; bounded work whatever the value's size
+    (see :func:`short_repr`)."""
+    try:
+        text = json.dumps(_preview(value, limit), ensure_ascii=True, default=str)
+    except (TypeError, ValueError):
+        text = short_repr(value, limit)
+    return _cut(text, limit)
+
+
 # -- reading files ----------------------------------------------------------------------------------------------------
+
+#: How deeply a JSON value may nest (lists and objects inside each other, the file's own list counted). Python's
+#: parser recurses once per level, and so does everything that walks the value later (hashing, writing it back);
+#: deeper values are refused as one bad row instead of a RecursionError that stops the run.
+MAX_JSON_DEPTH = 500
+#: A JSON string (skipped whole: brackets inside it are text) or a bracket.
+_DEPTH_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]')
+
+
+def _deep_point(text: str, start: int = 0, end: int | None = None) -> int | None:
+    """Where the nesting of ``text[start:end]`` (brackets outside strings) first goes past :data:`MAX_JSON_DEPTH`;
+    None when it does not (known at once, from two counts, when the text holds too few brackets to nest that deep)."""
+    end = len(text) if end is None else end
+    if text.count("[", start, end) + text.count("{", start, end) <= MAX_JSON_DEPTH:
+        return None
+    depth = 0
+    for found in _DEPTH_TOKEN.finditer(text, start, end):
+        char = text[found.start()]
+        if char in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return found.start()
+        elif char in "]}":
+            depth -= 1
+    return None
+
+
+def _too_deep(text: str, pos: int) -> json.JSONDecodeError:
+    return json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels", text, pos)
+
+
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads`` for text read from a file: a value nested deeper than :data:`MAX_JSON_DEPTH` levels is a
+    ``json.JSONDecodeError`` ("nested deeper than 500 levels") like any other broken JSON, never a RecursionError;
+    bytes that are not UTF-8 are a ValueError (UnicodeDecodeError) too."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8")
+    deep = _deep_point(text)
+    if deep is not None:
+        raise _too_deep(text, deep)
+    try:
+        return json.loads(text)
+    except RecursionError:  # a deep value read where the stack is already deep
+        raise _too_deep(text, 0) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # an integer of more digits than Python converts
+        raise _too_long_number(text, 0) from None
+
+
+def _too_long_number(text: str, pos: int) -> json.JSONDecodeError:
+    return json.JSONDecodeError(f"a number has more than {sys.get_int_max_str_digits()} digits", text, pos)
+
 
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
@@ -367,7 +491,7 @@ def _jsonl_rows(path: Path, lines: Iterable[str]) -> Iterator[RawRow | BadRow]:
             continue
         terminated = line.endswith("\n")
         try:  # without its newline, so that an error at the end of the line is located on it
-            yield RawRow(index=index, line=lineno, data=json.loads(line[:-1] if terminated else line))
+            yield RawRow(index=index, line=lineno, data=parse_json(line[:-1] if terminated else line))
         except json.JSONDecodeError as err:
             yield BadRow(file=str(path), line=lineno, error=f"not valid JSON ({err.msg}, column {err.colno})",
                          unterminated=not terminated)
@@ -379,7 +503,7 @@ def _whole_object(path: Path, text: str, start: int) -> RawRow | None:
     alone, or the text is not one object and does not look pretty-printed)."""
     line = text.count("\n", 0, start) + 1
     try:
-        data, end = json.JSONDecoder().raw_decode(text, start)
+        data, end = _Decoder(text).decode(start)
     except json.JSONDecodeError as err:
         error = err
     else:
@@ -414,10 +538,80 @@ def _skip(text: str, pos: int) -> int:
     return pos
 
 
+class _Decoder:
+    """``raw_decode`` over one text, refusing values nested deeper than :data:`MAX_JSON_DEPTH` (as a
+    JSONDecodeError where the nesting goes too deep) and remembering, per position, what a list element starting
+    there leads to (:meth:`chain`): each position of the text is decoded a bounded number of times, so that recovery
+    after a broken element stays linear in the file (nested values aside: a value is decoded again from each of its
+    commas that recovery tries)."""
+
+    def __init__(self, text: str, last_close: int = -1) -> None:
+        self.text, self.last_close = text, last_close
+        self.decoder = json.JSONDecoder()
+        self.chains: dict[int, bool | None] = {}
+
+    def decode(self, pos: int) -> tuple[Any, int]:
+        """The value at ``pos`` and where it ends; JSONDecodeError when none parses there or it nests too deep."""
+        try:
+            data, end = self.decoder.raw_decode(self.text, pos)
+        except RecursionError:
+            deep = _deep_point(self.text, pos)
+            raise _too_deep(self.text, pos if deep is None else deep) from None
+        except json.JSONDecodeError:
+            raise
+        except ValueError:  # an integer of more digits than Python converts
+            raise _too_long_number(self.text, pos) from None
+        deep = _deep_point(self.text, pos, end)
+        if deep is not None:
+            raise _too_deep(self.text, deep)
+        return data, end
+
+    def chain(self, pos: int) -> bool | None:
+        """None when nothing parses at ``pos``; else whether list elements can be read from ``pos`` up to the
+        list's closing ``]`` (or another broken element): what tells a next element from a value nested in the
+        broken one (its siblings end with a ``]`` or ``}`` that does not close the list). Remembered for every
+        position the walk passes, so that no walk is taken twice."""
+        text, n = self.text, len(self.text)
+        passed: list[int] = []
+        result: bool | None
+        while True:
+            if pos in self.chains:
+                known = self.chains[pos]
+                result = known if known is not None or not passed else True
+                break
+            try:
+                _, end = self.decode(pos)
+            except json.JSONDecodeError:
+                self.chains[pos] = None
+                result = True if passed else None  # another broken element: the chain held up to it
+                break
+            passed.append(pos)
+            after = _skip(text, end)
+            if after >= n:
+                result = True
+                break
+            if text[after] == "]":
+                result = after == self.last_close
+                break
+            if text[after] in "{[":
+                pos = after
+                continue
+            if text[after] != ",":
+                result = False
+                break
+            pos = _skip(text, after + 1)
+            if pos < n and text[pos] == "]":
+                result = pos == self.last_close
+                break
+        for at in passed:
+            self.chains[at] = result
+        return result
+
+
 def _read_json_list(path: Path, text: str) -> Iterator[RawRow | BadRow]:
-    decoder = json.JSONDecoder()
     line_of = _LineCounter(text)
     last_close = text.rfind("]")
+    decoder = _Decoder(text, last_close)
     pos = _skip(text, text.index("[") + 1)
     index = 0  # elements so far, broken ones included
     good = 0
@@ -440,12 +634,12 @@ def _read_json_list(path: Path, text: str) -> Iterator[RawRow | BadRow]:
                 yield bad(rest, f"text after the list's closing ']' (line {line_of(pos)}) is ignored")
             return
         try:
-            data, end = decoder.raw_decode(text, pos)
+            data, end = decoder.decode(pos)
             after = _skip(text, end)
             if after < len(text) and text[after] not in ",]{[":
                 raise json.JSONDecodeError("Expecting ',' delimiter", text, after)
         except json.JSONDecodeError as err:
-            nxt = _resync(decoder, text, pos, max(err.pos, pos), last_close)
+            nxt = _resync(decoder, pos, max(err.pos, pos))
             if nxt is None and not good:
                 raise InputError(f"{path} is not valid JSON at line {err.lineno} ({err.msg}, column {err.colno}); "
                                  "nothing in its list could be read. Fix the JSON there.") from None
@@ -469,47 +663,18 @@ def _located(err: json.JSONDecodeError) -> str:
     return f"{err.msg} {where}" if err.msg.endswith(" at") else f"{err.msg} at {where}"
 
 
-def _chain_ok(decoder: json.JSONDecoder, text: str, pos: int, last_close: int) -> bool:
-    """Whether list elements can be read from ``pos`` up to the list's closing ``]`` (or another broken element):
-    what tells a next element from a value nested in the broken one (its siblings end with a ``]`` or ``}`` that
-    does not close the list)."""
-    n = len(text)
-    while True:
-        try:
-            _, end = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
-            return True  # another broken element: the chain held up to it
-        after = _skip(text, end)
-        if after >= n:
-            return True
-        if text[after] == "]":
-            return after == last_close
-        if text[after] in "{[":
-            pos = after
-            continue
-        if text[after] != ",":
-            return False
-        pos = _skip(text, after + 1)
-        if pos < n and text[pos] == "]":
-            return pos == last_close
-
-
-def _candidate(decoder: json.JSONDecoder, text: str, pos: int, last_close: int) -> bool | None:
+def _candidate(decoder: _Decoder, pos: int) -> bool | None:
     """True: a list element that parses starts at ``pos``, followed by more elements up to the list's end (or another
     broken element); False: a value parses there but is not followed so; None: nothing parses there."""
-    if not _VALUE_START.match(text, pos):
+    if not _VALUE_START.match(decoder.text, pos):
         return None
-    try:
-        decoder.raw_decode(text, pos)
-    except json.JSONDecodeError:
-        return None
-    return _chain_ok(decoder, text, pos, last_close)
+    return decoder.chain(pos)
 
 
 _CLOSER = {"{": "}", "[": "]"}
 
 
-def _resync(decoder: json.JSONDecoder, text: str, start: int, error_at: int, last_close: int) -> int | None:
+def _resync(decoder: _Decoder, start: int, error_at: int) -> int | None:
     """Where the list element after the broken one at ``start`` (first error at ``error_at``) begins; None when no
     element follows.
 
@@ -519,14 +684,14 @@ def _resync(decoder: json.JSONDecoder, text: str, start: int, error_at: int, las
     that, its siblings ending with a ``]`` or ``}`` that does not close the list. A ``}, {`` whose ``{`` does not parse
     is taken too: the next element, broken as well, reported on its own.
     """
-    n = len(text)
+    text, n = decoder.text, len(decoder.text)
     opener = text[start]
     i = text.find(",", error_at)
     while i != -1:
         nxt = _skip(text, i + 1)
-        if nxt >= n or (text[nxt] == "]" and nxt == last_close):
+        if nxt >= n or (text[nxt] == "]" and nxt == decoder.last_close):
             return None  # a trailing comma: the broken element was the last one
-        found = _candidate(decoder, text, nxt, last_close)
+        found = _candidate(decoder, nxt)
         if found:
             return nxt
         if found is None and opener in _CLOSER and text[nxt] == opener:

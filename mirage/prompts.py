@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
-from .config import ConfigError, PromptConfig
-from .inputs import Document, InputError
-from .tokenization import encode_prompt_text, encode_text, render_chat
+from .config import ConfigError, PromptConfig, load_yaml
+from .inputs import Document, InputError, short_repr
+from .tokenization import encode_prompt_text, encode_text, max_token_chars, render_chat
 
 PROMPTS_DIR = Path(__file__).parent / "configs" / "prompts"
 
@@ -35,9 +35,9 @@ class PromptTemplate:
                               ("doc_template", ("{P}",)), ("untitled_doc_template", ("{P}",))):
             for placeholder in needed:
                 if getattr(self, field) is not None and placeholder not in getattr(self, field):
-                    raise ConfigError(f"prompt template {self.name!r}: {field} must contain {placeholder}.")
+                    raise ConfigError(f"prompt template {short_repr(self.name)}: {field} must contain {placeholder}.")
         if "{D}" in self.contextless_template:
-            raise ConfigError(f"prompt template {self.name!r}: contextless_template must not contain {{D}}.")
+            raise ConfigError(f"prompt template {short_repr(self.name)}: contextless_template must not contain {{D}}.")
 
 
 @dataclass(frozen=True)
@@ -89,11 +89,20 @@ class Reservation:
 
 @cache
 def _load_template_file(path: str) -> PromptTemplate:
-    data = yaml.safe_load(Path(path).read_text())
+    try:
+        data = load_yaml(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        reason = " ".join(str(getattr(err, "problem", None) or err).split())
+        raise ConfigError(f"prompt template file {path} cannot be read as YAML ({short_repr(reason, 200)}).") from None
     keys = {"name", "instruction", "template", "contextless_template", "doc_template"}
+    if not isinstance(data, dict):
+        raise ConfigError(f"prompt template file {path} must be a mapping with {', '.join(sorted(keys))}.")
     missing = keys - set(data)
     if missing:
         raise ConfigError(f"prompt template file {path} lacks {sorted(missing)}.")
+    wrong = sorted(k for k in (*keys, "untitled_doc_template") if data.get(k) is not None and not isinstance(data[k], str))
+    if wrong:
+        raise ConfigError(f"prompt template file {path}: {', '.join(wrong)} must be text.")
     optional = {k: data[k] for k in ("untitled_doc_template",) if data.get(k) is not None}
     return PromptTemplate(**{k: data[k] for k in keys}, **optional)
 
@@ -109,7 +118,7 @@ def load_template(cfg: PromptConfig) -> PromptTemplate:
         return _load_template_file(str(Path(cfg.path).resolve()))
     path = PROMPTS_DIR / f"{cfg.name}.yaml"
     if not path.exists():
-        raise ConfigError(f"prompt.name={cfg.name!r} is unknown; choose one of {available_prompts()} or set prompt.path.")
+        raise ConfigError(f"prompt.name={short_repr(cfg.name)} is unknown; choose one of {available_prompts()} or set prompt.path.")
     return _load_template_file(str(path))
 
 
@@ -307,19 +316,44 @@ def build_prompt(
     """
     if max_tokens is None and reservation is not None:
         max_tokens = reservation.max_prompt_tokens
+    precut: tuple[int, ...] = ()
+    if max_tokens is not None:
+        docs, precut = _cut_by_characters(docs, max_tokens, tokenizer)
     built = format_prompt(template, question, docs, tokenizer=tokenizer, use_chat_template=use_chat_template,
                           system=system)
     if max_tokens is None:
         return built
     n_tokens = count_tokens(tokenizer, built.text, built.add_special_tokens, built.user_spans)
-    if n_tokens <= max_tokens:
+    if n_tokens <= max_tokens and not precut:
         return built
     built = _fit_documents(template, question, docs, n_tokens, max_tokens, tokenizer=tokenizer,
                            use_chat_template=use_chat_template, system=system, item=item, reservation=reservation)
+    if precut:
+        built = BuiltPrompt(**{**built.__dict__, "truncated_docs": tuple(sorted({*built.truncated_docs, *precut}))})
     warnings.warn(
         f"item {item}: prompt exceeded the model's window; truncated document(s) "
         f"{list(built.truncated_docs)} to fit {max_tokens} tokens.", stacklevel=2)
     return built
+
+
+#: Tokens kept beyond the budget when a document is first cut by characters: the cut in tokens that follows never
+#: looks past them (it keeps at most the budget and backs off by at most ``_BACKOFF_TOKENS``), so it lands where it
+#: would in the whole document.
+_CHARACTER_CUT_MARGIN = 64
+
+
+def _cut_by_characters(docs: tuple[Document, ...], max_tokens: int, tokenizer: Any
+                       ) -> tuple[tuple[Document, ...], tuple[int, ...]]:
+    """``docs`` with each text longer than the budget can ever hold cut, by characters, before anything tokenizes
+    it (a 50 MB document tokenized whole takes gigabytes): ``max_tokens`` tokens never span more than
+    ``max_tokens * max_token_chars`` characters, so what is cut could never have been kept, and the cut in tokens
+    that follows keeps what it would have kept from the whole text. Returns the documents and the 1-based ids of
+    those cut."""
+    limit = (max(max_tokens, 0) + _CHARACTER_CUT_MARGIN) * max_token_chars(tokenizer)
+    cut = tuple(i for i, d in enumerate(docs, start=1) if len(d.text) > limit)
+    if not cut:
+        return docs, ()
+    return tuple(Document(title=d.title, text=d.text[:limit]) if len(d.text) > limit else d for d in docs), cut
 
 
 def _fit_documents(template: PromptTemplate, question: str, docs: tuple[Document, ...], n_tokens: int,

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .inputs import InputError
+from .inputs import InputError, parse_json
 from .runs import is_record
 
 
@@ -43,7 +43,7 @@ def read_run_records(path: str | Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = parse_json(line)
         except ValueError:
             continue
         if is_record(value):
@@ -55,7 +55,7 @@ def read_json(path: str | Path) -> Any:
     """A run's JSON file (``results.json``), plain or gzipped; an InputError names a file that is not JSON."""
     text = read_text(path)
     try:
-        return json.loads(text)
+        return parse_json(text)
     except json.JSONDecodeError as err:
         raise InputError(f"{path} is not valid JSON ({err}); give the file as the run wrote it.") from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,34 @@ def encode_text(tokenizer: Any, text: str, *, add_special_tokens: bool,
     enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True,
                     split_special_tokens=split_special_tokens)
     return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+
+
+#: The characters one token is taken to cover at most when a tokenizer does not list its vocabulary.
+DEFAULT_MAX_TOKEN_CHARS = 256
+_TOKEN_CHARS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def max_token_chars(tokenizer: Any) -> int:
+    """The most characters of text one token of ``tokenizer`` covers: the length of its longest vocabulary string
+    (a byte-level BPE string holds one character per byte, a SentencePiece one one per character, so no token covers
+    more); :data:`DEFAULT_MAX_TOKEN_CHARS` when the tokenizer does not list its vocabulary. ``n`` tokens of text thus
+    never span more than ``n * max_token_chars(tokenizer)`` characters: what lets a document be cut by characters,
+    safely, before it is tokenized."""
+    try:
+        return _TOKEN_CHARS[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    try:
+        vocab = tokenizer.get_vocab()
+        longest = max(map(len, vocab), default=0) if isinstance(vocab, dict) else 0
+    except (AttributeError, NotImplementedError, TypeError):
+        longest = 0
+    longest = max(longest, 1) if longest else DEFAULT_MAX_TOKEN_CHARS
+    try:
+        _TOKEN_CHARS[tokenizer] = longest
+    except TypeError:  # not weakly referable: computed again next time
+        pass
+    return longest
 
 
 def special_token_ids(tokenizer: Any) -> frozenset[int]:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, read_config_file
+from ..inputs import short_repr
 from ..runs import write_atomic
 from ..serialization import JSONRecord
 from .results import BiasStudyResult, SourceSummary
@@ -73,10 +74,10 @@ def load_protocol(path: str | Path) -> list[ProtocolStudy]:
     for i, entry in enumerate(studies, 1):
         at = f"{where}, entry {i}"
         if not isinstance(entry, dict) or set(entry) - {"name", "config", "args"}:
-            raise ConfigError(f"{at} must be a mapping with keys name, config and optionally args; got {entry!r}.")
+            raise ConfigError(f"{at} must be a mapping with keys name, config and optionally args; got {short_repr(entry)}.")
         name, config, args = entry.get("name"), entry.get("config"), entry.get("args", [])
         if not isinstance(name, str) or not _NAME.fullmatch(name):
-            raise ConfigError(f"{at}: name must be a folder name (letters, digits, '_', '-', '.'); got {name!r}.")
+            raise ConfigError(f"{at}: name must be a folder name (letters, digits, '_', '-', '.'); got {short_repr(name)}.")
         if name in {s.name for s in out}:
             raise ConfigError(f"{at}: the name {name!r} is used twice; each study needs its own folder.")
         if not isinstance(config, str):

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from ..config import ConfigError
+from ..config import ConfigError, load_yaml
 from ..inputs import Document
 from .protocol import BIAS_CONFIG_DIR, BiasConfig, Metadata
 
@@ -40,7 +40,13 @@ def _read(folder: Path, name: str, needed: tuple[str, ...]) -> dict[str, Any]:
     path = folder / f"{name}.yaml"
     if not path.exists():
         raise ConfigError(f"{path} does not exist; copy configs/bias/{name}.yaml there.")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    try:
+        data = load_yaml(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        reason = " ".join(str(getattr(err, "problem", None) or err).split())
+        raise ConfigError(f"{path}: cannot be read as YAML ({reason[:200]}).") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with {', '.join(needed)}.")
     missing = [k for k in needed if k not in data]
     if missing:
         raise ConfigError(f"{path} lacks {missing}.")

@@ -21,7 +21,8 @@ from typing import Any, Literal, get_args
 
 import yaml
 
-from ..config import ConfigError
+from ..config import ConfigError, load_yaml
+from ..inputs import short_repr
 
 Mode = Literal["vanilla", "informed", "counterfactual", "mixed"]
 Side = Literal["first", "second"]
@@ -40,7 +41,7 @@ BIAS_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "bias"
 def _check(name: str, value: Any, literal: Any) -> None:
     allowed = get_args(literal)
     if value not in allowed:
-        raise ConfigError(f"bias.{name}={value!r} is not valid; choose one of {', '.join(map(repr, allowed))}.")
+        raise ConfigError(f"bias.{name}={short_repr(value)} is not valid; choose one of {', '.join(map(repr, allowed))}.")
 
 
 def other_side(side: Side) -> Side:
@@ -89,9 +90,9 @@ class BiasConfig:
             raise ConfigError("bias.modes is empty; give at least one of " + ", ".join(MODES) + ".")
         for mode in self.modes:
             if mode not in MODES and mode not in MIXED_CELLS:
-                raise ConfigError(f"bias.modes has {mode!r}; choose from {', '.join(map(repr, MODES + MIXED_CELLS))}.")
+                raise ConfigError(f"bias.modes has {short_repr(mode)}; choose from {', '.join(map(repr, MODES + MIXED_CELLS))}.")
         if len(set(self.modes)) != len(self.modes):
-            raise ConfigError(f"bias.modes={list(self.modes)} repeats a mode.")
+            raise ConfigError(f"bias.modes={short_repr(list(self.modes))} repeats a mode.")
         if len(self.mixed) != 2:
             raise ConfigError("bias.mixed must be two sides: (relevant side, non-relevant side).")
         for side in self.mixed:
@@ -134,7 +135,7 @@ class BiasConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - known
         if unknown:
-            raise ConfigError(f"Unknown bias config key(s) {sorted(unknown)}; known: {sorted(known)}.")
+            raise ConfigError(f"Unknown bias config key(s) {short_repr(sorted(map(str, unknown)))}; known: {sorted(known)}.")
         data = dict(data)
         if data.get("labels") is not None:
             data["labels"] = tuple(tuple(pool) for pool in data["labels"])
@@ -167,10 +168,19 @@ class Metadata:
 
 @cache
 def _metadata_file(path: str) -> dict[str, Any]:
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    data = _yaml_file(Path(path))
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of metadata types.")
     return data
+
+
+def _yaml_file(path: Path) -> Any:
+    """A YAML file's value (:func:`mirage.config.load_yaml`); ConfigError naming the file when it cannot be read."""
+    try:
+        return load_yaml(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        reason = " ".join(str(getattr(err, "problem", None) or err).split())
+        raise ConfigError(f"{path}: cannot be read as YAML ({short_repr(reason, 200)}).") from None
 
 
 @cache
@@ -181,7 +191,7 @@ def read_names_pool(path: str) -> tuple[str, ...]:
     if not file.exists():
         raise ConfigError(f"{file} does not exist; make it with scripts/make_names_pool.py or copy "
                           "configs/bias/names_pool.yaml there.")
-    data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    data = _yaml_file(file)
     names = data.get("names") if isinstance(data, dict) else None
     if not names or not all(isinstance(n, list) and len(n) == 2 and all(str(w).strip() for w in n) for n in names):
         raise ConfigError(f"{file}: 'names' must be a non-empty list of [first, last] pairs.")

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, PromptConfig, read_config_file
+from ..inputs import short_repr
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
 def _fail(name: str, expected: str, value: Any) -> None:
-    raise ConfigError(f"{name}={value!r} is not valid; expected {expected}.")
+    raise ConfigError(f"{name}={short_repr(value)} is not valid; expected {expected}.")
 
 
 def _int(name: str, value: Any, *, minimum: int, optional: bool = False) -> None:
@@ -215,7 +216,7 @@ class TuneConfig:
                 if value:
                     updated[key] = _section(key, value, base=getattr(self, key))
             elif key not in {f.name for f in fields(self)}:
-                raise ConfigError(f"Unknown key {key!r} in the tune config.")
+                raise ConfigError(f"Unknown key {short_repr(key)} in the tune config.")
             elif value is not None:
                 updated[key] = value
         return dataclasses.replace(self, **updated)
@@ -226,10 +227,10 @@ def _section(name: str, value: Any, base: Any = None) -> Any:
     if value is None:
         value = {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"tune config section {name!r} must be a mapping of fields, got {type(value).__name__}.")
+        raise ConfigError(f"tune config section {short_repr(name)} must be a mapping of fields, got {type(value).__name__}.")
     section_cls = _SECTIONS[name]
     known = {f.name for f in fields(section_cls)}
     unknown = sorted(map(str, set(value) - known))
     if unknown:
-        raise ConfigError(f"Unknown key(s) {unknown} in tune config section {name!r}; known: {sorted(known)}.")
+        raise ConfigError(f"Unknown key(s) {short_repr(unknown)} in tune config section {short_repr(name)}; known: {sorted(known)}.")
     return dataclasses.replace(base, **value) if base is not None else section_cls(**value)
