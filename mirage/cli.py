@@ -168,7 +168,9 @@ def register_attribute(sub: argparse._SubParsersAction) -> None:
     """Add ``mirage attribute``."""
     att = sub.add_parser("attribute", help=ATTRIBUTE_HELP)
     att.add_argument("input", help='JSON list or JSONL of {"question", "docs": [{"title", "text"}], "output"?}')
-    att.add_argument("-o", "--output", required=True, help="output JSONL (re-running skips finished items)")
+    att.add_argument("-o", "--output", required=True,
+                     help="output JSONL (re-running skips finished items; an id names one item's result, so an item "
+                     "whose content changed under an id already stored is refused: give a new -o)")
     att.add_argument("--limit", type=non_negative_int, help="only the first N items")
     att.add_argument("--quiet", action="store_true", help="do not print the attributed answers")
     add_experiment_args(att)
@@ -195,7 +197,9 @@ def register_view(sub: argparse._SubParsersAction) -> None:
                       "(`mirage bias -o DIR`: generations.jsonl[.gz] and results.json; per query its modes side by "
                       "side, filters for queries whose citations moved, the study's tables) or an ELI5 run "
                       "(`mirage score eli5 -o DIR`: answers.jsonl and results.json)")
-    view.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
+    view.add_argument("-o", "--output", default="report.html",
+                      help="HTML file to write (default: report.html); an existing file is replaced only if it is a "
+                      "page mirage view wrote")
     view.add_argument("--title", help="page title (default: the results file or folder names)")
     view.set_defaults(func=cmd_view)
 
