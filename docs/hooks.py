@@ -118,9 +118,8 @@ def cli_reference() -> str:
         rows = _argument_rows(sub)
         if rows:
             out.append(table(["argument", "default", "what"], rows))
-        cost = COSTS.get(" ".join(path[1:]))
-        if cost is not None:
-            out += ["", f"**What it costs.** {cost()}"]
+        if not any(isinstance(a, argparse._SubParsersAction) for a in sub._actions):  # a command, not a group
+            out += ["", f"**What it costs.** {COSTS.get(' '.join(path[1:]), _not_measured)()}"]
     return "\n".join(out)
 
 
