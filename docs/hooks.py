@@ -366,7 +366,8 @@ def headline_table(link_prefix: str = "benchmarks/results/") -> str:
     for what, model, folder, name, key in HEADLINE:
         data = _read(f"{folder}/{name}")
         auc = data["roc_auc"].get(key, {}).get("avg")
-        rows.append([f"[{what}]({link_prefix}{folder}/README.md)", model,
+        page = (RESULTS / folder / name).parent.relative_to(RESULTS).as_posix()  # the page beside the file
+        rows.append([f"[{what}]({link_prefix}{page}/README.md)", model,
                      _num(data["agreement"][key]["avg"]), _num(data["f1"][key]["avg"]),
                      _num(data["balanced_accuracy"][key]["avg"]), _num(auc, 3)])
     return table(["setting", "model, text", "agreement %", "F1 %", "balanced accuracy %", "ROC-AUC"], rows)
