@@ -128,3 +128,45 @@ def test_follow_command_on_the_shipped_adapter(tmp_path, one_thread):
          "--limit", "2", "--k", "3", "--quiet", "-o", str(out)], capture_output=True, text=True, cwd=ROOT, check=False)
     assert again.returncode == 0, again.stderr
     assert FollowReport.from_dict(json.loads(out.read_text())).to_dict() == report.to_dict()
+
+
+def test_spread_positions_balances_the_supporting_passage_over_positions():
+    from collections import Counter
+
+    from mirage.tune.data import spread_positions
+
+    examples = []
+    for i in range(12):
+        ex = _example(i, 1 + i % 4, [1 + i % (1 + i % 4)])
+        ex.output, ex.citations = f"Helsinki [{ex.supporting[0]}].", [list(ex.supporting)]
+        examples.append(ex)
+    examples.append(_example(99, 3, []))  # supported by nothing: stays uncited
+    examples[-1].output, examples[-1].citations = "Helsinki.", [[]]
+    out = spread_positions(examples, k=5, seed=3)
+    assert len(out) == 5 * len(examples)
+    firsts = Counter(ex.supporting[0] for ex in out if ex.supporting)
+    assert firsts == Counter({p: 12 for p in range(1, 6)})  # every position equally often
+    for ex in out:
+        assert len(ex.docs) == 5 and len({d["text"] for d in ex.docs}) == 5
+        source = next(e for e in examples if e.question == ex.question)
+        if source.supporting:
+            moved = ex.docs[ex.supporting[0] - 1]["text"]
+            assert moved == source.docs[source.supporting[0] - 1]["text"]  # the citation follows the passage
+            assert ex.citations == [ex.supporting] and f"[{ex.supporting[0]}]" in ex.output
+        else:
+            assert ex.citations == [[]] and "[" not in ex.output
+    uncited = [ex for ex in out if ex.question == "question 99?"]
+    assert len({tuple(d["text"] for d in ex.docs) for ex in uncited}) > 1  # shuffled orders
+
+
+def test_tune_data_spread_positions_command(tmp_path):
+    out = tmp_path / "spread.jsonl"
+    run = subprocess.run(
+        [sys.executable, "-m", "mirage", "tune", "data", "gold", "--xor", str(ROOT / "tests" / "data" /
+         "xor_attriqa_match" / "train.jsonl"), "--spread-positions", "3", "-o", str(out)],
+        capture_output=True, text=True, cwd=ROOT, check=False)
+    assert run.returncode == 0, run.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows and len(rows) % 3 == 0
+    assert all(len(r["docs"]) == 3 for r in rows)
+    assert {r["supporting"][0] for r in rows} == {1, 2, 3}

@@ -1,6 +1,6 @@
 """``mirage tune``: citation fine-tuning (training data, SFT with a LoRA adapter, and its evaluation).
 
-    mirage tune data gold --xor train.jsonl val.jsonl [--eli5-demos eli5_alce_prompt.json] [--shuffle-docs N] -o OUT
+    mirage tune data gold --xor train.jsonl val.jsonl [--eli5-demos eli5_alce_prompt.json] [--spread-positions K] -o OUT
     mirage tune data internals --xor train.jsonl [--alce FILE] [--model NAME] [--max-new-tokens N] -o internals.jsonl
     mirage tune sft [--config configs/tune/sft.yaml] [--model NAME] [--data FILE...] -o DIR
     mirage tune reward [--config configs/tune/reward.yaml] [--adapter SFT_DIR/adapter] -o DIR
@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import ConfigError, MirageConfig, PromptConfig
-from ..experiment import add_device_args, non_negative_int, positive_int
+from ..data import resolve_all
+from ..experiment import add_device_args, loading_args, non_negative_int, positive_int
 from ..progress import terminal_progress
 from ..runs import write_atomic
 
@@ -40,14 +41,15 @@ def _print_bad(rows: list[str]) -> None:
 
 def cmd_data(args: argparse.Namespace) -> int:
     """``mirage tune data {gold,internals}``: write a training set."""
-    from .data import BuildReport, build_gold, shuffle_documents, write_examples
+    from .data import BuildReport, build_gold, shuffle_documents, spread_positions, write_examples
 
+    args.xor, args.eli5_demos, args.alce = (resolve_all(files) for files in (args.xor, args.eli5_demos, args.alce))
     if args.mode == "gold":
         if args.alce:
             raise ConfigError("--alce gives questions for the internals mode; gold data comes from --xor and "
                               "--eli5-demos.")
         examples, report = build_gold(args.xor or [], args.eli5_demos or [], text=args.text,
-                                      keep_unsupported=args.keep_unsupported)
+                                      keep_unsupported=args.keep_unsupported, group_passages=args.group_passages)
     else:
         if args.eli5_demos:
             raise ConfigError("--eli5-demos are gold answers; the internals mode takes questions from --xor and "
@@ -57,6 +59,15 @@ def cmd_data(args: argparse.Namespace) -> int:
         examples = examples[: args.limit]
     if args.shuffle_docs:
         examples = shuffle_documents(examples, args.shuffle_docs, seed=args.seed)
+    if args.spread_positions:
+        pool = examples
+        if args.mode == "gold" and not args.keep_unsupported:  # unsupported rows' passages fill too
+            pool = build_gold(args.xor or [], args.eli5_demos or [], text=args.text, keep_unsupported=True,
+                              group_passages=args.group_passages)[0]
+        examples = spread_positions(examples, k=args.spread_positions, copies=args.copies, seed=args.seed,
+                                    pool=pool)
+    elif args.copies:
+        raise ConfigError("--copies goes with --spread-positions K.")
     path = write_examples(examples, args.output)
     _print_bad(report.bad_rows)
     summary = BuildReport(counts=report.counts, bad_rows=[], left_out=report.left_out).to_text()
@@ -88,7 +99,7 @@ def _internals(args: argparse.Namespace) -> tuple[list[TrainingExample], BuildRe
         items = items[: args.limit]
     config = MirageConfig.from_yaml(args.mirage_config) if args.mirage_config else MirageConfig()
     config = config.replace(generation={"max_new_tokens": args.max_new_tokens})
-    mirage = Mirage.from_pretrained(args.model, config=config, device=args.device, dtype=args.dtype)
+    mirage = Mirage.from_pretrained(args.model, config=config, **loading_args(args))
     cache_path = Path(args.output).with_name(Path(args.output).name + ".partial")
     cache = internals_cache(cache_path, mirage)
     print(f"each item's outcome is kept in {cache_path}: a rerun with the same -o skips the items already done",
@@ -156,13 +167,13 @@ def _eval_mirage(args: argparse.Namespace) -> tuple[Any, str]:
         raise ConfigError("--adapter loads its own base model; give --adapter or --model, not both.")
     prompt = PromptConfig(name=args.prompt or "selfcitation")
     if args.adapter:
-        lm = load_tuned(args.adapter, device=args.device, dtype=args.dtype)
+        lm = load_tuned(args.adapter, **loading_args(args))
         base = read_adapter_info(args.adapter).base_model
         if args.prompt is None:  # the prompt the adapter was trained with
             prompt = PromptConfig(**read_adapter_info(args.adapter).prompt)
     else:
         base = args.model or "smollm2-135m-instruct"
-        lm = load_model(base, device=args.device, dtype=args.dtype)
+        lm = load_model(base, **loading_args(args))
     mirage = Mirage(lm, config=MirageConfig(prompt=prompt))
     return mirage, base
 
@@ -174,7 +185,7 @@ def _eval_examples(args: argparse.Namespace, *, usable: Callable[[list[TrainingE
     from .data import read_examples, xor_examples
 
     examples = []
-    for path in args.data:
+    for path in resolve_all(args.data):
         found, skipped, _ = xor_examples(path, text=args.text, for_evaluation=True)
         examples += found[: args.limit_each] if args.limit_each is not None else found
         _print_bad([str(b) for b in skipped])
@@ -215,13 +226,14 @@ def cmd_follow(args: argparse.Namespace) -> int:
     from .follow import evaluate_follow, single_supporting
 
     _require_peft(args)
-    examples = _eval_examples(args, usable=lambda found: single_supporting(found, args.k))
+    examples = _eval_examples(args, usable=single_supporting)
+    pool = _eval_examples(argparse.Namespace(**{**vars(args), "limit": None}))  # fillers: every row read
     mirage, base = _eval_mirage(args)
     judge = judge_config(mirage.config, base) if args.judge else None
     out = Path(args.output)
     report = evaluate_follow(mirage, examples, k=args.k, seed=args.seed, max_new_tokens=args.max_new_tokens,
                              judge=judge, store=out.with_name(out.stem + ".answers.jsonl"),
-                             progress=None if args.quiet else terminal_progress)
+                             progress=None if args.quiet else terminal_progress, pool=pool)
     write_atomic(out, json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n")
     print(report.to_markdown(), file=sys.stderr)
     return 0
@@ -268,7 +280,7 @@ def _add_eval_args(ev: argparse.ArgumentParser) -> None:
                          "model's shipped classifier where one ships) and run the faithfulness check: self-citation "
                          "vs mirage vs the labels, and drop/keep vs random sets")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_device_args(ev)
+    add_device_args(ev, adapter=False)  # its own --adapter above
     ev.add_argument("-o", "--output", required=True,
                     help="JSON report to write; every answer is also stored in OUTPUT's stem + .answers.jsonl as it "
                          "is done, and a rerun with the same -o reuses the answers of rows whose question and "
@@ -303,7 +315,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     data.add_argument("--shuffle-docs", type=non_negative_int, default=0, metavar="N",
                       help="add N copies of each example, its documents in another order and its citations "
                            "renumbered (breaks the gold sets' 'passage 1 supports' habit; default 0)")
-    data.add_argument("--seed", type=int, default=0, help="seed of --shuffle-docs (default 0)")
+    data.add_argument("--spread-positions", type=positive_int, metavar="K",
+                      help="present each example with K documents (its own, then other questions' passages), its "
+                           "first supporting passage at each position 1..K in turn (--copies times) and its "
+                           "citations renumbered: every position supports equally often, so position cannot be "
+                           "learnt")
+    data.add_argument("--copies", type=positive_int, help="copies per example with --spread-positions (default K)")
+    data.add_argument("--group-passages", action="store_true",
+                      help="gold: XOR-AttriQA's per-passage release, its rows that answer one question with one "
+                           "answer grouped into one item")
+    data.add_argument("--seed", type=int, default=0, help="seed of --shuffle-docs and --spread-positions (default 0)")
     data.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device_args(data)
     data.add_argument("-o", "--output", required=True, help="training set to write (JSONL)")
@@ -320,7 +341,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sft.add_argument("--data", nargs="+", metavar="FILE", help="training set(s) (default: the config's data)")
     sft.add_argument("--max-steps", type=positive_int, help="stop after N optimisation steps")
     sft.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_device_args(sft)
+    add_device_args(sft, placement=False)  # training: one device
     sft.add_argument("-o", "--output", required=True, help="run folder")
     sft.set_defaults(func=cmd_sft)
 
@@ -339,7 +360,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     rl.add_argument("--data", nargs="+", metavar="FILE", help="training set(s) (default: the config's data)")
     rl.add_argument("--max-steps", type=positive_int, help="stop after N optimisation steps")
     rl.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_device_args(rl)
+    add_device_args(rl, placement=False)  # training: one device
     rl.add_argument("-o", "--output", required=True, help="run folder")
     rl.set_defaults(func=cmd_reward)
 

@@ -120,14 +120,14 @@ def refuse_test_split(path: str | Path) -> None:
                          "it is refused. Build the training set from train.jsonl and val.jsonl.")
 
 
-def test_row_keys(folder: str | Path, *, text: TextView = "en") -> set[str]:
+def test_row_keys(folder: str | Path, *, text: TextView = "en", group: bool = False) -> set[str]:
     """Content keys (:attr:`XorItem.key`) of the test rows in ``folder``'s ``fi.jsonl`` and ``ru.jsonl``, where they
     exist: a training row with one of these keys is a test row under another file name."""
     keys: set[str] = set()
     for split in sorted(TEST_SPLITS):
         path = Path(folder) / f"{split}.jsonl"
         if path.is_file():
-            keys.update(item.key for item in load_xor_attriqa(path, text=text).items)
+            keys.update(item.key for item in load_xor_attriqa(path, text=text, group=group).items)
     return keys
 
 
@@ -170,7 +170,8 @@ def cite_sentences(text: str, citations: Sequence[int]) -> str:
 
 
 def xor_examples(path: str | Path, *, text: TextView = "en", keep_unsupported: bool = False,
-                 for_evaluation: bool = False) -> tuple[list[TrainingExample], list[BadRow], int]:
+                 for_evaluation: bool = False, group_passages: bool = False,
+                 ) -> tuple[list[TrainingExample], list[BadRow], int]:
     """Gold examples of an XOR-AttriQA train/val file (match or per-passage release), read by the scorer's loader
     (:func:`mirage.scoring.xor_attriqa.load_xor_attriqa`): passages as untitled documents, the annotated answer cited
     on every sentence with the passages labelled as supporting it. Returns the examples, the malformed rows, and how
@@ -179,11 +180,13 @@ def xor_examples(path: str | Path, *, text: TextView = "en", keep_unsupported: b
     The query loses its stray trailing mark (`` [b]``, or `` [`` cut short). InputError for a test split (by its
     name, :func:`refuse_test_split`, or by content: a row equal to one of the ``fi.jsonl``/``ru.jsonl`` rows beside
     it). ``for_evaluation``: the items to evaluate a tuned model on, test splits allowed (never write them to a
-    training set)."""
+    training set). ``group_passages``: the per-passage release's rows that answer one question with one answer
+    become one item (:func:`mirage.scoring.xor_attriqa.load_xor_attriqa`'s ``group``)."""
     if not for_evaluation:
         refuse_test_split(path)
-    data = load_xor_attriqa(path, text=text)
-    test_keys = set() if for_evaluation else test_row_keys(Path(path).parent, text=text)
+    data = load_xor_attriqa(path, text=text, group=group_passages)
+    test_keys = set() if for_evaluation else test_row_keys(Path(path).parent, text=text,
+                                                                 group=group_passages)
     examples, unsupported = [], 0
     for item in data.items:
         if item.key in test_keys:
@@ -382,6 +385,68 @@ def shuffle_documents(examples: Sequence[TrainingExample], copies: int, *, seed:
     return out
 
 
+def filler_documents(example: TrainingExample, pool: Iterable[TrainingExample]) -> list[dict[str, str]]:
+    """Passages of ``pool``'s other questions that ``example`` does not hold, in one fixed order (by text): the
+    distractors that fill an item with fewer documents than a presentation needs. They answer other questions, so
+    they support nothing in ``example``'s answer."""
+    own = {doc["text"] for doc in example.docs}
+    return sorted({doc["text"]: doc for other in pool if other.question != example.question
+                   for doc in other.docs if doc["text"] not in own}.values(), key=lambda d: d["text"])
+
+
+def spread_positions(examples: Sequence[TrainingExample], *, k: int = 5, copies: int | None = None, seed: int = 0,
+                     pool: Sequence[TrainingExample] | None = None) -> list[TrainingExample]:
+    """Training data that cannot be solved by position: each example presented with ``k`` documents (its own, then
+    passages of ``pool``'s other questions to fill, :func:`filler_documents`), ``copies`` times (default ``k``),
+    with its first supporting passage at position 1, 2, …, ``k`` in turn (cycling from a seeded start when
+    ``copies < k``), the other documents shuffled, and the citations renumbered to follow them.
+
+    Over a set, every position holds the supporting passage equally often, so "cite ``[1]``" earns nothing. An
+    example without a supporting passage (its answer cites nothing) is presented ``copies`` times in shuffled
+    orders and keeps citing nothing. An example with more than ``k`` documents keeps its supporting ones and the
+    first others (an ALCE demo, without labels, keeps the documents it cites). ``meta["document_order"]`` records each document's origin (its 1-based number in the example,
+    or 0 for a filler)."""
+    if k < 2:
+        raise InputError(f"--spread-positions must be at least 2, got {k}")
+    copies = k if copies is None else copies
+    if copies < 1:
+        raise ValueError(f"copies must be >= 1, got {copies}")
+    out: list[TrainingExample] = []
+    for ex in examples:
+        rng = random.Random(f"{seed}:{content_key([ex.question, ex.docs, ex.output])}")
+        cited = sorted({d for c in ex.citations for d in c})
+        supporting = sorted(ex.supporting) if ex.supporting is not None else cited
+        anchors = sorted(set(supporting) | set(cited))
+        if len(anchors) > k:
+            raise ValueError(f"{ex.id}: {len(anchors)} supporting or cited documents do not fit {k} positions; "
+                             "give a larger k")
+        others = [i for i in range(1, len(ex.docs) + 1) if i not in anchors]
+        rng.shuffle(others)
+        keep = anchors + others[: k - len(anchors)]
+        n_fill = k - len(keep)
+        candidates = filler_documents(ex, examples if pool is None else pool) if n_fill else []
+        if len(candidates) < n_fill:
+            raise InputError(f"{ex.id}: {len(ex.docs)} documents and {len(candidates)} passages of other questions "
+                             f"cannot fill {k} positions; give more rows or a smaller --spread-positions")
+        fillers = rng.sample(candidates, n_fill)
+        start = rng.randrange(k)
+        for copy in range(copies):
+            slots: list[int] = [i for i in keep if i not in supporting[:1]] + [0] * n_fill
+            rng.shuffle(slots)
+            if supporting:
+                slots.insert((start + copy) % k, supporting[0])
+            filler_iter = iter(fillers)
+            docs = [ex.docs[i - 1] if i else next(filler_iter) for i in slots]
+            new_id = {old: new for new, old in enumerate(slots, start=1) if old}
+            output = _renumber(ex.output, new_id)
+            out.append(TrainingExample(
+                id=f"{ex.id}-spread{copy}", source=ex.source, question=ex.question, docs=docs, output=output,
+                citations=[sorted(new_id[d] for d in c if d in new_id) for c in ex.citations],
+                supporting=None if ex.supporting is None else sorted(new_id[d] for d in ex.supporting if d in new_id),
+                file=ex.file, line=ex.line, lang=ex.lang, meta={**ex.meta, "document_order": slots}))
+    return out
+
+
 # -- files ------------------------------------------------------------------------------------------------------------
 
 
@@ -435,7 +500,8 @@ def write_examples(examples: Iterable[TrainingExample], path: str | Path) -> Pat
 
 
 def build_gold(xor_files: Sequence[str | Path] = (), eli5_prompt_files: Sequence[str | Path] = (), *,
-               text: TextView = "en", keep_unsupported: bool = False) -> tuple[list[TrainingExample], BuildReport]:
+               text: TextView = "en", keep_unsupported: bool = False,
+               group_passages: bool = False) -> tuple[list[TrainingExample], BuildReport]:
     """The gold training set: :func:`xor_examples` of each XOR-AttriQA file, then :func:`eli5_demo_examples` of
     each ALCE prompt file, with the report of what was kept, left out and skipped."""
     if not xor_files and not eli5_prompt_files:
@@ -446,7 +512,8 @@ def build_gold(xor_files: Sequence[str | Path] = (), eli5_prompt_files: Sequence
     bad: list[BadRow] = []
     unsupported = 0
     for path in xor_files:
-        found, skipped, n_unsupported = xor_examples(path, text=text, keep_unsupported=keep_unsupported)
+        found, skipped, n_unsupported = xor_examples(path, text=text, keep_unsupported=keep_unsupported,
+                                                     group_passages=group_passages)
         examples += found
         bad += skipped
         unsupported += n_unsupported
