@@ -214,7 +214,8 @@ def _attribution_rows(rel: str) -> tuple[dict, list[list[str]]]:
         ratio = r.get("attribution_over_generation")
         rows.append([r["id"], r["answer_tokens"], r["context_tokens"], r["selected"], _num(r["mirage_s"], 2, " s"),
                      _num(r["reference_s"], 1, " s"), _num(r["speedup"], 1, "×"), _num(r.get("generation_s"), 2, " s"),
-                     _num(ratio, 2, "×"), _num(r["mirage_peak_mb"] / 1024, 2, " GiB")])
+                     _num(ratio, 2, "×"), _num(r["mirage_peak_mb"] / 1024, 2, " GiB"),
+                     "yes" if r.get("same_selected") and r.get("same_citations") else "no"])
     return data, rows
 
 
@@ -227,11 +228,14 @@ def _machine(data: dict) -> str:
 def bench_attribution() -> str:
     """The attribution benchmark on the CPU and on the GPU (``bench_attribution.py``)."""
     out = []
-    for rel in ("attribution.json", "gpu/attribution_gpu.json"):
+    for rel in ("attribution.json", "attribution_cci_bf16_baseline.json", "attribution_cci_bf16.json",
+                "gpu/attribution_gpu.json"):
         data, rows = _attribution_rows(rel)
-        out += [f"On {_machine(data)}, {data['model']}, from {_source(rel)} (`{data['command']}`):", "",
+        precision = f", CCI in {data['cci_precision']}" if data.get("cci_precision", "model") != "model" else ""
+        out += [f"On {_machine(data)}, {data['model']}{precision}, from {_source(rel)} (`{data['command']}`):", "",
                 table(["case", "answer tokens", "context tokens", "selected", "mirage", "reference", "speedup",
-                       "generation", "attribution / generation", "peak added"], rows), ""]
+                       "generation", "attribution / generation", "peak added", "same tokens and citations"], rows),
+                ""]
     return "\n".join(out)
 
 
@@ -341,6 +345,40 @@ COSTS: dict[str, Callable[[], str]] = {
 }
 
 
+#: Names of the peers' rows (``peers/peers.json``), beside ``mirage.scoring.tables.SETTING_NAMES``.
+PEER_NAMES = {"contextcite_ex": "ContextCite, EX-style rule (score ≥ item mean + 1 std)",
+              "contextcite_cal_agreement": "ContextCite, calibrated for agreement",
+              "contextcite_cal_f1": "ContextCite, calibrated for F1"}
+
+
+def xor_table(folder: str) -> str:
+    """Every setting of an XOR-AttriQA run (``folder/results.json``, and its peers' rows when ``peers/`` is there):
+    agreement per language, then F1, balanced accuracy and ROC-AUC averaged over the languages."""
+    from mirage.scoring.tables import SETTING_NAMES
+
+    rel = f"{folder}/results.json"
+    data = _read(rel)
+    sources = [(data, rel)]
+    peers_rel = f"{folder}/peers/peers.json"
+    if (RESULTS / peers_rel).exists():
+        peers = _read(peers_rel)
+        sources.append(({m: {k: v for k, v in peers[m].items() if k in PEER_NAMES} for m in
+                         ("agreement", "f1", "balanced_accuracy", "roc_auc")}, peers_rel))
+    rows = []
+    for source, _rel in sources:
+        for key, agreement in source["agreement"].items():
+            avg = [source[m].get(key, {}).get("avg") for m in ("f1", "balanced_accuracy")]
+            rows.append([{**SETTING_NAMES, **PEER_NAMES}.get(key, key),
+                         " / ".join(_num(agreement.get(lang)) for lang in ("fi", "ru", "avg")),
+                         _num(avg[0]), _num(avg[1]), _num(source["roc_auc"].get(key, {}).get("avg"), 3)])
+    lines = [table(["setting", "agreement fi / ru / avg", "F1", "bal. acc.", "ROC-AUC"], rows), "",
+             "From " + " and ".join(_source(r) for _s, r in sources) + "."]
+    if len(sources) > 1 and "contextcite" in peers:
+        lines[-1] += (f" ContextCite took {peers['contextcite']['seconds_per_item']:.1f} s per answer; its thresholds "
+                      f"were calibrated on {peers['calibration_items']} `val` items.")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------------- the headline table
 #: (what, model and view, results folder, file in it, setting): the README's and the site's headline rows.
 HEADLINE = [
@@ -396,6 +434,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "bench": lambda name: {"attribution": bench_attribution, "precision": bench_precision,
                            "xor-scoring": bench_xor_scoring}[name](),
     "cost": lambda command: COSTS[command](),
+    "xor": xor_table,
 }
 
 
