@@ -20,6 +20,7 @@ from mirage.bias.metrics import (
     bootstrap_ci,
     cas_effect,
     mode_tests,
+    no_test_reason,
     paired_p_value,
     summarize_mode,
     welch_p_value,
@@ -52,8 +53,13 @@ def test_cas_p_value_tests_the_mean_absolute_change():
     # the signed test sees +.5 and -1 cancel: a different, larger p-value
     assert paired_p_value(mode, vanilla) > abs_change_p_value(mode, vanilla)
     assert abs_change_p_value([1, 0, 1], [1, 0, 1]) is None  # nothing changed
-    assert abs_change_p_value([1, 0], [0, 1]) == 0.0  # every query changed by the same amount
+    # every query changed by the same amount: zero variance, no p-value (it used to be 0.0, an infinite t), and why
+    assert abs_change_p_value([1, 0], [0, 1]) is None
+    assert no_test_reason([1, 0], [0, 1], absolute=True) == ("zero variance over 2 query pairs (every query pair "
+                                                             "differs by the same amount)")
     assert abs_change_p_value([1], [0]) is None
+    assert no_test_reason([1], [0]) == "1 query pair(s); a t-test needs at least 2"
+    assert no_test_reason(mode, vanilla, absolute=True) is None
 
 
 def test_cas_effect_carries_both_tests_and_an_interval():

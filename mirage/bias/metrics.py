@@ -32,6 +32,7 @@ import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from scipy import stats
@@ -132,6 +133,44 @@ def welch_p_value(a: Sequence[float], b: Sequence[float]) -> float | None:
     return None if math.isnan(p) else p
 
 
+# -- answers that say nothing: empty, or the prompt's instruction repeated ---------------------------------------------
+
+Defect = Literal["empty", "echo"]
+#: An answer echoes the prompt when at least ECHO_SHARE of its words lie in runs of ECHO_NGRAM consecutive words that
+#: the prompt's instruction also has (e.g. "1. The documents come from a search engine, so not all of them are …").
+ECHO_NGRAM = 4
+ECHO_SHARE = 0.5
+
+
+def answer_defect(answer: str, instruction: str) -> Defect | None:
+    """``"empty"`` when the answer (its citation marks removed) has no word, ``"echo"`` when it mostly repeats the
+    instruction (:data:`ECHO_SHARE` of its words in runs of :data:`ECHO_NGRAM` words copied from ``instruction``,
+    case and punctuation aside; a shorter answer is never an echo), else None. Such answers are counted in the
+    quality table and left out of CAS, CAB and the grid's contrasts (:func:`sound_pairs`): a change between an echo
+    and an answer measures the echo, not the labels."""
+    words = re.findall(r"\w+", answer.lower())
+    if not words:
+        return "empty"
+    n = ECHO_NGRAM
+    if len(words) < n:
+        return None
+    said = re.findall(r"\w+", instruction.lower())
+    grams = {tuple(said[i:i + n]) for i in range(len(said) - n + 1)}
+    copied = [False] * len(words)
+    for i in range(len(words) - n + 1):
+        if tuple(words[i:i + n]) in grams:
+            copied[i:i + n] = [True] * n
+    return "echo" if sum(copied) >= ECHO_SHARE * len(words) else None
+
+
+def sound_pairs(a: Sequence[BiasRecord], b: Sequence[BiasRecord], defects: Mapping[str, Defect | None],
+                ) -> tuple[list[BiasRecord], list[BiasRecord], int]:
+    """The aligned pairs ``(a[i], b[i])`` whose answers both have no defect (``defects`` by record key), and how
+    many pairs were left out."""
+    keep = [defects.get(x.key) is None and defects.get(y.key) is None for x, y in zip(a, b)]
+    return ([x for x, k in zip(a, keep) if k], [y for y, k in zip(b, keep) if k], keep.count(False))
+
+
 @dataclass
 class ModeSummary:
     """Mean attribution quality of one mode over its queries (fractions in [0, 1]; length in words)."""
@@ -149,10 +188,16 @@ class ModeSummary:
     n_ac_relevant: int
     n_ac_nonrelevant: int
     ac_p_value: float | None = None
+    #: answers with no word, and answers that echo the prompt (:func:`answer_defect`), among the ``n``
+    n_empty: int = 0
+    n_echo: int = 0
 
 
-def summarize_mode(records: Sequence[BiasRecord], source: CitationSource) -> ModeSummary:
+def summarize_mode(records: Sequence[BiasRecord], source: CitationSource,
+                   defects: Mapping[str, Defect | None] | None = None) -> ModeSummary:
+    """A mode's mean attribution quality over all its answers; ``defects`` (by record key) are counted."""
     rows = [query_metrics(r, source) for r in records]
+    found = [(defects or {}).get(r.key) for r in records]
     judged = [m.correct for m in rows if m.correct is not None]
     ac_rel, n_rel, ac_non, n_non = attribution_confidence(records, source)
     rel_p, non_p = citation_confidences(records, source)
@@ -162,7 +207,8 @@ def summarize_mode(records: Sequence[BiasRecord], source: CitationSource) -> Mod
         f1=mean([m.f1 for m in rows]), n_citations=mean([m.n_citations for m in rows]),
         length=mean([m.length for m in rows]), correct=float(np.mean(judged)) if judged else None,
         no_citation=mean([m.n_citations == 0 for m in rows]), ac_relevant=ac_rel, ac_nonrelevant=ac_non,
-        n_ac_relevant=n_rel, n_ac_nonrelevant=n_non, ac_p_value=welch_p_value(rel_p, non_p))
+        n_ac_relevant=n_rel, n_ac_nonrelevant=n_non, ac_p_value=welch_p_value(rel_p, non_p),
+        n_empty=found.count("empty"), n_echo=found.count("echo"))
 
 
 # -- CAS, CAB, t-tests ------------------------------------------------------------------------------------------------
@@ -184,30 +230,37 @@ def cab(informed_values: Sequence[float], counterfactual_values: Sequence[float]
 def paired_p_value(a: Sequence[float], b: Sequence[float]) -> float | None:
     """Two-sided paired t-test p-value (``scipy.stats.ttest_rel``); None when undefined (fewer than two queries,
     or all differences equal, e.g. identical citations in both modes)."""
+    if no_test_reason(a, b) is not None:
+        return None
     x, y = _paired(a, b)
-    if len(x) < 2:
-        return None
-    diff = x - y
-    if np.allclose(diff, diff[0]):
-        return None
     p = float(stats.ttest_rel(x, y).pvalue)
     return None if math.isnan(p) else p
 
 
 def abs_change_p_value(a: Sequence[float], b: Sequence[float]) -> float | None:
     """What CAS measures, tested: one-sided one-sample t-test that the mean of ``|a - b|`` over queries exceeds 0.
-    None when undefined (fewer than two queries, or no query changed); 0.0 when every query changed by the same
-    non-zero amount (zero variance, an infinite t)."""
+    None when the test is undefined (:func:`no_test_reason`: fewer than two queries, or zero variance, e.g. every
+    query changed by the same amount: a t over zero variance is infinite, and its p = 0 would claim a certainty
+    that two queries cannot give)."""
+    if no_test_reason(a, b, absolute=True) is not None:
+        return None
+    x, y = _paired(a, b)
+    p = float(stats.ttest_1samp(np.abs(x - y), 0.0, alternative="greater").pvalue)
+    return None if math.isnan(p) else p
+
+
+def no_test_reason(a: Sequence[float], b: Sequence[float], *, absolute: bool = False) -> str | None:
+    """Why the t-test over the per-query differences ``a - b`` (their absolute values with ``absolute``, as CAS
+    tests them) gives no p-value, or None when it gives one: fewer than two query pairs, or zero variance (every
+    pair differs by the same amount, no change at all included)."""
     x, y = _paired(a, b)
     if len(x) < 2:
-        return None
-    d = np.abs(x - y)
-    if not d.any():
-        return None
+        return f"{len(x)} query pair(s); a t-test needs at least 2"
+    d = np.abs(x - y) if absolute else x - y
     if np.allclose(d, d[0]):
-        return 0.0
-    p = float(stats.ttest_1samp(d, 0.0, alternative="greater").pvalue)
-    return None if math.isnan(p) else p
+        same = "no query changed" if not d.any() else "every query pair differs by the same amount"
+        return f"zero variance over {len(x)} query pairs ({same})"
+    return None
 
 
 def bootstrap_ci(values: Sequence[float], *, draws: int = 2000, seed: int = 0,
@@ -231,23 +284,28 @@ def _paired(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndar
 @dataclass
 class Stat:
     """A CAS or CAB value (fraction), the p-value of the test of what it measures (module docstring), the
-    random-citation baseline's value, the 95 % bootstrap interval over queries, and for CAS the paired signed test's
-    p-value (``shift_p_value``: does the mode move quality in one direction?)."""
+    random-citation baseline's value, the 95 % bootstrap interval over queries, for CAS the paired signed test's
+    p-value (``shift_p_value``: does the mode move quality in one direction?), and why there is no p-value when the
+    test is undefined (``p_note``)."""
 
     value: float
     p_value: float | None
     baseline: float | None = None
     ci: list[float] | None = None
     shift_p_value: float | None = None
+    #: why ``p_value`` is None (:func:`no_test_reason`)
+    p_note: str | None = None
 
 
 @dataclass
 class Effect:
-    """CAS or CAB for precision and recall over ``n`` paired queries."""
+    """CAS or CAB for precision and recall over ``n`` paired queries; ``n_excluded``: the query pairs left out
+    because an answer of the pair is empty or echoes the prompt (:func:`answer_defect`)."""
 
     precision: Stat
     recall: Stat
     n: int
+    n_excluded: int = 0
 
     def stat(self, metric: str) -> Stat:
         return self.precision if metric == "precision" else self.recall
@@ -272,7 +330,7 @@ def cas_effect(mode_records: Sequence[BiasRecord], vanilla_records: Sequence[Bia
         a, b = _values(mode_records, source, metric), _values(vanilla_records, source, metric)
         diffs = np.abs(np.asarray(a, dtype=float) - np.asarray(b, dtype=float))
         out[metric] = Stat(value=cas(a, b), p_value=abs_change_p_value(a, b), ci=bootstrap_ci(diffs),
-                           shift_p_value=paired_p_value(a, b))
+                           shift_p_value=paired_p_value(a, b), p_note=no_test_reason(a, b, absolute=True))
     return Effect(precision=out["precision"], recall=out["recall"], n=len(mode_records))
 
 
@@ -293,7 +351,8 @@ def contrast_effect(a_records: Sequence[BiasRecord], b_records: Sequence[BiasRec
     for metric in METRICS:
         a, b = _values(a_records, source, metric), _values(b_records, source, metric)
         diffs = sign * (np.asarray(a, dtype=float) - np.asarray(b, dtype=float))
-        out[metric] = Stat(value=cab(a, b, sign), p_value=paired_p_value(a, b), ci=bootstrap_ci(diffs))
+        out[metric] = Stat(value=cab(a, b, sign), p_value=paired_p_value(a, b), ci=bootstrap_ci(diffs),
+                           p_note=no_test_reason(a, b))
     return Effect(precision=out["precision"], recall=out["recall"], n=len(a_records))
 
 
@@ -330,20 +389,31 @@ def random_citation_draws(records: Sequence[BiasRecord], source: CitationSource,
 
 
 def random_baseline(aligned: Mapping[str, Sequence[BiasRecord]], source: CitationSource, *, omega: int, draws: int,
-                    seed: int) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]], dict[str, float]]:
-    """The random citer's mean precision/recall per mode, its CAS per non-vanilla mode and its CAB, averaged over
-    ``draws`` draws. ``aligned[mode]`` are records of the same items in the same order."""
+                    seed: int, defects: Mapping[str, Defect | None] | None = None,
+                    ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]], dict[str, float]]:
+    """The random citer's mean precision/recall per mode (over every query), its CAS per non-vanilla mode and its
+    CAB (over the query pairs CAS and CAB keep: :func:`sound_pairs` with ``defects``), averaged over ``draws``
+    draws. ``aligned[mode]`` are records of the same items in the same order."""
     rng = np.random.default_rng(seed)
     sims = {mode: random_citation_draws(recs, source, draws=draws, rng=rng) for mode, recs in aligned.items()}
     quality = {mode: {m: float(sim[m].mean()) if sim[m].size else 0.0 for m in METRICS} for mode, sim in sims.items()}
+    ok = {mode: np.array([(defects or {}).get(r.key) is None for r in recs], dtype=bool)
+          for mode, recs in aligned.items()}
+
+    def mean(values: np.ndarray, keep: np.ndarray) -> float:
+        if keep.all():  # every pair (the same sum, to the last bit, as before answers were checked)
+            return float(values.mean()) if values.size else 0.0
+        return float(values[:, keep].mean()) if keep.any() else 0.0
+
     cas_base: dict[str, dict[str, float]] = {}
     if "vanilla" in sims:
         for mode, sim in sims.items():
             if mode != "vanilla":
-                cas_base[mode] = {m: float(np.abs(sim[m] - sims["vanilla"][m]).mean()) if sim[m].size else 0.0
-                                  for m in METRICS}
+                keep = ok[mode] & ok["vanilla"]
+                cas_base[mode] = {m: mean(np.abs(sim[m] - sims["vanilla"][m]), keep) for m in METRICS}
     cab_base: dict[str, float] = {}
     if "informed" in sims and "counterfactual" in sims:
         inf, cf = sims["informed"], sims["counterfactual"]
-        cab_base = {m: float(omega * (inf[m] - cf[m]).mean()) if inf[m].size else 0.0 for m in METRICS}
+        keep = ok["informed"] & ok["counterfactual"]
+        cab_base = {m: omega * mean(inf[m] - cf[m], keep) for m in METRICS}
     return quality, cas_base, cab_base

@@ -4,7 +4,7 @@ for the self-citations and once for mirage's citations; a dataclass that round-t
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,17 +14,21 @@ from ..serialization import JSONRecord, library_versions
 from .explanations import ExplanationAnalysis, analyse_explanations, label_words
 from .metrics import (
     METRICS,
+    Defect,
     Effect,
     ModeSummary,
     Stat,
     align,
+    answer_defect,
     cab_effect,
     cas_effect,
     contrast_effect,
     mode_tests,
     random_baseline,
+    sound_pairs,
     summarize_mode,
 )
+from .prompts import load_prompts, mode_template
 from .protocol import BiasConfig, Metadata, Side, grid_modes
 from .records import SOURCES, BiasRecord, CitationSource
 
@@ -32,7 +36,8 @@ RESULT_FORMAT = 1
 
 
 def _effect(d: dict[str, Any]) -> Effect:
-    return Effect(precision=Stat(**d["precision"]), recall=Stat(**d["recall"]), n=d["n"])
+    return Effect(precision=Stat(**d["precision"]), recall=Stat(**d["recall"]), n=d["n"],
+                  n_excluded=d.get("n_excluded", 0))
 
 
 #: The mixed grid's contrasts: name -> ((relevant, non-relevant) sides of A, of B); each is mean (M_A − M_B), signed
@@ -100,6 +105,16 @@ class BiasStudyResult(JSONRecord):
     format: int = RESULT_FORMAT
     #: the analysis of the ``--explain`` explanations (:mod:`mirage.bias.explanations`); None without them
     explanations: ExplanationAnalysis | None = None
+    #: the fewest and the most documents a question of the study had (``config["k"]`` is what was asked: items
+    #: built from data with fewer documents, or prepared items, have their own number); None in older results
+    documents: list[int] | None = None
+
+    def documents_text(self) -> str:
+        """How many documents the questions had: ``"5"``, ``"3–10"``; the asked ``k`` for older results."""
+        if not self.documents:
+            return str(self.config.get("k"))
+        low, high = self.documents
+        return str(low) if low == high else f"{low}–{high}"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BiasStudyResult:
@@ -126,9 +141,11 @@ class BiasStudyResult(JSONRecord):
 
 
 def mixed_grid(by_mode: dict[str, list[BiasRecord]], source: CitationSource,
-               cells: dict[tuple[Side, Side], str]) -> MixedGrid | None:
+               cells: dict[tuple[Side, Side], str], defects: Mapping[str, Defect | None] | None = None,
+               ) -> MixedGrid | None:
     """The mixed grid of one citation set, when ``cells`` (:func:`mirage.bias.protocol.grid_modes`) covers all four
-    (relevant, non-relevant) side pairs; None otherwise."""
+    (relevant, non-relevant) side pairs; None otherwise. Each contrast leaves out the query pairs with an empty or
+    echoing answer (``defects`` by record key, :func:`~mirage.bias.metrics.sound_pairs`)."""
     sides: list[tuple[Side, Side]] = [("first", "first"), ("first", "second"), ("second", "first"),
                                       ("second", "second")]
     if not all(c in cells and cells[c] in by_mode for c in sides):
@@ -139,32 +156,48 @@ def mixed_grid(by_mode: dict[str, list[BiasRecord]], source: CitationSource,
     for c in sides:
         s = summarize_mode(aligned[c], source)
         out_cells[f"{c[0]}/{c[1]}"] = {"mode": cells[c], "precision": s.precision, "recall": s.recall, "n": s.n}
-    effects = {name: contrast_effect(aligned[a], aligned[b], source) for name, (a, b) in GRID_CONTRASTS.items()}
+    effects = {name: _sound_effect(contrast_effect, aligned[a], aligned[b], source, defects or {})
+               for name, (a, b) in GRID_CONTRASTS.items()}
     return MixedGrid(cells=out_cells, effects=effects)
 
 
+def _sound_effect(effect: Any, a: Sequence[BiasRecord], b: Sequence[BiasRecord], source: CitationSource,
+                  defects: Mapping[str, Defect | None], **kwargs: Any) -> Effect:
+    """``effect(a, b, source, **kwargs)`` over the pairs whose answers are both sound, with the count left out."""
+    a, b, excluded = sound_pairs(a, b, defects)
+    out = effect(a, b, source, **kwargs)
+    out.n_excluded = excluded
+    return out
+
+
 def summarize_source(records: Sequence[BiasRecord], source: CitationSource, *, modes: Sequence[str], omega: int,
-                     draws: int, seed: int, grid: dict[tuple[Side, Side], str] | None = None) -> SourceSummary:
+                     draws: int, seed: int, grid: dict[tuple[Side, Side], str] | None = None,
+                     defects: Mapping[str, Defect | None] | None = None) -> SourceSummary:
     """Quality, CAS, CAB, baseline and mode-vs-mode tests of one citation set, over the items present in every
-    mode; the mixed grid when ``grid`` (cell -> mode) covers it (over the items present in its four modes)."""
+    mode; the mixed grid when ``grid`` (cell -> mode) covers it (over the items present in its four modes).
+    ``defects`` (by record key, :func:`~mirage.bias.metrics.answer_defect`): quality and its tests count every
+    answer (and the empty and echoing ones); CAS, CAB and the grid's contrasts leave out the query pairs with one."""
+    defects = defects or {}
     by_mode: dict[str, list[BiasRecord]] = {}
     for r in records:
         by_mode.setdefault(r.mode, []).append(r)
     modes = [m for m in modes if m in by_mode]
     aligned = dict(zip(modes, align(by_mode, modes)))
-    quality, cas_base, cab_base = random_baseline(aligned, source, omega=omega, draws=draws, seed=seed)
-    summary = SourceSummary(source=source, modes={m: summarize_mode(aligned[m], source) for m in modes}, cas={},
-                            cab=None, baseline=quality, mode_tests=mode_tests(aligned, source),
-                            grid=mixed_grid(by_mode, source, grid) if grid else None)
+    quality, cas_base, cab_base = random_baseline(aligned, source, omega=omega, draws=draws, seed=seed,
+                                                  defects=defects)
+    summary = SourceSummary(source=source, modes={m: summarize_mode(aligned[m], source, defects) for m in modes},
+                            cas={}, cab=None, baseline=quality, mode_tests=mode_tests(aligned, source),
+                            grid=mixed_grid(by_mode, source, grid, defects) if grid else None)
     if "vanilla" in aligned:
         for mode in modes:
             if mode != "vanilla":
-                effect = cas_effect(aligned[mode], aligned["vanilla"], source)
+                effect = _sound_effect(cas_effect, aligned[mode], aligned["vanilla"], source, defects)
                 for metric in METRICS:
                     effect.stat(metric).baseline = cas_base[mode][metric]
                 summary.cas[mode] = effect
     if "informed" in aligned and "counterfactual" in aligned:
-        effect = cab_effect(aligned["informed"], aligned["counterfactual"], source, omega=omega)
+        effect = _sound_effect(cab_effect, aligned["informed"], aligned["counterfactual"], source, defects,
+                               omega=omega)
         for metric in METRICS:
             effect.stat(metric).baseline = cab_base[metric]
         summary.cab = effect
@@ -174,10 +207,12 @@ def summarize_source(records: Sequence[BiasRecord], source: CitationSource, *, m
 def summarize(records: Sequence[BiasRecord], *, cfg: BiasConfig, metadata: Metadata, model: str, data: str,
               mirage_config: dict[str, Any], sources: Sequence[CitationSource] = SOURCES) -> BiasStudyResult:
     """The study result of ``records`` (one per item and mode), for the citation sets ``sources`` (both by
-    default; answers generated elsewhere without a local model have self-citations only)."""
-
+    default; answers generated elsewhere without a local model have self-citations only). Answers that are empty
+    or echo their mode's instruction (:func:`~mirage.bias.metrics.answer_defect`, the instruction from the study's
+    prompt files) are counted per mode and left out of CAS, CAB and the grid's contrasts."""
+    defects = answer_defects(records, cfg, metadata)
     by_source = {s: summarize_source(records, s, modes=cfg.modes, omega=cfg.omega, draws=cfg.baseline_draws,
-                                     seed=cfg.seed, grid=grid_modes(cfg)) for s in sources}
+                                     seed=cfg.seed, grid=grid_modes(cfg), defects=defects) for s in sources}
     n_items = max((s.n for src in by_source.values() for s in src.modes.values()), default=0)
     meta = {"type": metadata.type, "first": metadata.first.name, "second": metadata.second.name,
             "first_labels": list(metadata.first.labels), "second_labels": list(metadata.second.labels),
@@ -186,5 +221,19 @@ def summarize(records: Sequence[BiasRecord], *, cfg: BiasConfig, metadata: Metad
     return BiasStudyResult(
         model=model, data=data, metadata=meta,
         explanations=analyse_explanations(records, label_words=label_words(meta)) if explained else None,
-        config=json.loads(json.dumps(cfg.to_dict())), mirage_config=json.loads(json.dumps(mirage_config)), n_items=n_items, omega=cfg.omega, sources=by_source,
-        versions=library_versions())
+        config=json.loads(json.dumps(cfg.to_dict())), mirage_config=json.loads(json.dumps(mirage_config)),
+        n_items=n_items, omega=cfg.omega, sources=by_source, versions=library_versions(),
+        documents=[min(r.n_docs for r in records), max(r.n_docs for r in records)] if records else None)
+
+
+def answer_defects(records: Sequence[BiasRecord], cfg: BiasConfig, metadata: Metadata) -> dict[str, Defect | None]:
+    """Per record key, whether its answer is empty or echoes the instruction of its mode's prompt (the study's
+    prompt files, :func:`~mirage.bias.prompts.mode_template`)."""
+    prompts = load_prompts(cfg)
+    instructions: dict[str, str] = {}
+    out = {}
+    for r in records:
+        if r.mode not in instructions:
+            instructions[r.mode] = mode_template(prompts, r.mode, metadata)["instruction"]
+        out[r.key] = answer_defect(r.answer, instructions[r.mode])
+    return out

@@ -111,6 +111,10 @@ def build_items(data: str, cfg: BiasConfig, *, limit: int | None = None, split: 
     if not items:
         note = f" ({relevant_counts_note(counts, cfg.n_relevant)}); choose another --n-relevant" if counts else ""
         raise InputError(f"{data}: no question with exactly {cfg.n_relevant} relevant document(s){note}.")
+    most = max(len(item.docs) for item in items)
+    if most < cfg.k:  # the tables report the documents the questions have (BiasStudyResult.documents), not k
+        print(f"bias.k={cfg.k}: the questions of {data} have at most {most} documents; the study uses those.",
+              file=sys.stderr)
     if limit is not None:
         items = items[:limit]
     if pool is not None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .explanations import render_explanations
-from .metrics import Stat
+from .metrics import METRICS, Effect, Stat
 from .protocol import BiasConfig, doc_sides
 from .results import BiasStudyResult, SourceSummary
 
@@ -51,12 +51,24 @@ def _dagger(source: SourceSummary, mode: str, metric: str) -> str:
     return "†" if p is not None and p < 0.05 else ""
 
 
+def _queries(effect: Effect) -> str:
+    """The query pairs behind an effect, and those left out (an answer empty or echoing the prompt)."""
+    return f"{effect.n}" + (f" ({effect.n_excluded} left out)" if effect.n_excluded else "")
+
+
+def _no_p_notes(rows: list[tuple[str, Stat]]) -> str:
+    """Footnotes saying why a test gave no p-value (``Stat.p_note``), one per row and metric that has one."""
+    notes = [f"- no p-value for {what}: {stat.p_note}." for what, stat in rows if stat.p_note]
+    return ("\n\n" + "\n".join(notes)) if notes else ""
+
+
 def quality_table(result: BiasStudyResult, source: SourceSummary) -> str:
     """Attribution quality per mode (percentages; † = differs from vanilla at p < 0.05; AC as probabilities in %,
-    with the number of citations and the Welch test of relevant vs non-relevant)."""
+    with the number of citations and the Welch test of relevant vs non-relevant), and the answers that are empty
+    or echo the prompt."""
     lines = [("| Mode | Labels (relevant / non-relevant) | Precision | Recall | F1 | Citations | No citation | "
-             "Length (words) | EM | AC relevant | AC non-relevant | AC p | Random P | Random R |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "Length (words) | EM | AC relevant | AC non-relevant | AC p | Random P | Random R | Echo / empty |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for mode, s in source.modes.items():
         base = source.baseline.get(mode, {})
         lines.append(
@@ -64,7 +76,8 @@ def quality_table(result: BiasStudyResult, source: SourceSummary) -> str:
             f"{_pct(s.recall)}{_dagger(source, mode, 'recall')} | {_pct(s.f1)} | "
             f"{s.n_citations:.2f} | {_pct(s.no_citation)} | {s.length:.1f} | {_pct(s.correct)} | "
             f"{_ac(s.ac_relevant, s.n_ac_relevant)} | {_ac(s.ac_nonrelevant, s.n_ac_nonrelevant)} | "
-            f"{_p(s.ac_p_value)} | {_pct(base.get('precision'))} | {_pct(base.get('recall'))} |")
+            f"{_p(s.ac_p_value)} | {_pct(base.get('precision'))} | {_pct(base.get('recall'))} | "
+            f"{s.n_echo} / {s.n_empty} |")
     return "\n".join(lines)
 
 
@@ -92,8 +105,9 @@ def grid_table(result: BiasStudyResult, source: SourceSummary) -> str:
               "95 % CI | Queries |", "|---|---|---|---|---|---|---|---|"]
     for name, e in grid.effects.items():
         lines.append(f"| {name} | {_stat(e.precision)} | {_p(e.precision.p_value)} | {_ci(e.precision.ci)} | "
-                     f"{_stat(e.recall)} | {_p(e.recall.p_value)} | {_ci(e.recall.ci)} | {e.n} |")
-    return "\n".join(lines)
+                     f"{_stat(e.recall)} | {_p(e.recall.p_value)} | {_ci(e.recall.ci)} | {_queries(e)} |")
+    return "\n".join(lines) + _no_p_notes([(f"{name} {metric}", e.stat(metric))
+                                            for name, e in grid.effects.items() for metric in METRICS])
 
 
 def _ci(ci: list[float] | None) -> str:
@@ -113,8 +127,11 @@ def cas_table(source: SourceSummary) -> str:
             f"| {mode} | {_stat(e.precision)} | {_p(e.precision.p_value)} | {_ci(e.precision.ci)} | "
             f"{_p(e.precision.shift_p_value)} | {_stat(e.recall)} | {_p(e.recall.p_value)} | {_ci(e.recall.ci)} | "
             f"{_p(e.recall.shift_p_value)} | {_pct(e.precision.baseline, 2)} | {_pct(e.recall.baseline, 2)} | "
-            f"{e.n} |")
-    return "\n".join(lines) if source.cas else "(CAS needs the vanilla mode and another mode.)"
+            f"{_queries(e)} |")
+    if not source.cas:
+        return "(CAS needs the vanilla mode and another mode.)"
+    return "\n".join(lines) + _no_p_notes([(f"CAS {metric}, {mode}", e.stat(metric))
+                                            for mode, e in source.cas.items() for metric in METRICS])
 
 
 def cab_table(result: BiasStudyResult, source: SourceSummary) -> str:
@@ -126,8 +143,9 @@ def cab_table(result: BiasStudyResult, source: SourceSummary) -> str:
              "|---|---|---|---|---|---|---|---|---|---|",
              (f"| {result.omega:+d} | {_stat(e.precision)} | {_p(e.precision.p_value)} | {_ci(e.precision.ci)} | "
              f"{_stat(e.recall)} | {_p(e.recall.p_value)} | {_ci(e.recall.ci)} | {_pct(e.precision.baseline, 2)} | "
-             f"{_pct(e.recall.baseline, 2)} | {e.n} |")]
-    return "\n".join(lines) + f"\n\nPositive CAB = bias toward **{first}**."
+             f"{_pct(e.recall.baseline, 2)} | {_queries(e)} |")]
+    return ("\n".join(lines) + _no_p_notes([(f"CAB {metric}", e.stat(metric)) for metric in METRICS])
+            + f"\n\nPositive CAB = bias toward **{first}**.")
 
 
 def side_by_side(result: BiasStudyResult) -> str:
@@ -156,7 +174,8 @@ def render_markdown(result: BiasStudyResult) -> str:
     out = [
         f"# Attribution sensitivity and bias: {result.model}",
         "",
-        (f"Data `{result.data}`, {result.n_items} questions, k = {cfg['k']} documents (one relevant), "
+        (f"Data `{result.data}`, {result.n_items} questions, k = {result.documents_text()} documents "
+        f"({cfg.get('n_relevant', 1)} relevant){_asked_k(result)}, "
         f"documents: {cfg['docs']}, seed {cfg['seed']}. Metadata `{md['type']}`: {md['first']} "
         f"{md['first_labels']} vs {md['second']} {md['second_labels']}; ω = {result.omega:+d} "
         f"(relevant documents labelled {md[cfg['relevant_side']]} in the informed mode)."),
@@ -166,7 +185,10 @@ def render_markdown(result: BiasStudyResult) -> str:
         "CAB and contrast p: paired t-test; 95 % CI: bootstrap over queries; * p < 0.05, ** p < 0.01; † differs from "
         "vanilla at p < 0.05 (paired t-test); AC p: Welch t-test of the confidence of citations to relevant vs "
         "non-relevant documents. Random: a citer that cites as many documents as the model, uniformly at random. "
-        "MIRAGE's citations are computed on the same answers with the citation marks removed."),
+        "MIRAGE's citations are computed on the same answers with the citation marks removed. A test with fewer "
+        "than two query pairs or zero variance gives no p-value (–, with the reason below its table). Echo / "
+        "empty: answers that mostly repeat the prompt's instruction or have no word; they count in the quality "
+        "table, and CAS, CAB and the contrasts leave out the query pairs with one (Queries: used (left out))."),
         "",
         "## Side by side",
         "",
@@ -183,6 +205,14 @@ def render_markdown(result: BiasStudyResult) -> str:
         out += ["", "## Explanations (what the model says about its citations, `--explain`)", "",
                 render_explanations(result.explanations)]
     return "\n".join(out) + "\n"
+
+
+def _asked_k(result: BiasStudyResult) -> str:
+    """``; --k 1000 was asked`` when the questions had another number of documents than the configured k."""
+    k = result.config.get("k")
+    if result.documents and result.documents != [k, k]:
+        return f"; k = {k} was asked, and the items hold {result.documents_text()}"
+    return ""
 
 
 def plot_cab(results: Sequence[BiasStudyResult]) -> Any:
