@@ -1,15 +1,31 @@
 """Scripts that time mirage and compare it with the reference procedure (:mod:`mirage.reference`); run them as
 ``python benchmarks/NAME.py``. Nothing here is imported by mirage or its tests."""
 
-import os
 import platform
+import sys
 from pathlib import Path
 
 import torch
 
-#: The shared data folder (XOR-AttriQA, ALCE's ELI5 sample): ``$MIRAGE_SHARED_DATA``, else ``../shared/data`` beside the
-#: repository.
-SHARED_DATA = Path(os.environ.get("MIRAGE_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+
+def recorded_command() -> str:
+    """The command line that ran this script, as a benchmark records it: without the machine's absolute paths
+    (:func:`mirage.pages.core.portable_arg`: relative to the working folder, else the file's name)."""
+    from mirage.pages.core import portable_arg
+
+    return " ".join(["python", *(portable_arg(arg, Path.cwd()) for arg in sys.argv)])
+
+
+def cached_dataset(name: str) -> Path | None:
+    """Dataset ``name`` in mirage's data cache (``mirage data get NAME``, or ``--from`` a local copy), or None, with a
+    note on stderr, when it is not there (a benchmark then falls back to the repository's examples)."""
+    from mirage.data import DataError, resolve
+
+    try:
+        return resolve(name)
+    except DataError as err:
+        print(f"note: {err}", file=sys.stderr)
+        return None
 
 
 def device_name(device: torch.device) -> str:

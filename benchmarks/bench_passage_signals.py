@@ -1,6 +1,6 @@
 """Time the learned setting's passes with the output head on the answer rows only, against the head on every position.
 
-    python benchmarks/bench_passage_signals.py ../shared/data/xor_attriqa_match/fi.jsonl --limit 5 \
+    python benchmarks/bench_passage_signals.py xor-attriqa-match:fi --limit 5 \
         --model gemma3-270m --text native
 
 The learned setting of ``mirage score xor-attriqa`` runs, per item, CTI's two passes and the passage signals (one
@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from mirage import Mirage
 from mirage import passage_signals as ps
+from mirage.data import resolve
 from mirage.scoring.xor_attriqa import SIGNALS, load_xor_attriqa, prepare_item, xor_attriqa_pipeline
 from mirage.serialization import library_versions
 from mirage.tokenization import tokenize_answer
@@ -53,7 +54,7 @@ def timed(m: Mirage, prep: Any, answer_ids: list[int], cti: Any, head: Any) -> t
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("data", help="an XOR-AttriQA JSONL file")
+    ap.add_argument("data", help="an XOR-AttriQA JSONL file, or a dataset such as xor-attriqa-match:fi")
     ap.add_argument("--limit", type=int, default=5, help="rows (default 5)")
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--text", default="en", choices=["en", "native"])
@@ -64,7 +65,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     m = Mirage.from_pretrained(args.model, config=xor_attriqa_pipeline())  # the scorer's prompt
     kept = ps.causal_pass
-    items = [i for i in load_xor_attriqa(args.data, text=args.text, limit=args.limit).items if len(i.passages) > 1]
+    items = [i for i in load_xor_attriqa(resolve(args.data), text=args.text, limit=args.limit).items if len(i.passages) > 1]
     rows = []
     for item in items:
         text, prep = prepare_item(m, item)

@@ -34,12 +34,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import SHARED_DATA, device_name
+from benchmarks import cached_dataset, device_name
 from mirage import Mirage
 from mirage.models import cpu_flags
 from mirage.run_files import read_json
 
-SHARED_ELI5 = SHARED_DATA / "eli5_alce" / "eli5_eval_sample.json"
 #: (name, model dtype, threads or None for --threads, cci.precision)
 VARIANTS = (("float32", "float32", None, "model"), ("float32_1thread", "float32", 1, "model"),
             ("bfloat16", "bfloat16", None, "model"), ("float16", "float16", None, "model"),
@@ -59,8 +58,9 @@ def _spearman(a: list[float], b: list[float]) -> float:
 
 
 def _cases(n: int) -> list[dict]:
-    if SHARED_ELI5.exists():
-        items = json.loads(SHARED_ELI5.read_text())
+    sample = cached_dataset("eli5-alce")
+    if sample is not None:
+        items = json.loads(sample.read_text())
         return [{"question": it["question"], "docs": it["docs"][:5]} for it in items[:n]]
     items = json.loads((ROOT / "examples" / "rag_items.json").read_text())
     return [{"question": it["question"], "docs": it["docs"]} for it in items[:n]]

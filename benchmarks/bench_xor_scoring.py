@@ -1,6 +1,6 @@
 """Time ``mirage score xor-attriqa`` before and after "compute only what a setting needs", in one run.
 
-    python benchmarks/bench_xor_scoring.py ../shared/data/xor_attriqa_match --limit 5 --threads 2
+    python benchmarks/bench_xor_scoring.py xor-attriqa-match:val,fi,ru --limit 5 --threads 2
 
 Every run scores the first N rows of fi and ru, calibrated on the first N rows of val, with the same loaded model,
 into fresh directories: **before** computes every answer token's CCI row (``all_tokens=True``, no passage signals:
@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import device_name
 from mirage import Mirage
+from mirage.data import resolve
 from mirage.models import dtype_name
 from mirage.runs import write_atomic
 from mirage.scoring.benchmarks import run_xor_attriqa
@@ -68,7 +69,8 @@ class Timed:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("data_dir", help="folder with fi.jsonl, ru.jsonl, val.jsonl (XOR-AttriQA match release)")
+    ap.add_argument("data_dir", help="folder with fi.jsonl, ru.jsonl, val.jsonl (XOR-AttriQA match release), or the "
+                                     "dataset xor-attriqa-match:val,fi,ru (`mirage data get` it first)")
     ap.add_argument("--limit", type=int, default=5, help="rows of each file (default 5)")
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--text", default="en", choices=["en", "native"])
@@ -95,7 +97,7 @@ def main() -> None:
         runs = [r for r in runs if r[0] in args.runs]
     if args.threads:
         torch.set_num_threads(args.threads)
-    data = Path(args.data_dir)
+    data = resolve(args.data_dir)
     test = [data / "fi.jsonl", data / "ru.jsonl"]
     cal = [data / "val.jsonl"]
     m = Mirage.from_pretrained(args.model, device=args.device, dtype=args.dtype)

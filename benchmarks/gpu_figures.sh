@@ -4,7 +4,8 @@
 #     OUT=benchmarks/results/gpu bash benchmarks/gpu_figures.sh
 #
 # Needs mirage's dependencies, the reference (inseq), the embedded model (or its conversion cache under
-# $MIRAGE_CACHE_DIR) and the shared data ($MIRAGE_SHARED_DATA, else ../shared/data). Each step has its own time limit
+# $MIRAGE_CACHE_DIR) and the data in mirage's data cache (`mirage data get eli5-alce xor-attriqa-match:val,fi,ru`, or
+# `--from` a local copy). Each step has its own time limit
 # and writes its JSON as soon as it ends, so a step that runs out of time loses only itself:
 #   1. the attribution benchmark: mirage against the reference (inseq) on the same GPU, both in the model's default
 #      GPU dtype (bfloat16), two ELI5 answers and the answer-length sweep (16/32/64 tokens and whole);
@@ -21,7 +22,7 @@ set -u
 OUT=${OUT:-benchmarks/results/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-DATA=${MIRAGE_SHARED_DATA:-$(dirname "$0")/../../shared/data}
+DATA=xor-attriqa-match:val,fi,ru  # a dataset of the data cache: fi.jsonl, ru.jsonl and val.jsonl
 py=${PYTHON:-python3}
 STEPS=${STEPS:-convert attribution precision xor_scoring xor_scoring_fp32 profile}  # a subset reruns only those steps
 step() {  # step NAME SECONDS COMMAND...: run one step under its limit, its output appended to $OUT/log.txt too
@@ -40,8 +41,8 @@ step attribution 200 $py benchmarks/bench_attribution.py --device cuda --eli5 2 
     --out "$OUT/attribution_gpu.json"
 step precision 100 $py benchmarks/bench_precision.py --device cuda --eli5 3 --variants bfloat16 float16 cci_bfloat16 \
     --details "$OUT/precision_gpu_details.json" --out "$OUT/precision_gpu.json"
-step xor_scoring 150 $py benchmarks/bench_xor_scoring.py "$DATA/xor_attriqa_match" --limit 10 --device cuda \
+step xor_scoring 150 $py benchmarks/bench_xor_scoring.py "$DATA" --limit 10 --device cuda \
     --batch-items 8 --out "$OUT/xor_scoring_gpu.json"
-step xor_scoring_fp32 120 $py benchmarks/bench_xor_scoring.py "$DATA/xor_attriqa_match" --limit 10 --device cuda \
+step xor_scoring_fp32 120 $py benchmarks/bench_xor_scoring.py "$DATA" --limit 10 --device cuda \
     --dtype float32 --batch-items 8 --runs before after after_batch8 --out "$OUT/xor_scoring_gpu_fp32.json"
 step profile 120 $py benchmarks/profile_attribution.py --device cuda --out "$OUT/profile_gpu.json"

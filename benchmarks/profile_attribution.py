@@ -3,8 +3,8 @@ reference procedure has run in the same process, with torch.profiler's tables of
 
     python benchmarks/profile_attribution.py --device cuda --out benchmarks/results/gpu/profile_gpu.json
 
-It generates the first ELI5 answer of the shared sample (untimed warm-up), then attributes cuts of it at lengths not
-met before ("cold": a new prompt shape) and the same cut again ("warm"), prints mirage's own timings of each
+It generates the first ELI5 answer of ALCE's sample (eli5-alce; untimed warm-up), then attributes cuts of it at
+lengths not met before ("cold": a new prompt shape) and the same cut again ("warm"), prints mirage's own timings of each
 (prepare, CTI, CCI, total), profiles one cold and one warm call (tables printed, top operators kept in the JSON), runs
 the reference once, and times new cold and warm cuts after it. On a GPU a small model is bound by launches, so these
 figures show what the benchmark's rows (each a shape met once) hold besides arithmetic.
@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import device_name
+from benchmarks import device_name, recorded_command
 from benchmarks.bench_attribution import _cases
 from mirage import Mirage
 from mirage.reference import run_reference
@@ -92,7 +92,7 @@ def main() -> None:
         timed(n, "cold, after the reference")
         timed(n, "warm, after the reference")
     out = {"model": args.model, "device": str(device), "device_name": device_name(device),
-           "command": "python " + " ".join(sys.argv), "rows": rows, "profiles": profiles}
+           "command": recorded_command(), "rows": rows, "profiles": profiles}
     write_atomic(args.out, json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out}")
 

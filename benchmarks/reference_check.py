@@ -1,10 +1,10 @@
 """Check the reference procedure adapter (:mod:`mirage.reference`, inseq ``attribute_context``) against an independent
 plain-torch computation of the same CTI and CCI scores, on three cases built from XOR-AttriQA validation rows.
 
-    python benchmarks/reference_check.py [--data DIR]
+    python benchmarks/reference_check.py [--data FILE]
 
-``--data``: the shared data folder holding ``xor_attriqa_match/val.jsonl`` (default ``$MIRAGE_SHARED_DATA``, else
-``../shared/data`` beside the repository). Nothing is asserted: it prints both computations side by side.
+``--data``: XOR-AttriQA-match validation rows (default: the dataset ``xor-attriqa-match:val``; ``mirage data get`` it
+first). Nothing is asserted: it prints both computations side by side.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import SHARED_DATA
+from mirage.data import resolve
 from mirage.reference import run_reference
 
 
@@ -64,7 +64,7 @@ def _pearson(a, b) -> float:
     return float((x * y).sum() / (x.norm() * y.norm()))
 
 
-def _demo_cases(tokenizer, data: Path):
+def _demo_cases(tokenizer, data: Path):  # data: XOR-AttriQA-match val rows
     def chat(user):
         return tokenizer.apply_chat_template(
             [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
@@ -73,7 +73,7 @@ def _demo_cases(tokenizer, data: Path):
     def fmt_docs(passages):
         return "".join(f"Document [{i + 1}](Title: ): {p}\n" for i, p in enumerate(passages))
 
-    rows = [json.loads(line) for line in (data / "xor_attriqa_match" / "val.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
     cases = []
     # 1: first val row, two passages, short answer
     r = rows[0]
@@ -101,9 +101,10 @@ def main() -> None:
     from mirage.models import load_model
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=SHARED_DATA,
-                        help=f"shared data folder with xor_attriqa_match/val.jsonl (default: {SHARED_DATA})")
+    parser.add_argument("--data", default="xor-attriqa-match:val",
+                        help="XOR-AttriQA-match val rows: a file or a dataset (default xor-attriqa-match:val)")
     args = parser.parse_args()
+    args.data = resolve(args.data)
     torch.set_num_threads(2)
     lm = load_model("smollm2-135m-instruct")
     model, tok = lm.model, lm.tokenizer

@@ -250,6 +250,12 @@ def _register_tune() -> Register:
     return register
 
 
+def _register_data() -> Register:
+    from .data.cli import register
+
+    return register
+
+
 def commands() -> list[Command]:
     """The subcommands, in ``--help`` order. A command's module is imported only when that command is parsed, so
     ``mirage --help`` and ``mirage attribute …`` never import the benchmark and bias modules (nor torch)."""
@@ -265,6 +271,8 @@ def commands() -> list[Command]:
         Command("view", VIEW_HELP, lambda: register_view),
         Command("tune", "citation fine-tuning: build training data, train a LoRA adapter (SFT, then a reward "
                         "stage), evaluate its citations", _register_tune),
+        Command("data", "datasets by name: list them, get them into the cache (download, or --from a local copy)",
+                _register_data),
         Command("report", "write a run folder's results page (DIR/README.md) from its results alone", _register_report),
     ]
 

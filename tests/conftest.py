@@ -4,6 +4,8 @@ model itself, the example items, and real attribution results computed on the em
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,10 +24,14 @@ SCRIPT_DOC = {
 }
 
 
-#: The headless Chromium the browser tests drive (scripts/setup.sh --test installs it).
-CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def chromium() -> str | None:
+    """The headless Chromium the browser tests drive: ``$MIRAGE_CHROMIUM``, else ``chromium`` (or
+    ``chromium-browser``) on the PATH (scripts/setup.sh --test installs it)."""
+    return os.environ.get("MIRAGE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +41,62 @@ def browser():
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.fail("playwright is missing: run `bash scripts/setup.sh --test`.")
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `bash scripts/setup.sh --test` (apt-get install chromium).")
+    executable = chromium()
+    if executable is None or not Path(executable).exists():
+        pytest.fail(f"no chromium ({executable or 'none on the PATH'}): run `bash scripts/setup.sh --test` (apt-get "
+                    "install chromium) or set MIRAGE_CHROMIUM to the browser's path.")
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        b = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+#: The project's data folder (read-only; tests/data holds slices of it): beside the checkout, or $MIRAGE_TEST_DATA.
+SHARED_DATA = Path(os.environ.get("MIRAGE_TEST_DATA") or ROOT.parent / "shared" / "data")
+#: The datasets of the data folder, by name (`mirage data list`).
+SHARED_DATASETS = ("xor-attriqa-match:train,val,fi,ru", "xor-attriqa-full:train,val,fi,ru", "eli5-alce",
+                   "eli5-alce-prompt", "beir-small")
+
+
+@pytest.fixture(scope="session")
+def data_folder() -> Path:
+    """The project's data folder (read it only through ``mirage data get --from``); skips when it is not there."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"the project's data folder is not here ({SHARED_DATA.name}; set MIRAGE_TEST_DATA)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def data_cache(data_folder, tmp_path_factory) -> Path:
+    """A data cache (a folder for $MIRAGE_DATA_DIR) holding the data folder's datasets, imported once per session as a
+    user would (`mirage data get NAME --from FOLDER`, each file checked against its pinned checksum). Skips when the
+    data folder is not there. Tests take ``data_dir``, which points mirage at it."""
+    from mirage.cli import main
+
+    root = tmp_path_factory.mktemp("data-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MIRAGE_DATA_DIR", str(root))
+        assert main(["data", "get", *SHARED_DATASETS, "--from", str(data_folder), "--quiet"]) == 0
+    return root
+
+
+@pytest.fixture
+def data_dir(data_cache, monkeypatch) -> Path:
+    """$MIRAGE_DATA_DIR set to ``data_cache`` for one test, so that it reads datasets by name
+    (``mirage.data.resolve("xor-attriqa-match:fi")``, ``mirage score xor-attriqa xor-attriqa-match:fi``)."""
+    monkeypatch.setenv("MIRAGE_DATA_DIR", str(data_cache))
+    return data_cache
+
+
+@pytest.fixture
+def data_if_present(request, monkeypatch) -> Path | None:
+    """``data_dir`` where the data folder is here; otherwise $MIRAGE_DATA_DIR set to an empty folder, so that code
+    with a fallback for a missing dataset takes it (and never reads this machine's own data cache)."""
+    if SHARED_DATA.is_dir():
+        return request.getfixturevalue("data_dir")
+    empty = request.getfixturevalue("tmp_path") / "no-data"
+    monkeypatch.setenv("MIRAGE_DATA_DIR", str(empty))
+    return None
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,6 @@ if importlib.util.find_spec("context_cite") is None:
     pytest.skip("context-cite is not installed (a benchmark dependency: scripts/setup.sh --test installs it)",
                 allow_module_level=True)
 
-from benchmarks import SHARED_DATA
 from benchmarks.contextcite_xor import (
     CONTEXTCITE_NUM_ABLATIONS,
     ablated_prompt,
@@ -181,11 +180,12 @@ def test_run_resumes_and_records_failures(tiny, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (SHARED_DATA / "xor_attriqa_match" / "val.jsonl").exists(), reason="shared data not present")
-def test_real_model_credits_the_passage_holding_the_answer(smollm2):
+def test_real_model_credits_the_passage_holding_the_answer(smollm2, data_dir):
     """Line 49 of the shared val split: "Christopher Columbus", copied from the first of three passages (the one the
     annotators label as supporting it)."""
-    item = next(it for it in load_xor_attriqa(SHARED_DATA / "xor_attriqa_match" / "val.jsonl", limit=49).items
+    from mirage.data import resolve
+
+    item = next(it for it in load_xor_attriqa(resolve("xor-attriqa-match:val"), limit=49).items
                 if it.line == 49)
     holding = [i for i, p in enumerate(item.passages) if item.answer.lower() in p.lower()]
     assert holding == [0]

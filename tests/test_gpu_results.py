@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-from benchmarks.bench_precision import SHARED_ELI5, _cases, _details, _parity
+from benchmarks.bench_precision import _cases, _details, _parity
 from mirage.run_files import read_json
 
 GPU = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "gpu"
@@ -29,8 +27,7 @@ def test_the_shipped_gpu_files_say_what_ran_them():
     assert all(row["same_selected"] and row["same_citations"] for row in attribution["rows"])
 
 
-@pytest.mark.skipif(not SHARED_ELI5.exists(), reason="the ELI5 questions are read from ../shared/data")
-def test_the_gpu_float32_attribution_matches_this_cpu(embedded_mirage):
+def test_the_gpu_float32_attribution_matches_this_cpu(embedded_mirage, data_dir):  # the ELI5 questions: eli5-alce
     stored = read_json(GPU / "precision_gpu_details.json.gz")
     assert stored["device"].startswith("cuda")
     case = _cases(2)[1]  # the 54-token answer of the three

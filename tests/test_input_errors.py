@@ -19,7 +19,6 @@ from mirage.scoring.xor_attriqa import load_xor_attriqa
 
 DATA = Path(__file__).parent / "data"
 XOR_ROWS = DATA / "xor_bias_rows.jsonl"
-SHARED_XOR = Path("/work/shared/data/xor_attriqa_match")
 
 GOOD = {"question": "When was the Ikhwan party formed?",
         "docs": [{"title": "Ikhwan", "text": "The Ikhwan was formed in 1913."}], "output": "In 1913."}
@@ -329,10 +328,11 @@ def test_real_nli_files_load(xor_split):
     assert all(i.nli["nli_orig"] == tuple(bool(values[j]) for j in i.idxs) for i in data.items)
 
 
-@pytest.mark.skipif(not SHARED_XOR.exists(), reason="shared data not present")
-def test_every_shared_nli_file_loads():
+def test_every_shared_nli_file_loads(data_dir):
+    from mirage.data import resolve
+
     for split in ("fi", "ru", "train", "val"):
-        data = load_xor_attriqa(SHARED_XOR / f"{split}.jsonl")
+        data = load_xor_attriqa(resolve(f"xor-attriqa-match:{split}"))
         assert not data.bad_rows and all(set(i.nli) == {"nli_mt", "nli_orig"} for i in data.items)
 
 

@@ -52,7 +52,8 @@ def test_notebook_is_committed_without_outputs(path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_top_to_bottom(path):
+def test_notebook_runs_top_to_bottom(path, data_if_present):
+    """The kernel reads the project's data by name (the data folder imported into a data cache) where it is here."""
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     shown = _text(nb)

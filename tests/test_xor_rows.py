@@ -20,7 +20,6 @@ from mirage.scoring.rows import RowError
 from mirage.scoring.xor_attriqa import clean_query, load_xor_attriqa, parse_xor_row
 
 DATA = Path(__file__).parent / "data"
-SHARED_MATCH = Path("/work/shared/data/xor_attriqa_match")
 MATCH_FILES = [DATA / "xor_attriqa_match" / "val.jsonl", DATA / "xor_attriqa_match" / "train.jsonl",
                DATA / "xor_bias_rows.jsonl"]
 
@@ -86,9 +85,10 @@ def test_scorer_and_study_read_the_copied_rows_alike(path):
     assert _agree(path) == 4
 
 
-@pytest.mark.skipif(not SHARED_MATCH.exists(), reason="shared data not present")
-def test_scorer_and_study_read_every_shared_row_alike():
-    assert sum(_agree(SHARED_MATCH / f"{split}.jsonl") for split in ("train", "val", "fi", "ru")) == 332
+def test_scorer_and_study_read_every_shared_row_alike(data_dir):
+    from mirage.data import resolve
+
+    assert sum(_agree(resolve(f"xor-attriqa-match:{split}")) for split in ("train", "val", "fi", "ru")) == 332
 
 
 def test_the_stray_mark_rule():

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from ..citations import parse_answer
 from ..config import MirageConfig
+from ..data import data_label
 from ..inputs import InputError, make_item
 from ..models import dtype_name
 from ..progress import Progress
@@ -220,7 +221,7 @@ def run_answers_study(data: str, answers_path: str | Path, *, cfg: BiasConfig, o
         raise InputError(f"--answers {answers_path}: no answer matches a request of this study; write the requests "
                          "with --write-requests and the same options.")
     sources = ("self", "mirage") if mirage is not None else ("self",)
-    result = summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=name, data=str(data),
+    result = summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=name, data=data_label(data),
                        mirage_config=mirage.config.to_dict() if mirage is not None else {}, sources=sources)
     write_outputs(result, out_dir)
     return result, len(missing)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 from ..config import ConfigError, read_config_file
+from ..data import resolve
 from ..experiment import ExperimentConfig, add_device_args, add_experiment_args, non_negative_int
 from ..progress import terminal_progress
 from .protocol import (
@@ -192,6 +193,7 @@ def cmd_bias(args: argparse.Namespace) -> int:
         if len(exp.data) != 1:
             raise ConfigError("give DATA (or one 'data:' path in the --config file).")
         args.data = exp.data[0]
+    args.data = str(resolve(args.data))  # a dataset name (xor-attriqa-match:train,val,fi,ru) or a path
     compare = []
     for path in args.compare or []:
         path = Path(path)
@@ -331,7 +333,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.is_dir():
         raise InputError(f"-o {args.output} is a directory; give a file path, e.g. {out / 'run.trec'}.")
-    beir = load_beir_data(args.data, split=args.split)
+    beir = load_beir_data(str(resolve(args.data)), split=args.split)
     ranking = retrieve(beir, args.retriever, top_k=args.top_k, cache_dir=out.parent)
     write_run(ranking, out, tag=args.retriever)
     q = retrieval_quality(ranking, beir.qrels, k=args.k, top_k=args.top_k)

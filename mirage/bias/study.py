@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..data import data_label
 from ..experiment import ExperimentConfig
 from ..inputs import InputError
 from ..lazy import MirageSource, resolve_mirage
@@ -155,7 +156,7 @@ def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_d
         items, out=store_for(out_dir / "generations.jsonl", settings=settings), progress=progress, reuse=shared))
     if records is None:  # one rank of several: rank 0 summarizes
         return None
-    result = summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=mirage.lm.name, data=str(data),
+    result = summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=mirage.lm.name, data=data_label(data),
                        mirage_config=study.mirage_config.to_dict())
     write_outputs(result, out_dir, compare=compare)
     return result

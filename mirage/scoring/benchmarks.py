@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import MirageConfig
+from ..data import data_label
 from ..experiment import ExperimentConfig
 from ..inputs import BadRow, InputError
 from ..lazy import resolve_mirage
@@ -264,8 +265,8 @@ computed again.
     scores, failed, faith = done
     bad = list(test.bad_rows) + (list(cal.bad_rows) if cal else []) + failed
     require_scored(out, data, sum(key in scores for key in by_key), list(test.bad_rows) + failed)
-    settings = {"model": model_name, "text": text, "data": [str(p) for p in data],
-                "calibrate_on": [str(p) for p in cal_files] or None, "calibrate_by": calibrate_by,
+    settings = {"model": model_name, "text": text, "data": [data_label(p) for p in data],
+                "calibrate_on": [data_label(p) for p in cal_files] or None, "calibrate_by": calibrate_by,
                 "limit": limit, "group_passages": group_passages, "all_tokens": all_tokens, "signals": use_signals,
                 "groups": list(groups), "config": cfg.to_dict()}
     report = evaluate(test.items, scores, config=cfg, calibration_items=cal.items if cal else None,
@@ -332,7 +333,7 @@ def run_eli5(
                          "entails": decision})
 
         cached = M.CachedJudge(judge, load_judgments(store), on_new=remember)
-    settings = {"model": model_name, "data": str(source), "seeds": list(seeds), "ndocs": ndocs, "limit": limit,
+    settings = {"model": model_name, "data": data_label(source), "seeds": list(seeds), "ndocs": ndocs, "limit": limit,
                 "at_most_citations": at_most, "config": cfg.to_dict()}
     if len(set(seeds)) > 1 and not cfg.generation.do_sample:
         settings["note"] = "greedy decoding: the seeds give the same answers; sample to vary them"

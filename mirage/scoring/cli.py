@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
+from ..data import resolve, resolve_all
 from ..experiment import ExperimentConfig, add_experiment_args, non_negative_int, positive_int
 from ..progress import terminal_progress
 
@@ -81,8 +82,8 @@ def cmd_xor_attriqa(args: argparse.Namespace) -> int:
     if not exp.data:
         raise ConfigError("give at least one XOR-AttriQA file (DATA…), or 'data' in the --config file.")
     report = run_xor_attriqa(
-        _model_loader(exp), list(exp.data), out_dir=args.output, model_name=exp.model, config=exp.pipeline,
-        text=exp.text, calibrate_on=exp.calibrate_on or None, calibrate_by=args.calibrate_by, nli_dir=args.nli_dir,
+        _model_loader(exp), resolve_all(exp.data), out_dir=args.output, model_name=exp.model, config=exp.pipeline,
+        text=exp.text, calibrate_on=resolve_all(exp.calibrate_on) or None, calibrate_by=args.calibrate_by, nli_dir=args.nli_dir,
         limit=exp.limit, faithfulness=args.faithfulness, all_tokens=args.all_tokens, groups=args.settings, progress=terminal_progress,
         batch_items=args.batch_items, group_passages=args.group_passages, dtype=exp.dtype_name())
     return _finish(args, report, xor_table, "sweep.png")
@@ -102,7 +103,7 @@ def cmd_eli5(args: argparse.Namespace) -> int:
         print(f"loading NLI judge {exp.nli} …", file=sys.stderr)
         judge = HFNLIJudge.from_pretrained(exp.nli, device=exp.device)
     report = run_eli5(
-        _model_loader(exp), exp.data[0], out_dir=args.output, model_name=exp.model, config=exp.pipeline,
+        _model_loader(exp), str(resolve(exp.data[0])), out_dir=args.output, model_name=exp.model, config=exp.pipeline,
         seeds=list(exp.generation_seeds), ndocs=args.ndocs, judge=judge, at_most=args.at_most_citations,
         limit=exp.limit, faithfulness=args.faithfulness, progress=terminal_progress, dtype=exp.dtype_name())
     return _finish(args, report, eli5_table, "length_bins.png")
