@@ -345,6 +345,15 @@ COSTS: dict[str, Callable[[], str]] = {
 }
 
 
+def protocol_overview(folder: str) -> str:
+    """A bias protocol run's overview (``folder/protocol.md``, which ``mirage bias-protocol`` writes from the
+    studies' results), without its title."""
+    rel = f"{folder}/protocol.md"
+    lines = (RESULTS / rel).read_text(encoding="utf-8").splitlines()
+    body = "\n".join(lines[1:] if lines and lines[0].startswith("# ") else lines).strip()
+    return f"{body}\n\nFrom {_source(rel)}."
+
+
 #: Names of the peers' rows (``peers/peers.json``), beside ``mirage.scoring.tables.SETTING_NAMES``.
 PEER_NAMES = {"contextcite_ex": "ContextCite, EX-style rule (score ≥ item mean + 1 std)",
               "contextcite_cal_agreement": "ContextCite, calibrated for agreement",
@@ -435,6 +444,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
                            "xor-scoring": bench_xor_scoring}[name](),
     "cost": lambda command: COSTS[command](),
     "xor": xor_table,
+    "protocol": protocol_overview,
 }
 
 
