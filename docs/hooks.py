@@ -354,6 +354,41 @@ def protocol_overview(folder: str) -> str:
     return f"{body}\n\nFrom {_source(rel)}."
 
 
+#: What each tuning evaluation file evaluates (``benchmarks/results/tune_smollm2_*/eval_<name>_fi_ru60.json``).
+TUNE_RUNS = {"base": "base model", "3epochs": "SFT, 3 epochs (shipped as `smollm2-135m-cite`)",
+             "shuffled": "SFT, shuffled documents", "internals": "SFT, self-distilled (mirage's citations)",
+             "16steps": "SFT + reward stage, 16 steps", "epoch": "SFT + reward stage, 1 epoch"}
+
+
+def tune_tables() -> str:
+    """The tuning evaluations side by side: how the models cite, and how their citations and mirage's compare with
+    the labels, the cite-[1] baseline and random sets (``mirage tune eval --judge``)."""
+    cite, judged = [], []
+    for name, label in TUNE_RUNS.items():
+        found = sorted(RESULTS.glob(f"tune_smollm2_*/eval_{name}_fi_ru60.json"))
+        if not found:
+            continue
+        rel = found[0].relative_to(RESULTS).as_posix()
+        d = _read(rel)
+        run = f"[{label}]({RESULTS_URI}/{rel})"
+        cite.append([run, _num(100 * d["answers_cited"]), _num(100 * d["sentences_cited"]), d["invalid_citations"],
+                     " / ".join(_num(100 * d[k]) for k in ("precision", "recall", "f1")), _num(100 * d["exact_match"]),
+                     _num(d["seconds_per_answer"], 2, " s")])
+        j = d["judge"]
+        vs = [" / ".join(_num(j[who][k]) for k in ("agreement", "f1", "balanced_accuracy"))
+              for who in ("self_vs_labels", "mirage_vs_labels", "first_vs_labels")]
+        m = j["faithfulness"]["methods"]
+        drops = [f"{_num(m[a]['drop'], 2)} vs {_num(m[f'random_{a}']['drop'], 2)} (n={m[a]['n_sentences']})"
+                 for a in ("selfcitation", "mirage")]
+        pairs = j["self_vs_mirage"]
+        judged.append([run, *vs, f"{_num(pairs['pair_agreement'])} / {_num(pairs['kappa'], 3)}", *drops])
+    return "\n".join([
+        table(["model", "answers cited %", "sentences cited %", "invalid ids", "P / R / F1 per answer %",
+               "exact match %", "per answer"], cite), "",
+        table(["model", "self vs labels: agr. / F1 / bal. acc.", "mirage vs labels", "cite [1] vs labels",
+               "self vs mirage: agr. / κ", "drop (nats): self vs random", "drop (nats): mirage vs random"], judged)])
+
+
 #: Names of the peers' rows (``peers/peers.json``), beside ``mirage.scoring.tables.SETTING_NAMES``.
 PEER_NAMES = {"contextcite_ex": "ContextCite, EX-style rule (score ≥ item mean + 1 std)",
               "contextcite_cal_agreement": "ContextCite, calibrated for agreement",
@@ -445,6 +480,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "cost": lambda command: COSTS[command](),
     "xor": xor_table,
     "protocol": protocol_overview,
+    "tune": tune_tables,
 }
 
 
