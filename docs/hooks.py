@@ -389,6 +389,12 @@ def tune_tables() -> str:
                "self vs mirage: agr. / κ", "drop (nats): self vs random", "drop (nats): mirage vs random"], judged)])
 
 
+def results_text(rel: str) -> str:
+    """A text file a command wrote from its results (``table.txt``), verbatim in a text block."""
+    body = (RESULTS / rel).read_text(encoding="utf-8").rstrip()
+    return f"```text\n{body}\n```\n\nFrom {_source(rel)}."
+
+
 #: Names of the peers' rows (``peers/peers.json``), beside ``mirage.scoring.tables.SETTING_NAMES``.
 PEER_NAMES = {"contextcite_ex": "ContextCite, EX-style rule (score ≥ item mean + 1 std)",
               "contextcite_cal_agreement": "ContextCite, calibrated for agreement",
@@ -481,6 +487,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "xor": xor_table,
     "protocol": protocol_overview,
     "tune": tune_tables,
+    "text": results_text,
 }
 
 
