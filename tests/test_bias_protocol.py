@@ -207,7 +207,8 @@ def test_overview_rows_follow_the_protocol_and_sweep_values_and_skip_other_resul
     assert set(rows[-1].figures) == {"self"} and rows[-1].modes == rows[0].modes
     f = rows[0].figures["mirage"]  # the shipped hai study's figures, as its tables.md gives them
     assert (round(f["precision_vanilla"], 1), round(f["recall_vanilla"], 1)) == (46.1, 67.4)
-    assert round(f["cas_precision_informed"], 2) == 19.55 and f["cas_precision_informed_p"] < 0.01
-    assert (round(f["cab_precision"], 2), round(f["cab_recall"], 2)) == (0.09, 2.13)
-    assert "| hai | hai | 5 | 141 | mirage | 46.1 / 67.4 | 1.70 | 19.55** | 18.11** | 0.09 | 2.13 | – |" in \
+    # CAS and CAB over the query pairs whose answers do not echo the prompt (CAS 134 of 141, CAB 136)
+    assert round(f["cas_precision_informed"], 2) == 18.76 and f["cas_precision_informed_p"] < 0.01
+    assert (round(f["cab_precision"], 2), round(f["cab_recall"], 2)) == (-0.31, 1.47)
+    assert "| hai | hai | 5 | 141 | mirage | 46.1 / 67.4 | 1.70 | 18.76** | 17.48** | -0.31 | 1.47 | – |" in \
         overview_table(rows)
