@@ -157,6 +157,7 @@ def test_two_torchrun_ranks_attribute_like_one_process(tmp_path):
         assert [s["mirage_citations"] for s in a["sentences"]] == [s["mirage_citations"] for s in b["sentences"]]
         assert [t["cti"] for t in a["tokens"]] == [t["cti"] for t in b["tokens"]]
     assert shard_files(tmp_path / "two.jsonl") == [tmp_path / "two.jsonl"]
+    assert sorted(p.name for p in tmp_path.glob("two.*")) == ["two.jsonl"]  # no rank file left, not even empty ones
 
 
 def test_each_rank_defaults_to_the_gpu_of_its_local_rank(monkeypatch):
