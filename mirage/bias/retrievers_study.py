@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
+from ..data import data_label
 from ..lazy import MirageSource, resolve_mirage
 from ..models import LoadedModel
 from ..progress import Progress
@@ -126,7 +127,7 @@ def run_retriever_study(data: str, retrievers: Sequence[str], *, mirage: MirageS
                                   quality=retrieval_quality(ranking, beir.qrels, k=cfg.k, top_k=top_k))
     if not ranked:
         return None
-    comparison = RetrieverComparison(data=str(data), top_k=top_k, k=cfg.k, runs=runs, versions=library_versions())
+    comparison = RetrieverComparison(data=data_label(data), top_k=top_k, k=cfg.k, runs=runs, versions=library_versions())
     comparison.save(out_dir / "retrievers.json")
     write_atomic(out_dir / "retrievers.md", render_retrievers(comparison))
     return comparison
