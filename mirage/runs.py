@@ -150,6 +150,8 @@ def disk_error_message(err: OSError) -> str:
         return f"{where}cannot write there ({why}); give an output path on a disk and in a folder you can write to."
     if err.errno == errno.ENOTDIR:
         return f"{where}a part of this path is a file, not a folder; give an output path inside a folder."
+    if err.errno == errno.EEXIST:
+        return f"{where}a file is there where a folder belongs; give a folder path (a new one, or a run's folder)."
     return f"{where}{err.strerror or err}."
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from mirage.cli import main
-from mirage.runs import ResumableJSONL, read_records
+from mirage.runs import ResumableJSONL, StoreError, read_records
 from mirage.sharding import SHARD_FIELD, Shard, ShardedJSONL, consolidate, in_shards, shard_files, shard_path
 from mirage.view import PAGE_MARKER
 
@@ -118,6 +118,21 @@ def test_a_rank_file_mirage_wrote_is_folded_but_never_an_input(tmp_path):
     assert rank1.exists() and not base.exists()
     consolidate(base)
     assert not rank1.exists() and read_records(base) == [{"key": "k1", "index": 1}]  # the mark is gone
+
+
+def test_rank_files_with_other_settings_or_a_foreign_own_file_are_refused_untouched(tmp_path):
+    base = tmp_path / "out.jsonl"
+    ShardedJSONL(base, Shard(1, 2), settings={"model": "a"}).write({"key": "k1"})
+    rank1 = shard_path(base, 1, 2)
+    before = rank1.read_bytes()
+    with pytest.raises(StoreError, match="model: 'a' in the file, 'b' now"):
+        in_shards(lambda store_for: store_for(base, settings={"model": "b"}), Shard())
+    assert rank1.read_bytes() == before
+    foreign = shard_path(base, 0, 2)
+    foreign.write_text('{"key": "x"}\n')  # a store record, but not one rank 0 of 2 wrote
+    with pytest.raises(StoreError, match="mirage did not write it as that rank"):
+        ShardedJSONL(base, Shard(0, 2))
+    assert foreign.read_text() == '{"key": "x"}\n'
 
 
 def test_attribute_never_deletes_its_own_input_named_like_a_rank_file(tmp_path, items, one_thread, capsys):
@@ -233,6 +248,8 @@ def test_an_output_under_a_regular_file_is_one_line(tmp_path, items, monkeypatch
     assert f"{somefile} is a file, not a folder" in _one_line_error(capsys.readouterr().err)
     assert main(["view", str(ELI5_RUN), "-o", str(somefile / "sub" / "page.html")]) == 2
     assert f"{somefile} is a file, not a folder" in _one_line_error(capsys.readouterr().err)
+    assert main(["bias", str(src), "-o", str(somefile)]) == 2  # a run folder's -o that is a file
+    assert f"{somefile}: a file is there where a folder belongs" in _one_line_error(capsys.readouterr().err)
     assert somefile.read_text() == "keep me\n"
 
 
