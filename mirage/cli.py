@@ -102,6 +102,9 @@ def _attribute_items(mirage: Mirage, valid: list[tuple[str, int, Any]], out: Sha
 
 def cmd_attribute(args: argparse.Namespace) -> int:
     """Attribute every item of INPUT; one JSON line per item in OUTPUT, resumable."""
+    from .data import resolve
+
+    args.input = str(resolve(args.input))  # a file, or a dataset of RAG items (e.g. eli5-alce)
     check_output_file(args.output, [args.input])
     exp = ExperimentConfig.from_args(args, command="attribute")
     exp.check_device()
@@ -167,7 +170,8 @@ VIEW_HELP = "write a browsable static HTML report of a results JSONL (or compare
 def register_attribute(sub: argparse._SubParsersAction) -> None:
     """Add ``mirage attribute``."""
     att = sub.add_parser("attribute", help=ATTRIBUTE_HELP)
-    att.add_argument("input", help='JSON list or JSONL of {"question", "docs": [{"title", "text"}], "output"?}')
+    att.add_argument("input", help='JSON list or JSONL of {"question", "docs": [{"title", "text"}], "output"?}, or a '
+                                   "dataset of such items (e.g. eli5-alce; `mirage data list`)")
     att.add_argument("-o", "--output", required=True,
                      help="output JSONL (re-running skips finished items; an id names one item's result, so an item "
                      "whose content changed under an id already stored is refused: give a new -o)")

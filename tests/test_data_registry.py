@@ -207,6 +207,19 @@ def test_retrieve_and_tune_data_take_names(data_dir, tmp_path):
     assert {r["source"] for r in rows} == {"xor-attriqa", "eli5-demo"} and len(rows) > 4
 
 
+def test_attribute_reads_a_dataset_of_items(data_dir, tmp_path, capsys, monkeypatch):
+    """`mirage attribute eli5-alce`: the name is the cached file (so -o over it is refused before a model loads);
+    without the cache, one line naming `mirage data get`."""
+    sample = resolve("eli5-alce")
+    assert main(["attribute", "eli5-alce", "-o", str(sample)]) == 2
+    assert capsys.readouterr().err.strip() == (f"mirage: error: -o {sample} is the input file; results go to a new file "
+                                               f"(e.g. {sample.with_name(sample.stem + '.attributed.jsonl')}), never "
+                                               "over the input.")
+    monkeypatch.setenv("MIRAGE_DATA_DIR", str(tmp_path / "empty"))
+    assert main(["attribute", "eli5-alce", "-o", str(tmp_path / "out.jsonl")]) == 2
+    assert "run `mirage data get eli5-alce`" in capsys.readouterr().err
+
+
 def test_data_list_and_get_report_the_cache(data_dir, capsys):
     assert main(["data", "list"]) == 0
     out = capsys.readouterr().out
