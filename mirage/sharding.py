@@ -135,11 +135,7 @@ class ShardedJSONL(ResumableJSONL):
             for other in shard_files(base):
                 if other != own:  # another rank may be appending to it: read only
                     for record in _file_records(base, other):
-                        if self.settings is not None and record.get("settings") != self.settings:
-                            diffs = settings_differences(record.get("settings"), self.settings)
-                            raise StoreError(f"{other} holds results made with other settings "
-                                             f"({'; '.join(diffs[:6])}); give another output path, or delete those "
-                                             "files to start over.")
+                        _check_settings(other, record, self.settings)
                         self.done.add(record["key"])
         except BaseException:  # a refused store holds no lock
             self.close()
@@ -213,6 +209,14 @@ def rank_records(path: Path) -> list[dict[str, Any]] | None:
         elif not is_torn_record(tail, after_records=bool(out)):
             return None
     return out or None  # no record at all: nothing says mirage wrote it
+
+
+def _check_settings(path: Path, record: Mapping[str, Any], settings: Mapping[str, Any] | None) -> None:
+    """A StoreError when a rank's record was made with other ``settings`` than the run's (None: any)."""
+    if settings is not None and record.get("settings") != settings:
+        diffs = settings_differences(record.get("settings"), settings)
+        raise StoreError(f"{path} holds results made with other settings ({'; '.join(diffs[:6])}); give another "
+                         "output path, or delete those files to start over.")
 
 
 def _file_records(base: Path, path: Path) -> list[dict[str, Any]]:
@@ -291,10 +295,8 @@ def consolidate(base: str | Path, *, settings: Mapping[str, Any] | None = None,
     records, seen = [], set()
     for path in files:
         for rec in _file_records(base, path):
-            if settings is not None and path != base and rec.get("settings") != settings:
-                diffs = settings_differences(rec.get("settings"), settings)
-                raise StoreError(f"{path} holds results made with other settings ({'; '.join(diffs[:6])}); give "
-                                 "another output path, or delete those files to start over.")
+            if path != base:
+                _check_settings(path, rec, settings)
             if rec["key"] in seen:
                 continue
             records.append(rec)
