@@ -27,21 +27,24 @@ from .tokenization import TokenizedAnswer, TokenizedPrompt
 @dataclass(frozen=True)
 class TokenCitation:
     """For one context-sensitive answer token: the kept context tokens and each document's weight (share of the
-    kept saliency), documents strongest first."""
+    kept saliency), documents strongest first; ``doc_saliency``: each document's raw kept saliency (summed), in the
+    same order."""
 
     kept: tuple[int, ...]
     doc_weights: tuple[tuple[int, float], ...]
+    doc_saliency: tuple[tuple[int, float], ...] = ()
 
 
 def cite_token(scores: Sequence[float], context_docs: Sequence[int], cfg: CCIConfig) -> TokenCitation:
     """Keep context tokens by the CCI selector and weigh documents (0-based) by their share of kept saliency."""
     kept = select_context(scores, cfg)
     total = sum(max(0.0, scores[j]) for j in kept) or 1.0
-    weights: dict[int, float] = {}
+    raw: dict[int, float] = {}
     for j in kept:
-        weights[context_docs[j]] = weights.get(context_docs[j], 0.0) + max(0.0, scores[j]) / total
-    ordered = sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))
-    return TokenCitation(kept=tuple(kept), doc_weights=tuple(ordered))
+        raw[context_docs[j]] = raw.get(context_docs[j], 0.0) + max(0.0, scores[j])
+    ordered = sorted(raw.items(), key=lambda kv: (-kv[1], kv[0]))
+    return TokenCitation(kept=tuple(kept), doc_weights=tuple((d, v / total) for d, v in ordered),
+                         doc_saliency=tuple(ordered))
 
 
 def doc_scores(scores: Sequence[float], context_docs: Sequence[int], n_docs: int) -> list[float]:
@@ -53,11 +56,13 @@ def doc_scores(scores: Sequence[float], context_docs: Sequence[int], n_docs: int
     return out
 
 
-def rank_documents(citations: Sequence[TokenCitation], max_citations: int) -> list[int]:
-    """Union of the documents (1-based) cited by tokens, strongest (summed weight) first, at most ``max_citations``."""
+def rank_documents(citations: Sequence[TokenCitation], max_citations: int, ranking: str = "shares") -> list[int]:
+    """Union of the documents (1-based) cited by tokens, strongest first, at most ``max_citations``. Strength
+    (``aggregation.ranking``): ``shares``, the tokens' per-document shares summed; ``saliency``, their raw kept
+    saliency summed (the authors' ELI5 script: a token with more saliency counts for more)."""
     strength: dict[int, float] = {}
     for cit in citations:
-        for doc, weight in cit.doc_weights:
+        for doc, weight in (cit.doc_saliency if ranking == "saliency" else cit.doc_weights):
             strength[doc] = strength.get(doc, 0.0) + weight
     ranked = sorted(strength.items(), key=lambda kv: (-kv[1], kv[0]))
     return [doc + 1 for doc, _ in ranked[:max_citations]]
@@ -206,11 +211,13 @@ def cite_sentences(
     token_starts: Sequence[int],
     citations: Mapping[int, TokenCitation],
     max_citations: int,
+    ranking: str = "shares",
 ) -> list[list[int]]:
     """Per sentence, the documents (1-based) it cites: :func:`rank_documents` over the citations of the
     context-sensitive tokens :func:`sentence_of_token` puts in it (``citations[i]`` is answer token i's citation,
-    ``token_starts[i]`` its first character in ``text``), strongest first, at most ``max_citations``."""
-    return [rank_documents([citations[i] for i in members], max_citations)
+    ``token_starts[i]`` its first character in ``text``), strongest first (by ``ranking``), at most
+    ``max_citations``."""
+    return [rank_documents([citations[i] for i in members], max_citations, ranking)
             for members in tokens_by_sentence(text, sentences, token_starts, list(citations))]
 
 
@@ -304,7 +311,7 @@ def aggregate(
             text=text[a:b],
             start=a,
             end=b,
-            mirage_citations=rank_documents([by_token[i] for i in members[s]], cfg.max_citations),
+            mirage_citations=rank_documents([by_token[i] for i in members[s]], cfg.max_citations, cfg.ranking),
             self_citations=list(parsed.citations[s]),
             invalid_self_citations=list(parsed.invalid[s]),
             doc_scores=summed_shares([tokens[i] for i in members[s]], n_docs),

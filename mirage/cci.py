@@ -1,7 +1,8 @@
 """Contextual cues imputation (CCI): which context tokens drive each context-sensitive answer token.
 
 For a selected answer token y_i the attributed target is the contrastive log-probability
-``log p(y_i | ctx) - log p(y_i^nc | ctx)``, y_i^nc being the contextless model's top token at that step. When
+``log p(y_i | ctx) - log p(y_i^nc | ctx)``, y_i^nc being the contextless model's top token at that step
+(``cci.target: prob``: the probabilities ``p(y_i | ctx) - p(y_i^nc | ctx)``, the paper's Eq. 2). When
 y_i^nc == y_i the reference code (inseq's ``contrast_force_inputs``) scores the alternative under the contextless
 input, so the target is ``log p(y_i | ctx) - log p(y_i | no ctx)``; the second term does not depend on the attributed
 (with-documents) input, so its gradient is that of ``log p(y_i | ctx)``. We match that.
@@ -203,10 +204,13 @@ class _Targets:
 
 
 def _target_values(logits: torch.Tensor, rows: Sequence[int], cols: Sequence[int], target_ids: Sequence[int],
-                   contrast: Sequence[int | None]) -> torch.Tensor:
-    """Per target b: log p(target_b) - log p(contrast_b), read at ``logits[rows[b], cols[b]]`` (the softmax is taken
-    over those steps only, not every position of ``logits``)."""
+                   contrast: Sequence[int | None], target: str = "logprob") -> torch.Tensor:
+    """Per target b: log p(target_b) - log p(contrast_b) (``target="prob"``: p(target_b) - p(contrast_b), the paper's
+    Eq. 2), read at ``logits[rows[b], cols[b]]`` (the softmax is taken over those steps only, not every position of
+    ``logits``)."""
     logp = torch.log_softmax(logits[list(rows), list(cols)].float(), dim=-1)  # [n_targets, vocab]
+    if target == "prob":
+        logp = logp.exp()
     out = []
     for b, (y, y_nc) in enumerate(zip(target_ids, contrast)):
         value = logp[b, y]
@@ -263,7 +267,7 @@ def _from_one_graph(lm: LoadedModel, t: _Targets, cfg: CCIConfig,
         cols = list(range(len(t.idx)))  # logits of the selected positions only
     else:
         cols = t.idx
-    values = _target_values(graph.logits, [0] * len(t.idx), cols, targets, t.contrast)
+    values = _target_values(graph.logits, [0] * len(t.idx), cols, targets, t.contrast, cfg.target)
     chunk = cfg.batch_size or auto_batch_size(lm, graph.inputs.shape[1], len(t.idx))
     try:
         attr = _batched_gradients(values, graph.inputs, CCI_METHODS.lookup(cfg.method).from_gradient, chunk)
@@ -287,7 +291,7 @@ def _repeated_rows(lm: LoadedModel, base: torch.Tensor, answer_ids: Sequence[int
         rows = list(range(n))
         cols = [r % chunk for r in range(n)]
         return _target_values(logits, rows, cols, [targets[r % chunk] for r in range(n)],
-                              [contrast[r % chunk] for r in range(n)])
+                              [contrast[r % chunk] for r in range(n)], cfg.target)
 
     inputs = base.expand(chunk, -1, -1).clone().requires_grad_(True)
     attr = CCI_METHODS.lookup(cfg.method).attribute(forward, inputs, cfg)
@@ -412,7 +416,7 @@ def compute_cci_batch(lm: LoadedModel, graph: BatchGraph, requests: Sequence[CCI
         cell_values = _target_values(graph.logits, [b for b, _k, _i in cells],
                                      [graph.column(b, i) for b, _k, i in cells],
                                      [requests[b].answer_ids[i] for b, _k, i in cells],
-                                     [plans[b][1][plans[b][0][k]] for b, k, _i in cells])
+                                     [plans[b][1][plans[b][0][k]] for b, k, _i in cells], cfg.target)
         ranks = torch.tensor([k for _b, k, _i in cells], device=cell_values.device)
         values = torch.zeros(n_rows, device=cell_values.device, dtype=cell_values.dtype).index_add(0, ranks,
                                                                                                   cell_values)

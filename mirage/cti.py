@@ -103,8 +103,10 @@ def _contrast(logp_c: torch.Tensor, logp_n: torch.Tensor, ids: torch.Tensor, met
 def select_tokens(scores: Sequence[float], cfg: CTIConfig) -> tuple[tuple[int, ...], float]:
     """Indices of context-sensitive tokens (ascending) and the threshold used.
 
-    ``std``: |score| >= mean + k·std (sample std; a one-token answer is compared with its own score, as the
-    reference does); ``threshold``: |score| >= the calibrated threshold.
+    ``std``: |score| >= mean + k·std (``cfg.std_kind``: the sample std, n - 1, as inseq; or the population std, n, as the
+    authors' scripts' ``np.std``, under which the larger token of a two-token answer sits exactly on the threshold
+    and is kept; a one-token answer is compared with its own score, as the reference does); ``threshold``:
+    |score| >= the calibrated threshold.
     """
     values = torch.tensor(list(scores), dtype=torch.float64)
     if len(values) == 0:
@@ -114,7 +116,7 @@ def select_tokens(scores: Sequence[float], cfg: CTIConfig) -> tuple[tuple[int, .
     elif len(values) == 1 or cfg.std_k == 0:
         threshold = float(values.mean())
     else:
-        threshold = float(values.mean() + cfg.std_k * values.std())
+        threshold = float(values.mean() + cfg.std_k * values.std(correction=0 if cfg.std_kind == "population" else 1))
     # A small tolerance keeps ties (e.g. a one-token answer) selected despite float rounding.
     keep = [i for i, v in enumerate(values.tolist()) if abs(v) >= threshold - 1e-9 * max(1.0, abs(threshold))]
     return tuple(keep), threshold

@@ -140,13 +140,16 @@ class ExperimentConfig:
                    "cti_metric": cfg.cti.metric, "cci_method": cfg.cci.method, "ig_steps": cfg.cci.ig_steps}
             if cfg.cci.precision != "model":  # added later: stores of the model's own precision keep their shape
                 out["cci_precision"] = cfg.cci.precision
+            if cfg.cci.target != "logprob":  # likewise: the stored CCI rows depend on the attributed quantity
+                out["cci_target"] = cfg.cci.target
             return out
         if self.command == "eli5":
             generation = {k: v for k, v in dataclasses.asdict(cfg.generation).items() if k != "seed"}
             return {"benchmark": "eli5", "model": self.model, "prompt": dataclasses.asdict(cfg.prompt),
-                    "generation": generation, "cti": dataclasses.asdict(cfg.cti), "cci": section_dict(cfg.cci),
+                    "generation": generation, "cti": section_dict(cfg.cti), "cci": section_dict(cfg.cci),
                     "aggregation": _aggregation(cfg)}
         config = cfg.to_dict()
+        config.pop("preset", None)  # what the outputs depend on is the fields, however they were set
         config["aggregation"] = _aggregation(cfg)
         return {"model": self.model, "config": config}
 
@@ -161,7 +164,7 @@ class ExperimentConfig:
                               f"`{command}`.")
         sections = {key: value for key, value in data.items()
                     if key not in EXPERIMENT_KEYS and key not in COMMAND_SECTIONS}
-        pipeline = MirageConfig.from_dict(sections)  # unknown keys are errors naming them
+        pipeline = MirageConfig.from_dict(sections, benchmark=command)  # unknown keys are errors naming them
         prompt = sections.get("prompt")
         if command in DEFAULT_PROMPTS and not (isinstance(prompt, Mapping) and {"name", "path"} & set(prompt)):
             pipeline = pipeline.replace(prompt={"name": DEFAULT_PROMPTS[command]})
@@ -191,7 +194,15 @@ class ExperimentConfig:
         """The ``--config`` file (if any) with the flags of ``args`` applied on top (see
         :func:`add_experiment_args`); positional ``data`` files replace the file's."""
         config = getattr(args, "config", None)
-        exp = cls.from_yaml(config, command=command) if config else cls.from_dict({}, command=command)
+        preset = getattr(args, "preset", None)
+        if preset is not None:  # the file's own fields still override the preset's, and the flags both
+            data = {**(read_config_file(config) if config else {}), "preset": preset}
+            try:
+                exp = cls.from_dict(data, command=command)
+            except ConfigError as err:
+                raise ConfigError(f"{config}: {err}" if config else str(err)) from err
+        else:
+            exp = cls.from_yaml(config, command=command) if config else cls.from_dict({}, command=command)
         changes: dict[str, Any] = {name: getattr(args, name) for name in
                                    ("model", "calibrate_on", "text", "limit", "nli", "device", "dtype")
                                    if getattr(args, name, None) is not None}
@@ -223,12 +234,14 @@ def _fail(name: str, expected: str, value: Any) -> typing.NoReturn:
 
 #: Aggregation fields added after stores were first written: left out of a fingerprint while at their defaults (the
 #: behaviour those stores were written with), so existing runs resume.
-_LATER_AGGREGATION = ("context", "keep_saliency", "rule", "learned_model")
+_LATER_AGGREGATION = ("context", "keep_saliency", "rule", "learned_model", "ranking")
 
 
 def _aggregation(cfg: MirageConfig) -> dict[str, Any]:
     out = dataclasses.asdict(cfg.aggregation)
     defaults = dataclasses.asdict(type(cfg.aggregation)())
+    if out["rule"] == "likelihood":
+        out["rule"] = "learned"  # its name when stores were first written with it: they resume
     return {k: v for k, v in out.items() if k not in _LATER_AGGREGATION or v != defaults[k]}
 
 
@@ -268,6 +281,8 @@ def pipeline_flags() -> Iterator[tuple[str, dataclasses.Field, type]]:
     sections = typing.get_type_hints(MirageConfig)
     for section in fields(MirageConfig):
         section_cls = sections[section.name]
+        if not dataclasses.is_dataclass(section_cls):  # ``preset``: a name, not a section
+            continue
         hints = typing.get_type_hints(section_cls)
         for f in fields(section_cls):
             if "flag" in f.metadata:
@@ -300,6 +315,12 @@ def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] 
                         help=f"embedded model name, Hugging Face id or local path (default: {DEFAULT_MODEL})")
     parser.add_argument("--config", help="YAML config: pipeline sections (prompt, generation, cti, cci, aggregation), "
                                          "and for experiment files (configs/*.yaml) model/data/text/…")
+    from .config import PRESETS
+
+    parser.add_argument("--preset", choices=list(PRESETS), default=None,
+                        help="start the pipeline from a preset: authors (the MIRAGE authors' released scripts, per "
+                             "benchmark) or inseq (inseq's attribute_context); the file's fields and the flags "
+                             "override it (docs/fidelity.md)")
     add_device_args(parser)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the hub")
     groups: dict[str, Any] = {}  # flags of fields with the same metadata "exclusive" name: at most one of them
@@ -320,9 +341,20 @@ def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] 
 def pipeline_changes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Per config section, the fields the pipeline flags in ``args`` set, then the fields those imply (unless given
     too): ``--cci-top-k 3`` is ``{"cci": {"top_k": 3, "top_percent": None}}``."""
+    from .config import RULE_ALIASES
+
     changes: dict[str, dict[str, Any]] = {}
     for section, f, _kind in pipeline_flags():
         value = getattr(args, _dest(f.metadata["flag"]), None)
+        if (section, f.name) == ("aggregation", "rule") and value in RULE_ALIASES:
+            import sys
+            import warnings
+
+            note = (f"{f.metadata['flag']} {value} is now {f.metadata['flag']} {RULE_ALIASES[value]} (the "
+                    "passage-likelihood classifier); the old name will go.")
+            print(f"mirage: note: {note}", file=sys.stderr)
+            warnings.warn(note, DeprecationWarning, stacklevel=2)
+            value = RULE_ALIASES[value]
         if value is not None:
             changes.setdefault(section, {})[f.name] = value
     return {section: with_implied(section, fields_set) for section, fields_set in changes.items()}

@@ -170,7 +170,7 @@ class Mirage:
             tokenizer=self.lm.tokenizer, prompt_text=prep.prompt.text, tokenized=prep.tokens, answer=answer,
             parsed=parsed, n_docs=len(prep.item.docs), cti=scores.cti, cci=scores.cci, cci_cfg=cfg.cci,
             cfg=cfg.aggregation, content=content)
-        if cfg.aggregation.rule == "learned":
+        if cfg.aggregation.rule == "likelihood":
             t = time.perf_counter()
             sentences = self._learned_citations(prep, parsed.text, answer, scores, sentences, content, cfg)
             timings["learned"] = time.perf_counter() - t

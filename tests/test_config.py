@@ -114,6 +114,8 @@ PIPELINE_FLAGS = {
     "--cti-metric": ("cti", "metric", "kl_noctx_ctx (reference, default), kl_ctx_noctx (paper), js, prob_diff"),
     "--cti-std": ("cti", "std_k", "CTI: keep tokens with score >= mean + K*std (MIRAGE-EX); default 1"),
     "--cti-threshold": ("cti", "threshold", "CTI: calibrated fixed threshold (MIRAGE-CAL)"),
+    "--cti-std-kind": ("cti", "std_kind", ("the std of mean + K*std: sample (inseq, default) or population (the authors' "
+                                      "scripts; a two-token answer then cites its larger token)")),
     "--cci-method": ("cci", "method", "saliency (default), input_x_gradient, integrated_gradients"),
     "--cci-top-k": ("cci", "top_k", "CCI: keep the N most salient context tokens"),
     "--cci-top-percent": ("cci", "top_percent", "CCI: keep the top P%% of context tokens (default 5)"),
@@ -122,16 +124,23 @@ PIPELINE_FLAGS = {
     "--cci-precision": ("cci", "precision", ("model (default: the model's dtype), bfloat16 or float16: CCI's passes "
                                              "under autocast, faster on GPUs and CPUs with AMX/AVX512-BF16; CTI and "
                                              "the selected tokens stay exact, saliency is approximate")),
+    "--cci-target": ("cci", "target", ("attributed quantity: logprob (log p(y) - log p(y_nc); inseq, the authors' "
+                                       "ELI5 script; default) or prob (p(y) - p(y_nc); the paper's Eq. 2, the "
+                                       "authors' XOR-AttriQA script)")),
     "--max-citations": ("aggregation", "max_citations", "at most N documents cited per sentence (default 3)"),
     "--context": ("aggregation", "context", ("context tokens to attribute to: all (reference, default) or content "
                                              "(document titles and texts, not the prompt's scaffolding)")),
     "--keep-saliency": ("aggregation", "keep_saliency",
                         "keep the whole saliency matrix (selected tokens x context tokens)"),
     "--citation-rule": ("aggregation", "rule", ("reference (default: the documents behind the context-sensitive "
-                                                "tokens) or learned (a classifier over per-document internals "
-                                                "features; see the README)")),
-    "--learned-model": ("aggregation", "learned_model", ("classifier file for --citation-rule learned (default: "
+                                                "tokens) or likelihood (the passage-likelihood classifier: passage "
+                                                "likelihoods and the largest |CTI|, no CCI; 'learned' is its old "
+                                                "name)")),
+    "--learned-model": ("aggregation", "learned_model", ("classifier file for --citation-rule likelihood (default: "
                                                          "the one shipped for the embedded model)")),
+    "--doc-ranking": ("aggregation", "ranking", ("order of a sentence's cited documents: shares (summed per-token "
+                                                 "shares, default) or saliency (summed raw saliency, the authors' "
+                                                 "ELI5 script)")),
 }
 
 

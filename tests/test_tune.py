@@ -582,7 +582,7 @@ def test_the_judged_evaluation_attributes_each_answer_and_resumes(embedded_mirag
     monkeypatch.setattr(evaluate, "generate_answer",
                         lambda lm, ids, cfg: Generated(ids=[1, 2], text="1889 [1].", logits=torch.zeros(2, 1)))
     judge = judge_config(embedded_mirage.config, "smollm2-135m-instruct")
-    assert judge.aggregation.rule == "learned"
+    assert judge.aggregation.rule == "likelihood"
     store = tmp_path / "base.answers.jsonl"
     report = evaluate.evaluate_citations(embedded_mirage, [ex], judge=judge, store=store)
     (row,) = report.answers

@@ -40,6 +40,7 @@ from .xor_eval import (
     calibration_rows,
     calibration_selections,
     evaluate,
+    setting_groups,
 )
 
 
@@ -161,8 +162,11 @@ def run_xor_attriqa(
     batch_items: int | None = None,
     group_passages: bool = False,
     dtype: str | None = None,
+    self_match: bool = False,
 ) -> XorAttriQAReport | None:
-    """Score XOR-AttriQA files (and the calibration files) and write ``results.json`` and ``sweep.png``.
+    """Score XOR-AttriQA files (and the calibration files) and write ``results.json``, ``pairs.jsonl`` (one line per
+    (item, passage): every setting's score and citation, :func:`mirage.scoring.xor_eval.pair_records`) and
+    ``sweep.png``.
 
     Only what the settings need is computed, item by item into ``scores.jsonl``: CTI of every answer token, the
     passage signals (leave-one-out, attention) and the CCI rows of the tokens MIRAGE-EX selects for every item; for
@@ -189,6 +193,10 @@ computed again.
     RAG system did not reproduce, with far fewer supporting passages: measured, they make the learned setting worse
     on held-out match answers (``benchmarks/calibration_data.py``). ``dtype``: the dtype a lazily loaded model will
     run in (default: a loaded Mirage's, else the device's default), which the run's fingerprint names unless float32.
+    ``self_match``: the paper's Algorithm 1: the scoring model first generates each answer (test and calibration
+    rows) with the scoring prompt, into ``matches.jsonl``; only the rows where it reproduces the annotated answer
+    (:func:`mirage.scoring.xor_attriqa.same_answer`) are kept, and its own generation is attributed; results.json's
+    ``settings.self_match`` has the rows checked and kept per language (an InputError when none is kept).
     """
     cfg = config or xor_attriqa_pipeline()
     out = Path(out_dir)
@@ -202,15 +210,19 @@ computed again.
     cal_files = ([] if calibrate_on is None else [calibrate_on] if isinstance(calibrate_on, (str, Path))
                  else list(calibrate_on))
     cal = concat_data(load(p) for p in cal_files) if cal_files else None
+    match = None
+    if self_match:
+        test, cal, match = _self_match(model, test, cal, out=out, model_name=model_name, cfg=cfg, progress=progress)
     by_key = {item.key: item for item in test.items}
     if not by_key:  # before any model is loaded
         require_scored(out, data, 0, test.bad_rows)
 
-    unknown = sorted(set(groups) - set(SETTING_GROUPS))
-    if unknown:
-        raise InputError(f"unknown settings {unknown}; choose from {list(SETTING_GROUPS)}.")
+    try:
+        groups = setting_groups(groups)
+    except ValueError as err:
+        raise InputError(str(err)) from None
     ex_rows = "ex" in groups
-    use_signals = signals and "learned" in groups
+    use_signals = signals and "likelihood" in groups
 
     def calibration_scores(store: Any) -> tuple[dict, list]:
         """Calibration items: MIRAGE-EX rows and signals, then, round by round, the rows the calibration search
@@ -223,7 +235,8 @@ computed again.
         names = calibration_selections(cfg)
         asked: dict = {}
         while True:
-            need = calibration_rows(build_views(cal.items, scores, names), names, by=calibrate_by)
+            need = calibration_rows(build_views(cal.items, scores, names, context=cfg.aggregation.context), names,
+                                    by=calibrate_by)
             need = {key: rows for key, rows in need.items() if owns(store, key) and rows - asked.get(key, set())}
             if not need:  # done (or, on one rank of several, what is left belongs to other ranks)
                 return scores, failed
@@ -269,8 +282,14 @@ computed again.
                 "calibrate_on": [data_label(p) for p in cal_files] or None, "calibrate_by": calibrate_by,
                 "limit": limit, "group_passages": group_passages, "all_tokens": all_tokens, "signals": use_signals,
                 "groups": list(groups), "config": cfg.to_dict()}
+    if match is not None:
+        settings["self_match"] = match
+    pairs: list[dict[str, Any]] = []
     report = evaluate(test.items, scores, config=cfg, calibration_items=cal.items if cal else None,
-                      calibrate_by=calibrate_by, bad_rows=bad, settings=settings, learned=use_signals, groups=groups)
+                      calibrate_by=calibrate_by, bad_rows=bad, settings=settings, learned=use_signals, groups=groups,
+                      pairs=pairs)
+    # one line per (item, passage), every setting's score and citation: derived from the store, rewritten each run
+    write_atomic(out / "pairs.jsonl", "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
     report.versions = library_versions()
     report.faithfulness = faith
     if report.features and report.features.get("learned"):  # for `mirage attribute --citation-rule learned`
@@ -279,6 +298,33 @@ computed again.
 
     _save(out, report, sweep_figure(report.sweep) if report.sweep else None, "sweep.png")
     return report
+
+
+def _self_match(model: Any, test: XorData, cal: XorData | None, *, out: Path, model_name: str, cfg: MirageConfig,
+                progress: Progress | None) -> tuple[XorData, XorData | None, dict[str, Any]]:
+    """The test and calibration data cut to the rows the model reproduces (their answers its own generations), and
+    the counts per split; the generations go to (and resume from) ``out/matches.jsonl``."""
+    import dataclasses
+
+    from .xor_attriqa import match_counts, match_generation_config, match_items, self_matched
+
+    gen_cfg = match_generation_config(cfg)
+    settings = {"model": model_name, "prompt": dataclasses.asdict(cfg.prompt),
+                "generation": {k: v for k, v in dataclasses.asdict(gen_cfg.generation).items() if k != "seed"}}
+    cal_items = list(cal.items) if cal is not None else []
+    with ResumableJSONL(out / "matches.jsonl", settings=settings) as store:
+        records = match_items(model, [*test.items, *cal_items], config=cfg, store=store, progress=progress)
+    n = len(test.items)
+    counts = {"test": match_counts(records[:n]), "calibration": match_counts(records[n:]) if cal is not None else None}
+    kept = counts["test"].get("all", {}).get("kept", 0)
+    if not kept:
+        rows = counts["test"].get("all", {}).get("rows", 0)
+        raise InputError(f"self-match kept 0 of the {rows} test row(s): the model reproduced no annotated answer "
+                         f"(each generation is in {out / 'matches.jsonl'}); nothing to score.")
+    test = XorData(items=tuple(self_matched(test.items, records[:n])), bad_rows=test.bad_rows)
+    if cal is not None:
+        cal = XorData(items=tuple(self_matched(cal.items, records[n:])), bad_rows=cal.bad_rows)
+    return test, cal, counts
 
 
 def _slug(name: str) -> str:

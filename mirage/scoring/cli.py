@@ -75,17 +75,24 @@ def _finish(args: argparse.Namespace, report: Any, table: Callable[[Any], str], 
 
 
 def cmd_xor_attriqa(args: argparse.Namespace) -> int:
+    from ..config import preset_option
     from .benchmarks import run_xor_attriqa
     from .tables import xor_table
 
     exp = ExperimentConfig.from_args(args, command="xor-attriqa")
     if not exp.data:
         raise ConfigError("give at least one XOR-AttriQA file (DATA…), or 'data' in the --config file.")
+    if "learned" in args.settings:
+        print("mirage: note: --settings learned is now --settings likelihood (the passage-likelihood classifier); "
+              "the old name will go.", file=sys.stderr)
+        args.settings = ["likelihood" if s == "learned" else s for s in args.settings]
+    calibrate_by = args.calibrate_by or preset_option(exp.pipeline.preset, "xor-attriqa", "calibrate_by", "global")
     report = run_xor_attriqa(
         _model_loader(exp), resolve_all(exp.data), out_dir=args.output, model_name=exp.model, config=exp.pipeline,
-        text=exp.text, calibrate_on=resolve_all(exp.calibrate_on) or None, calibrate_by=args.calibrate_by, nli_dir=args.nli_dir,
+        text=exp.text, calibrate_on=resolve_all(exp.calibrate_on) or None, calibrate_by=calibrate_by, nli_dir=args.nli_dir,
         limit=exp.limit, faithfulness=args.faithfulness, all_tokens=args.all_tokens, groups=args.settings, progress=terminal_progress,
-        batch_items=args.batch_items, group_passages=args.group_passages, dtype=exp.dtype_name())
+        batch_items=args.batch_items, group_passages=args.group_passages, dtype=exp.dtype_name(),
+        self_match=args.self_match)
     return _finish(args, report, xor_table, "sweep.png")
 
 
@@ -139,9 +146,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     xor.add_argument("--calibrate-on", nargs="+", metavar="FILE",
                      help="splits to calibrate on (e.g. train.jsonl val.jsonl; never the test files): MIRAGE-CAL's "
                           "CTI thresholds and the learned passage classifier are fitted on their pooled items")
-    xor.add_argument("--settings", nargs="+", choices=["ex", "cal", "learned"], default=["ex", "cal", "learned"],
+    xor.add_argument("--settings", nargs="+", choices=["ex", "cal", "likelihood", "learned"],
+                     default=["ex", "cal", "likelihood"],
                      help="settings to compute (default all): ex (MIRAGE-EX), cal (MIRAGE-CAL and the top-%% sweep), "
-                          "learned (the learned classifier and the passage score; needs no CCI row)")
+                          "likelihood (the passage-likelihood classifier and the passage score; needs no CCI row; "
+                          "'learned' is its old name)")
     xor.add_argument("--all-tokens", action="store_true",
                      help="compute CCI for every answer token of every item (slower; needed only for the "
                           "threshold-free mirage_raw ROC-AUC); by default only the tokens some setting selects")
@@ -150,8 +159,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     xor.add_argument("--group-passages", action="store_true",
                      help="rows of the per-passage release (xor_attriqa_full) with the same question and answer "
                           "become one item with all their passages, as a match row (default: one item per row)")
-    xor.add_argument("--calibrate-by", choices=["global", "language"], default="global",
-                     help="one threshold, or one per language of the calibration split (as the reference code)")
+    xor.add_argument("--calibrate-by", choices=["global", "language"], default=None,
+                     help="one threshold, or one per language of the calibration split (as the reference code); "
+                          "default global, language under --preset authors")
+    xor.add_argument("--self-match", action="store_true",
+                     help="the paper's Algorithm 1: generate each answer with the scoring model (same prompt), keep "
+                          "the rows where it reproduces the annotated answer, and attribute its own generation; "
+                          "DIR/matches.jsonl holds every generation, results.json the rows kept")
     xor.add_argument("--nli-dir", help="folder of <split>.nli-*.json baseline predictions (default: beside DATA)")
     _add_run_args(xor, skip={"--cci-top-k", "--cci-top-percent", "--cti-threshold", "--max-citations",
                              "--max-new-tokens", "--sample", "--temperature", "--top-p", "--seed"})

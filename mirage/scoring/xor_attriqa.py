@@ -419,7 +419,8 @@ def ex_config(cfg: MirageConfig) -> MirageConfig:
     """The run's config with the example-level CTI selector (MIRAGE-EX: mean + k·std of the answer's scores)."""
     from ..config import CTIConfig
 
-    return replace(cfg, cti=CTIConfig(metric=cfg.cti.metric, selector="std", std_k=cfg.cti.std_k))
+    return replace(cfg, cti=CTIConfig(metric=cfg.cti.metric, selector="std", std_k=cfg.cti.std_k,
+                                      std_kind=cfg.cti.std_kind))
 
 
 #: The passage signals the scorer computes: what the learned classifier's features need (the single-passage and
@@ -614,3 +615,86 @@ def score_items(
     for _item in iterable:
         pass
     return scores, failed
+
+
+# -- the model's own match subset (the paper's Algorithm 1) -------------------------------------------------------------
+
+#: New tokens generated per answer when matching: the authors generated with ``max_length=20`` (CORA mGEN, beam 4).
+MATCH_MAX_NEW_TOKENS = 20
+
+
+def same_answer(generated: str, annotated: str) -> bool:
+    """Whether the model's generation is the annotated answer, by the authors' test (MIRAGE-reproduce,
+    ``sec4_alignment/data/check_same_prediction.py``: ``answers[0] == item['prediction']``, the generation decoded with
+    ``skip_special_tokens=True``): the two strings equal, here after stripping surrounding whitespace (mirage's rows
+    are stripped when read). No case folding, no punctuation or article removal: ``"Yes"`` is not ``"yes"``."""
+    return generated.strip() == annotated.strip()
+
+
+@dataclass
+class MatchRecord(JSONRecord):
+    """One row's match check: the annotated answer, the scoring model's own generation (same prompt as scoring) and
+    whether it reproduced the annotation (:func:`same_answer`)."""
+
+    key: str
+    file: str
+    line: int
+    lang: str
+    annotated: str
+    generated: str
+    kept: bool
+
+
+def match_generation_config(cfg: MirageConfig) -> MirageConfig:
+    """The pipeline a match check generates with: greedy, :data:`MATCH_MAX_NEW_TOKENS` new tokens (the authors: beam
+    search with 4 beams; mirage decodes greedily)."""
+    return cfg.replace(generation={"do_sample": False, "max_new_tokens": MATCH_MAX_NEW_TOKENS})
+
+
+def generate_own_answer(mirage: Any, item: XorItem, *, config: MirageConfig | None = None) -> str:
+    """The scoring model's own answer to the item: its question and passages in the scoring prompt, generated as
+    :func:`match_generation_config` says, decoded without special tokens."""
+    from ..generation import generate_answer
+
+    cfg = match_generation_config(config or mirage.config)
+    prep = mirage.prepare({"question": item.question, "docs": item.rag_item()["docs"]}, config=cfg)
+    return generate_answer(mirage.lm, prep.tokens.ids, cfg=cfg.generation).text
+
+
+def match_items(model: Any | Callable[[], Any], items: Sequence[XorItem], *, config: MirageConfig | None = None,
+                store: Any = None, progress: Progress | None = None) -> list[MatchRecord]:
+    """The match check of every item (:class:`MatchRecord`, in item order), generating only for items ``store`` (a
+    ResumableJSONL) lacks and appending each as it finishes. ``model``: a Mirage or a function returning one, called
+    only if some item needs generating."""
+    done = {rec["key"]: MatchRecord.from_dict(rec) for rec in (store.records() if store is not None else [])
+            if isinstance(rec, dict) and "generated" in rec}
+    todo = list({item.key: item for item in items if item.key not in done}.values())
+    if todo:
+        mirage = resolve_mirage(model)
+        iterable: Iterable[XorItem] = todo if progress is None else progress(todo, len(todo), "self-match")
+        for item in iterable:
+            generated = generate_own_answer(mirage, item, config=config)
+            rec = MatchRecord(key=item.key, file=item.file, line=item.line, lang=item.lang, annotated=item.answer,
+                              generated=generated.strip(), kept=same_answer(generated, item.answer))
+            done[item.key] = rec
+            if store is not None:
+                store.write(rec.to_dict())
+    return [done[item.key] for item in items]
+
+
+def self_matched(items: Sequence[XorItem], records: Sequence[MatchRecord]) -> list[XorItem]:
+    """The items whose generation matched, each with the model's own generation as its answer (what is attributed)."""
+    return [replace(item, answer=rec.generated) for item, rec in zip(items, records) if rec.kept]
+
+
+def match_counts(records: Sequence[MatchRecord]) -> dict[str, dict[str, int]]:
+    """Rows checked and kept per language and over all (``{"fi": {"rows": 57, "kept": 3}, …, "all": …}``)."""
+    out: dict[str, dict[str, int]] = {}
+    for rec in records:
+        for lang in (rec.lang, "all"):
+            counts = out.setdefault(lang, {"rows": 0, "kept": 0})
+            counts["rows"] += 1
+            counts["kept"] += int(rec.kept)
+    if "all" in out:
+        out["all"] = out.pop("all")
+    return out

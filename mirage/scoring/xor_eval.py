@@ -11,6 +11,7 @@ passage per row, the largest CTI score, as in the reference's "full" evaluation)
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -40,9 +41,12 @@ CCI_SELECTIONS: dict[str, dict[str, Any]] = {"top3": {"top_k": 3, "top_percent":
 SWEEP_PERCENTS = (3, 5, 7, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100)
 REPORT_FORMAT = 2
 #: The groups of settings a run can ask for: ``ex`` (MIRAGE-EX: CCI rows of the example-level tokens), ``cal``
-#: (MIRAGE-CAL and the top-% sweep: calibration rows, and test rows above the calibrated thresholds) and ``learned``
-#: (the learned classifier and the threshold-free passage score: the passage signals, no CCI row).
-SETTING_GROUPS: tuple[str, ...] = ("ex", "cal", "learned")
+#: (MIRAGE-CAL and the top-% sweep: calibration rows, and test rows above the calibrated thresholds) and
+#: ``likelihood`` (the passage-likelihood classifier, rows ``learned`` and ``learned_agreement`` of results.json, and
+#: the threshold-free passage score: the passage signals, no CCI row).
+SETTING_GROUPS: tuple[str, ...] = ("ex", "cal", "likelihood")
+#: Old names of setting groups, accepted with a DeprecationWarning.
+GROUP_ALIASES = {"learned": "likelihood"}
 #: The threshold-free per-passage score of the ``passage_score`` setting (a feature of
 #: :mod:`mirage.passage_features`): how much the passage alone raises the answer's log-probability over no passage.
 #: Chosen as the single feature with the best ROC-AUC on the calibration splits (train + val, English view,
@@ -107,6 +111,11 @@ def build_views(items: Sequence[XorItem], scores: dict[str, ItemScores], selecti
             toks.append(TokenView(cti=cti, kept=kept, share=share))
         views.append(ItemView(item=item, tokens=tuple(toks)))
     return views
+
+
+def ex_cti_config(cfg: MirageConfig) -> CTIConfig:
+    """MIRAGE-EX's CTI selector under ``cfg``: mean + k·std of the answer's scores (``cti.std_k``, ``cti.std_kind``)."""
+    return CTIConfig(metric=cfg.cti.metric, selector="std", std_k=cfg.cti.std_k, std_kind=cfg.cti.std_kind)
 
 
 def selected_tokens(view: ItemView, cti: CTIConfig) -> tuple[int, ...]:
@@ -322,7 +331,7 @@ def _mirage_rows(views: Sequence[ItemView], *, selection: str, cti_for: Callable
     rows = []
     for v in views:
         sel = selected_tokens(v, cti_for(v))
-        rows.append((v.item.lang, predict(v, sel, selection), list(v.item.labels), passage_scores(v, sel)))
+        rows.append((v.item.lang, predict(v, sel, selection), list(v.item.labels), passage_scores(v, sel), v.item.key))
     return rows
 
 
@@ -338,22 +347,25 @@ def _baseline_rows(views: Sequence[ItemView]) -> dict[str, list[tuple[str, list[
         with_nli = [v for v in views if name in v.item.nli]
         if with_nli:
             out[name] = [(v.item.lang, [bool(p) for p in v.item.nli[name]], list(v.item.labels),
-                          [float(p) for p in v.item.nli[name]]) for v in with_nli]
-    out["cite_all"] = [(v.item.lang, [True] * len(v.item.labels), list(v.item.labels), [1.0] * len(v.item.labels))
-                       for v in views]
-    out["cite_none"] = [(v.item.lang, [False] * len(v.item.labels), list(v.item.labels), [0.0] * len(v.item.labels))
-                        for v in views]
+                          [float(p) for p in v.item.nli[name]], v.item.key) for v in with_nli]
+    out["cite_all"] = [(v.item.lang, [True] * len(v.item.labels), list(v.item.labels), [1.0] * len(v.item.labels),
+                        v.item.key) for v in views]
+    out["cite_none"] = [(v.item.lang, [False] * len(v.item.labels), list(v.item.labels), [0.0] * len(v.item.labels),
+                         v.item.key) for v in views]
     return out
 
 
 def _setting_tables(views: Sequence[ItemView], langs: Sequence[str], *, selections: Iterable[str], ex_cti: CTIConfig,
-                   calibration: Calibration | None, ex: bool = True
+                   calibration: Calibration | None, ex: bool = True, collect: dict[str, list] | None = None
                    ) -> dict[str, dict[str, dict[str, float | None]]]:
     """``metric → setting → language (and "avg") → value`` for every setting of :data:`SETTINGS` that applies
-    (``cal_*`` only with a calibration) and ``roc_auc["mirage_raw"]``, settings in table order."""
+    (``cal_*`` only with a calibration) and ``roc_auc["mirage_raw"]``, settings in table order. ``collect`` receives
+    each setting's rows (lang, predictions, labels, scores, item key) per item."""
     tables: dict[str, dict[str, dict[str, float | None]]] = {name: {} for name in (*M.BINARY_METRICS, "roc_auc")}
 
     def put(setting: str, rows) -> None:
+        if collect is not None:
+            collect[setting] = rows
         per = per_language(rows, langs)
         for name, table in tables.items():
             table[setting] = per[name]
@@ -367,9 +379,11 @@ def _setting_tables(views: Sequence[ItemView], langs: Sequence[str], *, selectio
     for setting, rows in _baseline_rows(views).items():
         put(setting, rows)
     if views and all(has_every_row(v) for v in views):  # every CCI row: only runs with --all-tokens
-        tables["roc_auc"]["mirage_raw"] = per_language(
-            [(v.item.lang, [False] * len(v.item.labels), list(v.item.labels), threshold_free_scores(v))
-             for v in views], langs)["roc_auc"]
+        raw_rows = [(v.item.lang, [False] * len(v.item.labels), list(v.item.labels), threshold_free_scores(v),
+                     v.item.key) for v in views]
+        tables["roc_auc"]["mirage_raw"] = per_language(raw_rows, langs)["roc_auc"]
+        if collect is not None:
+            collect["mirage_raw"] = raw_rows
     rank = {name: i for i, name in enumerate(TABLE_ORDER)}
     return {m: dict(sorted(t.items(), key=lambda kv: rank.get(kv[0], len(rank)))) for m, t in tables.items()}
 
@@ -400,7 +414,7 @@ def calibrated_floor(calibration_items: Sequence[XorItem], scores: dict[str, Ite
     the test tokens that need CCI rows beyond MIRAGE-EX's. None without calibration items. Raises RowsNeeded when the
     calibration items lack rows (:func:`calibration_rows`)."""
     names = calibration_selections(config, percents)
-    views = build_views(calibration_items, scores, names)
+    views = build_views(calibration_items, scores, names, context=(config or MirageConfig()).aggregation.context)
     if not views:
         return None
     cal = calibrate(views, names, by=calibrate_by)
@@ -443,7 +457,7 @@ def _learned_rows(model: LearnedModel, rows: Sequence[tuple[XorItem, list[dict[s
     out = []
     for item, feats in rows:
         probs = model.predict_proba(matrix(feats, model.features))
-        out.append((item.lang, [p >= cut for p in probs], list(item.labels), probs))
+        out.append((item.lang, [p >= cut for p in probs], list(item.labels), probs, item.key))
     return out
 
 
@@ -452,7 +466,7 @@ def pair_scores(items: Sequence[XorItem], scores: dict[str, ItemScores], *, conf
     """One row per scored (item, passage) pair: key, language, passage index, human label, the ``passage_score``
     and, given the fitted ``model``, the learned probability and prediction (for ROC curves and peer comparisons)."""
     cfg = config or MirageConfig()
-    ex_cti = CTIConfig(metric=cfg.cti.metric, selector="std", std_k=cfg.cti.std_k)
+    ex_cti = ex_cti_config(cfg)
     out = []
     for item, feats in _feature_rows(items, scores, ex_cti):
         probs = model.predict_proba(matrix(feats, model.features)) if model is not None else [None] * len(feats)
@@ -484,42 +498,49 @@ def evaluate(
     bad_rows: Sequence[BadRow] = (),
     settings: dict[str, Any] | None = None,
     learned: bool = True,
-    context: ContextView = "all",
+    context: ContextView | None = None,
     groups: Sequence[str] = SETTING_GROUPS,
+    pairs: list[dict[str, Any]] | None = None,
 ) -> XorAttriQAReport:
     """The settings of ``groups`` (:data:`SETTING_GROUPS`) and the baselines per language from stored scores (no model
     run). With ``learned`` (the items have their passage signals), the ``passage_score`` setting and the features'
-    ROC-AUC, and with calibration items the ``learned`` classifier, fitted on them and applied to ``items``."""
-    unknown = sorted(set(groups) - set(SETTING_GROUPS))
-    if unknown:
-        raise ValueError(f"unknown setting groups {unknown}; choose from {list(SETTING_GROUPS)}.")
-    learned = learned and "learned" in groups
+    ROC-AUC, and with calibration items the passage-likelihood classifier (rows ``learned``, ``learned_agreement``),
+    fitted on them and applied to ``items``. ``context``: the context tokens CCI selects among (default the config's
+    ``aggregation.context``; ``content`` leaves the prompt's passage markers out, as the authors' script does).
+    ``pairs``, when given, receives one record per (item, passage): :func:`pair_records`."""
+    groups = setting_groups(groups)
+    learned = learned and "likelihood" in groups
     cfg = config or MirageConfig()
+    context = context or cfg.aggregation.context
     base_cci = cfg.cci
     selections = {name: CCIConfig(**{**asdict(base_cci), **sel}) for name, sel in CCI_SELECTIONS.items()}
     views = build_views(items, scores, selections, context=context)
     langs = _languages(v.item for v in views)
-    ex_cti = CTIConfig(metric=cfg.cti.metric, selector="std", std_k=cfg.cti.std_k)
+    ex_cti = ex_cti_config(cfg)
     cal_views = (build_views(calibration_items, scores, selections, context=context)
                  if calibration_items is not None else [])
     cal = calibrate(cal_views, selections, by=calibrate_by) if cal_views and "cal" in groups else None
 
-    tables = _setting_tables(views, langs, selections=selections, ex_cti=ex_cti, calibration=cal, ex="ex" in groups)
+    collected: dict[str, list] = {}
+    tables = _setting_tables(views, langs, selections=selections, ex_cti=ex_cti, calibration=cal, ex="ex" in groups,
+                             collect=collected)
     test_rows = _feature_rows([v.item for v in views], scores, ex_cti)
     features: dict[str, Any] | None = None
     if learned:
-        tables["roc_auc"]["passage_score"] = per_language(
-            [(item.lang, [False] * len(feats), list(item.labels), [f[PASSAGE_SCORE] for f in feats])
-             for item, feats in test_rows], langs)["roc_auc"]
+        collected["passage_score"] = [(item.lang, [False] * len(feats), list(item.labels),
+                                       [f[PASSAGE_SCORE] for f in feats], item.key) for item, feats in test_rows]
+        tables["roc_auc"]["passage_score"] = per_language(collected["passage_score"], langs)["roc_auc"]
         features = {"passage_score": PASSAGE_SCORE, "roc_auc": _feature_aucs(test_rows, langs)}
     if cal_views and features is not None:
         cal_items = [v.item for v in cal_views]
         model = fit_learned_model(cal_items, scores, cti=ex_cti)
-        per = per_language(_learned_rows(model, test_rows), langs)
+        collected["learned"] = _learned_rows(model, test_rows)
+        per = per_language(collected["learned"], langs)
         for name, table in tables.items():
             table["learned"] = per[name]
         # the same classifier at the threshold that maximised out-of-fold agreement on the calibration items
-        per = per_language(_learned_rows(model, test_rows, model.cv["agreement_threshold"]), langs)
+        collected["learned_agreement"] = _learned_rows(model, test_rows, model.cv["agreement_threshold"])
+        per = per_language(collected["learned_agreement"], langs)
         for name, table in tables.items():
             table["learned_agreement"] = per[name]
         cal_rows = _feature_rows(cal_items, scores, ex_cti)
@@ -534,6 +555,8 @@ def evaluate(
     if cal is not None:
         calibration = {"items": len(cal_views), "by": calibrate_by, "thresholds": cal.thresholds,
                        "by_language": cal.by_language, "agreement_on_calibration": cal.agreement}
+    if pairs is not None:
+        pairs.extend(pair_records([v.item for v in views], collected))
     bad = [{"file": b.file, "line": b.line, "error": b.error} for b in bad_rows]
     return XorAttriQAReport(
         agreement=tables["agreement"], precision=tables["precision"], recall=tables["recall"], f1=tables["f1"],
@@ -541,6 +564,49 @@ def evaluate(
         sweep=sweep, calibration=calibration, bad_rows={"count": len(bad), "rows": bad}, settings=dict(settings or {}),
         features=features,
     )
+
+
+#: Settings whose rows carry only a score, no citation (ROC-AUC rows): ``cited`` is null for them in pairs.jsonl.
+SCORE_ONLY = frozenset({"passage_score", "mirage_raw"})
+
+
+def pair_records(items: Sequence[XorItem], rows: dict[str, list]) -> list[dict[str, Any]]:
+    """One record per (item, passage) of ``items``, in their order: the item's ``key``, its ``query`` as the view
+    shows it, the ``passage`` number (0-based, file order), the human ``label`` and, under ``settings``, per setting
+    by its results.json name, ``{"score": …, "cited": …}`` (``cited`` null for the score-only rows of
+    :data:`SCORE_ONLY`; a setting that did not score an item, such as an NLI baseline without its file, is absent).
+    ``rows``: per setting, its rows (lang, predictions, labels, scores, item key) per item."""
+    rank = {name: i for i, name in enumerate(TABLE_ORDER)}
+    by_setting = {name: {r[4]: r for r in setting_rows}
+                  for name, setting_rows in sorted(rows.items(), key=lambda kv: rank.get(kv[0], len(rank)))}
+    out = []
+    for item in items:
+        for d, label in enumerate(item.labels):
+            settings = {}
+            for name, found in by_setting.items():
+                row = found.get(item.key)
+                if row is not None:
+                    settings[name] = {"score": float(row[3][d]),
+                                      "cited": None if name in SCORE_ONLY else bool(row[1][d])}
+            out.append({"key": item.key, "query": item.question, "passage": d, "label": bool(label),
+                        "settings": settings})
+    return out
+
+
+def setting_groups(groups: Iterable[str]) -> tuple[str, ...]:
+    """``groups`` checked against :data:`SETTING_GROUPS`, old names (:data:`GROUP_ALIASES`) renamed with a
+    DeprecationWarning; a ValueError names unknown ones."""
+    out = []
+    for name in groups:
+        if name in GROUP_ALIASES:
+            warnings.warn(f"the setting group {name!r} is now called {GROUP_ALIASES[name]!r} (the passage-likelihood "
+                          "classifier); the old name will go.", DeprecationWarning, stacklevel=3)
+            name = GROUP_ALIASES[name]
+        if name not in SETTING_GROUPS:
+            raise ValueError(f"unknown setting groups [{name!r}]; choose from {list(SETTING_GROUPS)}.")
+        if name not in out:
+            out.append(name)
+    return tuple(out)
 
 
 def top_percent_sweep(items: Sequence[XorItem], calibration_items: Sequence[XorItem], scores: dict[str, ItemScores],

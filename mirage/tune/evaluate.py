@@ -139,7 +139,7 @@ def judge_config(config: MirageConfig, base_model: str) -> MirageConfig:
     shipped = shipped_model_path(base_model)
     if shipped is None:
         return config
-    return config.replace(aggregation={"rule": "learned", "learned_model": str(shipped)})
+    return config.replace(aggregation={"rule": "likelihood", "learned_model": str(shipped)})
 
 
 def _answer_key(ex: TrainingExample) -> str:
