@@ -338,10 +338,28 @@ def run_modes(records: Sequence[BiasRecord], configured: Sequence[str] = ()) -> 
 
 
 def markdown_html(text: str) -> Markup:
-    """Markdown (the study's tables) as HTML; HTML inside the text is escaped, not passed through."""
+    """Markdown (the study's tables) as HTML for an offline page: HTML inside the text is escaped, not passed
+    through; an image becomes its alt text and a link its text (the address dropped), so that nothing in the page
+    loads or points to anything outside it, whatever the run folder's text holds."""
     from markdown_it import MarkdownIt
 
-    return Markup(MarkdownIt("commonmark", {"html": False}).enable("table").render(text))
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = md.parse(text)
+    for token in tokens:
+        if token.children:
+            token.children = [_offline(child) for child in token.children
+                              if child.type not in ("link_open", "link_close")]
+    return Markup(md.renderer.render(tokens, md.options, {}))
+
+
+def _offline(token: Any) -> Any:
+    """An inline markdown token that loads nothing: an image becomes its alt text."""
+    if token.type != "image":
+        return token
+    from markdown_it.token import Token
+
+    alt = "".join(child.content for child in token.children or ()) or token.content
+    return Token("text", "", 0, content=f"[image: {alt}]" if alt else "[image]")
 
 
 def bias_run_view(folder: str | Path, *, title: str | None = None) -> BiasRunView:
@@ -375,7 +393,7 @@ def bias_run_view(folder: str | Path, *, title: str | None = None) -> BiasRunVie
                 f"{sum(q.self_moved for q in queries)} with self-citations that move between modes, "
                 f"{sum(q.mirage_moved for q in queries)} with mirage citations that move"))
     return BiasRunView(title=title or f"mirage bias study: {folder.name}", summary=summary, modes=modes,
-                       queries=tuple(queries), tables=markdown_html(tables), cab_png=figure_uri(folder / CAB_FIGURE),
+                       queries=tuple(queries), tables=markdown_html(tables), cab_png=figure_uri(folder / CAB_FIGURE, folder),
                        texts_note=note)
 
 

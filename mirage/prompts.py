@@ -93,7 +93,7 @@ def _load_template_file(path: str) -> PromptTemplate:
         data = load_yaml(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         reason = " ".join(str(getattr(err, "problem", None) or err).split())
-        raise ConfigError(f"prompt template file {path} cannot be read as YAML ({short_repr(reason, 200)}).") from None
+        raise ConfigError(f"prompt template file {path} cannot be read as YAML ({reason[:200]}).") from None
     keys = {"name", "instruction", "template", "contextless_template", "doc_template"}
     if not isinstance(data, dict):
         raise ConfigError(f"prompt template file {path} must be a mapping with {', '.join(sorted(keys))}.")

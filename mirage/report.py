@@ -19,8 +19,12 @@ with ``<``, ``>`` and ``&`` written as ``\\u`` escapes, and is inserted with ``t
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import difflib
 import json
+import types
+import typing
 import warnings
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, fields, replace
@@ -32,7 +36,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from .inputs import InputError, RawRow, json_kind, read_jsonl
+from .inputs import InputError, RawRow, json_kind, json_repr, read_jsonl, short_repr
 from .results import AnswerSpan, AnswerToken, AttributionResult, ContextCue, SentenceAttribution
 from .runs import item_keys, write_atomic
 
@@ -93,11 +97,150 @@ def _result(data: Any, path: Path, lineno: int) -> AttributionResult:
         raise InputError(f"{path} line {lineno} is not a mirage attribution result: it lacks "
                          f"{', '.join(repr(m) for m in missing[:4])}{', …' if len(missing) > 4 else ''}"
                          f"{errors_file}; give the JSONL written by `mirage attribute`.")
+    return result_from_record(data, f"{path} line {lineno}")
+
+
+def result_from_record(data: Any, where: str) -> AttributionResult:
+    """An AttributionResult from a stored record (a results file's line, a scoring run's answer), checked field by
+    field against the result's types and the places its fields point to (token indices, character spans, the
+    saliency matrix's size), so that a page can show it; InputError naming ``where`` and the field otherwise (a
+    record edited by hand: nulls, missing keys, wrong types, bad base64)."""
+    if not isinstance(data, dict):
+        raise InputError(f"{where} is a JSON {json_kind(data)}, not an attribution result object.")
+    problem = _record_problem(data, AttributionResult, "") or _reference_problem(data)
+    if problem is not None:
+        field_name, message = problem
+        raise InputError(f"{where}: field {short_repr(field_name, 120)} {message}; give the record as "
+                         "`mirage attribute` wrote it.")
     try:
         return AttributionResult.from_dict(data)
     except (AttributeError, KeyError, TypeError, ValueError) as err:
-        raise InputError(f"{path} line {lineno} is not a valid mirage attribution result ({type(err).__name__}: "
-                         f"{err}); give the JSONL written by `mirage attribute`.") from None
+        raise InputError(f"{where} is not a valid mirage attribution result ({type(err).__name__}: "
+                         f"{short_repr(str(err), 200)}); give the record as `mirage attribute` wrote it.") from None
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _type_problem(value: Any, tp: Any, at: str) -> tuple[str, str] | None:
+    """Where ``value`` (at field path ``at``) first differs from type ``tp``, and how; None when it conforms."""
+    if tp is Any:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        problems = [_type_problem(value, option, at) for option in options if option is not type(None)]
+        return None if any(p is None for p in problems) else problems[0]
+    if dataclasses.is_dataclass(tp):
+        return _record_problem(value, tp, at)
+    if origin is list:
+        if not isinstance(value, list):
+            return at, f"must be a list, got {json_kind(value)}"
+        (item,) = typing.get_args(tp) or (Any,)
+        for k, element in enumerate(value):
+            found = _type_problem(element, item, f"{at}[{k}]")
+            if found:
+                return found
+        return None
+    if origin is dict:
+        if not isinstance(value, dict):
+            return at, f"must be an object, got {json_kind(value)}"
+        _key, item = typing.get_args(tp) or (Any, Any)
+        for key, element in value.items():
+            found = _type_problem(element, item, f"{at}.{key}")
+            if found:
+                return found
+        return None
+    expected = {str: ("a string", lambda v: isinstance(v, str)),
+                bool: ("true or false", lambda v: isinstance(v, bool)),
+                int: ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+                float: ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))}.get(tp)
+    if expected is not None and not expected[1](value):
+        shown = "" if value is None or isinstance(value, (dict, list)) else f" {json_repr(value)}"
+        return at, f"must be {expected[0]}, got {json_kind(value)}{shown}"
+    return None
+
+
+def _record_problem(data: Any, cls: type, at: str) -> tuple[str, str] | None:
+    """Where a record of dataclass ``cls`` (at field path ``at``) first goes wrong: not an object, a required field
+    missing, a field of the wrong type."""
+    if not isinstance(data, dict):
+        return at or cls.__name__, f"must be an object, got {json_kind(data)}"
+    hints = _hints(cls)
+    if at:  # a nested record is built from all its keys: one it does not know is an error (the top level's are ignored)
+        unknown = next((key for key in data if key not in hints), None)
+        if unknown is not None:
+            return f"{at}.{unknown}", f"is not a field of {cls.__name__}"
+    for f in fields(cls):
+        name = f"{at}.{f.name}" if at else f.name
+        if f.name not in data:
+            if f.default is MISSING and f.default_factory is MISSING:
+                return name, "is missing"
+            continue
+        found = _type_problem(data[f.name], hints[f.name], name)
+        if found:
+            return found
+    return None
+
+
+def _reference_problem(data: dict[str, Any]) -> tuple[str, str] | None:
+    """Where a well-typed record points outside itself: a span outside its text, an answer token, document or
+    sentence that does not exist, a document without its text, a saliency matrix whose data is not its size."""
+    prompt, answer = len(data["prompt"]), len(data["answer"])
+    n_docs = len(data["docs"])
+    indices = {t["index"] for t in data["tokens"]}
+    for k, d in enumerate(data["docs"]):
+        if "text" not in d:
+            return f"docs[{k}].text", "is missing"
+    if not isinstance(data["config"].get("aggregation") or {}, dict):
+        return "config.aggregation", f"must be an object, got {json_kind(data['config']['aggregation'])}"
+
+    def span(at: str, start: int, end: int, size: int, of: str) -> tuple[str, str] | None:
+        return None if 0 <= start <= end <= size else (at, f"spans {start}:{end}, outside the {of} ({size} chars)")
+
+    checks = []
+    for k, t in enumerate(data["tokens"]):
+        checks.append(span(f"tokens[{k}]", t["start"], t["end"], answer, "answer"))
+        checks += [span(f"tokens[{k}].top_context[{j}]", c["start"], c["end"], prompt, "prompt")
+                   for j, c in enumerate(t.get("top_context") or [])]
+    for k, s in enumerate(data["spans"]):
+        checks.append(span(f"spans[{k}]", s["start"], s["end"], answer, "answer"))
+        if not s["docs"]:
+            checks.append((f"spans[{k}].docs", "is empty; an attributed span names its documents"))
+        missing = [i for i in s["tokens"] if i not in indices]
+        if missing:
+            checks.append((f"spans[{k}].tokens", f"names answer token {missing[0]}, which the record lacks"))
+    for k, s in enumerate(data["context_spans"]):
+        checks.append(span(f"context_spans[{k}]", s["start"], s["end"], prompt, "prompt"))
+    for k, s in enumerate(data["sentences"]):
+        checks.append(span(f"sentences[{k}]", s["start"], s["end"], answer, "answer"))
+    bad_docs = [d for d in data.get("truncated_docs") or [] if not 1 <= d <= n_docs]
+    if bad_docs:
+        checks.append(("truncated_docs", f"names document {bad_docs[0]} of {n_docs}"))
+    if data.get("saliency") is not None:
+        checks.append(_saliency_problem(data["saliency"], prompt))
+    return next((c for c in checks if c is not None), None)
+
+
+def _saliency_problem(sal: dict[str, Any], prompt: int) -> tuple[str, str] | None:
+    rows, cols = len(sal["answer_tokens"]), len(sal["context_positions"])
+    for name in ("context_docs", "context_offsets") + (("content",) if sal.get("content") is not None else ()):
+        if len(sal[name]) != cols:
+            return f"saliency.{name}", f"has {len(sal[name])} entries for {cols} context tokens"
+    for j, pair in enumerate(sal["context_offsets"]):
+        if len(pair) != 2 or not 0 <= pair[0] <= pair[1] <= prompt:
+            return f"saliency.context_offsets[{j}]", f"must be a span [start, end] in the prompt, got {json_repr(pair)}"
+    try:
+        size = len(base64.b64decode(sal["data"], validate=True))
+    except ValueError:
+        return "saliency.data", "is not base64"
+    if size != 2 * rows * cols:
+        return "saliency.data", f"holds {size // 2} values for a {rows} x {cols} matrix"
+    return None
 
 
 # --- saliency shares and the documents' layout in the prompt ------------------------------------------------------

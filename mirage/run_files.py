@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +62,46 @@ def read_json(path: str | Path) -> Any:
         raise InputError(f"{path} is not valid JSON ({err}); give the file as the run wrote it.") from None
 
 
-def figure_uri(path: str | Path) -> str | None:
-    """A run's PNG figure as a ``data:`` URI, so that a page embeds it (None when the run has none)."""
+#: The first bytes of every PNG file.
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+#: The largest figure a page embeds.
+MAX_FIGURE_BYTES = 32 * 1024 * 1024
+
+
+def figure_uri(path: str | Path, folder: str | Path | None = None) -> str | None:
+    """A run's PNG figure as a ``data:`` URI, so that a page embeds it; None when the run has none. Only a real PNG
+    (its signature checked) that lies inside ``folder`` (default: the figure's own folder) is read: a link leading
+    out of the folder (to a key file, say) or any other file is left out of the page with a warning, so that a page
+    meant to be shared never carries a file the run did not make."""
     path = Path(path)
-    return f"data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}" if path.is_file() else None
+    if not path.exists() and not path.is_symlink():
+        return None
+    refused = _outside_or_not_png(path, Path(folder) if folder is not None else path.parent)
+    if refused:
+        warnings.warn(f"{path}: not embedded in the page ({refused}).", stacklevel=2)
+        return None
+    return f"data:image/png;base64,{base64.b64encode(_read_png(path)).decode()}"
+
+
+def _outside_or_not_png(path: Path, folder: Path) -> str | None:
+    """Why ``path`` is no figure of ``folder`` to embed, or None when it is one."""
+    try:
+        real = path.resolve(strict=True)
+        if not real.is_relative_to(folder.resolve(strict=True)):
+            return f"it leads out of {folder}"
+        if not real.is_file():
+            return "not a file"
+        if real.stat().st_size > MAX_FIGURE_BYTES:
+            return f"larger than {MAX_FIGURE_BYTES // 2**20} MB"
+        with real.open("rb") as fh:
+            head = fh.read(len(PNG_SIGNATURE))
+    except (OSError, RuntimeError) as err:  # RuntimeError: a loop of links
+        return f"cannot be read: {getattr(err, 'strerror', None) or err}"
+    return None if head == PNG_SIGNATURE else "not a PNG image"
+
+
+def _read_png(path: Path) -> bytes:
+    """The bytes of a figure :func:`_outside_or_not_png` accepted, read without following a link swapped in since."""
+    fd = os.open(path.resolve(strict=True), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(MAX_FIGURE_BYTES + 1)[:MAX_FIGURE_BYTES]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from markupsafe import Markup
 
-from .inputs import InputError
-from .report import report_html, template_asset, template_env
+from .inputs import InputError, short_repr
+from .report import report_html, result_from_record, template_asset, template_env
 from .results import AttributionResult
 from .run_files import figure_uri, read_json, read_run_records, run_file
 from .scoring.eli5 import ELI5Report
@@ -35,13 +35,9 @@ def read_eli5_answers(folder: str | Path, seeds: Sequence[int] = ()) -> list[Att
     rows = []
     for rec in read_run_records(path):
         if not isinstance(rec.get("result"), dict):
-            raise InputError(f"{path}: record {rec['key']!r} has no 'result'; give the folder `mirage score eli5` "
+            raise InputError(f"{path}: record {short_repr(rec['key'])} has no 'result'; give the folder `mirage score eli5` "
                              "wrote.")
-        try:
-            res = AttributionResult.from_dict(rec["result"])
-        except (AttributeError, KeyError, TypeError, ValueError) as err:
-            raise InputError(f"{path}: record {rec['key']!r} is not an attribution result ({type(err).__name__}: "
-                             f"{err}).") from None
+        res = result_from_record(rec["result"], f"{path}: record {short_repr(rec['key'])}")
         seed, line = rec.get("seed"), rec.get("line")
         if res.id is None:
             res = replace(res, id=f"row {line} · seed {seed}")

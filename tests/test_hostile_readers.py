@@ -231,3 +231,264 @@ def test_a_megabyte_list_with_broken_elements_parses_in_linear_work(tmp_path, mo
     assert len(text) > 800_000 and sum(isinstance(r, BadRow) for r in rows) == 8
     print(f"{len(text)} characters, {text.count(',')} commas, {calls[0]} decoder calls")
     assert calls[0] <= 2 * text.count(",") + 100
+
+
+# -- 4. a YAML alias bomb, and how much of a user's value a message shows --------------------------------------------
+
+BOMB = textwrap.dedent("""\
+    a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
+    b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+    c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+    d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+    e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+    f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+    g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+    h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+    cti: {metric: *h}
+    """)
+
+
+def test_a_yaml_alias_bomb_is_refused_in_one_line(tmp_path):
+    from mirage.config import ConfigError, MirageConfig
+    from mirage.experiment import ExperimentConfig
+    from mirage.tune.config import TuneConfig
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(BOMB)
+    for load in (MirageConfig.from_yaml, lambda p: ExperimentConfig.from_yaml(p, command="attribute"),
+                 TuneConfig.from_yaml):
+        with pytest.raises(ConfigError) as err:
+            load(path)
+        message = str(err.value)
+        assert message.startswith(f"{path}: not valid YAML at line 2") and "alias (*a)" in message
+        assert "\n" not in message and len(message) < 400
+
+
+def test_a_huge_value_in_a_config_is_shown_bounded(tmp_path):
+    """A 10 MB string, a list of a million items, a million-digit-sized integer, a key of 1 MB: each message shows
+    a few dozen characters of it."""
+    from mirage.config import ConfigError, MirageConfig
+    from mirage.tune.config import TuneConfig
+
+    values = {"string": "x" * 10_000_000, "list": list(range(1_000_000)), "integer": -(10 ** 100_000),
+              "nested": [[[[[["deep"] * 50] * 50] * 50] * 50] * 50]}
+    for name, value in values.items():
+        for make in (lambda v: MirageConfig.from_dict({"cti": {"metric": v}}),
+                     lambda v: MirageConfig.from_dict({"cci": {"top_k": v}}),
+                     lambda v: MirageConfig.from_dict({"x" * 1_000_000: v}),
+                     lambda v: TuneConfig.from_dict({"model": "m", "lora": {"r": v}})):
+            with pytest.raises(ConfigError) as err:
+                make(value)
+            assert len(str(err.value)) < 600 and "\n" not in str(err.value), (name, str(err.value)[:300])
+
+
+def test_short_repr_and_json_repr_are_bounded():
+    from mirage.inputs import json_repr, short_repr
+
+    bomb: list = ["lol"] * 9
+    for _ in range(9):
+        bomb = [bomb] * 9  # 9**10 strings once expanded: never expanded here
+    for value in (bomb, "y" * 10_000_000, 10 ** 100_000, {"k" * 1000: bomb}, float("nan")):
+        assert len(short_repr(value)) <= 60 and len(json_repr(value)) <= 40
+    assert short_repr("abc") == "'abc'" and json_repr({"a": [1, 2]}) == '{"a": [1, 2]}'
+
+
+def test_yaml_files_of_templates_and_bias_prompts_refuse_aliases(tmp_path):
+    from mirage.config import ConfigError, PromptConfig
+    from mirage.prompts import load_template
+
+    path = tmp_path / "t.yaml"
+    path.write_text('name: &n x\ninstruction: *n\ntemplate: "{Q} {D}"\ncontextless_template: "{Q}"\n'
+                    'doc_template: "{P}"\n')
+    with pytest.raises(ConfigError, match=r"cannot be read as YAML \(an alias \(\*n\)"):
+        load_template(PromptConfig(path=str(path)))
+    path.write_text("[1, 2]\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_template(PromptConfig(path=str(path)))
+
+
+# -- 5. `mirage view` of hand-edited result records ---------------------------------------------------------------------
+
+DELETE = object()
+
+
+def _variants(record: dict) -> dict[str, tuple[list, object]]:
+    import base64
+
+    cue = next(k for k, t in enumerate(record["tokens"]) if t["top_context"])
+    return {
+        "question null": (["question"], None),
+        "docs missing": (["docs"], DELETE),
+        "docs a string": (["docs"], "text"),
+        "a doc null": (["docs", 0], None),
+        "a doc without text": (["docs", 0, "text"], DELETE),
+        "tokens null": (["tokens"], None),
+        "top_context null": (["tokens", 0, "top_context"], None),
+        "cti a string": (["tokens", 0, "cti"], "high"),
+        "index a float": (["tokens", 0, "index"], 1.5),
+        "span names a missing token": (["spans", 0, "tokens"], [999]),
+        "span without docs": (["spans", 0, "docs"], []),
+        "saliency data not base64": (["saliency", "data"], "!!!not base64"),
+        "saliency data of the wrong size": (["saliency", "data"], base64.b64encode(b"\0" * 6).decode()),
+        "saliency a string": (["saliency"], "x"),
+        "citations null": (["sentences", 0, "mirage_citations"], None),
+        "cti_threshold null": (["cti_threshold"], None),
+        "config null": (["config"], None),
+        "cue outside the prompt": (["tokens", cue, "top_context", 0, "start"], 10 ** 9),
+        "answer a number": (["answer"], 5),
+        "context span empty": (["context_spans", 0], {}),
+        "unknown key in a token": (["tokens", 0, "colour"], "red"),
+        "sentences of numbers": (["sentences"], [1, 2]),
+        "truncated_docs of strings": (["truncated_docs"], ["a"]),
+        "prompt null": (["prompt"], None),
+        "aggregation a list": (["config", "aggregation"], [1]),
+        "saliency offsets not pairs": (["saliency", "context_offsets", 0], [1]),
+        "negative span": (["spans", 0, "start"], -5),
+        "huge document id": (["spans", 0, "docs"], [10 ** 30]),
+    }
+
+
+def _edited(record: dict, path: list, value: object) -> dict:
+    out = json.loads(json.dumps(record))
+    *parents, last = path
+    node = out
+    for key in parents:
+        node = node[key]
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return out
+
+
+def test_view_of_hand_edited_records_names_the_line_and_field(tmp_path, capsys, result_line):
+    record = json.loads(result_line)
+    assert record["saliency"] and record["spans"] and record["context_spans"], "the record has every part"
+    rendered, refused = [], []
+    for name, (path, value) in _variants(record).items():
+        src = tmp_path / "edited.jsonl"
+        src.write_text(result_line + "\n" + json.dumps(_edited(record, path, value)) + "\n")
+        status = main(["view", str(src), "-o", str(tmp_path / f"{len(rendered) + len(refused)}.html")])
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and status in (0, 2), (name, err[-500:])
+        if status == 0:
+            rendered.append(name)
+            continue
+        refused.append(name)
+        line = err.strip().splitlines()
+        assert len(line) == 1 and f"{src} line 2" in line[0], (name, err)
+        field = str(path[0])
+        assert field in line[0] or name == "docs missing" and "lacks 'docs'" in line[0], (name, err)
+    print(f"{len(refused)} edited records refused with their line and field, {len(rendered)} rendered: {rendered}")
+    assert len(refused) >= 25
+
+
+# -- 6. a run folder's figures and text in a shareable page ---------------------------------------------------------
+
+PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
+       b"\x00\x00\x00\rIDATx\x9cc\xf8\xcf\xc0\xf0\x1f\x00\x05\x00\x01\xff\x89\x99=\x1d\x00\x00\x00\x00IEND\xaeB`\x82")
+
+
+def test_figures_are_read_only_inside_the_folder_and_only_as_png(tmp_path):
+    from mirage.run_files import figure_uri
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    secret = tmp_path / "id_rsa"
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n")
+    (folder / "leak.png").symlink_to(secret)
+    (folder / "fake.png").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    outside_png = tmp_path / "elsewhere.png"
+    outside_png.write_bytes(PNG)
+    (folder / "out.png").symlink_to(outside_png)
+    (folder / "real.png").write_bytes(PNG)
+    (folder / "inside.png").symlink_to(folder / "real.png")
+    for name, why in (("leak.png", "leads out of"), ("fake.png", "not a PNG"), ("out.png", "leads out of")):
+        with pytest.warns(UserWarning, match=why):
+            assert figure_uri(folder / name) is None, name
+    assert figure_uri(folder / "real.png").startswith("data:image/png;base64,")
+    assert figure_uri(folder / "inside.png") == figure_uri(folder / "real.png")
+    assert figure_uri(folder / "missing.png") is None
+
+
+def _remote_references(html: str) -> list[str]:
+    """What in a page (its tags, their attributes, its style blocks: not its escaped text) loads or points to
+    something outside it: an address with a scheme other than ``data:`` or ``#``, a ``<link>``, CSS ``url()`` or
+    ``@import`` of an address."""
+    from html.parser import HTMLParser
+
+    found: list[str] = []
+
+    def external(value: str) -> bool:
+        value = value.strip().lower()
+        return bool(value) and not value.startswith(("#", "data:")) and (":" in value.split("/")[0] or
+                                                                        value.startswith("//"))
+
+    def css(text: str) -> None:
+        import re
+
+        for target in re.findall(r"url\(\s*['\"]?([^'\")]*)|@import\s+['\"]([^'\"]*)", text, re.IGNORECASE):
+            if any(external(t) for t in target):
+                found.append(f"css {target}")
+
+    class Scan(HTMLParser):
+        in_style = False
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "link":
+                found.append(f"<link {attrs}>")
+            self.in_style = tag == "style"
+            for name, value in attrs:
+                if value and name in ("src", "href", "action", "poster", "srcset", "formaction", "data", "background") \
+                        and external(value):
+                    found.append(f"<{tag} {name}={value}>")
+                if value and name == "style":
+                    css(value)
+
+        def handle_endtag(self, tag):
+            self.in_style = False
+
+        def handle_data(self, data):
+            if self.in_style:
+                css(data)
+
+    Scan().feed(html)
+    return found
+
+
+def test_markdown_from_a_run_folder_loads_nothing_remote():
+    from mirage.bias_report import markdown_html
+
+    text = ("# Tables\n![tracker](https://evil.example/pixel.png) [click](http://evil.example) <https://auto.example>"
+            " <img src='https://x.example/a.png'> [ref][r]\n\n[r]: https://ref.example\n\n| a | b |\n|---|---|\n"
+            "| ![i](//cdn.example/i.png) | [l](javascript:alert(1)) |\n\n<link rel=stylesheet href=https://c.example>"
+            "\n<style>@import url(https://s.example/x.css);</style>\n")
+    html = str(markdown_html(text))
+    assert _remote_references(html) == [] and "<a " not in html and "<img" not in html
+    assert "[image: tracker]" in html and "click" in html and "<table>" in html
+
+
+def test_a_bias_run_page_embeds_no_local_file_and_nothing_remote(tmp_path, capsys):
+    """The shipped bias run folder, copied, with hostile additions: cab.png a link to a key file, tables.md with
+    remote images and links. The page holds neither the key nor any remote reference."""
+    import shutil
+
+    shipped = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "bias_smollm2_hai"
+    folder = tmp_path / "run"
+    shutil.copytree(shipped, folder)
+    secret = tmp_path / "key.txt"
+    secret.write_bytes(b"\x89PNG\r\n\x1a\n" + b"TOPSECRETKEYMATERIAL" * 10)
+    (folder / "cab.png").unlink(missing_ok=True)
+    (folder / "cab.png").symlink_to(secret)
+    (folder / "tables.md").write_text("# Tables\n![x](https://evil.example/p.png)\n[home](https://evil.example)\n"
+                                      "<script src=https://evil.example/x.js></script>\n")
+    page = tmp_path / "page.html"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["view", str(folder), "-o", str(page)]) == 0, capsys.readouterr().err
+    html = page.read_text()
+    import base64
+
+    assert "TOPSECRETKEYMATERIAL" not in html and base64.b64encode(secret.read_bytes())[:40].decode() not in html
+    assert _remote_references(html) == [], _remote_references(html)[:5]
+    assert "<script src" not in html

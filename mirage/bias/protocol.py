@@ -180,7 +180,7 @@ def _yaml_file(path: Path) -> Any:
         return load_yaml(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         reason = " ".join(str(getattr(err, "problem", None) or err).split())
-        raise ConfigError(f"{path}: cannot be read as YAML ({short_repr(reason, 200)}).") from None
+        raise ConfigError(f"{path}: cannot be read as YAML ({reason[:200]}).") from None
 
 
 @cache
