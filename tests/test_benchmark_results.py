@@ -11,7 +11,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-MATCH = ROOT.parent / "shared" / "data" / "xor_attriqa_match"
 
 
 def _close(a, b, path="") -> list[str]:
@@ -24,8 +23,14 @@ def _close(a, b, path="") -> list[str]:
     return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
-@pytest.mark.skipif(not MATCH.exists(), reason="the calibration splits are read from ../shared/data")
-def test_extra_signals_reproduce_from_the_shipped_stores(tmp_path):
+def _calibration_splits() -> list[str]:
+    """XOR-AttriQA's calibration splits, by name, from the data cache (the ``data_dir`` fixture)."""
+    from mirage.data import resolve
+
+    return [str(resolve("xor-attriqa-match:train")), str(resolve("xor-attriqa-match:val"))]
+
+
+def test_extra_signals_reproduce_from_the_shipped_stores(tmp_path, data_dir):
     """benchmarks/extra_signals.py (a second model's features, the yes/no judgment) on the calibration splits: the
     judge's values from ``judge_rows.jsonl.gz``, so ``--model`` is named but never loaded."""
     from benchmarks.extra_signals import main
@@ -33,7 +38,7 @@ def test_extra_signals_reproduce_from_the_shipped_stores(tmp_path):
     judge = tmp_path / "judge.jsonl"
     judge.write_bytes(gzip.decompress((RESULTS / "xor_attriqa_smollm2_en" / "judge_rows.jsonl.gz").read_bytes()))
     en, native = RESULTS / "xor_attriqa_smollm2_en", RESULTS / "xor_attriqa_gemma3_native" / "learned"
-    cal = ["--calibrate-on", str(MATCH / "train.jsonl"), str(MATCH / "val.jsonl")]
+    cal = ["--calibrate-on", *_calibration_splits()]
     assert main([str(en / "scores.jsonl.gz"), *cal, "--other", str(native / "scores.jsonl.gz"), "--judge", str(judge),
                  "--model", "smollm2-135m-instruct", "-o", str(tmp_path / "en.json")]) == 0
     assert main([str(native / "scores.jsonl.gz"), "--text", "native", *cal, "--other", str(en / "scores.jsonl.gz"),
@@ -43,12 +48,11 @@ def test_extra_signals_reproduce_from_the_shipped_stores(tmp_path):
         assert not _close(json.loads(got.read_text()), json.loads(shipped.read_text())), shipped
 
 
-@pytest.mark.skipif(not MATCH.exists(), reason="the calibration splits are read from ../shared/data")
 @pytest.mark.parametrize("view, model, store, methods", [
     ("en", "smollm2-135m-instruct", "xor_attriqa_smollm2_en", ["saliency", "input_x_gradient", "integrated_gradients"]),
     ("native", "gemma3-270m", "xor_attriqa_gemma3_native/learned", ["saliency", "input_x_gradient"]),
 ])
-def test_cci_methods_reproduce_from_the_shipped_rows(tmp_path, view, model, store, methods):
+def test_cci_methods_reproduce_from_the_shipped_rows(tmp_path, data_dir, view, model, store, methods):
     """benchmarks/cci_methods.py (saliency, input x gradient, integrated gradients as passage scores) on the
     calibration splits: each method's rows from ``cci_rows/`` (``--store``), so ``--model`` is named but never
     loaded."""
@@ -59,7 +63,7 @@ def test_cci_methods_reproduce_from_the_shipped_rows(tmp_path, view, model, stor
         shipped = folder / "cci_rows" / f"rows.{method}.jsonl.gz"
         (tmp_path / f"rows.{method}.jsonl").write_bytes(gzip.decompress(shipped.read_bytes()))
     got = tmp_path / "cci_methods.json"
-    assert main([str(folder / "scores.jsonl.gz"), "--calibrate-on", str(MATCH / "train.jsonl"), str(MATCH / "val.jsonl"),
+    assert main([str(folder / "scores.jsonl.gz"), "--calibrate-on", *_calibration_splits(),
                  "--model", model, "--text", view, "--store", str(tmp_path / "rows.jsonl"), "--methods", *methods,
                  "--ig-steps", "8", "-o", str(got)]) == 0
     stored = json.loads((folder / "cci_methods.json").read_text())

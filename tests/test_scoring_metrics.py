@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mirage.config import MirageConfig
+from mirage.data import resolve
 from mirage.learned import best_threshold
 from mirage.scoring import metrics as M
 from mirage.scoring.rows import BadRow, RowError, read_rows
@@ -18,7 +19,6 @@ from mirage.scoring.xor_attriqa import ItemScores, XorItem, load_xor_attriqa, sp
 from mirage.scoring.xor_eval import SETTINGS, XorAttriQAReport, evaluate
 
 DATA = Path(__file__).parent / "data"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 # -- binary scores ------------------------------------------------------------------------------------------------
@@ -72,14 +72,13 @@ def test_undefined_scores_are_none_and_skipped_by_averages():
     assert M.mean_defined([None]) is None
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="shared data not present")
-def test_binary_scores_reproduce_the_published_nli_rows():
+def test_binary_scores_reproduce_the_published_nli_rows(data_dir):
     """The NLI baselines' rows of the committed XOR-AttriQA results (computed from the TRUE model's predictions with
     hand-written counts before the scores came from scikit-learn): every binary score and ROC-AUC, fi and ru."""
     stored = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "xor_attriqa_smollm2_en"
                          / "results.json").read_text())
     for lang in ("fi", "ru"):
-        items = load_xor_attriqa(SHARED / "xor_attriqa_match" / f"{lang}.jsonl", text="en").items
+        items = load_xor_attriqa(resolve(f"xor-attriqa-match:{lang}"), text="en").items
         labels = [y for i in items for y in i.labels]
         for setting in ("nli_mt", "nli_orig"):
             preds = [bool(p) for i in items for p in i.nli[setting]]
@@ -283,11 +282,10 @@ def test_xor_loader_reads_the_per_passage_release():
     assert [i.idxs for i in data.items] == [(0,), (1,), (2,)]
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="shared data not present")
 @pytest.mark.parametrize("split", ["fi", "ru", "train", "val"])
-def test_xor_loader_reads_every_shared_row(split):
+def test_xor_loader_reads_every_shared_row(split, data_dir):
     for text in ("en", "native"):
-        data = load_xor_attriqa(SHARED / "xor_attriqa_match" / f"{split}.jsonl", text=text)
+        data = load_xor_attriqa(resolve(f"xor-attriqa-match:{split}"), text=text)
         assert not data.bad_rows
         assert all(set(i.nli) == {"nli_mt", "nli_orig"} for i in data.items)
         assert not any(i.question.endswith("[b]") for i in data.items)
