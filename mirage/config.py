@@ -40,13 +40,23 @@ CTIMetric = Literal["kl_noctx_ctx", "kl_ctx_noctx", "js", "prob_diff"]
 CTISelector = Literal["std", "threshold"]
 CCIMethod = Literal["saliency", "input_x_gradient", "integrated_gradients"]
 PercentRule = Literal["range", "percentile"]
+#: ``cti.std_kind``: the spread in mean + k·std: ``sample`` (n - 1, torch's and inseq's) or ``population`` (n, numpy's, the
+#: authors' released scripts).
+StdKind = Literal["sample", "population"]
+#: ``cci.target``: the attributed quantity: ``logprob`` = log p(y) - log p(y_nc) or ``prob`` = p(y) - p(y_nc).
+CCITarget = Literal["logprob", "prob"]
+#: ``aggregation.ranking``: how a sentence's documents are ordered: by summed per-token ``shares`` of kept saliency,
+#: or by summed raw kept ``saliency`` (the authors' ELI5 script).
+DocRanking = Literal["shares", "saliency"]
 #: ``cci.precision``: CCI's differentiable pass in the model's own dtype, or under autocast to a 16-bit float.
 CCIPrecision = Literal["model", "bfloat16", "float16"]
 #: ``cci.top_percent`` when neither it nor ``cci.top_k`` is set.
 DEFAULT_TOP_PERCENT = 5.0
 PromptName = Literal["selfcitation", "standard", "cora_mgen"]  # the built-in templates (configs/prompts)
 ContextView = Literal["all", "content"]
-CitationRule = Literal["reference", "learned"]
+CitationRule = Literal["reference", "likelihood"]
+#: Old names of ``aggregation.rule`` values, still accepted with a DeprecationWarning.
+RULE_ALIASES = {"learned": "likelihood"}
 
 
 class ConfigError(ValueError):
@@ -212,9 +222,13 @@ class CTIConfig:
     threshold: float | None = field(default=None, metadata={
         "flag": "--cti-threshold", "help": "CTI: calibrated fixed threshold (MIRAGE-CAL)",
         "implies": {"selector": "threshold"}, "exclusive": "cti selector"})
+    std_kind: StdKind = field(default="sample", metadata={
+        "flag": "--cti-std-kind", "help": "the std of mean + K*std: sample (inseq, default) or population (the "
+        "authors' scripts; a two-token answer then cites its larger token)", "later": True})
 
     def __post_init__(self) -> None:
         _check_registered("cti", "metric", self.metric, CTIMetric, "mirage.cti.register_cti_metric")
+        _check_literal("cti", "std_kind", self.std_kind, StdKind)
         if self.selector is None:
             _set(self, "selector", "std" if self.threshold is None else "threshold")
         _check_literal("cti", "selector", self.selector, CTISelector)
@@ -257,9 +271,14 @@ class CCIConfig:
         "flag": "--cci-precision", "help": "model (default: the model's dtype), bfloat16 or float16: CCI's passes "
         "under autocast, faster on GPUs and CPUs with AMX/AVX512-BF16; CTI and the selected tokens stay exact, "
         "saliency is approximate", "later": True})
+    target: CCITarget = field(default="logprob", metadata={
+        "flag": "--cci-target", "help": "attributed quantity: logprob (log p(y) - log p(y_nc); inseq, the authors' "
+        "ELI5 script; default) or prob (p(y) - p(y_nc); the paper's Eq. 2, the authors' XOR-AttriQA script)",
+        "later": True})
 
     def __post_init__(self) -> None:
         _check_registered("cci", "method", self.method, CCIMethod, "mirage.cci.register_cci_method")
+        _check_literal("cci", "target", self.target, CCITarget)
         _check_literal("cci", "percent_rule", self.percent_rule, PercentRule)
         _check_literal("cci", "precision", self.precision, CCIPrecision)
         if self.top_k is None and self.top_percent is None:
@@ -291,21 +310,36 @@ class AggregationConfig:
     keep_saliency: bool = field(default=False, metadata={
         "flag": "--keep-saliency", "help": "keep the whole saliency matrix (selected tokens x context tokens)"})
     #: How a sentence's documents are chosen: ``reference`` (the union of the documents behind its context-sensitive
-    #: tokens, the method's rule) or ``learned`` (a classifier over per-document features of the model's internals,
-    #: :mod:`mirage.learned`; costs one leave-one-out and one single-document pass per document).
+    #: tokens, the method's rule) or ``likelihood`` (the passage-likelihood classifier: a logistic regression over
+    #: how much each passage alone raises the answer's likelihood, and the largest |CTI|; no CCI; :mod:`mirage.learned`;
+    #: costs one single-document pass per document). ``learned``, its old name, is accepted with a DeprecationWarning.
     rule: CitationRule = field(default="reference", metadata={
         "flag": "--citation-rule", "help": "reference (default: the documents behind the context-sensitive tokens) "
-        "or learned (a classifier over per-document internals features; see the README)"})
-    #: The learned rule's classifier (a ``learned.json``); default: the one shipped for the model, if any.
+        "or likelihood (the passage-likelihood classifier: passage likelihoods and the largest |CTI|, no CCI; "
+        "'learned' is its old name)"})
+    #: The likelihood rule's classifier (a ``learned.json``); default: the one shipped for the model, if any.
     learned_model: str | None = field(default=None, metadata={
-        "flag": "--learned-model", "help": "classifier file for --citation-rule learned (default: the one shipped "
+        "flag": "--learned-model", "help": "classifier file for --citation-rule likelihood (default: the one shipped "
         "for the embedded model)"})
+    #: How a sentence's cited documents are ordered before ``max_citations`` cuts them: ``shares`` (each
+    #: context-sensitive token's kept saliency split into per-document shares, summed; mirage) or ``saliency`` (the
+    #: raw kept saliency summed over the sentence's tokens; the authors' ELI5 script).
+    ranking: DocRanking = field(default="shares", metadata={
+        "flag": "--doc-ranking", "help": "order of a sentence's cited documents: shares (summed per-token shares, "
+        "default) or saliency (summed raw saliency, the authors' ELI5 script)", "later": True})
 
     def __post_init__(self) -> None:
         _int_field(self, "aggregation", "max_citations", minimum=1)
         _int_field(self, "aggregation", "top_context_tokens", minimum=0)
         _check_literal("aggregation", "context", self.context, ContextView)
+        if self.rule in RULE_ALIASES:
+            import warnings
+
+            warnings.warn(f"aggregation.rule={self.rule!r} is now called {RULE_ALIASES[self.rule]!r} (the "
+                          "passage-likelihood classifier); the old name will go.", DeprecationWarning, stacklevel=3)
+            _set(self, "rule", RULE_ALIASES[self.rule])
         _check_literal("aggregation", "rule", self.rule, CitationRule)
+        _check_literal("aggregation", "ranking", self.ranking, DocRanking)
         _str_field(self, "aggregation", "learned_model", optional=True, path=True)
         _bool_field(self, "aggregation", "keep_saliency")
 
@@ -319,6 +353,8 @@ class MirageConfig:
     cti: CTIConfig = field(default_factory=CTIConfig)
     cci: CCIConfig = field(default_factory=CCIConfig)
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
+    #: The preset the tree started from (:data:`PRESETS`; fields set after it may differ from it), or None.
+    preset: str | None = None
 
     def __post_init__(self) -> None:
         for name, section_cls in _SECTIONS.items():
@@ -326,22 +362,46 @@ class MirageConfig:
             if not isinstance(value, section_cls):
                 raise ConfigError(f"MirageConfig.{name} must be a {section_cls.__name__}, got "
                                   f"{type(value).__name__}; build the tree from plain dicts with MirageConfig.from_dict.")
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ConfigError(f"preset={_show(self.preset)} is not valid; choose one of "
+                              f"{', '.join(map(repr, PRESETS))}.")
 
     def to_dict(self) -> dict[str, Any]:
         """The tree as nested dicts, without the fields added after stores were first written (``later`` in their
-        metadata) while they are at their defaults: record keys and run fingerprints of existing runs stay valid."""
-        return {name: section_dict(getattr(self, name)) for name in _SECTIONS}
+        metadata) while they are at their defaults: record keys and run fingerprints of existing runs stay valid.
+        ``preset`` is there when the tree came from one."""
+        out: dict[str, Any] = {name: section_dict(getattr(self, name)) for name in _SECTIONS}
+        if self.preset is not None:
+            out["preset"] = self.preset
+        return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> MirageConfig:
-        """Build from a nested dict; unknown sections or keys and non-mapping sections are errors naming them."""
+    def from_dict(cls, data: Mapping[str, Any] | None, *, benchmark: str | None = None) -> MirageConfig:
+        """Build from a nested dict; unknown sections or keys and non-mapping sections are errors naming them.
+        A ``preset`` key starts from that preset (for ``benchmark`` where it differs by benchmark,
+        :meth:`from_preset`); the sections given override its fields."""
         if data is None:
             data = {}
         if not isinstance(data, Mapping):
             raise ConfigError(f"a config must be a mapping of sections ({', '.join(_SECTIONS)}), "
                               f"got {type(data).__name__}.")
-        kwargs = {key: _build_section(key, value) for key, value in data.items()}
+        if data.get("preset") is not None:
+            sections = {key: value for key, value in data.items() if key != "preset"}
+            for key in sections:
+                _build_section(key, {})  # unknown sections are errors before the preset is applied
+            return cls.from_preset(data["preset"], benchmark=benchmark).replace(**sections)
+        kwargs = {key: _build_section(key, value) for key, value in data.items() if key != "preset"}
         return cls(**kwargs)
+
+    @classmethod
+    def from_preset(cls, name: str, *, benchmark: str | None = None) -> MirageConfig:
+        """The tree a preset sets (:data:`PRESETS`), the rest at mirage's defaults, recording the preset's name.
+        ``benchmark`` (``xor-attriqa``, ``eli5``; None: general use, as ELI5) picks the variant where the preset
+        differs by benchmark: ``MirageConfig.from_preset("authors", benchmark="xor-attriqa")``."""
+        if not isinstance(name, str) or name not in PRESETS:
+            raise ConfigError(f"preset={_show(name)} is not valid; choose one of {', '.join(map(repr, PRESETS))}.")
+        sections = preset_sections(name, benchmark)
+        return cls(**{key: _build_section(key, value) for key, value in sections.items()}, preset=name)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> MirageConfig:
@@ -408,6 +468,45 @@ def with_implied(section: str, changes: Mapping[str, Any]) -> dict[str, Any]:
                                   f"different {section}.{other}; give one of them, or set {section}.{other} too.")
             out[other], source[other] = implied, key
     return out
+
+
+#: Presets: name → benchmark (None: every other use) → the sections' fields it sets. ``authors``: what the MIRAGE
+#: authors' released scripts compute (Betswish/MIRAGE-reproduce: ``sec4_alignment/MIRAGE_match.py`` for XOR-AttriQA,
+#: ``sec5_longQA/mirage_cite.py`` for ELI5 and general use); ``inseq``: inseq's ``attribute_context`` with mirage's
+#: document aggregation (what ``tests/test_parity.py`` pins). docs/fidelity.md lists every choice.
+PRESETS: dict[str, dict[str | None, dict[str, dict[str, Any]]]] = {
+    "authors": {
+        None: {"cti": {"metric": "kl_noctx_ctx", "std_k": 1.0, "std_kind": "population"},
+               "cci": {"method": "saliency", "target": "logprob", "top_k": None, "top_percent": 5.0,
+                       "percent_rule": "range"},
+               "aggregation": {"context": "all", "ranking": "saliency", "max_citations": 3, "rule": "reference"}},
+        "xor-attriqa": {"cti": {"metric": "kl_noctx_ctx", "std_k": 1.0, "std_kind": "population"},
+                        "cci": {"method": "saliency", "target": "prob", "top_k": None, "top_percent": 5.0,
+                                "percent_rule": "range"},
+                        "aggregation": {"context": "content", "ranking": "saliency", "max_citations": 3,
+                                        "rule": "reference"}},
+    },
+    "inseq": {
+        None: {"cti": {"metric": "kl_noctx_ctx", "std_k": 1.0, "std_kind": "sample"},
+               "cci": {"method": "saliency", "target": "logprob", "top_k": None, "top_percent": 5.0,
+                       "percent_rule": "range"},
+               "aggregation": {"context": "all", "ranking": "shares", "max_citations": 3, "rule": "reference"}},
+    },
+}
+#: Command options (not pipeline fields) a preset changes for one benchmark: ``authors`` calibrates MIRAGE-CAL's
+#: CTI threshold per language, as the authors' ``MIRAGE_match.py`` does.
+PRESET_OPTIONS: dict[tuple[str, str], dict[str, Any]] = {("authors", "xor-attriqa"): {"calibrate_by": "language"}}
+
+
+def preset_sections(name: str, benchmark: str | None = None) -> dict[str, dict[str, Any]]:
+    """The fields preset ``name`` sets for ``benchmark`` (its general variant where it has none for it)."""
+    variants = PRESETS[name]
+    return {key: dict(value) for key, value in variants.get(benchmark, variants[None]).items()}
+
+
+def preset_option(preset: str | None, benchmark: str, option: str, default: Any) -> Any:
+    """A command option's value under ``preset`` (:data:`PRESET_OPTIONS`), or ``default``."""
+    return PRESET_OPTIONS.get((preset or "", benchmark), {}).get(option, default)
 
 
 _SECTIONS = {
