@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import html
 import inspect
 import json
 import logging
@@ -43,6 +44,11 @@ log = logging.getLogger("mkdocs.hooks.mirage")
 def _cell(text: Any) -> str:
     """A value as one markdown table cell (pipes escaped, newlines folded)."""
     return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _code(text: str) -> str:
+    """Inline code that may hold ``|`` (a markdown table would split a code span there, or show its escape)."""
+    return f"<code>{html.escape(text).replace('|', '&#124;')}</code>"
 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:
@@ -85,9 +91,10 @@ def _argument_rows(parser: argparse.ArgumentParser) -> list[list[str]]:
         if action.option_strings:
             name = ", ".join(f"`{o}`" for o in action.option_strings)
             if action.nargs != 0:
-                name += f" `{formatter._format_args(action, formatter._get_default_metavar_for_optional(action))}`"
+                name += " " + _code(formatter._format_args(action,
+                                                           formatter._get_default_metavar_for_optional(action)))
         else:
-            name = f"`{formatter._format_args(action, formatter._get_default_metavar_for_positional(action))}`"
+            name = _code(formatter._format_args(action, formatter._get_default_metavar_for_positional(action)))
         what = formatter._expand_help(action) if action.help else ""
         if action.choices is not None and not isinstance(action.choices, dict):
             what += f" (one of: {', '.join(map(str, action.choices))})"
@@ -201,7 +208,7 @@ def config_reference() -> str:
             if choices:
                 what += f" (one of: {', '.join(f'`{c}`' for c in choices)})"
             flag = f"`{f.metadata['flag']}`" if "flag" in f.metadata else ""
-            rows.append([f"`{f.name}`", f"`{f.type}`", _default(f), flag, what])
+            rows.append([f"`{f.name}`", _code(str(f.type)), _default(f), flag, what])
         out += [table(["field", "type", "default", "flag", "what"], rows), ""]
     return "\n".join(out)
 
