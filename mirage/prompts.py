@@ -319,6 +319,10 @@ def build_prompt(
     precut: tuple[int, ...] = ()
     if max_tokens is not None:
         docs, precut = _cut_by_characters(docs, max_tokens, tokenizer)
+        if len(question) > _character_bound(max_tokens, tokenizer):  # it cannot fit: refused before tokenizing it
+            raise InputError(f"is {len(question)} characters long, more than {max_tokens} tokens of the model's window "
+                             "can hold (a question is never truncated); shorten the question.", item=item,
+                             field="question")
     built = format_prompt(template, question, docs, tokenizer=tokenizer, use_chat_template=use_chat_template,
                           system=system)
     if max_tokens is None:
@@ -342,6 +346,11 @@ def build_prompt(
 _CHARACTER_CUT_MARGIN = 64
 
 
+def _character_bound(max_tokens: int, tokenizer: Any) -> int:
+    """Characters that surely hold more than ``max_tokens`` tokens (and the cut's margin) of any text."""
+    return (max(max_tokens, 0) + _CHARACTER_CUT_MARGIN) * max_token_chars(tokenizer)
+
+
 def _cut_by_characters(docs: tuple[Document, ...], max_tokens: int, tokenizer: Any
                        ) -> tuple[tuple[Document, ...], tuple[int, ...]]:
     """``docs`` with each text longer than the budget can ever hold cut, by characters, before anything tokenizes
@@ -349,7 +358,7 @@ def _cut_by_characters(docs: tuple[Document, ...], max_tokens: int, tokenizer: A
     ``max_tokens * max_token_chars`` characters, so what is cut could never have been kept, and the cut in tokens
     that follows keeps what it would have kept from the whole text. Returns the documents and the 1-based ids of
     those cut."""
-    limit = (max(max_tokens, 0) + _CHARACTER_CUT_MARGIN) * max_token_chars(tokenizer)
+    limit = _character_bound(max_tokens, tokenizer)
     cut = tuple(i for i, d in enumerate(docs, start=1) if len(d.text) > limit)
     if not cut:
         return docs, ()

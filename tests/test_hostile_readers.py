@@ -152,6 +152,22 @@ def test_a_huge_document_is_cut_by_characters_before_it_is_tokenized(real_tokeni
     assert built.text == just_over.text and built.truncated_docs == just_over.truncated_docs == (1,)
 
 
+def test_a_huge_question_is_refused_before_it_is_tokenized(real_tokenizer, monkeypatch):
+    """A question is never truncated: one longer than the window can hold is an InputError naming it, and the
+    tokenizer never sees it."""
+    from mirage.config import PromptConfig
+    from mirage.inputs import Document
+    from mirage.prompts import Reservation, build_prompt, load_template
+
+    def refuse(self, text, *args, **kwargs):
+        raise AssertionError("the tokenizer was called")
+
+    monkeypatch.setattr(type(real_tokenizer), "__call__", refuse)
+    with pytest.raises(InputError, match=r"^item 3, field 'question': is 20000000 characters long"):
+        build_prompt(load_template(PromptConfig(name="selfcitation")), "why " * 5_000_000, (Document("T", "x"),),
+                     tokenizer=real_tokenizer, use_chat_template=True, reservation=Reservation(2048, 100), item=3)
+
+
 def test_a_huge_document_takes_memory_bounded_by_the_window_not_the_document(tmp_path):
     """Peak memory (the process's high-water mark, ``ru_maxrss``: the tokenizer allocates outside Python, where
     tracemalloc cannot see) grows by less than the document's own size when a 40 MB document is prepared; tokenized
