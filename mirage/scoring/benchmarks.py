@@ -81,7 +81,7 @@ def stored_xor_pipeline(store: str | Path, model: str) -> MirageConfig:
         cfg = xor_attriqa_pipeline().replace(
             prompt=stored["prompt"], cti={"metric": stored["cti_metric"]},
             cci={"method": stored["cci_method"], "ig_steps": stored["ig_steps"],
-                 "precision": stored.get("cci_precision", "model")})
+                 "precision": stored.get("cci_precision", "model"), "target": stored.get("cci_target", "logprob")})
     except (KeyError, TypeError) as err:
         raise ConfigError(f"{path} is not the run.json of a mirage score xor-attriqa run ({err}).") from err
     details = _differences(stored, ExperimentConfig("xor-attriqa", model=model, pipeline=cfg).fingerprint())
