@@ -209,3 +209,35 @@ def real_results(embedded_mirage, example_items):
     forced = embedded_mirage.attribute(xor["question"], [_short(d, 60) for d in xor["docs"]], answer=xor["output"],
                                        config=cfg, id="xor-val-1")
     return [generated, forced]
+
+
+@pytest.fixture(scope="session")
+def tiny_judges(tmp_path_factory):
+    """Two tiny random NLI judges saved as Hugging Face checkpoints: an MNLI-style classifier and a TRUE-style T5."""
+    import torch
+    from transformers import (
+        AutoTokenizer,
+        BertConfig,
+        BertForSequenceClassification,
+        T5Config,
+        T5ForConditionalGeneration,
+    )
+
+    from mirage.models import embedded_checkpoint
+
+    tok = AutoTokenizer.from_pretrained(embedded_checkpoint("smollm2-135m-instruct"))
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("judges")
+    bert = BertForSequenceClassification(BertConfig(
+        vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        num_labels=3, id2label={0: "entailment", 1: "neutral", 2: "contradiction"},
+        label2id={"entailment": 0, "neutral": 1, "contradiction": 2}))
+    t5 = T5ForConditionalGeneration(T5Config(
+        vocab_size=len(tok), d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2, decoder_start_token_id=0,
+        pad_token_id=0, eos_token_id=tok.eos_token_id))
+    paths = {}
+    for name, model in (("bert", bert), ("t5", t5)):
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        paths[name] = root / name
+    return paths
