@@ -161,7 +161,11 @@ def _one_line_error(capsys, argv: list[str]) -> str:
     return last
 
 
-def test_a_checkpoint_whose_weights_do_not_fit_its_config_is_a_one_line_error(capsys, tmp_path):
+def test_a_checkpoint_whose_weights_do_not_fit_its_config_is_a_one_line_error(tmp_path):
+    """Run as a user runs it, in a fresh process (transformers prints its load report first; then one line)."""
+    import subprocess
+    import sys
+
     from tests.test_model_errors import _write_checkpoint
 
     folder = _write_checkpoint(tmp_path / "ckpt")
@@ -171,8 +175,13 @@ def test_a_checkpoint_whose_weights_do_not_fit_its_config_is_a_one_line_error(ca
     items = tmp_path / "items.json"
     items.write_text(json.dumps([{"question": "the capital of france", "docs": [{"text": "paris"}]}]),
                      encoding="utf-8")
-    line = _one_line_error(capsys, ["attribute", str(items), "-o", str(tmp_path / "o.jsonl"), "--model", str(folder)])
-    assert "the weights' shapes do not match its config.json" in line and str(folder) in line
+    run = subprocess.run([sys.executable, "-m", "mirage", "attribute", str(items), "-o", str(tmp_path / "o.jsonl"),
+                          "--model", str(folder)], check=False, capture_output=True, text=True, cwd=ROOT,
+                         timeout=600)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("mirage: error: ") and str(folder) in last
+    assert "the weights' shapes do not match its config.json" in last
 
 
 def test_tune_eval_with_an_adapter_and_no_peft_is_a_one_line_error(capsys, tmp_path, monkeypatch):
