@@ -41,7 +41,18 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .forward import AttributionGraph, BatchGraph, embed, frozen_parameters, graph_from_embeds, logits_from_embeds
+from .forward import (
+    AttributionGraph,
+    BatchGraph,
+    backward_row_bytes,
+    embed,
+    frozen_parameters,
+    graph_bytes,
+    graph_from_embeds,
+    logits_from_embeds,
+    memory_in_use,
+    out_of_memory_error,
+)
 from .models import LoadedModel, cpu_flags
 from .registry import Registry
 
@@ -131,9 +142,18 @@ def _free_memory_bytes(device: torch.device) -> int:
         return 4 * 2**30
 
 
-def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int, rows: int = 1) -> int:
+def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int, rows: int = 1, *, whole_graph: bool = False) -> int:
     """Targets per backward pass that fit in about half the free memory (estimate of activations per row; ``rows``:
-    the sequences of ``seq_len`` positions in the graph)."""
+    the sequences of ``seq_len`` positions in the graph). Under a memory budget (``lm.memory_budget``): as many as
+    the budget has room for beside what the process holds now (the graph included), each target costing one
+    layer's gradients (:func:`~mirage.forward.backward_row_bytes`), or with ``whole_graph`` (the input repeated per
+    target) a whole differentiable pass; at least one."""
+    if lm.memory_budget is not None:
+        room = lm.memory_budget - memory_in_use(lm.device)
+        per = backward_row_bytes(lm, seq_len, rows)
+        if whole_graph:
+            per += graph_bytes(lm, seq_len, checkpoint=False, rows=rows)
+        return max(1, min(n_targets, 64, room // max(1, per)))
     sizes = lm.sizes
     width = torch.finfo(lm.dtype).bits // 8
     per_row = rows * sizes.layers * seq_len * (24 * sizes.hidden * width + sizes.heads * seq_len * 4)
@@ -271,11 +291,32 @@ def _from_one_graph(lm: LoadedModel, t: _Targets, cfg: CCIConfig,
     chunk = cfg.batch_size or auto_batch_size(lm, graph.inputs.shape[1], len(t.idx))
     try:
         attr = _batched_gradients(values, graph.inputs, CCI_METHODS.lookup(cfg.method).from_gradient, chunk)
-    except _NoBatchedBackward:
+    except _NoBatchedBackward as err:
+        del graph, values
+        if _eager_fallback(lm, err):  # the attention kernel's backward has no batching rule: eager attention's has
+            return _from_one_graph(lm, t, cfg, None)
         lm.batched_backward = False
         return None
     lm.batched_backward = True
+    lm.passes["cci_backward"] = f"one graph, vmapped backward, {chunk} target(s) per pass"
     return attr[:, 0].index_select(1, t.context).tolist()
+
+
+def _eager_fallback(lm: LoadedModel, err: BaseException) -> bool:
+    """Switch the model to eager attention when vmap could not batch the backward pass of its attention kernel
+    (SDPA's fused or FlashAttention's backward), naming the fallback in ``lm.passes["attention"]``; False where
+    attention already is eager (or cannot be switched): the caller then repeats the input per target."""
+    kernel = str(getattr(lm.model.config, "_attn_implementation", "eager") or "eager")
+    switch = getattr(lm.model, "set_attn_implementation", None)
+    if kernel == "eager" or switch is None:
+        return False
+    try:
+        switch("eager")
+    except (ValueError, ImportError, NotImplementedError):
+        return False
+    cause = str(err).strip().splitlines()[0][:120] if str(err).strip() else type(err).__name__
+    lm.passes["attention"] = f"eager (fallback: vmap cannot batch {kernel}'s backward: {cause})"
+    return True
 
 
 def _repeated_rows(lm: LoadedModel, base: torch.Tensor, answer_ids: Sequence[int], positions: Sequence[int],
@@ -303,7 +344,8 @@ def _from_repeated_inputs(lm: LoadedModel, t: _Targets, cfg: CCIConfig) -> list[
     out: list[list[float]] = []
     start = 0
     while start < len(t.idx):
-        size = cfg.batch_size or auto_batch_size(lm, t.base.shape[1], len(t.idx) - start)
+        size = cfg.batch_size or auto_batch_size(lm, t.base.shape[1], len(t.idx) - start, whole_graph=True)
+        lm.passes["cci_backward"] = f"input repeated per target, {size} per pass"
         idx = t.idx[start : start + size]
         attr = _repeated_rows(lm, *_slice(lm, t.base, t.answer_ids, t.positions, idx),
                               [t.answer_ids[i] for i in idx], t.contrast[start : start + size], cfg)
@@ -341,10 +383,13 @@ def compute_cci(
     if graph is not None and autocast_dtype(lm, cfg) is not None:
         raise ValueError("compute_cci: a graph in the model's dtype was given with cci.precision="
                          f"{cfg.precision!r}; build no graph (see shares_cti_graph).")
-    with frozen_parameters(lm.model), _precision(lm, cfg):
-        rows = _from_one_graph(lm, targets, cfg, graph) if shares_graph(lm, cfg) else None
-        if rows is None:
-            rows = _from_repeated_inputs(lm, targets, cfg)
+    try:
+        with frozen_parameters(lm.model), _precision(lm, cfg):
+            rows = _from_one_graph(lm, targets, cfg, graph) if shares_graph(lm, cfg) else None
+            if rows is None:
+                rows = _from_repeated_inputs(lm, targets, cfg)
+    except torch.OutOfMemoryError as err:
+        raise out_of_memory_error(lm, len(input_ids), err) from None
     by_selected = dict(zip(order, rows))
     return CCIScores(
         selected=tuple(selected),
@@ -428,6 +473,8 @@ def compute_cci_batch(lm: LoadedModel, graph: BatchGraph, requests: Sequence[CCI
         except _NoBatchedBackward:
             lm.batched_backward = False
             return None
+        except torch.OutOfMemoryError as err:
+            raise out_of_memory_error(lm, width * graph.inputs.shape[0], err) from None
         lm.batched_backward = True
         for b, req in enumerate(requests):
             cols = torch.tensor([graph.pads[b] + j for j in req.context_positions], device=attr.device,

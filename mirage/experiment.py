@@ -71,6 +71,13 @@ class ExperimentConfig:
     device: str | None = None
     dtype: str | None = None
     trust_remote_code: bool = False
+    #: How the model is loaded (see :meth:`mirage.Mirage.from_pretrained`): a LoRA adapter folder, a device map and
+    #: per-device caps (accelerate), 8-/4-bit weights (bitsandbytes), mirage's memory budget for its passes.
+    adapter: str | None = None
+    device_map: str | dict[str, Any] | None = None
+    max_memory: str | int | dict[Any, Any] | None = None
+    quantization: str | None = None
+    memory_budget: str | int | None = None
 
     def __post_init__(self) -> None:
         if self.command not in get_args(Command):
@@ -100,6 +107,28 @@ class ExperimentConfig:
             _fail("pipeline", "a MirageConfig", self.pipeline)
         if not isinstance(self.trust_remote_code, bool):
             _fail("trust_remote_code", "true or false", self.trust_remote_code)
+        self._check_loading()
+
+    def _check_loading(self) -> None:
+        """The loading options, checked without loading anything (errors name ``experiment.<field>``)."""
+        from .models import QUANTIZATIONS, ModelLoadError, resolve_placement
+
+        if isinstance(self.adapter, os.PathLike):
+            object.__setattr__(self, "adapter", os.fspath(self.adapter))
+        if self.adapter is not None and (not isinstance(self.adapter, str) or not self.adapter.strip()):
+            _fail("adapter", "a LoRA adapter folder or null", self.adapter)
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            _fail("quantization", f"one of {sorted(QUANTIZATIONS)} or null", self.quantization)
+        try:
+            resolve_placement(self.device, self.device_map, self.max_memory, self.memory_budget)
+        except ModelLoadError as err:
+            raise ConfigError(f"experiment: {err}") from None
+
+    def loading(self) -> dict[str, Any]:
+        """The keywords of :meth:`mirage.Mirage.from_pretrained` that say how the model is loaded."""
+        return {"device": self.device, "dtype": self.dtype, "trust_remote_code": self.trust_remote_code,
+                "adapter": self.adapter, "device_map": self.device_map, "max_memory": self.max_memory,
+                "quantization": self.quantization, "memory_budget": self.memory_budget}
 
     @property
     def generation_seeds(self) -> tuple[int, ...]:
@@ -126,6 +155,13 @@ class ExperimentConfig:
         dtype = self.dtype_name()
         if dtype != "float32":
             out["dtype"] = dtype
+        from .models import adapter_digest, is_adapter_folder
+
+        adapter = self.adapter or (self.model if is_adapter_folder(self.model) else None)
+        if adapter is not None:  # the outputs are the tuned model's: its weights, not the folder's name
+            out["adapter"] = adapter_digest(adapter)
+        if self.quantization is not None:
+            out["quantization"] = self.quantization
         return out
 
     def _outputs_depend_on(self) -> dict[str, Any]:
@@ -174,7 +210,8 @@ class ExperimentConfig:
             if unknown:
                 raise ConfigError(f"Unknown key(s) {unknown} in 'data'; known: ['calibrate_on', 'eval'].")
             files, calibrate_on = files.get("eval"), files.get("calibrate_on")
-        given = {key: data[key] for key in ("model", "text", "limit", "seeds", "nli", "description", "dataset")
+        given = {key: data[key] for key in ("model", "text", "limit", "seeds", "nli", "description", "dataset",
+                                            *LOADING_KEYS)
                  if data.get(key) is not None}
         return cls(command=command, data=() if files is None else files, calibrate_on=calibrate_on or (),
                    pipeline=pipeline, **given)
@@ -204,7 +241,8 @@ class ExperimentConfig:
         else:
             exp = cls.from_yaml(config, command=command) if config else cls.from_dict({}, command=command)
         changes: dict[str, Any] = {name: getattr(args, name) for name in
-                                   ("model", "calibrate_on", "text", "limit", "nli", "device", "dtype")
+                                   ("model", "calibrate_on", "text", "limit", "nli", "device", "dtype",
+                                    *LOADING_KEYS)
                                    if getattr(args, name, None) is not None}
         for name in ("data", "seeds"):
             if getattr(args, name, None):
@@ -215,16 +253,18 @@ class ExperimentConfig:
 
     def check_device(self) -> None:
         """Check ``device`` and ``dtype`` now (a ModelLoadError), before data is read or anything slow happens."""
-        from .models import resolve_device, resolve_dtype
+        from .models import quantization_config, resolve_device, resolve_dtype
 
-        resolve_dtype(self.dtype, resolve_device(self.device))
+        quantization_config(self.quantization, resolve_dtype(self.dtype, resolve_device(self.device)))
 
     def load_mirage(self) -> Mirage:
         """The experiment's model, with its pipeline config, on ``device`` in ``dtype``."""
         from .pipeline import Mirage
 
-        return Mirage.from_pretrained(self.model, config=self.pipeline, device=self.device, dtype=self.dtype,
-                                      trust_remote_code=self.trust_remote_code)
+        loading = self.loading()
+        # with an adapter and the default model, the base model is the one the adapter names
+        model = None if self.adapter is not None and self.model == DEFAULT_MODEL else self.model
+        return Mirage.from_pretrained(model, config=self.pipeline, **loading)
 
 
 def _fail(name: str, expected: str, value: Any) -> typing.NoReturn:
@@ -302,10 +342,47 @@ def _dest(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
-def add_device_args(parser: argparse.ArgumentParser) -> None:
-    """``--device`` and ``--dtype``: where the model runs and in which dtype."""
+#: The loading options beyond device and dtype (:meth:`ExperimentConfig.loading`): experiment-file keys and flags.
+LOADING_KEYS = ("adapter", "device_map", "max_memory", "quantization", "memory_budget")
+
+
+def add_device_args(parser: argparse.ArgumentParser, *, placement: bool = True, adapter: bool = True) -> None:
+    """The model-loading flags every command that loads a model takes: ``--device`` and ``--dtype``; with
+    ``placement``, also ``--adapter`` (unless ``adapter`` is False: the command has its own), ``--device-map``,
+    ``--max-memory``, ``--memory-budget`` and ``--quantization`` (read back by :func:`loading_args`)."""
     parser.add_argument("--device", help="torch device: cpu, cuda, cuda:1 … (default: cuda if available, else cpu)")
     parser.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bf16/fp16 on GPU, fp32 on CPU)")
+    if not placement:
+        return
+    if adapter:
+        parser.add_argument("--adapter", metavar="DIR",
+                            help="a LoRA adapter folder (mirage tune sft -o RUN: RUN/adapter) merged into the model; "
+                                 "its base model unless --model names one")
+    parser.add_argument("--device-map", metavar="MAP",
+                        help="split the model over devices (accelerate): auto, balanced, sequential, or "
+                             "MODULE=DEVICE,… (e.g. model.layers.0=0,lm_head=1; devices: GPU index, cpu, disk)")
+    parser.add_argument("--max-memory", metavar="SIZE|DEV=SIZE,…",
+                        help="per device (0=20GiB,cpu=60GiB: accelerate's caps for --device-map), or one size "
+                             "(3GB: the same as --memory-budget)")
+    parser.add_argument("--memory-budget", metavar="SIZE",
+                        help="the most memory attribution may use, weights included (3GB; CPU: resident memory, GPU: "
+                             "allocated): long prompts get gradient checkpointing and smaller CCI batches, and one "
+                             "that cannot fit is refused in one line")
+    parser.add_argument("--quantization", choices=["8bit", "4bit"],
+                        help="load the weights in 8 or 4 bits (bitsandbytes; needs a CUDA GPU)")
+
+
+def loading_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The loading flags of :func:`add_device_args` that ``args`` gives (device and dtype included), as keywords of
+    :meth:`mirage.Mirage.from_pretrained`."""
+    return {name: getattr(args, name) for name in ("device", "dtype", *LOADING_KEYS)
+            if getattr(args, name, None) is not None}
+
+
+def loading_argv(args: argparse.Namespace) -> list[str]:
+    """The loading flags of ``args`` as a command line again (for commands that run others, e.g. bias-protocol)."""
+    return [item for name, value in loading_args(args).items()
+            for item in (f"--{name.replace('_', '-')}", str(value))]
 
 
 def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:

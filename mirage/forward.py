@@ -7,13 +7,16 @@ Shapes: ``n_answer`` answer tokens, ``vocab`` vocabulary entries, ``seq`` input 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+import torch.utils.checkpoint
 
-from .models import LoadedModel
+from .models import LoadedModel, format_size
 
 
 def _decoder_ids(lm: LoadedModel, answer_ids: Sequence[int]) -> list[int]:
@@ -135,9 +138,16 @@ class AttributionGraph:
 def graph_from_embeds(lm: LoadedModel, embeds: torch.Tensor, answer_ids: Sequence[int],
                       positions: Sequence[int]) -> AttributionGraph:
     """A differentiable pass from a copy of ``embeds`` ``[1, seq, hidden]`` made a gradient leaf (call it with the
-    parameters frozen, see :func:`frozen_parameters`)."""
+    parameters frozen, see :func:`frozen_parameters`); its layers checkpointed where :func:`plan_graph` says the
+    whole graph would not fit."""
     leaf = embeds.clone().requires_grad_(True)
-    return AttributionGraph(inputs=leaf, logits=logits_from_embeds(lm, leaf, answer_ids, positions))
+    plan = plan_graph(lm, embeds.shape[1])
+    try:
+        with checkpointed_layers(lm.model, plan.checkpoint):
+            logits = logits_from_embeds(lm, leaf, answer_ids, positions)
+    except torch.OutOfMemoryError as err:
+        raise out_of_memory_error(lm, embeds.shape[1], err) from None
+    return AttributionGraph(inputs=leaf, logits=logits)
 
 
 def attribution_graph(lm: LoadedModel, input_ids: Sequence[int], answer_ids: Sequence[int],
@@ -310,10 +320,185 @@ def batched_attribution_graph(lm: LoadedModel, pairs: Sequence[tuple[Sequence[in
     inputs = [model_inputs(lm, p, a)[0] for p, a in pairs]
     ids, kwargs = _left_padded(lm, inputs)
     width, n_keep = ids.shape[1], max(len(a) for _p, a in pairs)
+    plan = plan_graph(lm, width, rows=len(inputs))
     with frozen_parameters(lm.model):
         with torch.no_grad():
             leaf = lm.model.get_input_embeddings()(ids).detach()
         leaf.requires_grad_(True)
-        logits = causal_pass(lm, range(width - n_keep, width), inputs_embeds=leaf, **kwargs).logits
+        try:
+            with checkpointed_layers(lm.model, plan.checkpoint):
+                logits = causal_pass(lm, range(width - n_keep, width), inputs_embeds=leaf, **kwargs).logits
+        except torch.OutOfMemoryError as err:
+            raise out_of_memory_error(lm, width * len(inputs), err) from None
     return BatchGraph(inputs=leaf, logits=logits, pads=[width - len(seq) for seq in inputs],
                       n_answer=[len(a) for _p, a in pairs])
+
+
+# -- memory: what a differentiable pass keeps, the budget it must fit, and checkpointing --------------------------------
+
+
+class MemoryBudgetError(RuntimeError):
+    """A differentiable pass that cannot fit the memory budget (or the free memory), with the fix in the message."""
+
+
+def memory_in_use(device: torch.device) -> int:
+    """Bytes this process holds where a budget is counted: allocated memory of a CUDA device, else the process's
+    resident memory (Linux ``/proc/self/statm``; 0 where it cannot be read)."""
+    if device.type == "cuda":
+        return int(torch.cuda.memory_allocated(device))
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes free for new tensors on ``device``: CUDA's free memory, else the machine's available memory."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return 4 * 2**30
+
+
+def _element_bytes(lm: LoadedModel) -> int:
+    return max(2, torch.finfo(lm.dtype).bits // 8)
+
+
+def _eager_attention(lm: LoadedModel) -> bool:
+    return str(getattr(lm.model.config, "_attn_implementation", "eager") or "eager") == "eager"
+
+
+def layer_token_bytes(lm: LoadedModel, seq: int) -> int:
+    """Bytes one layer keeps per token for the backward pass: about ten hidden-wide and four MLP-wide tensors (a
+    Llama-style block; measured on smollm2-135m: 1.2-1.4 MB per token over its 30 layers in fp32), plus the attention
+    probabilities' row where attention is eager (``seq`` scores per head, kept twice)."""
+    sizes = lm.sizes
+    per = (10 * sizes.hidden + 4 * (sizes.intermediate or 4 * sizes.hidden)) * _element_bytes(lm)
+    if _eager_attention(lm):
+        per += 2 * sizes.heads * seq * _element_bytes(lm)
+    return per
+
+
+def graph_bytes(lm: LoadedModel, seq: int, *, checkpoint: bool, rows: int = 1) -> int:
+    """Estimated bytes of a differentiable pass over ``rows`` sequences of ``seq`` positions: every layer's saved
+    activations, or, checkpointed, each layer's input alone plus one layer recomputed at a time."""
+    sizes = lm.sizes
+    per_layer = layer_token_bytes(lm, seq)
+    if checkpoint:
+        return rows * seq * (sizes.layers * sizes.hidden * _element_bytes(lm) + per_layer)
+    return rows * seq * sizes.layers * per_layer
+
+
+def backward_row_bytes(lm: LoadedModel, seq: int, rows: int = 1) -> int:
+    """Estimated bytes one more target adds to a vmapped backward pass: the gradients of one layer's activations
+    for each position (the backward frees a layer's before the next), in float32."""
+    return rows * seq * 2 * layer_token_bytes(lm, seq) * 4 // _element_bytes(lm)
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    """How a differentiable pass fits: ``checkpoint`` its layers or not, and ``room`` (bytes) left for the backward
+    passes' targets."""
+
+    checkpoint: bool
+    room: int
+
+
+def _limit(lm: LoadedModel) -> tuple[int, str]:
+    """Bytes a new pass may use now, and what limits it (for messages)."""
+    if lm.memory_budget is not None:
+        used = memory_in_use(lm.device)
+        return lm.memory_budget - used, (f"the memory budget {format_size(lm.memory_budget)} "
+                                         f"({format_size(used)} already in use)")
+    free = free_memory(lm.device)
+    return int(free * 0.8), f"the free memory ({format_size(free)} on {lm.device})"
+
+
+def plan_graph(lm: LoadedModel, seq: int, rows: int = 1) -> GraphPlan:
+    """Whether a differentiable pass over ``rows`` x ``seq`` positions fits as it is or with its layers checkpointed
+    (each layer's activations recomputed in the backward pass: about one more forward pass of time), within the
+    memory budget (:attr:`~mirage.models.LoadedModel.memory_budget`) or else 80 % of the free memory. With a budget,
+    a pass that does not fit even checkpointed (with one backward target) raises :class:`MemoryBudgetError`, in one
+    line naming the budget and the switches; without one it is tried (checkpointed), and an out-of-memory error
+    becomes that message (:func:`out_of_memory_error`). The choice is recorded in ``lm.passes["checkpointing"]``."""
+    left, what = _limit(lm)
+    one_target = backward_row_bytes(lm, seq, rows)
+    full = graph_bytes(lm, seq, checkpoint=False, rows=rows)
+    can = has_checkpoint_layers(lm.model)
+    if full + one_target <= left or not can:
+        checkpoint, need = False, full
+    else:
+        checkpoint, need = True, graph_bytes(lm, seq, checkpoint=True, rows=rows)
+    if lm.memory_budget is not None and need + one_target > left:
+        raise MemoryBudgetError(
+            f"the differentiable pass over {rows * seq} tokens needs about {format_size(need + one_target)}"
+            f"{' with gradient checkpointing' if checkpoint else ''}, more than {what} leaves "
+            f"({format_size(max(0, left))}); {_FIXES}")
+    lm.passes["checkpointing"] = "on" if checkpoint else "off"
+    return GraphPlan(checkpoint=checkpoint, room=left - need)
+
+
+_FIXES = ("raise the budget (--memory-budget / memory_budget, or --max-memory SIZE), shorten the prompt (fewer or "
+          "shorter documents), or split the model over more devices (--device-map).")
+
+
+def out_of_memory_error(lm: LoadedModel, seq: int, err: BaseException) -> MemoryBudgetError:
+    """The one-line :class:`MemoryBudgetError` for an out-of-memory error during a pass over ``seq`` positions."""
+    limit = (f"the memory budget {format_size(lm.memory_budget)}" if lm.memory_budget is not None
+             else f"the memory of {lm.device}")
+    first = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+    return MemoryBudgetError(f"out of memory attributing over {seq} tokens within {limit} ({first}); set a budget "
+                             f"the model can keep to (--memory-budget SIZE: gradient checkpointing and smaller CCI "
+                             f"batches), or {_FIXES.split(', ', 1)[1]}")
+
+
+def _checkpoint_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's repeated blocks: transformers' ``GradientCheckpointingLayer`` modules (the decoder and encoder
+    layers of every recent model)."""
+    try:
+        from transformers.modeling_layers import GradientCheckpointingLayer
+    except ImportError:  # pragma: no cover - transformers < 4.52
+        return []
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+
+def has_checkpoint_layers(model: torch.nn.Module) -> bool:
+    """Whether :func:`checkpointed_layers` can checkpoint ``model``."""
+    return bool(_checkpoint_layers(model))
+
+
+@contextmanager
+def checkpointed_layers(model: torch.nn.Module, on: bool = True) -> Iterator[None]:
+    """Within: each of the model's blocks runs under ``torch.utils.checkpoint`` (non-reentrant), so a forward pass
+    keeps each block's input alone and the backward pass recomputes the rest, block by block. The model stays in
+    eval mode (no dropout; transformers' own switch needs training mode); the backward passes may run after the
+    block ends. Works under accelerate's hooks (the recompute runs the hooked forward again). ``on`` False: nothing
+    changes."""
+    layers = _checkpoint_layers(model) if on else []
+    patched = []
+    for layer in layers:
+        inner = layer.forward
+
+        def forward(*args: object, _inner: object = inner, **kwargs: object) -> object:
+            if not torch.is_grad_enabled():
+                return _inner(*args, **kwargs)
+            return torch.utils.checkpoint.checkpoint(_inner, *args, use_reentrant=False, **kwargs)
+
+        had = "forward" in vars(layer)
+        patched.append((layer, had, inner))
+        layer.forward = forward
+    try:
+        yield
+    finally:
+        for layer, had, inner in patched:
+            if had:
+                layer.forward = inner
+            else:
+                del layer.forward

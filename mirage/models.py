@@ -30,7 +30,7 @@ import urllib.request
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cache, wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,6 +71,7 @@ class ModelSizes:
     layers: int
     heads: int
     vocab: int
+    intermediate: int = 0  # the MLP's width (0: 4 x hidden where the config does not say)
 
 
 @dataclass
@@ -86,24 +87,58 @@ class LoadedModel:
     #: Whether vmap batches this model's backward passes (CCI's one-graph path): None until CCI first tries,
     #: False once it failed (CCI then repeats the input per target).
     batched_backward: bool | None = None
+    #: The most memory (bytes) mirage's passes may bring this process to, weights included: resident memory on a
+    #: CPU, allocated memory of the input device on a GPU (see :func:`mirage.forward.plan_graph`); None: no budget.
+    memory_budget: int | None = None
+    #: How the last differentiable pass ran (attention kernel, checkpointing, CCI's backward), for the record.
+    passes: dict[str, str] = field(default_factory=dict)
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where inputs go: the input embeddings' (execution) device; for a model split over devices by
+        ``device_map`` (accelerate's hooks), the device its embedding layer runs on."""
+        return execution_device(self.model)
 
     @property
     def dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
+        """The dtype of the input embeddings (a 4-/8-bit model keeps them in its compute dtype)."""
+        try:
+            return self.model.get_input_embeddings().weight.dtype
+        except (AttributeError, NotImplementedError):
+            return next(self.model.parameters()).dtype
 
     @property
     def sizes(self) -> ModelSizes:
         """The (text) model's width, depth, heads and vocabulary, for memory estimates."""
         cfg = self.model.config
         text = getattr(cfg, "text_config", None) or cfg
-        return ModelSizes(hidden=getattr(text, "hidden_size", None) or getattr(text, "d_model", 1024),
+        hidden = getattr(text, "hidden_size", None) or getattr(text, "d_model", 1024)
+        return ModelSizes(hidden=hidden,
                           layers=getattr(text, "num_hidden_layers", None) or getattr(text, "num_layers", 24),
                           heads=getattr(text, "num_attention_heads", None) or getattr(text, "num_heads", 16),
-                          vocab=getattr(text, "vocab_size", 32000))
+                          vocab=getattr(text, "vocab_size", 32000),
+                          intermediate=getattr(text, "intermediate_size", None) or getattr(text, "d_ff", None)
+                          or 4 * hidden)
+
+
+def execution_device(model: Any) -> torch.device:
+    """The device ``model``'s input embeddings run on: their weights' device, or, under accelerate's hooks (a
+    ``device_map`` with offloaded or split layers), the hook's execution device."""
+    import torch
+
+    try:
+        table = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        table = None
+    hook = getattr(table, "_hf_hook", None)
+    where = getattr(hook, "execution_device", None)
+    if where is not None:
+        return torch.device(where if not isinstance(where, int) else f"cuda:{where}")
+    weight = getattr(table, "weight", None)
+    if weight is not None and weight.device.type != "meta":
+        return weight.device
+    found = next((p.device for p in model.parameters() if p.device.type != "meta"), None)
+    return found or torch.device("cpu")
 
 
 @cache
@@ -240,6 +275,173 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | str | 
 
 
 _resolve_dtype = resolve_dtype  # the name used before it was public
+
+
+# -- how a model is placed: device maps, memory caps and budgets, 4-/8-bit weights -----------------------------------
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(value: str | float, *, what: str = "memory") -> int:
+    """Bytes of a size: an int (bytes) or a string such as ``"3GB"`` (10^9), ``"3GiB"`` (2^30), ``"500MB"``, ``"2e9"``;
+    ModelLoadError for anything else or a size <= 0."""
+    if isinstance(value, bool):
+        raise ModelLoadError(f"{what}={value!r} is not a size; give bytes or a size such as '3GB' or '20GiB'.")
+    if isinstance(value, (int, float)):
+        number, unit = float(value), ""
+    elif isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        digits = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+        number_text, unit = digits, text[len(digits):]
+        try:
+            number = float(number_text)
+        except ValueError:
+            number = -1.0
+        if unit not in _UNITS:
+            number = -1.0
+    else:
+        number, unit = -1.0, ""
+    if not number > 0 or number == float("inf"):
+        raise ModelLoadError(f"{what}={value!r} is not a size; give bytes or a size such as '3GB' or '20GiB'.")
+    return int(number * _UNITS[unit])
+
+
+def format_size(n: int) -> str:
+    """``3_000_000_000`` -> ``"3.0 GB"`` (decimal units, as :func:`parse_size` reads ``GB``)."""
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+#: The placement strategies accelerate computes a device map for.
+DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def _mapping_text(text: str, what: str, example: str) -> dict[str, str]:
+    """``"a=1,b=2"`` or a JSON object as a dict of strings (a one-line ModelLoadError otherwise)."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError as err:
+            raise ModelLoadError(f"{what}: {text[:60]!r} is not a JSON object ({err}); e.g. {example}.") from None
+        if not isinstance(data, dict):
+            raise ModelLoadError(f"{what}: give a JSON object, e.g. {example}.")
+        return {str(k): v for k, v in data.items()}
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ModelLoadError(f"{what}: {part!r} is not KEY=VALUE; e.g. {example}.")
+        out[key.strip()] = value.strip()
+    if not out:
+        raise ModelLoadError(f"{what} is empty; e.g. {example}.")
+    return out
+
+
+def _map_device(value: Any, what: str) -> int | str:
+    """A device_map / max_memory key or value as accelerate takes it: GPU index, ``"cpu"``, ``"disk"``, ``"mps"``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    text = str(value).strip().lower()
+    if text.isdigit():
+        return int(text)
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return int(text[5:])
+    if text in {"cpu", "disk", "meta", "mps", "cuda"}:
+        return 0 if text == "cuda" else text
+    raise ModelLoadError(f"{what}: {value!r} is not a device; use a GPU index (0, 1, …), cuda:N, cpu, disk or mps.")
+
+
+def parse_device_map(value: Any) -> str | dict[str, int | str] | None:
+    """A ``device_map`` as accelerate takes it: None, a strategy (``"auto"``, ``"balanced"``, ``"balanced_low_0"``,
+    ``"sequential"``), or a mapping module name → device (a dict, a JSON object, or ``"model.layers.0=0,lm_head=1"``;
+    devices: a GPU index, cuda:N, cpu or disk). A one-line ModelLoadError for anything else."""
+    example = "'auto', or 'model.embed_tokens=0,model.layers=0,model.norm=1,lm_head=1'"
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() in DEVICE_MAP_STRATEGIES:
+        return value.strip().lower()
+    if isinstance(value, str):
+        value = _mapping_text(value, "device_map", example)
+    if not isinstance(value, dict) or not value:
+        raise ModelLoadError(f"device_map={value!r} is not a device map; give {example}.")
+    return {str(module).strip(): _map_device(device, f"device_map[{module!r}]") for module, device in value.items()}
+
+
+def parse_max_memory(value: Any) -> tuple[dict[int | str, int] | None, int | None]:
+    """``max_memory`` in its two forms: per device (a mapping such as ``{0: "20GiB", "cpu": "60GiB"}`` or
+    ``"0=20GiB,cpu=60GiB"``: accelerate's caps when it places the model, as in Hugging Face's ``from_pretrained``),
+    or one size (``"3GB"``: mirage's memory budget, see :func:`mirage.forward.plan_graph`). Returns
+    ``(per_device, budget)``, one of them None."""
+    if value is None:
+        return None, None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return None, parse_size(value, what="max_memory")
+    if isinstance(value, str) and "=" not in value and not value.strip().startswith("{"):
+        return None, parse_size(value, what="max_memory")
+    if isinstance(value, str):
+        value = _mapping_text(value, "max_memory", "'0=20GiB,1=20GiB,cpu=60GiB' or '3GB'")
+    if not isinstance(value, dict) or not value:
+        raise ModelLoadError(f"max_memory={value!r}: give one size ('3GB': mirage's memory budget) or sizes per "
+                             "device ('0=20GiB,cpu=60GiB': where accelerate may place the weights).")
+    return ({_map_device(k, f"max_memory[{k!r}]"): parse_size(v, what=f"max_memory[{k!r}]") for k, v in value.items()},
+            None)
+
+
+#: Weight quantization through bitsandbytes (CUDA only): name -> bits.
+QUANTIZATIONS = {"8bit": 8, "4bit": 4}
+
+
+def quantization_config(quantization: str | None, compute_dtype: torch.dtype) -> Any:
+    """The ``BitsAndBytesConfig`` for ``quantization`` (``"8bit"``, ``"4bit"`` NF4 computing in ``compute_dtype``),
+    or None. ModelLoadError, in one line, where it cannot run: an unknown name, no CUDA (bitsandbytes' 4- and 8-bit
+    kernels need an NVIDIA GPU: on a CPU load the model in float32 or bfloat16 instead), bitsandbytes missing."""
+    import torch
+
+    if quantization is None:
+        return None
+    key = str(quantization).strip().lower().replace("-", "").replace("_", "")
+    key = {"int8": "8bit", "8": "8bit", "nf4": "4bit", "int4": "4bit", "4": "4bit"}.get(key, key)
+    if key not in QUANTIZATIONS:
+        raise ModelLoadError(f"quantization={quantization!r} is not supported; use '8bit' or '4bit' (bitsandbytes).")
+    if not torch.cuda.is_available():
+        raise ModelLoadError(f"quantization={key!r} needs bitsandbytes on a CUDA GPU, and CUDA is not available here; "
+                             "on a CPU load the model unquantized (dtype float32 or bfloat16).")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ModelLoadError(f"quantization={key!r} needs bitsandbytes: pip install bitsandbytes (or pip install "
+                             "'mirage-rag[gpu]').")
+    from transformers import BitsAndBytesConfig
+
+    if key == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute_dtype,
+                              bnb_4bit_use_double_quant=True)
+
+
+def is_adapter_folder(name: Any) -> bool:
+    """Whether ``name`` is a local folder holding a peft adapter (``adapter_config.json``) and no model
+    (``config.json``)."""
+    if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
+        return False
+    path = Path(name).expanduser()
+    return path.is_dir() and (path / "adapter_config.json").is_file() and not (path / "config.json").is_file()
+
+
+def adapter_base_model(adapter: str | os.PathLike) -> str | None:
+    """The base model an adapter folder names: mirage's ``mirage-adapter.json`` ``base_model``, else peft's
+    ``adapter_config.json`` ``base_model_name_or_path``; None where neither says."""
+    path = Path(adapter).expanduser()
+    for file, key in (("mirage-adapter.json", "base_model"), ("adapter_config.json", "base_model_name_or_path")):
+        try:
+            value = json.loads((path / file).read_text(encoding="utf-8")).get(key)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
 
 
 @cache
@@ -569,16 +771,49 @@ def load_model(
     dtype: str | torch.dtype | None = None,
     trust_remote_code: bool = False,
     use_chat_template: bool | None = None,
+    device_map: str | dict[str, int | str] | None = None,
+    max_memory: str | int | dict[Any, Any] | None = None,
+    quantization: str | None = None,
+    memory_budget: str | int | None = None,
+    adapter: str | os.PathLike | None = None,
 ) -> LoadedModel:
-    """Load an embedded model name, a Hugging Face id or a local path (causal or encoder-decoder)."""
+    """Load an embedded model name, a Hugging Face id or a local path (causal or encoder-decoder); with ``adapter``,
+    a LoRA adapter folder merged into it (:func:`load_adapter`; ``name_or_path`` None: the base the adapter names).
+
+    Placement, as Hugging Face's ``from_pretrained`` takes it (through accelerate): ``device_map`` (``"auto"``,
+    ``"balanced"``, ``"sequential"`` or module → device; see :func:`parse_device_map`) instead of ``device``, with
+    ``max_memory`` per device; ``quantization`` ``"8bit"``/``"4bit"`` (bitsandbytes, CUDA only). ``max_memory`` given
+    as one size, or ``memory_budget``, is mirage's memory budget for its passes (:attr:`LoadedModel.memory_budget`;
+    see :func:`parse_max_memory`). A peft adapter folder is not a model: load it with ``adapter=``
+    (:meth:`mirage.Mirage.from_pretrained`, ``--adapter``).
+    """
+    if adapter is not None:
+        return load_adapter(adapter, base=name_or_path, device=device, dtype=dtype,
+                            trust_remote_code=trust_remote_code, use_chat_template=use_chat_template,
+                            device_map=device_map, max_memory=max_memory, quantization=quantization,
+                            memory_budget=memory_budget)
     dev = resolve_device(device)  # checked before transformers is even imported
     torch_dtype = resolve_dtype(dtype, dev)
+    placement = resolve_placement(device, device_map, max_memory, memory_budget)
+    group = os.environ.get("MIRAGE_GPUS_PER_MODEL", "").strip()
+    if group and isinstance(placement.device_map, str) and placement.max_memory is None:
+        if not group.isdigit():
+            raise ModelLoadError(f"MIRAGE_GPUS_PER_MODEL={group!r}: give the number of GPUs each process's model "
+                                 "is split over (an integer >= 1).")
+        # one model per group of GPUs under a launcher: this process's LOCAL_RANK picks its group (docs/scaling.md)
+        placement = replace(placement, max_memory=rank_device_group(int(group)))
+    qconfig = quantization_config(quantization, torch_dtype)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
         raise ModelLoadError(f"model={name_or_path!r} is not a model name; give an embedded name, a local checkpoint "
                              "folder or a Hugging Face id.")
     name = str(name_or_path)
+    if is_adapter_folder(name):
+        base = adapter_base_model(name)
+        raise ModelLoadError(f"model {name!r} is a LoRA adapter folder (adapter_config.json), not a model; give it "
+                             f"as the adapter: --adapter {name} (Mirage.from_pretrained(adapter=...)), with its base "
+                             f"model {f'({base!r}) ' if base else ''}as --model.")
     shipped = embedded_adapters().get(name)
     if shipped is not None:  # a shipped LoRA adapter: its embedded base model with the adapter merged in
         try:
@@ -586,11 +821,13 @@ def load_model(
         except ImportError:
             raise ModelLoadError(f"model {name!r} is a LoRA adapter on {shipped.base!r} and needs peft: "
                                  "pip install 'mirage-rag[embedded]' (or pip install peft).") from None
-        lm = load_model(shipped.base, device=dev, dtype=torch_dtype, use_chat_template=use_chat_template)
+        lm = load_model(shipped.base, device=device, dtype=torch_dtype, use_chat_template=use_chat_template,
+                        device_map=device_map, max_memory=max_memory, quantization=quantization,
+                        memory_budget=memory_budget)
         # mirage.tune.adapters.apply_adapter also checks an adapter's base model; a shipped one is tested against
         # its base (tests/test_tune.py), and the registry names that base
         lm.model = PeftModel.from_pretrained(lm.model, str(shipped.path)).merge_and_unload().eval()
-        if dev.type == "cuda":
+        if lm.device.type == "cuda":
             without_cudnn_attention(lm.model)
         lm.name = name
         return lm
@@ -612,11 +849,16 @@ def load_model(
     # transformers' Auto classes look for a PEFT adapter config when peft is installed, and that lookup does not
     # inherit local_files_only: offline, it would ask the unreachable hub (and wait out its retries).
     adapter = {"adapter_kwargs": {"local_files_only": True}} if offline else {}
+    placed = placement.load_kwargs(name, dev, quantized=qconfig is not None)
+    if qconfig is not None:
+        placed["quantization_config"] = qconfig
     with quiet_transformers_loading():
         model = _from_pretrained("weights", name, source, offline,
-                                 lambda: auto.from_pretrained(source, dtype=torch_dtype, **remote, **adapter))
-    model.to(dev).eval()
-    if dev.type == "cuda":
+                                 lambda: auto.from_pretrained(source, dtype=torch_dtype, **remote, **adapter, **placed))
+    if "device_map" not in placed:
+        model.to(dev)
+    model.eval()
+    if execution_device(model).type == "cuda":
         without_cudnn_attention(model)
     if use_chat_template is None:
         use_chat_template = spec.chat_template if spec else bool(getattr(tokenizer, "chat_template", None))
@@ -628,7 +870,53 @@ def load_model(
         is_encoder_decoder=is_enc_dec,
         use_chat_template=use_chat_template and not is_enc_dec,
         context_window=window,
+        memory_budget=placement.budget,
+        passes={"attention": str(getattr(model.config, "_attn_implementation", None) or "eager")},
     )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a model's weights go (``device_map``, ``max_memory`` per device) and mirage's memory ``budget``."""
+
+    device_map: str | dict[str, int | str] | None = None
+    max_memory: dict[int | str, int] | None = None
+    budget: int | None = None
+
+    def load_kwargs(self, name: str, device: torch.device, *, quantized: bool) -> dict[str, Any]:
+        """``from_pretrained`` keywords: the device map (a quantized model without one goes whole onto ``device``),
+        the caps, and a folder for layers offloaded to ``"disk"``."""
+        out: dict[str, Any] = {}
+        device_map = self.device_map
+        if device_map is None and quantized:
+            device_map = {"": (device.index or 0) if device.type == "cuda" else str(device)}
+        if device_map is not None:
+            out["device_map"] = device_map
+        if self.max_memory:
+            out["max_memory"] = dict(self.max_memory)
+        if isinstance(device_map, dict) and "disk" in device_map.values():
+            folder = cache_dir() / "offload" / Path(name).name
+            folder.mkdir(parents=True, exist_ok=True)
+            out["offload_folder"] = str(folder)
+        return out
+
+
+def resolve_placement(device: Any = None, device_map: Any = None, max_memory: Any = None,
+                      memory_budget: Any = None) -> Placement:
+    """The placement options checked together (one-line ModelLoadErrors naming the option); cheap, torch-free."""
+    per_device, budget = parse_max_memory(max_memory)
+    if memory_budget is not None:
+        if budget is not None:
+            raise ModelLoadError("memory_budget and a one-size max_memory are the same setting; give one of them.")
+        budget = parse_size(memory_budget, what="memory_budget")
+    dmap = parse_device_map(device_map)
+    explicit = device is not None and not (isinstance(device, str) and device.strip().lower() == "auto")
+    if dmap is not None and explicit:
+        raise ModelLoadError(f"device={str(device)!r} and device_map both say where the model goes; give one of them "
+                             "(device_map places each module; device puts the whole model on one device).")
+    if per_device and dmap is None:
+        dmap = "auto"  # per-device caps are a device map's
+    return Placement(device_map=dmap, max_memory=per_device, budget=budget)
 
 
 def without_cudnn_attention(model: Any) -> Any:
@@ -686,7 +974,173 @@ def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None, use_chat_
         is_encoder_decoder=is_enc_dec,
         use_chat_template=use_chat_template and not is_enc_dec,
         context_window=_context_window(config, tokenizer),
+        passes={"attention": str(getattr(config, "_attn_implementation", None) or "eager")},
     )
+    if lm.device.type == "cuda":
+        without_cudnn_attention(lm.model)
+    return lm
+
+
+def adapter_digest(adapter: str | os.PathLike) -> str:
+    """A short digest of an adapter folder's configuration and weights (what a run's outputs depend on)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    path = Path(adapter).expanduser()
+    for file in sorted(path.glob("adapter_*")):
+        if file.is_file():
+            digest.update(file.name.encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def rank_device_group(gpus_per_model: int, *, local_rank: int | None = None, gpu_count: int | None = None,
+                      per_gpu: str | int = "auto") -> dict[int, int | str]:
+    """``max_memory`` that confines ``device_map="auto"`` to this process's group of GPUs, for data parallelism over
+    models split across GPUs (one model per group; see docs/scaling.md): process ``local_rank`` (default
+    ``$LOCAL_RANK``, else 0) gets GPUs ``local_rank * gpus_per_model`` … ``+ gpus_per_model - 1``, each capped at
+    ``per_gpu`` (``"auto"``: its whole memory as accelerate measures it, given as the device's total memory), and
+    nothing on the other GPUs. ModelLoadError when the group does not exist (``gpu_count``: default the visible GPUs).
+    """
+    if isinstance(gpus_per_model, bool) or not isinstance(gpus_per_model, int) or gpus_per_model < 1:
+        raise ModelLoadError(f"gpus_per_model={gpus_per_model!r}: give an integer >= 1.")
+    if local_rank is None:
+        text = os.environ.get("LOCAL_RANK", "0")
+        local_rank = int(text) if text.isdigit() else 0
+    if gpu_count is None:
+        import torch
+
+        gpu_count = torch.cuda.device_count()
+    first = local_rank * gpus_per_model
+    if first + gpus_per_model > gpu_count:
+        raise ModelLoadError(f"local rank {local_rank} with {gpus_per_model} GPU(s) per model needs GPUs {first}-"
+                             f"{first + gpus_per_model - 1}, and {gpu_count} are visible; start at most "
+                             f"{gpu_count // gpus_per_model} process(es) per machine.")
+    out: dict[int, int | str] = {}
+    for index in range(first, first + gpus_per_model):
+        if per_gpu == "auto":
+            import torch
+
+            out[index] = int(torch.cuda.get_device_properties(index).total_memory * 0.9)
+        else:
+            out[index] = parse_size(per_gpu, what="per_gpu")
+    return out
+
+
+# -- LoRA adapters: which base model they belong to, and loading one merged into its base ---------------------------
+
+#: Input-embedding rows, evenly spaced over the vocabulary, that identify a base model's weights.
+FINGERPRINT_ROWS = 64
+#: Relative tolerance of the weight sums: the same weights in fp32, bf16 or fp16 agree within it; two different
+#: models (even two random initialisations of one architecture) do not come near it.
+FINGERPRINT_RTOL = 2e-2
+
+
+def architecture(model: Any) -> dict[str, Any]:
+    """The model type and the sizes an adapter's shapes depend on."""
+    config = model.config
+    keys = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "intermediate_size")
+    return {key: getattr(config, key) for key in keys if getattr(config, key, None) is not None}
+
+
+def _fingerprint_rows(model: Any) -> torch.Tensor:
+    """``[n_rows, hidden]``: input-embedding rows evenly spaced over the vocabulary, in fp32 on the CPU."""
+    import torch
+
+    weight = model.get_input_embeddings().weight
+    index = torch.linspace(0, weight.shape[0] - 1, FINGERPRINT_ROWS).long().unique().to(weight.device)
+    with torch.no_grad():
+        return weight.index_select(0, index).detach().float().cpu()
+
+
+def weight_digest(model: Any) -> str:
+    """A hash of the fingerprint rows rounded to bf16: the same whether the weights were loaded in fp32 or bf16."""
+    import hashlib
+
+    import torch
+
+    rows = _fingerprint_rows(model).to(torch.bfloat16).view(torch.int16).numpy()
+    return hashlib.sha256(rows.tobytes()).hexdigest()[:32]
+
+
+def weight_fingerprint(model: Any) -> list[float]:
+    """Sums, then absolute sums, of the fingerprint rows (fp32): equal for the same weights in any dtype, within
+    :data:`FINGERPRINT_RTOL`."""
+    import torch
+
+    rows = _fingerprint_rows(model)
+    return [round(float(v), 6) for v in torch.cat([rows.sum(dim=1), rows.abs().sum(dim=1)])]
+
+
+def same_weights(a: list[float], b: list[float]) -> bool:
+    """Whether two :func:`weight_fingerprint` lists agree within :data:`FINGERPRINT_RTOL`."""
+    import math
+
+    if len(a) != len(b):
+        return False
+    scale = max((abs(v) for v in a + b), default=1.0) or 1.0
+    return all(math.isclose(x, y, rel_tol=FINGERPRINT_RTOL, abs_tol=FINGERPRINT_RTOL * scale / 10)
+               for x, y in zip(a, b))
+
+
+def describe(arch: dict[str, Any]) -> str:
+    """An :func:`architecture` in one line."""
+    return ", ".join(f"{k} {v}" for k, v in arch.items())
+
+
+def adapter_fits(info: dict[str, Any], model: Any, name: str) -> bool:
+    """Whether ``model`` (loaded as ``name``) holds the weights an adapter's ``mirage-adapter.json`` (``info``:
+    ``architecture``, ``digest``, ``weights``, ``base_model``) was trained on: the same architecture and
+    :func:`weight_digest` (fp32 or bf16), or, under the name the adapter records (another dtype), the same
+    :func:`weight_fingerprint` within its tolerance."""
+    if architecture(model) != info.get("architecture"):
+        return False
+    if weight_digest(model) == info.get("digest"):
+        return True
+    return name == info.get("base_model") and same_weights(weight_fingerprint(model), list(info.get("weights") or []))
+
+
+def load_adapter(adapter: str | os.PathLike, *, base: str | None = None, **load: Any) -> LoadedModel:
+    """A LoRA adapter folder (``adapter_config.json``; mirage's ``mirage tune`` writes ``mirage-adapter.json``
+    beside it) merged into its base model: ``base``, or the model the folder records, loaded by :func:`load_model`
+    with ``load`` (device, dtype, device_map, …; the chat-template choice the adapter was trained with unless
+    ``use_chat_template`` says). A mirage adapter on a base model with other weights is refused (:func:`adapter_fits`).
+    Every failure is a one-line ModelLoadError."""
+    path = Path(adapter).expanduser()
+    if not (path / "adapter_config.json").is_file():
+        raise ModelLoadError(f"adapter {str(adapter)!r} is not an adapter folder (no adapter_config.json); give the "
+                             "folder `mirage tune sft -o DIR` wrote its adapter to (DIR/adapter).")
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise ModelLoadError(f"adapter {str(adapter)!r} needs peft: pip install peft (or pip install "
+                             "'mirage-rag[tune]').") from None
+    try:
+        info = json.loads((path / "mirage-adapter.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        info = {}
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"{path / 'mirage-adapter.json'} cannot be read ({err}); save the adapter again.") from None
+    if not isinstance(info, dict):
+        raise ModelLoadError(f"{path / 'mirage-adapter.json'} is not a JSON object; save the adapter again.")
+    recorded = info.get("base_model") or adapter_base_model(path)
+    name = base or recorded
+    if not name:
+        raise ModelLoadError(f"adapter {str(adapter)!r} names no base model; give it (--model, or "
+                             "Mirage.from_pretrained(model, adapter=...)).")
+    if load.get("use_chat_template") is None:
+        load["use_chat_template"] = (info.get("prompt") or {}).get("chat_template")
+    lm = load_model(name, **load)
+    if info and not adapter_fits(info, lm.model, lm.name):
+        arch = architecture(lm.model)
+        why = (f"its architecture differs ({describe(arch)} against {describe(info.get('architecture') or {})})"
+               if arch != info.get("architecture") else "its weights differ")
+        raise ModelLoadError(f"the adapter {path} was trained on the base model {recorded!r}, and the model "
+                             f"{lm.name!r} is another one ({why}); load the adapter onto {recorded!r} (leave out "
+                             "--model).")
+    lm.model = PeftModel.from_pretrained(lm.model, str(path)).merge_and_unload().eval()
+    lm.name = f"{recorded or name}+{path.name}"
     if lm.device.type == "cuda":
         without_cudnn_attention(lm.model)
     return lm

@@ -24,7 +24,7 @@ from .config import ConfigError, MirageConfig
 from .generation import Generated, generate_answer
 from .inputs import InputError, RAGItem, make_item
 from .learned import learned_citations, load_learned
-from .models import LoadedModel, load_model, wrap_model
+from .models import LoadedModel, load_adapter, load_model, wrap_model
 from .passage_signals import passage_signals
 from .prompts import BuiltPrompt, Reservation, build_prompt, load_template
 from .results import AttributionResult, SentenceAttribution
@@ -62,17 +62,40 @@ class Mirage:
     @classmethod
     def from_pretrained(
         cls,
-        name_or_path: str = "smollm2-135m-instruct",
+        name_or_path: str | None = None,
         *,
         config: MirageConfig | None = None,
         device: str | torch.device | None = None,
         dtype: str | torch.dtype | None = None,
         trust_remote_code: bool = False,
+        adapter: str | None = None,
+        device_map: str | dict[str, Any] | None = None,
+        max_memory: str | int | dict[Any, Any] | None = None,
+        quantization: str | None = None,
+        memory_budget: str | int | None = None,
     ) -> Mirage:
-        """Load an embedded model name, a Hugging Face id or a local path."""
+        """Load an embedded model name, a Hugging Face id or a local path (default ``smollm2-135m-instruct``).
+
+        ``adapter``: a LoRA adapter folder (``mirage tune sft -o DIR``: ``DIR/adapter``) merged into the model, by
+        default the base model the adapter names (a folder given as ``name_or_path`` is taken as the adapter).
+        Placement as Hugging Face's ``from_pretrained``: ``device_map`` (``"auto"`` or module → device) with
+        ``max_memory`` per device, ``quantization`` ``"8bit"``/``"4bit"`` (bitsandbytes, CUDA). ``memory_budget``
+        (or ``max_memory`` as one size, ``"3GB"``): the most memory attribution may bring the process to; long
+        prompts then run with gradient checkpointing and CCI's backward passes in smaller batches (see
+        :func:`mirage.models.load_model`, :func:`mirage.forward.plan_graph`)."""
+        from .models import is_adapter_folder
+
         cfg = config or MirageConfig()
-        lm = load_model(name_or_path, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                        use_chat_template=cfg.prompt.chat_template)
+        placement = {"device_map": device_map, "max_memory": max_memory, "quantization": quantization,
+                     "memory_budget": memory_budget, "trust_remote_code": trust_remote_code}
+        if adapter is None and name_or_path is not None and is_adapter_folder(name_or_path):
+            adapter, name_or_path = str(name_or_path), None
+        if adapter is not None:
+            lm = load_adapter(adapter, base=name_or_path, device=device, dtype=dtype,
+                              use_chat_template=cfg.prompt.chat_template, **placement)
+            return cls(lm, config=cfg)
+        lm = load_model(name_or_path or "smollm2-135m-instruct", device=device, dtype=dtype,
+                        use_chat_template=cfg.prompt.chat_template, **placement)
         return cls(lm, config=cfg)
 
     # -- stages ---------------------------------------------------------------------------------------------------
@@ -193,7 +216,7 @@ class Mirage:
             generated=generated is not None,
             truncated_docs=list(prep.prompt.truncated_docs),
             id=prep.item.id,
-            versions=library_versions(),
+            versions={**library_versions(), **self.lm.passes},  # and how the passes ran (attention kernel, ...)
             timings={k: round(v, 4) for k, v in timings.items()},
             saliency=saliency_matrix(prep.tokens, scores.cci, content) if cfg.aggregation.keep_saliency else None,
         )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 from ..config import ConfigError, read_config_file
 from ..data import resolve
-from ..experiment import ExperimentConfig, add_device_args, add_experiment_args, non_negative_int
+from ..experiment import ExperimentConfig, add_device_args, add_experiment_args, loading_argv, non_negative_int
 from ..progress import terminal_progress
 from .protocol import (
     BIAS_CONFIG_DIR,
@@ -402,7 +402,7 @@ def cmd_bias_protocol(args: argparse.Namespace) -> int:
         print(f"{finished_results(len(rows))}; overview in {args.output}/protocol.md.", file=sys.stderr)
         return 0
     extra = [*(["--model", args.model] if args.model else []),
-             *(["--device", args.device] if args.device else []), *(["--dtype", args.dtype] if args.dtype else []),
+             *loading_argv(args),  # --device, --dtype, --adapter, --device-map, --max-memory, ...
              *(["--limit", str(args.limit)] if args.limit is not None else []), *(["--quiet"] if args.quiet else [])]
     status = run_protocol(args.protocol, args.output, run=args.run, check=check_protocol_study,
                           only=args.only or (), extra=extra)

@@ -14,13 +14,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import PromptConfig
-from ..models import LoadedModel, ModelLoadError, load_model
+from ..models import (  # the base-model fingerprint is the core's: load_model(adapter=...) checks it too
+    LoadedModel,
+    ModelLoadError,
+    adapter_fits,
+    architecture,
+    describe,
+    load_model,
+    weight_digest,
+    weight_fingerprint,
+)
 from ..runs import write_atomic
 from ..serialization import JSONRecord, library_versions
 
@@ -29,11 +37,6 @@ if TYPE_CHECKING:
 
 ADAPTER_INFO = "mirage-adapter.json"
 ADAPTER_FORMAT = 1
-#: Input-embedding rows, evenly spaced over the vocabulary, that identify the base model's weights.
-_FINGERPRINT_ROWS = 64
-#: Relative tolerance of the weight sums: the same weights in fp32, bf16 or fp16 agree within it; two different
-#: models (even two random initialisations of one architecture) do not come near it.
-_FINGERPRINT_RTOL = 2e-2
 
 
 class AdapterError(ModelLoadError):
@@ -45,7 +48,7 @@ class AdapterInfo(JSONRecord):
     """What an adapter was trained on: ``base_model`` (the name it was loaded by), ``architecture`` (model type and
     sizes), ``digest`` (a hash of some input-embedding rows rounded to bf16: the same for the same weights loaded in
     fp32 or bf16, different for a fine-tuned variant) and ``weights`` (those rows' sums, then their absolute sums:
-    the same within :data:`_FINGERPRINT_RTOL` in any dtype), ``prompt`` (the
+    the same within :data:`~mirage.models.FINGERPRINT_RTOL` in any dtype), ``prompt`` (the
     :class:`~mirage.config.PromptConfig` of its training prompts), ``stage`` (``sft`` or ``reward``) and
     ``training`` (the :class:`~mirage.tune.config.TuneConfig` as a dict, with the data it saw)."""
 
@@ -58,55 +61,6 @@ class AdapterInfo(JSONRecord):
     training: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     format: int = ADAPTER_FORMAT
-
-
-def architecture(model: Any) -> dict[str, Any]:
-    """The model type and the sizes an adapter's shapes depend on."""
-    config = model.config
-    keys = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-            "num_key_value_heads", "intermediate_size")
-    return {key: getattr(config, key) for key in keys if getattr(config, key, None) is not None}
-
-
-def _fingerprint_rows(model: Any) -> torch.Tensor:
-    """``[n_rows, hidden]``: input-embedding rows evenly spaced over the vocabulary, in fp32 on the CPU."""
-    import torch
-
-    weight = model.get_input_embeddings().weight
-    index = torch.linspace(0, weight.shape[0] - 1, _FINGERPRINT_ROWS).long().unique().to(weight.device)
-    with torch.no_grad():
-        return weight.index_select(0, index).detach().float().cpu()
-
-
-def weight_digest(model: Any) -> str:
-    """A hash of the fingerprint rows rounded to bf16: the same whether the weights were loaded in fp32 or bf16."""
-    import hashlib
-
-    import torch
-
-    rows = _fingerprint_rows(model).to(torch.bfloat16).view(torch.int16).numpy()
-    return hashlib.sha256(rows.tobytes()).hexdigest()[:32]
-
-
-def weight_fingerprint(model: Any) -> list[float]:
-    """Sums, then absolute sums, of the fingerprint rows (fp32): equal for the same weights in any dtype, within
-    :data:`_FINGERPRINT_RTOL`."""
-    import torch
-
-    rows = _fingerprint_rows(model)
-    return [round(float(v), 6) for v in torch.cat([rows.sum(dim=1), rows.abs().sum(dim=1)])]
-
-
-def _same_weights(a: list[float], b: list[float]) -> bool:
-    if len(a) != len(b):
-        return False
-    scale = max((abs(v) for v in a + b), default=1.0) or 1.0
-    return all(math.isclose(x, y, rel_tol=_FINGERPRINT_RTOL, abs_tol=_FINGERPRINT_RTOL * scale / 10)
-               for x, y in zip(a, b))
-
-
-def describe(arch: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in arch.items())
 
 
 def save_adapter(model: Any, directory: str | Path, *, base_name: str, prompt: PromptConfig | None = None,
@@ -185,11 +139,7 @@ def is_base_of(info: AdapterInfo, lm: LoadedModel) -> bool:
     """Whether ``lm`` holds the weights the adapter was trained on: the same architecture and :func:`weight_digest`
     (fp32 or bf16), or, under the name the adapter records (loaded in another dtype, fp16), the same
     :func:`weight_fingerprint` within its tolerance."""
-    if architecture(lm.model) != info.architecture:
-        return False
-    if weight_digest(lm.model) == info.digest:
-        return True
-    return lm.name == info.base_model and _same_weights(weight_fingerprint(lm.model), info.weights)
+    return adapter_fits(dataclasses.asdict(info), lm.model, lm.name)
 
 
 def check_base(info: AdapterInfo, lm: LoadedModel, directory: str | Path) -> None:
@@ -214,16 +164,19 @@ def apply_adapter(lm: LoadedModel, directory: str | Path, *, merge: bool = True)
     tuned = PeftModel.from_pretrained(lm.model, str(directory))
     model = tuned.merge_and_unload() if merge else tuned
     model.eval()
-    return LoadedModel(model=model, tokenizer=lm.tokenizer, name=f"{info.base_model}+{Path(directory).name}",
-                       is_encoder_decoder=lm.is_encoder_decoder, use_chat_template=lm.use_chat_template,
-                       context_window=lm.context_window)
+    # the same loaded model otherwise (its memory budget and placement facts kept)
+    return dataclasses.replace(lm, model=model, name=f"{info.base_model}+{Path(directory).name}",
+                               batched_backward=None, passes=dict(lm.passes))
 
 
 def load_tuned(directory: str | Path, *, device: str | torch.device | None = None,
-               dtype: str | torch.dtype | None = None, merge: bool = True) -> LoadedModel:
-    """The adapter's base model (loaded by the name it records, :func:`mirage.models.load_model`) with the adapter
-    applied (:func:`apply_adapter`), and the chat-template choice it was trained with."""
+               dtype: str | torch.dtype | None = None, merge: bool = True, base: str | None = None,
+               use_chat_template: bool | None = None, **placement: Any) -> LoadedModel:
+    """The adapter's base model (``base``, or the name the adapter records; :func:`mirage.models.load_model`, with
+    ``placement``: ``device_map``, ``max_memory``, ``quantization``, ``memory_budget``, ``trust_remote_code``) with
+    the adapter applied (:func:`apply_adapter`: refused on another base model), and the chat-template choice it was
+    trained with unless ``use_chat_template`` says."""
     info = read_adapter_info(directory)
-    lm = load_model(info.base_model, device=device, dtype=dtype,
-                    use_chat_template=info.prompt.get("chat_template"))
+    chat = info.prompt.get("chat_template") if use_chat_template is None else use_chat_template
+    lm = load_model(base or info.base_model, device=device, dtype=dtype, use_chat_template=chat, **placement)
     return apply_adapter(lm, directory, merge=merge)

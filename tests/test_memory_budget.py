@@ -1,0 +1,230 @@
+"""Memory that scales (#42): the differentiable pass checkpointed when the whole graph would not fit, CCI's backward
+passes batched by a memory budget, the attention kernel's fallback named in the result, and a prompt that cannot fit
+refused in one line (never an out-of-memory traceback)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from mirage import Mirage
+from mirage.cli import main
+from mirage.experiment import ExperimentConfig
+from mirage.forward import (
+    MemoryBudgetError,
+    backward_row_bytes,
+    checkpointed_layers,
+    frozen_parameters,
+    graph_bytes,
+    memory_in_use,
+    plan_graph,
+)
+from mirage.models import wrap_model
+
+DATA = Path(__file__).parent / "data"
+
+
+def _docs(n: int) -> list[dict]:
+    """The first ``n`` retrieved documents of the ELI5 sample (about 130 tokens each)."""
+    rows = json.loads((DATA / "eli5_alce" / "eli5_eval_sample.json").read_text())
+    docs = [{"title": d["title"], "text": d["text"]} for row in rows for d in row["docs"]]
+    return docs[:n]
+
+
+ANSWER = ("Startups are valued on expected future profits: investors buy a share of the company and expect to "
+          "be repaid when it is sold or listed.")
+
+
+def _fresh(lm, **changes):
+    """A LoadedModel sharing the session's weights with its own settings (the fixture is never changed)."""
+    return dataclasses.replace(lm, passes={}, batched_backward=None, **changes)
+
+
+def _saved_bytes(lm, ids, *, checkpoint: bool) -> int:
+    """Bytes the autograd graph of one differentiable pass keeps for the backward pass."""
+    total = 0
+
+    def pack(t):
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    with frozen_parameters(lm.model):
+        leaf = lm.model.get_input_embeddings()(ids).detach().requires_grad_(True)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), checkpointed_layers(lm.model, checkpoint):
+            out = lm.model(inputs_embeds=leaf, use_cache=False, logits_to_keep=1).logits
+        (grad,) = torch.autograd.grad(out[0, -1].log_softmax(-1)[42], leaf)
+    return total, grad
+
+
+def test_checkpointed_layers_keep_a_fraction_of_the_activations_and_give_the_same_gradient(smollm2, one_thread):
+    ids = torch.tensor([smollm2.tokenizer(" ".join(d["text"] for d in _docs(2)))["input_ids"]])
+    full, grad_full = _saved_bytes(smollm2, ids, checkpoint=False)
+    light, grad_light = _saved_bytes(smollm2, ids, checkpoint=True)
+    assert light < full / 10  # each block's input alone (30 blocks of smollm2-135m)
+    assert torch.equal(grad_full, grad_light)
+    # the estimate the budget plans with is of the same order as what the graph really keeps
+    estimate = graph_bytes(smollm2, ids.shape[1], checkpoint=False)
+    assert 0.5 < estimate / full < 2.0, (estimate, full)
+    # the model is left as it was: no wrapper remains on any block
+    assert not any("forward" in vars(m) for m in smollm2.model.modules() if type(m).__name__.endswith("DecoderLayer"))
+
+
+def test_plan_graph_checkpoints_under_a_budget_and_refuses_in_one_line_when_even_that_cannot_fit(smollm2):
+    seq = 2000
+    full = graph_bytes(smollm2, seq, checkpoint=False)
+    light = graph_bytes(smollm2, seq, checkpoint=True)
+    row = backward_row_bytes(smollm2, seq)
+    now = memory_in_use(smollm2.device)
+    roomy = _fresh(smollm2, memory_budget=now + full + 4 * row + 2**30)
+    assert plan_graph(roomy, seq).checkpoint is False and roomy.passes["checkpointing"] == "off"
+    tight = _fresh(smollm2, memory_budget=now + light + 3 * row + 2**28)
+    assert full > light + 3 * row + 2**28  # the whole graph does not fit this budget
+    assert plan_graph(tight, seq).checkpoint is True and tight.passes["checkpointing"] == "on"
+    tiny = _fresh(smollm2, memory_budget=now + light // 10)
+    with pytest.raises(MemoryBudgetError) as err:
+        plan_graph(tiny, seq)
+    message = str(err.value)
+    assert "\n" not in message and "2000 tokens" in message and "memory budget" in message
+    assert "--memory-budget" in message and "gradient checkpointing" in message
+
+
+def test_a_budget_changes_how_the_passes_run_not_the_scores(smollm2, one_thread):
+    """~650 prompt tokens under a budget the whole graph does not fit: checkpointed, CCI in small batches; the same
+    CTI, the same CCI scores (to float rounding) and the same citations as without a budget, and the result names
+    how its passes ran."""
+    docs = _docs(4)
+    plain = Mirage(_fresh(smollm2))
+    base = plain.attribute("How are startups valued so highly without profits?", docs, answer=ANSWER)
+    prep = plain.prepare({"question": "How are startups valued so highly without profits?", "docs": docs})
+    seq = len(prep.tokens.ids) + 40
+    budget = memory_in_use(smollm2.device) + graph_bytes(smollm2, seq, checkpoint=True) \
+        + 3 * backward_row_bytes(smollm2, seq) + 300 * 2**20
+    assert budget - memory_in_use(smollm2.device) < graph_bytes(smollm2, seq, checkpoint=False)
+    limited = Mirage(_fresh(smollm2, memory_budget=budget))
+    res = limited.attribute("How are startups valued so highly without profits?", docs, answer=ANSWER)
+    assert res.versions["checkpointing"] == "on" and base.versions["checkpointing"] == "off"
+    assert "vmapped backward" in res.versions["cci_backward"] and res.versions["attention"] == "sdpa"
+    assert [t.cti for t in res.tokens] == [t.cti for t in base.tokens]
+    assert [t.context_sensitive for t in res.tokens] == [t.context_sensitive for t in base.tokens]
+    assert any(t.context_sensitive for t in res.tokens)
+    for a, b in zip(res.tokens, base.tokens):
+        assert [c.start for c in a.top_context] == [c.start for c in b.top_context]
+        assert [c.score for c in a.top_context] == pytest.approx([c.score for c in b.top_context], rel=1e-4)
+    assert [s.mirage_citations for s in res.sentences] == [s.mirage_citations for s in base.sentences]
+
+
+def test_cci_batches_shrink_with_the_budget(smollm2):
+    from mirage.cci import auto_batch_size
+
+    seq = 3000
+    row = backward_row_bytes(smollm2, seq)
+    now = memory_in_use(smollm2.device)
+    assert auto_batch_size(_fresh(smollm2, memory_budget=now + 40 * row + 2**28), seq, 64) >= 30
+    assert auto_batch_size(_fresh(smollm2, memory_budget=now + 3 * row), seq, 64) <= 3
+    assert auto_batch_size(_fresh(smollm2, memory_budget=now // 2), seq, 64) == 1  # never fewer than one
+
+
+def _unbatchable_attention():
+    """An attention kernel whose backward pass vmap cannot batch (it reads a value with ``.item()``), standing in for
+    the GPU kernels (FlashAttention, cuDNN) whose backward has no batching rule: no such kernel runs on a CPU."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            if grad.abs().sum().item() < 0:  # vmap refuses .item() on a batched tensor
+                return grad * 0
+            return grad
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        out, weights = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        return Probe.apply(out), weights
+
+    AttentionInterface.register("mirage_test_unbatchable", attention)
+    return "mirage_test_unbatchable"
+
+
+def test_attention_without_a_batched_backward_falls_back_to_eager_and_says_so(real_tokenizer, xor_item):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    kernel = _unbatchable_attention()
+    config = LlamaConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
+    torch.manual_seed(0)
+    eager = LlamaForCausalLM(copy.deepcopy(config)).eval()  # each its own config: the kernel is set on it
+    eager.set_attn_implementation("eager")
+    fused = LlamaForCausalLM(copy.deepcopy(config)).eval()
+    fused.load_state_dict(eager.state_dict())
+    fused.set_attn_implementation(kernel)
+    args = (xor_item["question"], xor_item["docs"])
+    reference = Mirage(wrap_model(eager, real_tokenizer)).attribute(*args, answer=xor_item["output"])
+    m = Mirage(wrap_model(fused, real_tokenizer))
+    res = m.attribute(*args, answer=xor_item["output"])
+    assert res.versions["attention"].startswith(f"eager (fallback: vmap cannot batch {kernel}'s backward")
+    assert m.lm.batched_backward is True  # the one-graph path kept, with eager attention
+    assert [t.context_sensitive for t in res.tokens] == [t.context_sensitive for t in reference.tokens]
+    for a, b in zip(res.tokens, reference.tokens):
+        assert [c.score for c in a.top_context] == pytest.approx([c.score for c in b.top_context], rel=1e-4)
+
+
+def test_out_of_memory_in_a_pass_is_one_line_naming_the_budget(tiny_causal, xor_item, monkeypatch):
+    """A CUDA out-of-memory error cannot happen on a CPU: a forward hook raises torch's own OutOfMemoryError in its
+    place, and the pass reports it as a MemoryBudgetError in one line."""
+    lm = _fresh(tiny_causal)
+    layer = lm.model.model.layers[1]
+
+    def boom(module, inputs, output):
+        if torch.is_grad_enabled():
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB\nmore details")
+
+    handle = layer.register_forward_hook(boom)
+    try:
+        m = Mirage(lm)
+        with pytest.raises(MemoryBudgetError) as err:
+            m.attribute(xor_item["question"], xor_item["docs"], answer=xor_item["output"])
+    finally:
+        handle.remove()
+    assert "\n" not in str(err.value) and "out of memory" in str(err.value) and "--memory-budget" in str(err.value)
+
+
+def test_max_memory_of_one_size_is_the_budget_and_bad_sizes_are_config_errors():
+    from mirage.config import ConfigError
+
+    assert ExperimentConfig(command="attribute", max_memory="3GB").loading()["max_memory"] == "3GB"
+    from mirage.models import resolve_placement
+
+    assert resolve_placement(max_memory="3GB").budget == 3 * 10**9
+    assert resolve_placement(memory_budget="2GiB").budget == 2 * 2**30
+    placed = resolve_placement(max_memory={0: "20GiB", "cpu": "60GiB"})
+    assert placed.budget is None and placed.max_memory == {0: 20 * 2**30, "cpu": 60 * 10**9} \
+        and placed.device_map == "auto"
+    with pytest.raises(ConfigError, match="memory_budget='lots' is not a size"):
+        ExperimentConfig(command="attribute", memory_budget="lots")
+    with pytest.raises(ConfigError, match="same setting"):
+        ExperimentConfig(command="attribute", memory_budget="2GB", max_memory="3GB")
+
+
+def test_cli_budget_too_small_for_the_weights_skips_the_item_in_one_line(tmp_path, xor_item, capsys):
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({**xor_item, "id": "x"}) + "\n")
+    out = tmp_path / "out.jsonl"
+    code = main(["attribute", str(items), "-o", str(out), "--memory-budget", "200MB", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 3 and "Traceback" not in err
+    (line,) = [json.loads(x) for x in Path(str(out) + ".errors.jsonl").read_text().splitlines()]
+    assert "MemoryBudgetError" in line["error"] and "memory budget 200.0 MB" in line["error"]
+    assert "--memory-budget" in line["error"]
+    code = main(["attribute", str(items), "-o", str(tmp_path / "b.jsonl"), "--memory-budget", "lots", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "memory_budget='lots' is not a size" in err
