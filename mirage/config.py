@@ -43,6 +43,10 @@ PercentRule = Literal["range", "percentile"]
 #: ``cti.std_kind``: the spread in mean + k·std: ``sample`` (n - 1, torch's and inseq's) or ``population`` (n, numpy's, the
 #: authors' released scripts).
 StdKind = Literal["sample", "population"]
+#: ``cti.threshold_floor``: ``none``, or ``mean``: no token below its answer's mean CTI score is selected, whatever
+#: the threshold (the authors' scripts read CCI from an inseq run at mean + 0·std, so their calibrated threshold can
+#: never reach below an answer's mean).
+ThresholdFloor = Literal["none", "mean"]
 #: ``cci.target``: the attributed quantity: ``logprob`` = log p(y) - log p(y_nc) or ``prob`` = p(y) - p(y_nc).
 CCITarget = Literal["logprob", "prob"]
 #: ``aggregation.ranking``: how a sentence's documents are ordered: by summed per-token ``shares`` of kept saliency,
@@ -225,10 +229,15 @@ class CTIConfig:
     std_kind: StdKind = field(default="sample", metadata={
         "flag": "--cti-std-kind", "help": "the std of mean + K*std: sample (inseq, default) or population (the "
         "authors' scripts; a two-token answer then cites its larger token)", "later": True})
+    threshold_floor: ThresholdFloor = field(default="none", metadata={
+        "flag": "--cti-threshold-floor", "help": "none (default) or mean: never select a token below its answer's "
+        "mean score, whatever the threshold (the authors' scripts; matters for calibrated thresholds)",
+        "later": True})
 
     def __post_init__(self) -> None:
         _check_registered("cti", "metric", self.metric, CTIMetric, "mirage.cti.register_cti_metric")
         _check_literal("cti", "std_kind", self.std_kind, StdKind)
+        _check_literal("cti", "threshold_floor", self.threshold_floor, ThresholdFloor)
         if self.selector is None:
             _set(self, "selector", "std" if self.threshold is None else "threshold")
         _check_literal("cti", "selector", self.selector, CTISelector)
@@ -476,18 +485,21 @@ def with_implied(section: str, changes: Mapping[str, Any]) -> dict[str, Any]:
 #: document aggregation (what ``tests/test_parity.py`` pins). docs/fidelity.md lists every choice.
 PRESETS: dict[str, dict[str | None, dict[str, dict[str, Any]]]] = {
     "authors": {
-        None: {"cti": {"metric": "kl_noctx_ctx", "std_k": 1.0, "std_kind": "population"},
+        None: {"cti": {"metric": "kl_noctx_ctx", "std_k": 1.0, "std_kind": "population",
+                        "threshold_floor": "mean"},
                "cci": {"method": "saliency", "target": "logprob", "top_k": None, "top_percent": 5.0,
                        "percent_rule": "range"},
                "aggregation": {"context": "all", "ranking": "saliency", "max_citations": 3, "rule": "reference"}},
-        "xor-attriqa": {"cti": {"metric": "kl_noctx_ctx", "std_k": 1.0, "std_kind": "population"},
+        "xor-attriqa": {"cti": {"metric": "kl_noctx_ctx", "std_k": 1.0, "std_kind": "population",
+                        "threshold_floor": "mean"},
                         "cci": {"method": "saliency", "target": "prob", "top_k": None, "top_percent": 5.0,
                                 "percent_rule": "range"},
                         "aggregation": {"context": "content", "ranking": "saliency", "max_citations": 3,
                                         "rule": "reference"}},
     },
     "inseq": {
-        None: {"cti": {"metric": "kl_noctx_ctx", "std_k": 1.0, "std_kind": "sample"},
+        None: {"cti": {"metric": "kl_noctx_ctx", "std_k": 1.0, "std_kind": "sample",
+                        "threshold_floor": "none"},
                "cci": {"method": "saliency", "target": "logprob", "top_k": None, "top_percent": 5.0,
                        "percent_rule": "range"},
                "aggregation": {"context": "all", "ranking": "shares", "max_citations": 3, "rule": "reference"}},
@@ -518,8 +530,7 @@ _SECTIONS = {
 }
 #: Top-level keys of experiment files (``configs/*.yaml``) that are not pipeline settings (read by
 #: :class:`mirage.experiment.ExperimentConfig`; ``MirageConfig.from_yaml`` skips them).
-EXPERIMENT_KEYS = frozenset({"model", "dataset", "description", "data", "text", "limit", "seeds", "nli",
-                             "adapter", "device_map", "max_memory", "quantization", "memory_budget"})
+EXPERIMENT_KEYS = frozenset({"model", "dataset", "description", "data", "text", "limit", "seeds", "nli"})
 #: Sections of experiment files that configure one command rather than the pipeline (``bias:``, read by
 #: ``mirage bias``); skipped by the pipeline and by :class:`mirage.experiment.ExperimentConfig`.
 COMMAND_SECTIONS = frozenset({"bias"})

@@ -106,7 +106,8 @@ def select_tokens(scores: Sequence[float], cfg: CTIConfig) -> tuple[tuple[int, .
     ``std``: |score| >= mean + k·std (``cfg.std_kind``: the sample std, n - 1, as inseq; or the population std, n, as the
     authors' scripts' ``np.std``, under which the larger token of a two-token answer sits exactly on the threshold
     and is kept; a one-token answer is compared with its own score, as the reference does); ``threshold``:
-    |score| >= the calibrated threshold.
+    |score| >= the calibrated threshold. ``cfg.threshold_floor="mean"``: the threshold is at least the answer's mean
+    score (the authors' scripts).
     """
     values = torch.tensor(list(scores), dtype=torch.float64)
     if len(values) == 0:
@@ -117,6 +118,8 @@ def select_tokens(scores: Sequence[float], cfg: CTIConfig) -> tuple[tuple[int, .
         threshold = float(values.mean())
     else:
         threshold = float(values.mean() + cfg.std_k * values.std(correction=0 if cfg.std_kind == "population" else 1))
+    if cfg.threshold_floor == "mean":
+        threshold = max(threshold, float(values.mean()))
     # A small tolerance keeps ties (e.g. a one-token answer) selected despite float rounding.
     keep = [i for i, v in enumerate(values.tolist()) if abs(v) >= threshold - 1e-9 * max(1.0, abs(threshold))]
     return tuple(keep), threshold

@@ -116,6 +116,9 @@ PIPELINE_FLAGS = {
     "--cti-threshold": ("cti", "threshold", "CTI: calibrated fixed threshold (MIRAGE-CAL)"),
     "--cti-std-kind": ("cti", "std_kind", ("the std of mean + K*std: sample (inseq, default) or population (the authors' "
                                       "scripts; a two-token answer then cites its larger token)")),
+    "--cti-threshold-floor": ("cti", "threshold_floor", ("none (default) or mean: never select a token below its "
+                                                         "answer's mean score, whatever the threshold (the authors' "
+                                                         "scripts; matters for calibrated thresholds)")),
     "--cci-method": ("cci", "method", "saliency (default), input_x_gradient, integrated_gradients"),
     "--cci-top-k": ("cci", "top_k", "CCI: keep the N most salient context tokens"),
     "--cci-top-percent": ("cci", "top_percent", "CCI: keep the top P%% of context tokens (default 5)"),

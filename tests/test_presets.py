@@ -24,7 +24,8 @@ from mirage.tokenization import tokenize_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Every pipeline field where the authors' scripts, inseq and mirage can differ (docs/fidelity.md).
-FIDELITY_FIELDS = {("cti", "metric"), ("cti", "std_k"), ("cti", "std_kind"), ("cci", "method"), ("cci", "target"),
+FIDELITY_FIELDS = {("cti", "metric"), ("cti", "std_k"), ("cti", "std_kind"), ("cti", "threshold_floor"),
+                   ("cci", "method"), ("cci", "target"),
                    ("cci", "top_k"), ("cci", "top_percent"), ("cci", "percent_rule"), ("aggregation", "context"),
                    ("aggregation", "ranking"), ("aggregation", "max_citations"), ("aggregation", "rule")}
 
@@ -44,6 +45,41 @@ def test_population_std_selects_the_larger_token_of_a_two_token_answer():
     assert ours == tuple(i for i, s in enumerate(many) if s >= np.mean(many) + np.std(many))
     with pytest.raises(ConfigError, match=r"cti\.std_kind='n' is not valid"):
         CTIConfig(std_kind="n")
+
+
+def test_threshold_floor_keeps_a_calibrated_threshold_above_the_answers_mean():
+    """The authors' MIRAGE-CAL reads CCI from an inseq run at mean + 0·std: a token above the calibrated threshold
+    but below its answer's mean is never attributed."""
+    scores = [0.1, 0.2, 0.9]  # mean 0.4
+    assert select_tokens(scores, CTIConfig(threshold=0.15))[0] == (1, 2)
+    assert select_tokens(scores, CTIConfig(threshold=0.15, threshold_floor="mean")) == ((2,), pytest.approx(0.4))
+    assert select_tokens(scores, CTIConfig(threshold=0.5, threshold_floor="mean"))[0] == (2,)
+
+
+def test_calibration_never_selects_below_the_mean_under_the_floor():
+    """The exact calibration search and the calibrated setting agree on what the floor leaves out."""
+    from mirage.scoring.xor_eval import ItemView, TokenView, calibrate_threshold, predict, selected_tokens
+
+    def view(ctis, kept, labels, floor):
+        item_tokens = tuple(TokenView(cti=c, kept={"s": frozenset(k)}, share=(0.0,) * len(labels))
+                            for c, k in zip(ctis, kept))
+        return ItemView(item=_item(labels), tokens=item_tokens, floor=floor)
+
+    # the low token (0.2, below its answer's mean 0.5) is the only one citing the supporting passage
+    ctis, kept, labels = [0.2, 0.4, 0.9], [{0}, set(), {1}], (True, False)
+    free, _ = calibrate_threshold([view(ctis, kept, labels, 0.0)], "s")
+    floored, _ = calibrate_threshold([view(ctis, kept, labels, 0.5)], "s")
+    assert free <= 0.2 < floored  # without the floor the search reaches down to the low token
+    v = view(ctis, kept, labels, 0.5)
+    sel = selected_tokens(v, CTIConfig(threshold=free, threshold_floor="mean"))
+    assert predict(v, sel, "s") == [False, True]
+
+
+def _item(labels):
+    from mirage.scoring.xor_attriqa import XorItem
+
+    return XorItem(file="t", line=1, lang="en", question="q?", passages=tuple("p" for _ in labels), answer="a",
+                   labels=labels, idxs=tuple(range(len(labels))))
 
 
 # -- CCI: the attributed quantity -------------------------------------------------------------------------------------
@@ -216,7 +252,7 @@ def test_preset_in_yaml_and_on_the_command_line(tmp_path):
 def test_parity_with_inseq_holds_under_the_inseq_preset_and_the_authors_selector(smollm2, xor_item):
     """The inseq preset selects the tokens inseq's attribute_context selects, with its threshold; the authors
     preset selects what their script's ``score >= np.mean + np.std`` selects on inseq's own CTI scores."""
-    from mirage.reference import run_reference
+    from mirage.peers.inseq import run_reference
 
     item = {"question": xor_item["question"], "output": xor_item["output"],
             "docs": [{"title": d["title"], "text": " ".join(d["text"].split()[:40])} for d in xor_item["docs"][:2]]}

@@ -235,8 +235,8 @@ computed again.
         names = calibration_selections(cfg)
         asked: dict = {}
         while True:
-            need = calibration_rows(build_views(cal.items, scores, names, context=cfg.aggregation.context), names,
-                                    by=calibrate_by)
+            need = calibration_rows(build_views(cal.items, scores, names, context=cfg.aggregation.context,
+                                                cti_floor=cfg.cti.threshold_floor), names, by=calibrate_by)
             need = {key: rows for key, rows in need.items() if owns(store, key) and rows - asked.get(key, set())}
             if not need:  # done (or, on one rank of several, what is left belongs to other ranks)
                 return scores, failed

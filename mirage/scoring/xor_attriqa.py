@@ -420,7 +420,7 @@ def ex_config(cfg: MirageConfig) -> MirageConfig:
     from ..config import CTIConfig
 
     return replace(cfg, cti=CTIConfig(metric=cfg.cti.metric, selector="std", std_k=cfg.cti.std_k,
-                                      std_kind=cfg.cti.std_kind))
+                                      std_kind=cfg.cti.std_kind, threshold_floor=cfg.cti.threshold_floor))
 
 
 #: The passage signals the scorer computes: what the learned classifier's features need (the single-passage and

@@ -74,12 +74,16 @@ class MissingRows(ValueError):
 
 @dataclass(frozen=True)
 class ItemView:
+    """An item's tokens under the CCI selections; ``floor``: the lowest |CTI| a calibrated threshold can select in
+    it (its mean score under ``cti.threshold_floor: mean``, else 0)."""
+
     item: XorItem
     tokens: tuple[TokenView, ...]
+    floor: float = 0.0
 
 
 def build_views(items: Sequence[XorItem], scores: dict[str, ItemScores], selections: dict[str, CCIConfig], *,
-                context: ContextView = "all") -> list[ItemView]:
+                context: ContextView = "all", cti_floor: str = "none") -> list[ItemView]:
     """Apply each CCI selection to every token of every scored item (items without scores are left out).
     ``context="content"`` attributes to passage text only, leaving out the template's scaffolding tokens (as
     ``aggregation.context`` does for ``mirage attribute``; a ValueError for stores that did not record them)."""
@@ -109,13 +113,15 @@ def build_views(items: Sequence[XorItem], scores: dict[str, ItemScores], selecti
                 kept = {name: frozenset(docs[j] for j in select_context(row, cfg)) for name, cfg in selections.items()}
                 share = tuple(doc_scores(row, docs, sc.n_docs))
             toks.append(TokenView(cti=cti, kept=kept, share=share))
-        views.append(ItemView(item=item, tokens=tuple(toks)))
+        floor = sum(sc.cti) / len(sc.cti) if cti_floor == "mean" and sc.cti else 0.0
+        views.append(ItemView(item=item, tokens=tuple(toks), floor=floor))
     return views
 
 
 def ex_cti_config(cfg: MirageConfig) -> CTIConfig:
     """MIRAGE-EX's CTI selector under ``cfg``: mean + k·std of the answer's scores (``cti.std_k``, ``cti.std_kind``)."""
-    return CTIConfig(metric=cfg.cti.metric, selector="std", std_k=cfg.cti.std_k, std_kind=cfg.cti.std_kind)
+    return CTIConfig(metric=cfg.cti.metric, selector="std", std_k=cfg.cti.std_k, std_kind=cfg.cti.std_kind,
+                     threshold_floor=cfg.cti.threshold_floor)
 
 
 def selected_tokens(view: ItemView, cti: CTIConfig) -> tuple[int, ...]:
@@ -170,8 +176,8 @@ def _scan(views: Sequence[ItemView], selection: str, ahead: int) -> tuple[float,
     """Exact bounded search for the agreement-maximising CTI threshold (see :func:`calibrate_threshold`): the best
     candidate, its index in the descending candidate list, and the number of correct pairs. RowsNeeded when it must
     look at tokens without rows (it asks for the next ``ahead`` candidates' tokens)."""
-    tokens = sorted(((abs(tok.cti), vi, k) for vi, v in enumerate(views) for k, tok in enumerate(v.tokens)),
-                    reverse=True)
+    tokens = sorted(((abs(tok.cti), vi, k) for vi, v in enumerate(views) for k, tok in enumerate(v.tokens)
+                     if abs(tok.cti) >= v.floor), reverse=True)
     values = sorted({t for t, _vi, _k in tokens}, reverse=True)
     candidates = [values[0] * 2 + 1.0, *values]  # descending; the first cites nothing
     n_pairs = sum(len(v.item.labels) for v in views)
@@ -220,7 +226,7 @@ def calibrate_threshold(views: Sequence[ItemView], selection: str, *, ahead: int
     if not any(v.tokens for v in views):
         return 0.0, None
     best, best_i, best_correct = _scan(views, selection, ahead)
-    values = sorted({abs(tok.cti) for v in views for tok in v.tokens}, reverse=True)
+    values = sorted({abs(tok.cti) for v in views for tok in v.tokens if abs(tok.cti) >= v.floor}, reverse=True)
     lower = values[best_i] if best_i < len(values) else None  # the next candidate below the best
     threshold = best if lower is None else (lower + best) / 2  # the lowest observed score: itself
     n_pairs = sum(len(v.item.labels) for v in views)
@@ -335,9 +341,10 @@ def _mirage_rows(views: Sequence[ItemView], *, selection: str, cti_for: Callable
     return rows
 
 
-def _calibrated_cti(cal: Calibration, selection: str, metric: str) -> Callable[[ItemView], CTIConfig]:
+def _calibrated_cti(cal: Calibration, selection: str, ex_cti: CTIConfig) -> Callable[[ItemView], CTIConfig]:
     """Per item, the CTI config thresholding at the calibrated value for ``selection`` and the item's language."""
-    return lambda v: CTIConfig(metric=metric, selector="threshold", threshold=cal.threshold(selection, v.item.lang))
+    return lambda v: CTIConfig(metric=ex_cti.metric, selector="threshold", threshold=cal.threshold(selection, v.item.lang),
+                               threshold_floor=ex_cti.threshold_floor)
 
 
 def _baseline_rows(views: Sequence[ItemView]) -> dict[str, list[tuple[str, list[bool], list[bool], list[float]]]]:
@@ -375,7 +382,7 @@ def _setting_tables(views: Sequence[ItemView], langs: Sequence[str], *, selectio
             put(f"ex_{sel}", _mirage_rows(views, selection=sel, cti_for=lambda v: ex_cti))
         if calibration is not None:
             put(f"cal_{sel}", _mirage_rows(views, selection=sel,
-                                           cti_for=_calibrated_cti(calibration, sel, ex_cti.metric)))
+                                           cti_for=_calibrated_cti(calibration, sel, ex_cti)))
     for setting, rows in _baseline_rows(views).items():
         put(setting, rows)
     if views and all(has_every_row(v) for v in views):  # every CCI row: only runs with --all-tokens
@@ -414,7 +421,9 @@ def calibrated_floor(calibration_items: Sequence[XorItem], scores: dict[str, Ite
     the test tokens that need CCI rows beyond MIRAGE-EX's. None without calibration items. Raises RowsNeeded when the
     calibration items lack rows (:func:`calibration_rows`)."""
     names = calibration_selections(config, percents)
-    views = build_views(calibration_items, scores, names, context=(config or MirageConfig()).aggregation.context)
+    cfg = config or MirageConfig()
+    views = build_views(calibration_items, scores, names, context=cfg.aggregation.context,
+                        cti_floor=cfg.cti.threshold_floor)
     if not views:
         return None
     cal = calibrate(views, names, by=calibrate_by)
@@ -514,10 +523,11 @@ def evaluate(
     context = context or cfg.aggregation.context
     base_cci = cfg.cci
     selections = {name: CCIConfig(**{**asdict(base_cci), **sel}) for name, sel in CCI_SELECTIONS.items()}
-    views = build_views(items, scores, selections, context=context)
+    floor = cfg.cti.threshold_floor
+    views = build_views(items, scores, selections, context=context, cti_floor=floor)
     langs = _languages(v.item for v in views)
     ex_cti = ex_cti_config(cfg)
-    cal_views = (build_views(calibration_items, scores, selections, context=context)
+    cal_views = (build_views(calibration_items, scores, selections, context=context, cti_floor=floor)
                  if calibration_items is not None else [])
     cal = calibrate(cal_views, selections, by=calibrate_by) if cal_views and "cal" in groups else None
 
@@ -620,8 +630,9 @@ def top_percent_sweep(items: Sequence[XorItem], calibration_items: Sequence[XorI
     names = {p: f"top{p}pct" for p in percents}
     selections = {names[p]: CCIConfig(**{**asdict(base_cci), "top_k": None, "top_percent": float(p)})
                   for p in percents}
-    views = build_views(items, scores, selections, context=context)
-    cal_views = build_views(calibration_items, scores, selections, context=context) if calibration_items else []
+    views = build_views(items, scores, selections, context=context, cti_floor=ex_cti.threshold_floor)
+    cal_views = (build_views(calibration_items, scores, selections, context=context, cti_floor=ex_cti.threshold_floor)
+                 if calibration_items else [])
     for p in percents:
         name = names[p]
         variants: dict[str, Callable[[ItemView], CTIConfig]] = {"ex": lambda v: ex_cti}
@@ -629,6 +640,7 @@ def top_percent_sweep(items: Sequence[XorItem], calibration_items: Sequence[XorI
             cal = calibrate(cal_views, [name], by=calibrate_by)
             out["cal_thresholds"].append(cal.thresholds[name])
             variants["cal"] = lambda v, c=cal, n=name: CTIConfig(metric=ex_cti.metric, selector="threshold",
+                                                                  threshold_floor=ex_cti.threshold_floor,
                                                                   threshold=c.threshold(n, v.item.lang))
         for variant, cti_for in variants.items():
             per = per_language(_mirage_rows(views, selection=name, cti_for=cti_for), langs)
