@@ -32,9 +32,9 @@ from .bias.results import BiasStudyResult
 from .bias.tables import render_markdown
 from .citations import parse_answer
 from .config import ConfigError, PromptConfig
-from .inputs import InputError, parse_json
+from .inputs import InputError, make_item, parse_json, short_repr
 from .prompts import PromptTemplate, load_template
-from .report import doc_color, template_asset, template_env
+from .report import doc_color, record_problem, template_asset, template_env
 from .run_files import figure_uri, read_json, read_run_records, read_text, run_file
 
 #: The files of a bias run folder that the view reads (each may be gzipped), see :mod:`mirage.bias.study`.
@@ -163,14 +163,36 @@ def read_bias_records(folder: str | Path) -> list[BiasRecord]:
         raise InputError(f"{folder} has no {GENERATIONS} (nor {GENERATIONS}.gz); give the -o folder of `mirage bias`.")
     out = []
     for k, row in enumerate(read_run_records(path), start=1):
+        problem = record_problem(row, BiasRecord) or _generation_problem(row)
+        if problem is not None:
+            raise InputError(f"{path} record {k} (key {short_repr(row.get('key'))}): field {short_repr(problem[0], 80)} "
+                             f"{problem[1]}; give the folder `mirage bias` wrote.")
         try:
             out.append(BiasRecord.from_dict(row))
         except TypeError as err:
-            raise InputError(f"{path} record {k} (key {row.get('key')!r}) is not a bias-study generation ({err}); "
-                             "give the folder `mirage bias` wrote.") from None
+            raise InputError(f"{path} record {k} (key {short_repr(row.get('key'))}) is not a bias-study generation "
+                             f"({short_repr(str(err), 200)}); give the folder `mirage bias` wrote.") from None
     if not out:
         raise InputError(f"{path} holds no generation; run `mirage bias` into {folder} first.")
     return out
+
+
+#: The most documents a query of a run may have (a bias study shows each query a handful).
+MAX_DOCS = 10_000
+
+
+def _generation_problem(row: dict[str, Any]) -> tuple[str, str] | None:
+    """Where a well-typed generation record points outside itself: a document count out of range, a relevant or
+    cited document that the query does not have."""
+    n_docs = row["n_docs"]
+    if not 0 <= n_docs <= MAX_DOCS:
+        return "n_docs", f"is {short_repr(n_docs)}; a query has 0 to {MAX_DOCS} documents"
+    for name in ("relevant", "self_citations", "mirage_citations"):
+        ids = row.get(name) or []
+        flat = [d for sentence in ids for d in sentence] if name != "relevant" else ids
+        if any(not 1 <= d <= n_docs for d in flat):
+            return name, f"names a document outside 1..{n_docs}"
+    return None
 
 
 def read_items_file(path: str | Path) -> dict[str, QueryText]:
@@ -182,11 +204,12 @@ def read_items_file(path: str | Path) -> dict[str, QueryText]:
             continue
         row = _json_row(line, path)
         try:
-            out[str(row["id"])] = QueryText(question=row["question"], source="items",
-                                            docs=tuple((d.get("title") or "", d["text"]) for d in row["docs"]))
-        except (KeyError, TypeError, AttributeError) as err:
-            raise InputError(f"{path}: a row lacks {err} or is malformed; items.jsonl holds the rows `mirage bias` "
-                             "wrote ({id, question, docs: [{title, text}], …}).") from None
+            item = make_item(row, item=short_repr(row.get("id")) if isinstance(row, dict) else None)
+        except InputError as err:
+            raise InputError(f"{path}: {err} items.jsonl holds the rows `mirage bias` wrote ({{id, question, docs: "
+                             "[{title, text}], …}).") from None
+        out[str(row.get("id"))] = QueryText(question=item.question, source="items",
+                                            docs=tuple((d.title, d.text) for d in item.docs))
     return out
 
 
@@ -370,8 +393,13 @@ def bias_run_view(folder: str | Path, *, title: str | None = None) -> BiasRunVie
     if results_path is None:
         raise InputError(f"{folder} has no {RESULTS}; the run has not finished (re-run `mirage bias` with the same "
                          "-o to write it).")
+    data = read_json(results_path)
+    problem = record_problem(data, BiasStudyResult)
+    if problem is not None:
+        raise InputError(f"{results_path}: field {short_repr(problem[0], 80)} {problem[1]}; give the folder "
+                         "`mirage bias` wrote.")
     try:
-        result = BiasStudyResult.from_dict(read_json(results_path))
+        result = BiasStudyResult.from_dict(data)
     except (KeyError, TypeError, AttributeError) as err:
         raise InputError(f"{results_path} is not a bias-study result ({type(err).__name__}: {err}); give the "
                          "folder `mirage bias` wrote.") from None

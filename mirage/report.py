@@ -107,7 +107,7 @@ def result_from_record(data: Any, where: str) -> AttributionResult:
     record edited by hand: nulls, missing keys, wrong types, bad base64)."""
     if not isinstance(data, dict):
         raise InputError(f"{where} is a JSON {json_kind(data)}, not an attribution result object.")
-    problem = _record_problem(data, AttributionResult, "") or _reference_problem(data)
+    problem = record_problem(data, AttributionResult, "") or _reference_problem(data)
     if problem is not None:
         field_name, message = problem
         raise InputError(f"{where}: field {short_repr(field_name, 120)} {message}; give the record as "
@@ -136,7 +136,7 @@ def _type_problem(value: Any, tp: Any, at: str) -> tuple[str, str] | None:
         problems = [_type_problem(value, option, at) for option in options if option is not type(None)]
         return None if any(p is None for p in problems) else problems[0]
     if dataclasses.is_dataclass(tp):
-        return _record_problem(value, tp, at)
+        return record_problem(value, tp, at)
     if origin is list:
         if not isinstance(value, list):
             return at, f"must be a list, got {json_kind(value)}"
@@ -165,9 +165,10 @@ def _type_problem(value: Any, tp: Any, at: str) -> tuple[str, str] | None:
     return None
 
 
-def _record_problem(data: Any, cls: type, at: str) -> tuple[str, str] | None:
-    """Where a record of dataclass ``cls`` (at field path ``at``) first goes wrong: not an object, a required field
-    missing, a field of the wrong type."""
+def record_problem(data: Any, cls: type, at: str = "") -> tuple[str, str] | None:
+    """Where a stored record of dataclass ``cls`` (at field path ``at``; the top level: "") first goes wrong, as
+    (field, what is wrong): not an object, a required field missing, a field of the wrong type (checked against the
+    dataclass's annotations), a key a nested record does not know; None when it conforms."""
     if not isinstance(data, dict):
         return at or cls.__name__, f"must be an object, got {json_kind(data)}"
     hints = _hints(cls)

@@ -15,7 +15,7 @@ from pathlib import Path
 from markupsafe import Markup
 
 from .inputs import InputError, short_repr
-from .report import report_html, result_from_record, template_asset, template_env
+from .report import record_problem, report_html, result_from_record, template_asset, template_env
 from .results import AttributionResult
 from .run_files import figure_uri, read_json, read_run_records, run_file
 from .scoring.eli5 import ELI5Report
@@ -57,6 +57,14 @@ def read_eli5_report(folder: str | Path) -> ELI5Report:
     data = read_json(path)
     if not isinstance(data, dict) or "per_seed" not in data:
         raise InputError(f"{path} is not the results of `mirage score eli5` (no 'per_seed').")
+    problem = record_problem(data, ELI5Report)
+    seeds = (data.get("settings") or {}).get("seeds") if isinstance(data.get("settings"), dict) else None
+    if problem is None and seeds is not None and not (isinstance(seeds, list) and all(
+            isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
+        problem = ("settings.seeds", "must be a list of integers")
+    if problem is not None:
+        raise InputError(f"{path}: field {short_repr(problem[0], 80)} {problem[1]}; give the results.json "
+                         "`mirage score eli5` wrote.")
     return ELI5Report.from_dict(data)
 
 
@@ -79,8 +87,13 @@ def eli5_report_html(folder: str | Path, *, title: str | None = None) -> str:
     report = read_eli5_report(folder)
     seeds = report.settings.get("seeds") or []
     results = read_eli5_answers(folder, seeds)
+    try:
+        table = summary_text(report)
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as err:  # a results.json edited by hand
+        raise InputError(f"{run_file(folder, RESULTS)}: its summary cannot be shown ({type(err).__name__}: "
+                         f"{short_repr(str(err), 120)}); give the results.json `mirage score eli5` wrote.") from None
     preface = template_env().get_template("eli5_summary.html.j2").render(
-        report=report, table=summary_text(report), n_answers=len(results), css=template_asset("runs.css"),
+        report=report, table=table, n_answers=len(results), css=template_asset("runs.css"),
         figure=figure_uri(folder / FIGURE))
     return report_html(results, title=title or f"mirage ELI5 run: {folder.name}", preface=Markup(preface))
 

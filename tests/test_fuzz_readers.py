@@ -294,3 +294,38 @@ def test_result_records_with_a_field_replaced(root, value, field):
     _check("results records (view)", root, lambda: read_results(path))
     answers = json.dumps({"key": "k", "seed": 1, "line": 1, "result": {**RESULT, field: value}}).encode()
     _try_view(root, ELI5_RUN, {"answers.jsonl": answers})
+
+
+def _records(path: Path) -> list[dict]:
+    data = path.read_bytes()
+    text = (gzip.decompress(data) if path.suffix == ".gz" else data).decode()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+GENERATIONS = _records(BIAS_RUN / "generations.jsonl.gz")
+ITEMS = _records(BIAS_RUN / "items.jsonl")
+BIAS_RESULTS = json.loads((BIAS_RUN / "results.json").read_text())
+ELI5_RESULTS = json.loads((ELI5_RUN / "results.json").read_text())
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(value=json_values | st.sampled_from([10 ** 30, -1, 0, [[1, 2]], [None], {"a": None}]), data=st.data())
+def test_run_folder_records_with_a_field_replaced(root, value, data):
+    """A hand-edited run folder: one field of a generation record, an items row, or a results.json replaced."""
+    where = data.draw(st.sampled_from(["generations", "items", "bias results", "eli5 results"]))
+    if where in ("generations", "items"):
+        rows = [dict(r) for r in (GENERATIONS if where == "generations" else ITEMS)]
+        rows[0][data.draw(st.sampled_from(sorted(rows[0])))] = value
+        name = "generations.jsonl" if where == "generations" else "items.jsonl"
+        _try_view(root, BIAS_RUN, {name: "".join(json.dumps(r) + "\n" for r in rows).encode()})
+        return
+    results = json.loads(json.dumps(BIAS_RESULTS if where == "bias results" else ELI5_RESULTS))
+    node = results
+    while True:  # a field at some depth of results.json
+        key = data.draw(st.sampled_from(sorted(node)))
+        if not isinstance(node[key], dict) or not node[key] or data.draw(st.booleans()):
+            break
+        node = node[key]
+    node[key] = value
+    _try_view(root, BIAS_RUN if where == "bias results" else ELI5_RUN, {"results.json": json.dumps(results).encode()})
