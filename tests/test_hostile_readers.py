@@ -508,3 +508,23 @@ def test_a_bias_run_page_embeds_no_local_file_and_nothing_remote(tmp_path, capsy
     assert "TOPSECRETKEYMATERIAL" not in html and base64.b64encode(secret.read_bytes())[:40].decode() not in html
     assert _remote_references(html) == [], _remote_references(html)[:5]
     assert "<script src" not in html
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("n_docs", 10 ** 30, "field 'n_docs' is"),  # once a loop over 10**30 documents: the view never ended
+    ("item_id", [1], "field 'item_id' must be a string"),
+    ("labels", None, "field 'labels' must be a list"),
+    ("relevant", [99], "field 'relevant' names a document outside"),
+])
+def test_view_of_a_hand_edited_bias_run_names_the_record_and_field(tmp_path, capsys, field, value, says):
+    import gzip
+    import shutil
+
+    folder = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "bias_run_small", folder)
+    rows = [json.loads(line) for line in gzip.decompress((folder / "generations.jsonl.gz").read_bytes()).splitlines()]
+    rows[1][field] = value
+    (folder / "generations.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    assert main(["view", str(folder), "-o", str(tmp_path / "page.html")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "generations.jsonl.gz record 2" in err and says in err, err
