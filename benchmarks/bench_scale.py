@@ -190,6 +190,9 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
     from mirage.forward import MemoryBudgetError
 
     torch.set_num_threads(point["threads"])
+    if point.get("cpu_limit"):  # a limit on this process's CPU seconds: the same work on a loaded or idle machine
+        limit = int(point["cpu_limit"])
+        resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 5))
     device = point["device"]
     t = time.perf_counter()
     lm = _build_model(point["model"], device, point["dtype"], point["budget"])
@@ -278,7 +281,8 @@ def drive(args: argparse.Namespace) -> None:
                 failed = False
                 for prompt in args.prompts:
                     point = {"model": model, "prompt": prompt, "answer": answer, "budget": budget,
-                             "device": args.device, "dtype": args.dtype, "threads": args.threads, "docs": args.docs}
+                             "device": args.device, "dtype": args.dtype, "threads": args.threads, "docs": args.docs,
+                             "cpu_limit": args.cpu_limit}
                     if budget is None and args.budget and args.compare_at and prompt not in args.compare_at \
                             and model == EMBEDDED:
                         continue  # without the budget, only the comparison points
@@ -319,7 +323,10 @@ def _run_child(point: dict[str, Any], timeout: float) -> dict[str, Any]:
     lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["killed"])[-1][:300]
-        status = "out of memory" if proc.returncode in (-9, 137) or "OutOfMemory" in proc.stderr else "failed"
+        status = ("out of memory" if proc.returncode in (-9, 137) or "OutOfMemory" in proc.stderr
+                  else "CPU time limit" if proc.returncode == -24 else "failed")  # -24: SIGXCPU
+        if status == "CPU time limit":
+            tail = f"over the {point.get('cpu_limit')} CPU-second limit"
         return {**{k: point[k] for k in ("model", "prompt", "answer", "budget", "dtype")}, "status": status,
                 "error": tail, "wall_s": time.perf_counter() - t}
     return json.loads(lines[-1])
@@ -347,6 +354,7 @@ def write_results(out: Path, points: list[dict[str, Any]], args: argparse.Namesp
                            "python": platform.python_version(), "torch": torch.__version__},
                "settings": {"models": args.models, "prompts": args.prompts, "answers": args.answers,
                             "budgets": args.budget, "dtype": args.dtype, "point_timeout_s": args.point_timeout,
+                            "cpu_limit_s": args.cpu_limit,
                             "docs": [Path(d).name for d in args.docs]},
                "points": sorted(points, key=lambda r: (r["model"], r["answer"], str(r["budget"]), r["prompt"])),
                "growth": growth(points)}
@@ -392,7 +400,8 @@ def render_page(results: dict[str, Any]) -> str:
              "`benchmarks/bench_scale.py --render`)."), "",
              (f"Machine: {m['device']}, {m['cpus']} CPU(s), {m['threads']} torch thread(s), torch {m['torch']}, "
              f"Python {m['python']}. Models other than the embedded one have random weights (time and memory only). "
-             f"dtype {s['dtype']}; time limit per point {s['point_timeout_s']} s; passages from "
+             f"dtype {s['dtype']}; limits per point {s['point_timeout_s']:.0f} s wall-clock, "
+              f"{s.get('cpu_limit_s') or '-'} CPU seconds; passages from "
              f"{', '.join(s['docs'])}."), "",
              ("Wall-clock times on a shared machine vary with its load; CPU seconds (`cpu`) are this process's own. "
              "Peak memory: resident memory of the point's process on a CPU (weights included), allocated GPU memory "
@@ -460,7 +469,9 @@ def main() -> None:
     parser.add_argument("--compare-at", nargs="*", type=int, default=None,
                         help="with --budget: the embedded model's prompt lengths also run without a budget (to "
                              "compare citations; default: all)")
-    parser.add_argument("--point-timeout", type=float, help="seconds per point")
+    parser.add_argument("--point-timeout", type=float, help="wall-clock seconds per point")
+    parser.add_argument("--cpu-limit", type=int, default=None,
+                        help="CPU seconds per point (the process's own, whatever else runs on the machine)")
     parser.add_argument("--threads", type=int, default=max(1, min(4, os.cpu_count() or 1)))
     parser.add_argument("--dtype", default=None, help="default: float32 on a CPU, bfloat16 on a GPU")
     parser.add_argument("--docs", nargs="+", help="passages: XOR-AttriQA JSONL or ALCE JSON files")

@@ -293,8 +293,13 @@ def _from_one_graph(lm: LoadedModel, t: _Targets, cfg: CCIConfig,
         attr = _batched_gradients(values, graph.inputs, CCI_METHODS.lookup(cfg.method).from_gradient, chunk)
     except _NoBatchedBackward as err:
         del graph, values
-        if _eager_fallback(lm, err):  # the attention kernel's backward has no batching rule: eager attention's has
-            return _from_one_graph(lm, t, cfg, None)
+        previous = _eager_fallback(lm, err)  # the attention kernel's backward may have no batching rule: eager's has
+        if previous is not None:
+            rows = _from_one_graph(lm, t, cfg, None)
+            if rows is None:  # not the kernel's fault: the model keeps its kernel, CCI repeats the input instead
+                lm.model.set_attn_implementation(previous)
+                lm.passes["attention"] = previous
+            return rows
         lm.batched_backward = False
         return None
     lm.batched_backward = True
@@ -302,21 +307,22 @@ def _from_one_graph(lm: LoadedModel, t: _Targets, cfg: CCIConfig,
     return attr[:, 0].index_select(1, t.context).tolist()
 
 
-def _eager_fallback(lm: LoadedModel, err: BaseException) -> bool:
+def _eager_fallback(lm: LoadedModel, err: BaseException) -> str | None:
     """Switch the model to eager attention when vmap could not batch the backward pass of its attention kernel
-    (SDPA's fused or FlashAttention's backward), naming the fallback in ``lm.passes["attention"]``; False where
-    attention already is eager (or cannot be switched): the caller then repeats the input per target."""
+    (SDPA's fused or FlashAttention's backward), naming the fallback in ``lm.passes["attention"]``, and return the
+    kernel it replaced; None where attention already is eager (or cannot be switched): the caller then repeats the
+    input per target."""
     kernel = str(getattr(lm.model.config, "_attn_implementation", "eager") or "eager")
     switch = getattr(lm.model, "set_attn_implementation", None)
     if kernel == "eager" or switch is None:
-        return False
+        return None
     try:
         switch("eager")
     except (ValueError, ImportError, NotImplementedError):
-        return False
+        return None
     cause = str(err).strip().splitlines()[0][:120] if str(err).strip() else type(err).__name__
     lm.passes["attention"] = f"eager (fallback: vmap cannot batch {kernel}'s backward: {cause})"
-    return True
+    return kernel
 
 
 def _repeated_rows(lm: LoadedModel, base: torch.Tensor, answer_ids: Sequence[int], positions: Sequence[int],

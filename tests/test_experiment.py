@@ -33,7 +33,8 @@ def test_experiment_file_gives_every_key():
 def test_every_experiment_key_is_read(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("description: d\ndataset: eli5\nmodel: m\ndata: a.json\ntext: en\nlimit: 3\nseeds: [1, 2]\n"
-                    "nli: judge\ncti:\n  std_k: 2\n")
+                    "nli: judge\ncti:\n  std_k: 2\nadapter: run/adapter\ndevice_map: auto\nmax_memory: {cpu: 20GiB}\n"
+                    "quantization: 4bit\nmemory_budget: 3GB\n")
     exp = ExperimentConfig.from_yaml(path, command="eli5")
     assert {k for k in EXPERIMENT_KEYS if getattr(exp, k) in (None, ())} == set()
     assert (exp.model, exp.data, exp.limit, exp.seeds, exp.nli) == ("m", ("a.json",), 3, (1, 2), "judge")

@@ -46,12 +46,15 @@ def _fresh(lm, **changes):
 
 
 def _saved_bytes(lm, ids, *, checkpoint: bool) -> int:
-    """Bytes the autograd graph of one differentiable pass keeps for the backward pass."""
+    """Bytes the autograd graph of one differentiable pass keeps for the backward pass (activations: the weights
+    it also refers to cost nothing more)."""
     total = 0
+    weights = {p.data_ptr() for p in lm.model.parameters()}
 
     def pack(t):
         nonlocal total
-        total += t.numel() * t.element_size()
+        if t.data_ptr() not in weights:
+            total += t.numel() * t.element_size()
         return t
 
     with frozen_parameters(lm.model):
@@ -228,3 +231,25 @@ def test_cli_budget_too_small_for_the_weights_skips_the_item_in_one_line(tmp_pat
     code = main(["attribute", str(items), "-o", str(tmp_path / "b.jsonl"), "--memory-budget", "lots", "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "memory_budget='lots' is not a size" in err
+
+
+def test_a_backward_eager_attention_cannot_batch_either_leaves_the_kernel(real_tokenizer, xor_item, monkeypatch):
+    """When vmap fails whatever the kernel (here every batched backward is refused), the model keeps its attention
+    kernel and CCI repeats the input per target, as before the fallback existed."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
+    m = Mirage(wrap_model(LlamaForCausalLM(config).eval(), real_tokenizer))
+    real_grad = torch.autograd.grad
+
+    def no_vmap(*args, **kwargs):
+        if kwargs.get("is_grads_batched"):
+            raise RuntimeError("Batching rule not implemented for aten::fake_op")
+        return real_grad(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", no_vmap)
+    res = m.attribute(xor_item["question"], xor_item["docs"], answer=xor_item["output"])
+    assert m.lm.batched_backward is False and m.lm.model.config._attn_implementation == "sdpa"
+    assert res.versions["attention"] == "sdpa" and res.versions["cci_backward"].startswith("input repeated")
