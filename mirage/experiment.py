@@ -372,11 +372,11 @@ def add_device_args(parser: argparse.ArgumentParser, *, placement: bool = True, 
                         help="load the weights in 8 or 4 bits (bitsandbytes; needs a CUDA GPU)")
 
 
-def loading_args(args: argparse.Namespace) -> dict[str, Any]:
+def loading_args(args: argparse.Namespace, *, adapter: bool = True) -> dict[str, Any]:
     """The loading flags of :func:`add_device_args` that ``args`` gives (device and dtype included), as keywords of
-    :meth:`mirage.Mirage.from_pretrained`."""
+    :meth:`mirage.Mirage.from_pretrained`; without ``adapter`` where the command reads its own ``--adapter``."""
     return {name: getattr(args, name) for name in ("device", "dtype", *LOADING_KEYS)
-            if getattr(args, name, None) is not None}
+            if getattr(args, name, None) is not None and (adapter or name != "adapter")}
 
 
 def loading_argv(args: argparse.Namespace) -> list[str]:

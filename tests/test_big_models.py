@@ -140,6 +140,13 @@ def test_every_model_loading_command_takes_the_loading_flags():
         text = _help(parser, argv)
         for flag in ("--adapter", "--device-map", "--max-memory", "--memory-budget", "--quantization"):
             assert flag in text, (argv, flag)
+    from mirage.experiment import loading_args
+
+    args = build_parser(["tune", "eval"]).parse_args(["tune", "eval", "d.jsonl", "-o", "r.json", "--adapter", "run/a",
+                                                      "--device-map", "auto", "--memory-budget", "3GB"])
+    # tune eval applies its own --adapter (load_tuned): the loading keywords it passes on leave it out
+    assert loading_args(args, adapter=False) == {"device_map": "auto", "memory_budget": "3GB"}
+    assert loading_args(args)["adapter"] == "run/a"
 
 
 def _help(parser, argv) -> str:

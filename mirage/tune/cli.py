@@ -167,13 +167,13 @@ def _eval_mirage(args: argparse.Namespace) -> tuple[Any, str]:
         raise ConfigError("--adapter loads its own base model; give --adapter or --model, not both.")
     prompt = PromptConfig(name=args.prompt or "selfcitation")
     if args.adapter:
-        lm = load_tuned(args.adapter, **loading_args(args))
+        lm = load_tuned(args.adapter, **loading_args(args, adapter=False))
         base = read_adapter_info(args.adapter).base_model
         if args.prompt is None:  # the prompt the adapter was trained with
             prompt = PromptConfig(**read_adapter_info(args.adapter).prompt)
     else:
         base = args.model or "smollm2-135m-instruct"
-        lm = load_model(base, **loading_args(args))
+        lm = load_model(base, **loading_args(args, adapter=False))
     mirage = Mirage(lm, config=MirageConfig(prompt=prompt))
     return mirage, base
 
