@@ -1,4 +1,4 @@
-"""Scripts that time mirage and compare it with the reference procedure (:mod:`mirage.reference`); run them as
+"""Scripts that time mirage and compare it with the reference procedure (:mod:`mirage.peers.inseq`); run them as
 ``python benchmarks/NAME.py``. Nothing here is imported by mirage or its tests."""
 
 import platform

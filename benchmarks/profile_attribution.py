@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import device_name, recorded_command
 from benchmarks.bench_attribution import _cases
 from mirage import Mirage
-from mirage.reference import run_reference
+from mirage.peers.inseq import run_reference
 from mirage.runs import write_atomic
 
 

@@ -1,4 +1,4 @@
-"""Check the reference procedure adapter (:mod:`mirage.reference`, inseq ``attribute_context``) against an independent
+"""Check the reference procedure adapter (:mod:`mirage.peers.inseq`, inseq ``attribute_context``) against an independent
 plain-torch computation of the same CTI and CCI scores, on three cases built from XOR-AttriQA validation rows.
 
     python benchmarks/reference_check.py [--data FILE]
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mirage.data import resolve
-from mirage.reference import run_reference
+from mirage.peers.inseq import run_reference
 
 
 def torch_cti(model, tokenizer, prompt, contextless_prompt, answer):

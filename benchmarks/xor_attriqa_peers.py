@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.contextcite_xor import STORE_NAME, contextcite_scores
+from mirage.peers.contextcite import STORE_NAME, contextcite_scores
 from mirage.config import MirageConfig
 from mirage.learned import best_threshold
 from mirage.runs import read_records

@@ -1,5 +1,5 @@
 """XOR-AttriQA passage predictions of mirage beside the reference procedure (inseq ``attribute_context``, see
-:mod:`mirage.reference`) on the same model, prompts and items.
+:mod:`mirage.peers.inseq`) on the same model, prompts and items.
 
     python benchmarks/xor_attriqa_reference.py RUN_DIR DATA.jsonl [DATA.jsonl ...] --limit 2 [--model NAME]
 
@@ -22,7 +22,7 @@ from mirage import Mirage
 from mirage.cci import select_context
 from mirage.config import CCIConfig, CTIConfig
 from mirage.cti import select_tokens
-from mirage.reference import run_reference
+from mirage.peers.inseq import run_reference
 from mirage.runs import read_records
 from mirage.scoring import metrics as M
 from mirage.scoring.benchmarks import stored_xor_pipeline
@@ -66,7 +66,7 @@ def main() -> int:
             ref = run_reference(m.lm.model, m.lm.tokenizer, prompt=prep.prompt.text,
                                 contextless_prompt=prep.prompt.contextless_text, context=prep.prompt.context,
                                 answer=item.answer, std_k=cfg.cti.std_k)
-            # inseq's context scores are re-aligned to the context tokens inside the prompt (mirage.reference),
+            # inseq's context scores are re-aligned to the context tokens inside the prompt (mirage.peers.inseq),
             # which are mirage's context positions: map them to passages with mirage's own token-to-document map.
             docs = list(prep.tokens.context_docs)
             row = {"file": item.file, "line": item.line, "labels": list(item.labels), "notes": list(ref.notes)}

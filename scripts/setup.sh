@@ -15,7 +15,7 @@ fi
 # torch is now installed, so the package's own "torch>=2.1" is satisfied and nothing more is pulled.
 if [[ "${1:-}" == "--test" ]]; then
     pip_install -e ".[embedded,datasets,test]"
-    # The test extra brings ContextCite (context-cite, the peer of benchmarks/contextcite_xor.py) with its declared
+    # The test extra brings ContextCite (context-cite, the peer of mirage/peers/contextcite.py) with its declared
     # dependencies: unlike inseq's, they keep the installed torch, so it needs no --no-deps line here.
     # The reference implementation (inseq) for parity tests and benchmarks. Its declared dependencies include
     # CUDA 11 wheels; install it without them and add what it imports.

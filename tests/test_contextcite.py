@@ -1,4 +1,4 @@
-"""ContextCite as a peer on XOR-AttriQA (benchmarks/contextcite_xor.py): it scores mirage's own prompt and answer
+"""ContextCite as a peer on XOR-AttriQA (mirage/peers/contextcite.py): it scores mirage's own prompt and answer
 tokens, one source per passage, and its batch runner resumes and records failures."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ if importlib.util.find_spec("context_cite") is None:
     pytest.skip("context-cite is not installed (a benchmark dependency: scripts/setup.sh --test installs it)",
                 allow_module_level=True)
 
-from benchmarks.contextcite_xor import (
+from mirage.peers.contextcite import (
     CONTEXTCITE_NUM_ABLATIONS,
     ablated_prompt,
     context_cite,
@@ -61,7 +61,7 @@ def test_import_never_reaches_the_network():
         socket.socket.connect = socket.create_connection = refuse
         import nltk
         download = nltk.download
-        from benchmarks.contextcite_xor import context_cite
+        from mirage.peers.contextcite import context_cite
         context_cite()
         assert nltk.download is download
     """)

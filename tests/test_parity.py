@@ -1,5 +1,5 @@
 """Parity with the method's reference procedure: inseq's ``attribute_context`` (contrast_prob_diff, saliency,
-logprob=True) on the same embedded model and the same inputs (see mirage/reference.py for the mapping)."""
+logprob=True) on the same embedded model and the same inputs (see mirage/peers/inseq.py for the mapping)."""
 
 import pytest
 from scipy.stats import pearsonr
@@ -8,7 +8,7 @@ from mirage import Mirage, MirageConfig
 from mirage.cci import compute_cci
 from mirage.config import CCIConfig
 from mirage.forward import answer_logits, model_inputs
-from mirage.reference import run_reference, sentence_citations
+from mirage.peers.inseq import run_reference, sentence_citations
 from mirage.tokenization import tokenize_answer
 
 
@@ -67,7 +67,7 @@ def test_same_cci_scores_and_sentence_citations(cases, smollm2):
     same selector and aggregation over either give the same sentence citations.
 
     The reference slices its context scores after a prefix it counts by tokenizing the template's prefix alone; with
-    this chat prompt that count is one token short, so mirage.reference re-aligns the slice and the last
+    this chat prompt that count is one token short, so mirage.peers.inseq re-aligns the slice and the last
     context token (the newline closing the documents block) gets no reference score. The comparison therefore runs
     over the tokens the reference scores; the pipeline's own citations are checked against mirage's full scores.
     """

@@ -1,0 +1,7 @@
+"""Peers: other attribution procedures run on mirage's own prompts and answers, for the parity tests and the
+benchmarks. Each imports its optional dependency only when it runs.
+
+- :mod:`mirage.peers.inseq`: the MIRAGE paper's procedure as inseq implements it (``attribute_context``), and
+  ``sentence_citations``, its scores cited through mirage's own selector and aggregation.
+- :mod:`mirage.peers.contextcite`: ContextCite (Cohen-Wang et al., 2024) on XOR-AttriQA, one source per passage.
+"""
