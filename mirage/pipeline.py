@@ -30,7 +30,7 @@ from .prompts import BuiltPrompt, Reservation, build_prompt, load_template
 from .results import AttributionResult, SentenceAttribution
 from .serialization import library_versions
 from .token_scores import TargetSpec, TokenScores, score_batch, score_tokens
-from .tokenization import TokenizedAnswer, TokenizedPrompt, tokenize_answer, tokenize_prompt
+from .tokenization import TokenizedAnswer, TokenizedPrompt, max_token_chars, tokenize_answer, tokenize_prompt
 
 if TYPE_CHECKING:
     import datasets
@@ -244,6 +244,13 @@ class Mirage:
         raw_item = make_item(item, item=index)
         reserve = None
         if raw_item.output is not None:
+            window = self.lm.context_window
+            if window is not None and len(raw_item.output) > window * max_token_chars(self.lm.tokenizer):
+                # it cannot fit the window: refused before anything tokenizes it (a huge answer would take
+                # gigabytes to tokenize, and every resume would try again)
+                raise InputError(f"is {len(raw_item.output)} characters long, more than the model's window of "
+                                 f"{window} tokens can hold; shorten the answer or use a model with a longer window.",
+                                 item=index if index is not None else raw_item.id, field="output")
             reserve = len(tokenize_answer(self.lm.tokenizer, raw_item.output).ids) + 1
         return self.prepare(raw_item, config=cfg, index=index, reserve_tokens=reserve)
 

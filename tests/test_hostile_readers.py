@@ -528,3 +528,18 @@ def test_view_of_a_hand_edited_bias_run_names_the_record_and_field(tmp_path, cap
     assert main(["view", str(folder), "-o", str(tmp_path / "page.html")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "generations.jsonl.gz record 2" in err and says in err, err
+
+
+def test_a_huge_given_answer_is_refused_before_it_is_tokenized(embedded_mirage, monkeypatch):
+    """A given answer (``output``) longer than the model's window can hold is an InputError naming it, raised
+    before the tokenizer sees it (tokenized whole, a 50 MB answer took gigabytes and every resume tried again)."""
+    tokenizer = embedded_mirage.lm.tokenizer
+
+    def refuse(self, text, *args, **kwargs):
+        raise AssertionError("the tokenizer was called")
+
+    monkeypatch.setattr(type(tokenizer), "__call__", refuse)
+    monkeypatch.setattr(type(tokenizer), "encode", refuse)
+    item = {"id": "big", "question": "Why?", "docs": [{"title": "T", "text": "x"}], "output": "because " * 5_000_000}
+    with pytest.raises(InputError, match=r"^item big, field 'output': is \d+ characters long, more than the model's window"):
+        embedded_mirage.attribute_item(item)
