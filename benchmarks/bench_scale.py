@@ -289,8 +289,8 @@ def drive(args: argparse.Namespace) -> None:
                     if _key(point) in done:
                         failed = failed or done[_key(point)]["status"] != "ok"
                         continue
-                    if failed:
-                        continue  # a shorter prompt did not fit: this one will not either
+                    if failed or args.collect:
+                        continue  # a shorter prompt did not fit: this one will not either (--collect: run nothing)
                     rec = _run_child(point, args.point_timeout)
                     with points_file.open("a", encoding="utf-8") as f:
                         f.write(json.dumps(rec) + "\n")
@@ -357,7 +357,7 @@ def write_results(out: Path, points: list[dict[str, Any]], args: argparse.Namesp
                             "cpu_limit_s": args.cpu_limit,
                             "docs": [Path(d).name for d in args.docs]},
                "points": sorted(points, key=lambda r: (r["model"], r["answer"], str(r["budget"]), r["prompt"])),
-               "growth": growth(points)}
+               "growth": growth(points), "notes": list(args.note or [])}
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     (out / "README.md").write_text(render_page(results), encoding="utf-8")
     for row in results["growth"]:
@@ -403,22 +403,24 @@ def render_page(results: dict[str, Any]) -> str:
              f"dtype {s['dtype']}; limits per point {s['point_timeout_s']:.0f} s wall-clock, "
               f"{s.get('cpu_limit_s') or '-'} CPU seconds; passages from "
              f"{', '.join(s['docs'])}."), "",
+             *(f"Note: {n}" for n in results.get("notes", [])), *([""] if results.get("notes") else []),
              ("Wall-clock times on a shared machine vary with its load; CPU seconds (`cpu`) are this process's own. "
              "Peak memory: resident memory of the point's process on a CPU (weights included), allocated GPU memory "
              "on a GPU."), "",
              ("| model | budget | prompt tokens | answer | generation s | attribution s (cpu s) | CTI s | CCI s | "
-             "attribution / generation | peak GB | selected | passes |"),
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "CCI s per selected token | attribution / generation | peak GB | selected | passes |"),
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for p in results["points"]:
         budget = p["budget"] or "-"
         if p["status"] != "ok":
             lines.append(f"| {p['model']} | {budget} | {p.get('prompt_tokens', p['prompt'])} | {p['answer']} | "
-                         f"{p['status']}: {str(p.get('error', ''))[:90].replace('|', '/')} | | | | | | | |")
+                         f"{p['status']}: {str(p.get('error', ''))[:90].replace('|', '/')} | | | | | | | | |")
             continue
         passes = ", ".join(f"{k} {v}" for k, v in p.get("passes", {}).items())
         lines.append(f"| {p['model']} | {budget} | {p['prompt_tokens']} | {p['answer_tokens']} | "
                      f"{p['generation_s']:.1f} | {p['attribution_s']:.1f} ({p['attribution_cpu_s']:.1f}) | "
-                     f"{p['cti_s']:.1f} | {p['cci_s']:.1f} | {p['attribution_s'] / p['generation_s']:.2f} | "
+                     f"{p['cti_s']:.1f} | {p['cci_s']:.1f} | {p['cci_s'] / max(1, p['n_selected']):.1f} | "
+                     f"{p['attribution_s'] / p['generation_s']:.2f} | "
                      f"{p['peak_bytes'] / 1e9:.2f} | {p['n_selected']} | {passes} |")
     fits: dict[tuple, int] = {}
     for p in results["points"]:
@@ -429,7 +431,9 @@ def render_page(results: dict[str, Any]) -> str:
               "|---|---:|---|---:|"]
     lines += [f"| {k[0]} | {k[1]} | {k[2]} | {v} |" for k, v in sorted(fits.items(), key=str)]
     lines += ["", "## Growth with the prompt", "",
-              "Exponent k of `time ~ prompt^k` between the shortest and the longest finished prompt.", "",
+              ("Exponent k of `time ~ prompt^k` between the shortest and the longest finished prompt. CCI's time "
+               "is proportional to the number of tokens CTI selects, which differs from prompt to prompt (see "
+               "`selected`)."), "",
               "| model | answer | budget | prompts | attribution time k (cpu k) | peak memory k |",
               "|---|---:|---|---|---:|---:|"]
     for g in results["growth"]:
@@ -461,6 +465,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--point", help=argparse.SUPPRESS)
     parser.add_argument("--render", metavar="DIR", help="write DIR/README.md from DIR/results.json and stop")
+    parser.add_argument("--note", action="append", help="a sentence recorded in results.json and shown on the page")
+    parser.add_argument("--collect", action="store_true",
+                        help="run no point: write results.json and README.md from the points already in OUT")
     parser.add_argument("--gpu", action="store_true", help="the GPU plan: 7-8B models, 1k-32k prompts, 16-128 tokens")
     parser.add_argument("--models", nargs="+", choices=[EMBEDDED, *SHAPES])
     parser.add_argument("--prompts", nargs="+", type=int, help="prompt lengths in tokens")

@@ -42,7 +42,7 @@ ANSWER = ("Startups are valued on expected future profits: investors buy a share
 
 def _fresh(lm, **changes):
     """A LoadedModel sharing the session's weights with its own settings (the fixture is never changed)."""
-    return dataclasses.replace(lm, passes={}, batched_backward=None, **changes)
+    return dataclasses.replace(lm, passes={"attention": lm.passes["attention"]}, batched_backward=None, **changes)
 
 
 def _saved_bytes(lm, ids, *, checkpoint: bool) -> int:
