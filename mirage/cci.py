@@ -45,12 +45,12 @@ from .forward import (
     AttributionGraph,
     BatchGraph,
     backward_row_bytes,
+    budget_room,
     embed,
     frozen_parameters,
     graph_bytes,
     graph_from_embeds,
     logits_from_embeds,
-    memory_in_use,
     out_of_memory_error,
 )
 from .models import LoadedModel, cpu_flags
@@ -149,7 +149,7 @@ def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int, rows: int = 1
     layer's gradients (:func:`~mirage.forward.backward_row_bytes`), or with ``whole_graph`` (the input repeated per
     target) a whole differentiable pass; at least one."""
     if lm.memory_budget is not None:
-        room = lm.memory_budget - memory_in_use(lm.device)
+        room = budget_room(lm)
         per = backward_row_bytes(lm, seq_len, rows)
         if whole_graph:
             per += graph_bytes(lm, seq_len, checkpoint=False, rows=rows)
