@@ -32,10 +32,10 @@ from .bias.results import BiasStudyResult
 from .bias.tables import render_markdown
 from .citations import parse_answer
 from .config import ConfigError, PromptConfig
-from .inputs import InputError, make_item, parse_json, short_repr
+from .inputs import InputError, make_item, parse_json, read_text, short_repr
 from .prompts import PromptTemplate, load_template
 from .report import doc_color, record_problem, template_asset, template_env
-from .run_files import figure_uri, read_json, read_run_records, read_text, run_file
+from .run_files import figure_uri, read_json, read_run_records, run_file
 
 #: The files of a bias run folder that the view reads (each may be gzipped), see :mod:`mirage.bias.study`.
 GENERATIONS = "generations.jsonl"

@@ -4,7 +4,7 @@
     df[df.mirage_citations.str.len() == 0]          # sentences mirage finds no document behind
 
 One result's table is :meth:`mirage.results.AttributionResult.to_dataframe`; the results themselves, as objects,
-:func:`mirage.report.read_results`.
+:func:`mirage.report.read_result_objects`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .report import read_results as read_result_objects
+from .report import read_result_objects
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,7 +28,7 @@ def read_results(path: str | Path) -> pd.DataFrame:
     ``doc_1`` … ``doc_N``: the sentence's document scores (``SentenceAttribution.doc_scores``), N the most documents
     of any item, NaN beyond an item's own documents or in results written before scores existed.
 
-    The file is read as ``mirage view`` reads it (:func:`mirage.report.read_results`): a torn last line is skipped
+    The file is read as ``mirage view`` reads it (:func:`mirage.report.read_result_objects`): a torn last line is skipped
     with a warning, any other bad line is an InputError naming the file and line.
     """
     import pandas as pd

@@ -383,14 +383,21 @@ def _existing_file(path: str | Path, what: str) -> Path:
 
 
 def read_text(path: str | Path, *, what: str = "UTF-8 text file") -> str:
-    """The text of a UTF-8 file (a UTF-8 byte-order mark is dropped). InputError naming the path when it does not
-    exist, is a directory, cannot be read, or is not UTF-8 (UTF-16 and Latin-1 are named as such); ``what`` says
+    """The text of a UTF-8 file (a UTF-8 byte-order mark is dropped), gunzipped first when its name ends in ``.gz``
+    (as run folders store large files). InputError naming the path when it does not exist, is a directory, cannot be
+    read, is not gzip under a ``.gz`` name, or is not UTF-8 (UTF-16 and Latin-1 are named as such); ``what`` says
     what the file should be."""
+    import gzip
+
     path = _existing_file(path, what)
     try:
         data = path.read_bytes()
-    except OSError as err:
-        raise InputError(f"{path} cannot be read ({err.strerror or err}); give a readable {what}.") from None
+        if path.suffix == ".gz":
+            data = gzip.decompress(data)
+    except (OSError, EOFError) as err:
+        plain = path.suffix != ".gz"
+        raise InputError(f"{path} cannot be read ({getattr(err, 'strerror', None) or err}); give a readable {what}"
+                         + ("." if plain else " (a .gz name must hold gzip data).")) from None
     return decode_text(data, path)
 
 

@@ -61,8 +61,9 @@ def doc_color(doc: int) -> str:
 # --- reading ----------------------------------------------------------------------------------------------------
 
 
-def read_results(path: str | Path) -> list[AttributionResult]:
-    """The results of a ``mirage attribute`` JSONL file (extra keys such as ``key``/``index`` are ignored).
+def read_result_objects(path: str | Path) -> list[AttributionResult]:
+    """The results of a ``mirage attribute`` JSONL file as AttributionResult objects (extra keys such as
+    ``key``/``index`` are ignored); :func:`mirage.read_results` gives them as one pandas table.
 
     A torn last line (a record cut off without its newline, as a stopped run leaves it) is skipped with a warning;
     any other line that is not JSON, not an object, or not an attribution result is an InputError naming the file
@@ -854,7 +855,7 @@ def write_report(results_path: str | Path | Sequence[str | Path], output: str | 
     paths = [Path(results_path)] if isinstance(results_path, (str, Path)) else [Path(p) for p in results_path]
     if not 1 <= len(paths) <= 2:
         raise InputError(f"mirage view takes one results file, or two to compare; got {len(paths)}.")
-    runs = [read_results(p) for p in paths]
+    runs = [read_result_objects(p) for p in paths]
     names = _label(paths)
     html = report_html(runs[0], title=title or f"mirage report: {' vs '.join(names)}",
                        other=runs[1] if len(runs) == 2 else None, labels=names)

@@ -5,14 +5,13 @@ each stored plain or gzipped (``generations.jsonl`` or ``generations.jsonl.gz``,
 from __future__ import annotations
 
 import base64
-import gzip
 import json
 import os
 import warnings
 from pathlib import Path
 from typing import Any
 
-from .inputs import InputError, parse_json
+from .inputs import InputError, parse_json, read_text
 from .runs import is_record
 
 
@@ -22,18 +21,6 @@ def run_file(folder: str | Path, name: str) -> Path | None:
         if path.is_file():
             return path
     return None
-
-
-def read_text(path: str | Path) -> str:
-    """A run file's text, gunzipped when its name ends in ``.gz``; an InputError names a file that is not UTF-8 or
-    not gzip."""
-    path = Path(path)
-    try:
-        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-        return data.decode("utf-8")
-    except (OSError, EOFError, UnicodeDecodeError) as err:
-        raise InputError(f"{path} cannot be read ({type(err).__name__}: {err}); give the file as the run wrote "
-                         "it (plain, or gzipped with a .gz name).") from None
 
 
 def read_run_records(path: str | Path) -> list[dict[str, Any]]:

@@ -119,7 +119,7 @@ def _read_all(iterator) -> None:
 def _json_readers(path: Path) -> list[tuple[str, object]]:
     """Every reader that takes one JSON or JSONL file, as (name, call)."""
     from mirage.inputs import make_item, read_items, read_jsonl, read_rows
-    from mirage.report import read_results
+    from mirage.report import read_result_objects
     from mirage.runs import read_records
 
     def items() -> None:
@@ -131,7 +131,7 @@ def _json_readers(path: Path) -> list[tuple[str, object]]:
                     pass
 
     return [("items (JSON, JSONL, JSON list)", items), ("rows", lambda: _read_all(read_rows(path))),
-            ("JSONL", lambda: _read_all(read_jsonl(path))), ("results records (view)", lambda: read_results(path)),
+            ("JSONL", lambda: _read_all(read_jsonl(path))), ("results records (view)", lambda: read_result_objects(path)),
             ("store records", lambda: read_records(path))]
 
 
@@ -287,11 +287,11 @@ def test_run_folders_mutated(root, data):
 @given(value=json_values, field=st.sampled_from(["question", "docs", "answer", "tokens", "spans", "sentences",
                                                   "context_spans", "saliency", "config", "cti_threshold", "id"]))
 def test_result_records_with_a_field_replaced(root, value, field):
-    from mirage.report import read_results
+    from mirage.report import read_result_objects
 
     path = root / "results.jsonl"
     path.write_text(json.dumps({**RESULT, field: value}) + "\n")
-    _check("results records (view)", root, lambda: read_results(path))
+    _check("results records (view)", root, lambda: read_result_objects(path))
     answers = json.dumps({"key": "k", "seed": 1, "line": 1, "result": {**RESULT, field: value}}).encode()
     _try_view(root, ELI5_RUN, {"answers.jsonl": answers})
 

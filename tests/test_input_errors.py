@@ -68,6 +68,24 @@ def test_a_utf8_bom_is_accepted(tmp_path):
     assert list(read_items(listed)) == [(0, GOOD), (1, GOOD)]
 
 
+def test_read_text_gunzips_a_gz_name_and_names_one_that_is_not_gzip(tmp_path):
+    """One read_text for items and run folders: a .gz name is gunzipped (as run folders ship their stores), its
+    text checked as any other; a .gz name over plain bytes is one line naming the file."""
+    import gzip
+
+    from mirage.inputs import read_text
+
+    packed = _write(tmp_path / "rows.jsonl.gz", gzip.compress("\ufeffé\n".encode()))
+    assert read_text(packed) == "é\n"
+    fake = _write(tmp_path / "plain.jsonl.gz", b"not gzip")
+    with pytest.raises(InputError, match=f"^{fake} cannot be read .*a .gz name must hold gzip data") as err:
+        read_text(fake)
+    assert "\n" not in str(err.value)
+    latin = _write(tmp_path / "latin.txt.gz", gzip.compress("é".encode("latin-1")))
+    with pytest.raises(InputError, match="is not UTF-8"):
+        read_text(latin)
+
+
 def test_a_directory_or_a_missing_path_is_named(tmp_path):
     with pytest.raises(InputError, match=f"^{tmp_path} is a directory"):
         list(read_items(tmp_path))
@@ -379,11 +397,11 @@ def result_lines(tiny_causal) -> list[str]:
 
 
 def test_view_skips_a_torn_last_line_with_a_warning(tmp_path, result_lines):
-    from mirage.report import read_results
+    from mirage.report import read_result_objects
 
     path = _write(tmp_path / "out.jsonl", "\n".join(result_lines) + "\n" + result_lines[1][:57])  # no newline
     with pytest.warns(UserWarning, match=rf"^{path}: skipped line 3, a record cut off mid-write"):
-        results = read_results(path)
+        results = read_result_objects(path)
     assert len(results) == 2 and results[0].answer == "It was 1913."
 
 
@@ -405,23 +423,23 @@ def test_mirage_view_writes_the_report_despite_a_torn_last_line(tmp_path, result
     ('{"broken": ', "line 2 is not valid JSON (Expecting value, column 12)"),
 ])
 def test_view_names_the_line_that_is_not_a_result(tmp_path, result_lines, capsys, line, says):
-    from mirage.report import read_results
+    from mirage.report import read_result_objects
 
     path = _write(tmp_path / "out.jsonl", "\n".join([result_lines[0], line, result_lines[1]]) + "\n")
     with pytest.raises(InputError, match="^" + f"{path} {says}".replace("(", r"\(").replace(")", r"\)")
                        .replace(".", r"\.").replace("[", r"\[").replace("]", r"\]")):
-        read_results(path)
+        read_result_objects(path)
     assert main(["view", str(path), "-o", str(tmp_path / "r.html")]) == 2
     assert f"mirage: error: {path} {says}" in capsys.readouterr().err
 
 
 def test_view_a_non_utf8_or_missing_results_file(tmp_path, result_lines):
-    from mirage.report import read_results
+    from mirage.report import read_result_objects
 
     path = _write(tmp_path / "out.jsonl", ("\n".join(result_lines) + "\n").encode("utf-16"))
     with pytest.raises(InputError, match=f"^{path} is not UTF-8: it looks like UTF-16"):
-        read_results(path)
+        read_result_objects(path)
     with pytest.raises(InputError, match=f"^{tmp_path} is a directory"):
-        read_results(tmp_path)
+        read_result_objects(tmp_path)
     with pytest.raises(InputError, match=f"^{tmp_path / 'none.jsonl'} does not exist"):
-        read_results(tmp_path / "none.jsonl")
+        read_result_objects(tmp_path / "none.jsonl")
