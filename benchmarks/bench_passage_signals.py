@@ -47,7 +47,8 @@ def timed(m: Mirage, prep: Any, answer_ids: list[int], cti: Any, head: Any) -> t
     own passes aside: they kept the head on the answer rows before too), and the signals."""
     ps.causal_pass = head
     t = time.perf_counter()
-    sig = ps.passage_signals(m, prep, answer_ids, logprob=cti.logprobs, none_logprob=cti.contextless_logprobs,
+    sig = ps.passage_signals(m.lm, prep, answer_ids, prepare=m.prepare, logprob=cti.logprobs,
+                             none_logprob=cti.contextless_logprobs,
                              **SIGNALS)
     return time.perf_counter() - t, sig
 

@@ -9,7 +9,7 @@ counts for the last passage.
 This script re-evaluates a finished ``mirage score xor-attriqa`` run (no attribution is recomputed: CCI of every other
 token does not depend on which tokens count as context) twice: as run, and with the straddling tokens removed from
 the context. It re-tokenizes each prompt to find those tokens, prints both tables and writes JSON. mirage now leaves
-such tokens out of the context (``mirage.tokenization.tokenize_prompt``); ``--write-run`` converts a run made
+such tokens out of the context (``mirage.prompts.tokenize_prompt``); ``--write-run`` converts a run made
 before that change::
 
     python benchmarks/xor_attriqa_boundary.py RUN_DIR DATA.jsonl [DATA.jsonl ...] --calibrate-on VAL.jsonl \\

@@ -74,7 +74,7 @@ def main() -> int:
             if extra > 0 and ref.context_tokens[: len(docs)] == m.lm.tokenizer.convert_ids_to_tokens(
                     [prep.tokens.ids[p] for p in prep.tokens.context_positions]):
                 # inseq's context ends with a token mirage leaves out because it straddles the documents block's end
-                # (mirage.tokenization.tokenize_prompt): compare on mirage's context tokens.
+                # (mirage.prompts.tokenize_prompt): compare on mirage's context tokens.
                 row["notes"].append(f"last {extra} inseq context token(s) straddle the block's end; not compared")
                 ref.context_tokens = ref.context_tokens[: len(docs)]
                 ref.cci_scores = {t: v[: len(docs)] for t, v in ref.cci_scores.items()}

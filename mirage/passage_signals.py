@@ -1,7 +1,7 @@
 """Per-document signals of one answer beyond CTI and CCI: how much the answer's likelihood drops when a document is
 left out of the prompt, and how much attention the answer pays to each document.
 
-    sig = passage_signals(m, m.prepare(item), answer_ids)
+    sig = passage_signals(m.lm, m.prepare(item), answer_ids, prepare=m.prepare)
     sig.drop[j]         # log p(answer | all documents) - log p(answer | all but document j+1), nats
     sig.only_logprob[j] # per answer token, log p with document j+1 alone (sufficiency)
     sig.attention[j]    # share of the answer's attention to the documents block that lands on document j+1
@@ -19,19 +19,24 @@ Shapes: ``n_docs`` documents, ``n_answer`` answer tokens.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .config import MirageConfig
 from .forward import causal_pass, model_inputs, token_probabilities
 from .serialization import JSONRecord
 
 if TYPE_CHECKING:
-    from .pipeline import Mirage, PreparedItem
+    from .models import LoadedModel
+    from .prompts import PreparedItem
+
+#: ``prepare(item, reserve_tokens=n) -> PreparedItem``: validates an item ``{"question", "docs"}`` and builds and
+#: tokenizes its prompts, keeping ``n`` tokens of the window for the answer (``Mirage.prepare``, with the
+#: configuration to use bound: ``functools.partial(m.prepare, config=cfg)``).
+Prepare = Callable[..., "PreparedItem"]
 
 
 @dataclass
@@ -157,8 +162,8 @@ def _doc_attention(attentions: Sequence[torch.Tensor], rows: Sequence[int], cont
 
 
 @torch.inference_mode()
-def passage_signals(mirage: Mirage, prepared: PreparedItem, answer_ids: Sequence[int], *,
-                    config: MirageConfig | None = None, attention: bool = True,
+def passage_signals(lm: LoadedModel, prepared: PreparedItem, answer_ids: Sequence[int], *, prepare: Prepare,
+                    attention: bool = True,
                     leave_one_out: bool = True, logprob: Sequence[float] | None = None,
                     none_logprob: Sequence[float] | None = None) -> PassageSignals:
     """Log-probabilities of ``answer_ids`` after ``prepared``'s prompt, with each document alone and with none,
@@ -167,9 +172,9 @@ def passage_signals(mirage: Mirage, prepared: PreparedItem, answer_ids: Sequence
     whole. ``logprob`` / ``none_logprob``: the answer's log-probabilities with all documents / with none, when a
     caller has them already (CTI's two passes). The no-document pass is then not run again, nor, on a causal model
     without ``attention`` or ``leave_one_out``, the with-documents pass (only the prompt's part before the first
-    document runs, for the cache); attention and leave-one-out need that pass's own cache and weights."""
-    cfg = config or mirage.config
-    lm = mirage.lm
+    document runs, for the cache); attention and leave-one-out need that pass's own cache and weights.
+    ``prepare`` builds the prompts with fewer documents (:data:`Prepare`); ``lm``: the model ``prepared`` was
+    tokenized for."""
     docs = [{"title": d.title, "text": d.text} for d in prepared.item.docs]
     n_docs = len(docs)
     full_ids = list(prepared.tokens.ids)
@@ -178,8 +183,7 @@ def passage_signals(mirage: Mirage, prepared: PreparedItem, answer_ids: Sequence
     def with_docs(kept: list[int]) -> list[int]:
         if not kept:
             return list(prepared.tokens.contextless_ids)
-        prep = mirage.prepare({"question": prepared.item.question, "docs": [docs[i] for i in kept]}, config=cfg,
-                              reserve_tokens=reserve)
+        prep = prepare({"question": prepared.item.question, "docs": [docs[i] for i in kept]}, reserve_tokens=reserve)
         return list(prep.tokens.ids)
 
     # prompts in the order their shared prefixes with the full prompt shrink: each leave-one-out prompt from the

@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,23 +26,14 @@ from .inputs import InputError, RAGItem, make_item
 from .learned import learned_citations, load_learned
 from .models import LoadedModel, load_adapter, load_model, wrap_model
 from .passage_signals import passage_signals
-from .prompts import BuiltPrompt, Reservation, build_prompt, load_template
+from .prompts import PreparedItem, Reservation, build_prompt, load_template, tokenize_prompt
 from .results import AttributionResult, SentenceAttribution
 from .serialization import library_versions
 from .token_scores import TargetSpec, TokenScores, score_batch, score_tokens
-from .tokenization import TokenizedAnswer, TokenizedPrompt, max_token_chars, tokenize_answer, tokenize_prompt
+from .tokenization import TokenizedAnswer, max_token_chars, tokenize_answer
 
 if TYPE_CHECKING:
     import datasets
-
-
-@dataclass(frozen=True)
-class PreparedItem:
-    """A validated item with its prompt built and tokenized."""
-
-    item: RAGItem
-    prompt: BuiltPrompt
-    tokens: TokenizedPrompt
 
 
 class Mirage:
@@ -227,7 +218,7 @@ class Mirage:
         """The sentences with the learned rule's citations (``aggregation.rule: learned``; :mod:`mirage.learned`):
         ``mirage_citations`` by the classifier, ``doc_scores`` its probabilities."""
         model = load_learned(cfg.aggregation.learned_model, self.lm.name)
-        signals = passage_signals(self, prep, answer.ids, config=cfg,
+        signals = passage_signals(self.lm, prep, answer.ids, prepare=functools.partial(self.prepare, config=cfg),
                                   leave_one_out=any(f.startswith("loo_") for f in model.features),
                                   attention="attention" in model.features).to_dict()
         members = tokens_by_sentence(text, [(s.start, s.end) for s in sentences], [a for a, _b in answer.offsets],

@@ -11,8 +11,8 @@ from typing import Any
 import yaml
 
 from .config import ConfigError, PromptConfig, load_yaml
-from .inputs import Document, InputError, short_repr
-from .tokenization import encode_prompt_text, encode_text, max_token_chars, render_chat
+from .inputs import Document, InputError, RAGItem, short_repr
+from .tokenization import TokenizedPrompt, encode_prompt_text, encode_text, max_token_chars, render_chat
 
 PROMPTS_DIR = Path(__file__).parent / "configs" / "prompts"
 
@@ -239,7 +239,7 @@ def format_prompt(
 
 
 def count_tokens(tokenizer: Any, text: str, add_special_tokens: bool, user_spans: tuple[Span, ...] = ()) -> int:
-    """Tokens of ``text`` as :func:`mirage.tokenization.tokenize_prompt` counts them (``user_spans`` as text)."""
+    """Tokens of ``text`` as :func:`tokenize_prompt` counts them (``user_spans`` as text)."""
     if not getattr(tokenizer, "is_fast", False):
         return len(tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
     return len(encode_prompt_text(tokenizer, text, add_special_tokens, user_spans)[0])
@@ -422,3 +422,50 @@ def _overflow_error(template: PromptTemplate, question: str, needed: int, max_to
     return InputError(
         f"the prompt needs {needed} tokens even with documents truncated, over the {max_tokens} available; "
         "shorten the question or use a model with a longer context window.", item=item, field="question")
+
+
+def tokenize_prompt(tokenizer: Any, prompt: BuiltPrompt) -> TokenizedPrompt:
+    """Tokenize both prompts and map each token inside the documents block to the document it overlaps most.
+
+    User text (``prompt.user_spans``) is tokenized as text, see :func:`mirage.tokenization.encode_prompt_text`.
+
+    A token that reaches across the block's edge is not a context token: it is part template text (Gemma's tokenizer
+    merges the last document's closing newline with the template's next one into a single ``"\n\n"``), and such a
+    separator position can carry the largest saliency of the whole prompt, which would all go to the last document.
+    """
+    ids, offsets = encode_prompt_text(tokenizer, prompt.text, prompt.add_special_tokens, prompt.user_spans)
+    contextless_ids, _ = encode_prompt_text(tokenizer, prompt.contextless_text, prompt.add_special_tokens,
+                                            prompt.contextless_user_spans)
+    block_start, block_end = prompt.context_span
+    positions, docs, spans = [], [], []
+    for pos, (start, end) in enumerate(offsets):
+        if end <= start:
+            continue  # special tokens carry empty offsets
+        if start < block_start or end > block_end:
+            continue  # outside the documents block, or straddling its edge
+        best, best_overlap = -1, 0
+        for doc, (d_start, d_end) in enumerate(prompt.doc_spans):
+            overlap = min(end, d_end) - max(start, d_start)
+            if overlap > best_overlap:
+                best, best_overlap = doc, overlap
+        if best >= 0:
+            positions.append(pos)
+            docs.append(best)
+            spans.append((start, end))
+    return TokenizedPrompt(
+        ids=tuple(ids),
+        contextless_ids=tuple(contextless_ids),
+        offsets=tuple(offsets),
+        context_positions=tuple(positions),
+        context_docs=tuple(docs),
+        context_offsets=tuple(spans),
+    )
+
+
+@dataclass(frozen=True)
+class PreparedItem:
+    """A validated item with its prompt built and tokenized."""
+
+    item: RAGItem
+    prompt: BuiltPrompt
+    tokens: TokenizedPrompt

@@ -5,10 +5,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # prompts imports this module
-    from .prompts import BuiltPrompt
+from typing import Any
 
 
 class TokenizerError(ValueError):
@@ -142,44 +139,6 @@ def encode_prompt_text(tokenizer: Any, text: str, add_special_tokens: bool,
         done = end
     segment(done, len(text))
     return out_ids + ids[tail:], out_offsets + offsets[tail:]
-
-
-def tokenize_prompt(tokenizer: Any, prompt: BuiltPrompt) -> TokenizedPrompt:
-    """Tokenize both prompts and map each token inside the documents block to the document it overlaps most.
-
-    User text (``prompt.user_spans``) is tokenized as text, see :func:`encode_prompt_text`.
-
-    A token that reaches across the block's edge is not a context token: it is part template text (Gemma's tokenizer
-    merges the last document's closing newline with the template's next one into a single ``"\n\n"``), and such a
-    separator position can carry the largest saliency of the whole prompt, which would all go to the last document.
-    """
-    ids, offsets = encode_prompt_text(tokenizer, prompt.text, prompt.add_special_tokens, prompt.user_spans)
-    contextless_ids, _ = encode_prompt_text(tokenizer, prompt.contextless_text, prompt.add_special_tokens,
-                                            prompt.contextless_user_spans)
-    block_start, block_end = prompt.context_span
-    positions, docs, spans = [], [], []
-    for pos, (start, end) in enumerate(offsets):
-        if end <= start:
-            continue  # special tokens carry empty offsets
-        if start < block_start or end > block_end:
-            continue  # outside the documents block, or straddling its edge
-        best, best_overlap = -1, 0
-        for doc, (d_start, d_end) in enumerate(prompt.doc_spans):
-            overlap = min(end, d_end) - max(start, d_start)
-            if overlap > best_overlap:
-                best, best_overlap = doc, overlap
-        if best >= 0:
-            positions.append(pos)
-            docs.append(best)
-            spans.append((start, end))
-    return TokenizedPrompt(
-        ids=tuple(ids),
-        contextless_ids=tuple(contextless_ids),
-        offsets=tuple(offsets),
-        context_positions=tuple(positions),
-        context_docs=tuple(docs),
-        context_offsets=tuple(spans),
-    )
 
 
 def tokenize_answer(tokenizer: Any, answer: str) -> TokenizedAnswer:

@@ -23,16 +23,17 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _runtime_imports(tree: ast.AST):
-    """Every import statement, in functions too, but not those under ``if TYPE_CHECKING:`` (never run)."""
+def _runtime_imports(tree: ast.AST, *, type_only: bool = False):
+    """Every import statement, in functions too, but not those under ``if TYPE_CHECKING:`` (never run) unless
+    ``type_only``."""
     for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not type_only and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             for child in node.orelse:
                 yield from _runtime_imports(child)
             continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        yield from _runtime_imports(node)
+        yield from _runtime_imports(node, type_only=type_only)
 
 
 def _imported(module: str, node: ast.Import | ast.ImportFrom) -> list[tuple[str, str | None]]:
@@ -49,12 +50,13 @@ def _imported(module: str, node: ast.Import | ast.ImportFrom) -> list[tuple[str,
             for alias in node.names]
 
 
-def _graph() -> dict[str, set[str]]:
-    """mirage module → the mirage modules it imports (explicitly; a parent package run first is not counted)."""
+def _graph(*, type_only: bool = False) -> dict[str, set[str]]:
+    """mirage module → the mirage modules it imports (explicitly; a parent package run first is not counted);
+    ``type_only``: imports under ``if TYPE_CHECKING:`` count too."""
     graph = {}
     for module, path in MODULES.items():
         deps = set()
-        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8")), type_only=type_only):
             deps |= {source for source, _name in _imported(module, node) if source in MODULES and source != module}
         graph[module] = deps
     return graph
@@ -146,9 +148,36 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+#: Cycles closed only by type-only imports that another change of #40 part 5 removes (``config`` checks metric and
+#: method names against the registries of ``cti`` and ``cci``, whose functions are annotated with ``config``'s
+#: classes): listed so that any other cycle fails, and checked to still be one so that the entry goes when it does.
+KNOWN_TYPE_ONLY_CYCLES = [{"mirage.cci", "mirage.config", "mirage.cti"}]
+
+
 def test_import_graph_has_no_cycle():
     cycle = _cycle(_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_import_graph_has_no_cycle_counting_type_only_imports():
+    """A type-only import is a dependency too (a module that needs another's types to be read): no cycle either."""
+    graph = _graph(type_only=True)
+    for known in KNOWN_TYPE_ONLY_CYCLES:
+        assert _cycle({m: graph[m] & known for m in known}) is not None, f"no cycle among {sorted(known)}: remove it " \
+            "from KNOWN_TYPE_ONLY_CYCLES"
+        graph = {m: deps - known if m in known else deps for m, deps in graph.items()}
+    cycle = _cycle(graph)
+    assert cycle is None, "import cycle (type-only imports counted): " + " -> ".join(cycle)
+
+
+def test_one_reader_per_name():
+    """``read_results`` (a results file as a table; ``report.read_result_objects`` gives the objects) and
+    ``read_text`` (a UTF-8 file, gunzipped under a .gz name) have one definition each in the package."""
+    for name in ("read_results", "read_result_objects", "read_text"):
+        defined = [module for module, path in MODULES.items()
+                   if any(isinstance(node, ast.FunctionDef) and node.name == name
+                          for node in ast.parse(path.read_text(encoding="utf-8")).body)]
+        assert len(defined) == 1, f"{name} is defined in {defined}"
 
 
 def test_cycle_finder_finds_one():

@@ -48,7 +48,7 @@ def test_leave_one_out_reuses_the_cache_exactly(fixture, request):
     attention_before = m.lm.model.config._attn_implementation
     prep = m.prepare({"question": QUESTION, "docs": DOCS})
     answer = tokenize_answer(m.lm.tokenizer, ANSWER)
-    sig = passage_signals(m, prep, answer.ids)
+    sig = passage_signals(m.lm, prep, answer.ids, prepare=m.prepare)
     expected = _brute_force_loo(m, prep, answer.ids)
     assert len(sig.loo_logprob) == len(DOCS)
     for got, want in zip(sig.loo_logprob, expected):
@@ -74,8 +74,8 @@ def test_leave_one_out_reuses_the_cache_exactly(fixture, request):
     hook = m.lm.model.register_forward_pre_hook(lambda _mod, args, kwargs: calls.append(kwargs["input_ids"].shape[1]),
                                                 with_kwargs=True)
     try:
-        lite = passage_signals(m, prep, answer.ids, attention=False, leave_one_out=False, logprob=cti.logprobs,
-                               none_logprob=cti.contextless_logprobs)
+        lite = passage_signals(m.lm, prep, answer.ids, prepare=m.prepare, attention=False, leave_one_out=False,
+                               logprob=cti.logprobs, none_logprob=cti.contextless_logprobs)
     finally:
         hook.remove()
     assert lite.logprob == list(cti.logprobs) and lite.none_logprob == list(cti.contextless_logprobs)

@@ -12,8 +12,8 @@ import pytest
 from mirage import InputError, Mirage, MirageConfig
 from mirage.config import PromptConfig
 from mirage.inputs import Document, make_item
-from mirage.prompts import Reservation, build_prompt, count_tokens, load_template
-from mirage.tokenization import tokenize_answer, tokenize_prompt
+from mirage.prompts import Reservation, build_prompt, count_tokens, load_template, tokenize_prompt
+from mirage.tokenization import tokenize_answer
 
 QUESTION = "What is the capital of France?"
 SHORT = Document(title="France", text="Paris is the capital and largest city of France.")

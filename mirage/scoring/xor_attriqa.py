@@ -17,6 +17,7 @@ CCI selection always keeps it, so the prediction is whether any answer token is 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -450,7 +451,8 @@ def _item_scores(mirage: Any, item: XorItem, text: str, prep: Any, answer: Any, 
     if signals and n_docs > 1:
         from ..passage_signals import passage_signals
 
-        sig = passage_signals(mirage, prep, answer.ids, config=cfg, logprob=scores.cti.logprobs or None,
+        sig = passage_signals(mirage.lm, prep, answer.ids, prepare=functools.partial(mirage.prepare, config=cfg),
+                              logprob=scores.cti.logprobs or None,
                               none_logprob=scores.cti.contextless_logprobs or None,
                               **{**SIGNALS, "leave_one_out": leave_one_out}).to_dict()
     content = content_mask(prep.tokens, prep.prompt.user_spans)
@@ -533,7 +535,8 @@ def _update(mirage: Any, item: XorItem, sc: ItemScores, *, config: MirageConfig 
 
         cfg = ex_config(config or mirage.config)
         _text, prep, answer = _prepared(mirage, item, cfg)
-        sc.signals = passage_signals(mirage, prep, answer.ids, **SIGNALS, config=cfg).to_dict()
+        sc.signals = passage_signals(mirage.lm, prep, answer.ids, **SIGNALS,
+                                     prepare=functools.partial(mirage.prepare, config=cfg)).to_dict()
         _write(store, sc, (), signals=True)
 
 
