@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mirage.bias.cli import _run_options, bias_config_from_args, register
+from mirage.bias.cli import bias_config_from_args, register, split_run_options
 from mirage.bias.protocol import GRID_MODES, BiasConfig
 from mirage.cli import main
 from mirage.config import ConfigError, read_config_file
@@ -23,7 +23,7 @@ def _parse(*argv: str) -> tuple[argparse.Namespace, BiasConfig, ExperimentConfig
     register(parser.add_subparsers())
     args = parser.parse_args(["bias", *argv])
     exp = ExperimentConfig.from_args(args, command="bias")
-    section = _run_options(args, read_config_file(args.config).get("bias") if args.config else None)
+    section = split_run_options(args, read_config_file(args.config).get("bias") if args.config else None)
     return args, bias_config_from_args(args, section), exp
 
 

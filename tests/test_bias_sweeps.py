@@ -37,10 +37,10 @@ def _lines(path: Path) -> list[dict]:
 
 def _supporting(n: int) -> dict[str, list[str]]:
     """Row id -> its supporting passages (English view), for the rows with ``n`` of them."""
-    from mirage.bias.items import _parsed
+    from mirage.bias.items import parse_match_rows
 
     rows, _ = load_xor_rows(ROWS)
-    return {rid: [p for p, a in zip(r.passages, r.labels) if a] for rid, r in _parsed(rows) if sum(r.labels) == n}
+    return {rid: [p for p, a in zip(r.passages, r.labels) if a] for rid, r in parse_match_rows(rows) if sum(r.labels) == n}
 
 
 # -- the sweep on the embedded model ------------------------------------------------------------------------------

@@ -172,11 +172,11 @@ def _try_store(root: Path, path: Path) -> None:
 
 def _try_template(root: Path, data: bytes) -> None:
     from mirage.config import PromptConfig
-    from mirage.prompts import _load_template_file, load_template
+    from mirage.prompts import load_template
 
-    path = root / "template.yaml"
+    # one file per content: templates are cached by path, and a path's content never changes here
+    path = root / f"template-{hashlib.sha256(data).hexdigest()[:16]}.yaml"
     path.write_bytes(data)
-    _load_template_file.cache_clear()
     _check("prompt template", root, lambda: load_template(PromptConfig(path=str(path))))
 
 

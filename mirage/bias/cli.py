@@ -81,8 +81,8 @@ def bias_config_from_args(args: argparse.Namespace, section: dict[str, Any] | No
 _RUN_KEYS = ("retriever", "top_k", "sweep", "answers", "answers_name", "reuse")
 
 
-def _run_options(args: argparse.Namespace, section: Any) -> dict[str, Any] | None:
-    """Move the run options of the ``bias:`` section onto ``args`` (a flag given on the command line wins); return
+def split_run_options(args: argparse.Namespace, section: Any) -> dict[str, Any] | None:
+    """Move the run options of a config file's ``bias:`` section (sweep, retriever, reuse, …) onto ``args`` (a flag given on the command line wins); return
     the rest, the BiasConfig settings."""
     if section is None or not isinstance(section, dict):
         return section
@@ -187,7 +187,7 @@ def cmd_bias(args: argparse.Namespace) -> int:
         raise ConfigError("mirage bias takes its prompts from configs/bias (edit them or pass --prompts-dir), "
                           "not --prompt.")
     exp = ExperimentConfig.from_args(args, command="bias")
-    section = _run_options(args, read_config_file(args.config).get("bias") if args.config else None)
+    section = split_run_options(args, read_config_file(args.config).get("bias") if args.config else None)
     cfg = bias_config_from_args(args, section)
     if args.data is None:
         if len(exp.data) != 1:
@@ -383,7 +383,7 @@ def check_protocol_study(study: ProtocolStudy, argv: list[str]) -> StudyPlan:
             raise ConfigError("its args may not set the output folder, the config file or --reuse (the protocol "
                               "sets them)")
         section = read_config_file(study.config).get("bias")
-        cfg_section = _run_options(args, section)
+        cfg_section = split_run_options(args, section)
         bias_config_from_args(args, cfg_section)
         ExperimentConfig.from_args(args, command="bias")
     except ConfigError as err:

@@ -149,7 +149,9 @@ def _match_row(data: Any) -> XorRow:
     return row
 
 
-def _parsed(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, XorRow]]:
+def parse_match_rows(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, XorRow]]:
+    """``(row id, XorRow)`` for each ``(row id, raw row)`` of the XOR-AttriQA match release; InputError naming
+    the row that does not parse."""
     out = []
     for row_id, data in rows:
         try:
@@ -161,7 +163,7 @@ def _parsed(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, XorRo
 
 def xor_relevant_counts(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[int]:
     """Per row, the number of passages labelled as supporting (its relevant documents)."""
-    return [sum(row.labels) for _row_id, row in _parsed(rows)]
+    return [sum(row.labels) for _row_id, row in parse_match_rows(rows)]
 
 
 def xor_items(rows: Sequence[tuple[str, dict[str, Any]]], *, k: int, seed: int,
@@ -173,7 +175,7 @@ def xor_items(rows: Sequence[tuple[str, dict[str, Any]]], *, k: int, seed: int,
     retrieval order) are the non-relevant ones; a row with fewer passages is padded with non-supporting passages of
     other rows (seeded); the relevant documents' positions are drawn at random (seeded per row).
     """
-    parsed = _parsed(rows)
+    parsed = parse_match_rows(rows)
     pool: list[tuple[str, str]] = []
     for row_id, row in parsed:
         pool.extend((row_id, p) for p, a in zip(row.passages, row.labels) if not a)
@@ -201,7 +203,7 @@ def xor_distractor_pool(rows: Sequence[tuple[str, dict[str, Any]]], max_doc_word
                         ) -> list[Document]:
     """Every passage no annotator judged supporting, deduplicated: the candidates for RAGE's non-relevant documents."""
     texts = []
-    for _row_id, row in _parsed(rows):
+    for _row_id, row in parse_match_rows(rows):
         texts.extend(p for p, a in zip(row.passages, row.labels) if not a)
     return [_doc(t, max_doc_words) for t in dict.fromkeys(texts)]
 
