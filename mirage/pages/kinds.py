@@ -513,6 +513,36 @@ def _none(_run_dir: Path) -> list[str]:
     return []
 
 
+# -- the permutation test ---------------------------------------------------------------------------------------------
+
+
+def _follow_files(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The folder's permutation-test reports (``mirage tune follow``)."""
+    found = []
+    for path in sorted(run_dir.glob("*.json")):
+        data = read_json(path)
+        if isinstance(data, dict) and {"k", "self_citation", "cite_first", "random"} <= data.keys():
+            found.append((path.name, data))
+    return found
+
+
+def _follow_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    from ..tune.follow import FollowReport
+
+    sections = []
+    for name, data in _follow_files(run_dir):
+        report = FollowReport.from_dict(data)
+        command = f"\n\n```bash\n{report.command}\n```" if report.command else ""
+        sections.append(f"## `{name}`{command}\n\n{report.to_markdown()}")
+    return page("Permutation test: does the self-citation follow the supporting passage?",
+                "Each item with exactly one supporting passage is presented k times, that passage at position "
+                "1..k and the other passages in one fixed shuffled order. An answer follows when its "
+                "self-citations include the passage's new number and at most one other document. Rates in %; "
+                "`[1] when not supporting`: presentations whose supporting passage is not first that cite [1]; "
+                "the random citer cites as many documents as the model did (exact expectation).",
+                [*sections, *tail(run_dir)])
+
+
 #: The built-in kinds, in the order they are tried (the benchmark-JSON folder last: it takes any JSON).
 BUILTIN: tuple[PageKind, ...] = (
     PageKind("xor-attriqa", _has_keys("agreement", "counts", "settings"), _xor_data, _xor_render),
@@ -526,6 +556,7 @@ BUILTIN: tuple[PageKind, ...] = (
              lambda d: _as_list(read_json(d / "retrievers.json").get("data")), _retrievers_render),
     PageKind("xor-peers", lambda d: (d / "peers.json").is_file(), _none, _peers_render),
     PageKind("tune", _is_tune, _none, _tune_render),
+    PageKind("tune-follow", lambda d: bool(_follow_files(d)), _none, _follow_render),
     PageKind("benchmark-json", _is_bench, _none, _bench_render),
 )
 

@@ -234,9 +234,26 @@ def cmd_follow(args: argparse.Namespace) -> int:
     report = evaluate_follow(mirage, examples, k=args.k, seed=args.seed, max_new_tokens=args.max_new_tokens,
                              judge=judge, store=out.with_name(out.stem + ".answers.jsonl"),
                              progress=None if args.quiet else terminal_progress, pool=pool)
+    report.command = _follow_command(args)
     write_atomic(out, json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n")
     print(report.to_markdown(), file=sys.stderr)
     return 0
+
+
+def _follow_command(args: argparse.Namespace) -> str:
+    """The ``mirage tune follow`` line that reproduces a report (paths as given, machine paths made relative)."""
+    from ..pages.core import portable_command
+
+    argv = ["tune", "follow", *args.data]
+    for flag, value in (("--adapter", args.adapter), ("--model", args.model), ("--prompt", args.prompt),
+                        ("--limit", args.limit), ("--limit-each", args.limit_each)):
+        if value is not None:
+            argv += [flag, str(value)]
+    if args.exclude:
+        argv += ["--exclude", *args.exclude]
+    argv += ["--text", args.text, "--k", str(args.k), "--seed", str(args.seed), "--max-new-tokens",
+             str(args.max_new_tokens)] + (["--judge"] if args.judge else []) + ["-o", args.output]
+    return portable_command(argv)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -183,6 +183,7 @@ class FollowReport(JSONRecord):
     mirage: FollowSide | None = None
     mirage_rule: str | None = None
     quality: dict[str, Any] = field(default_factory=dict)
+    command: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
 
     @classmethod
