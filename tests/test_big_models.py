@@ -161,7 +161,14 @@ def test_ranks_each_with_a_device_map_share_one_run(tmp_path, example_items):
     """Data parallelism over split models (docs/scaling.md): two ranks started by hand (RANK/WORLD_SIZE,
     MIRAGE_SHARD_NO_SYNC=1), each loading the embedded model split by its own device map, attribute their shares;
     one more run without a launcher merges. Every item is attributed once, with the plain model's citations."""
-    items = [it for it in example_items if it["id"].startswith("xor")]
+    from mirage.runs import item_keys
+    from mirage.sharding import Shard
+
+    xor = next(it for it in example_items if it["id"] == "xor-val-0")
+    variants = [{**xor, "id": f"xor-{n}"} for n in range(16)]
+    keys = item_keys(variants)
+    # one item each rank owns (keys hash to ranks), so that both ranks load a split model and attribute
+    items = [next(v for v, k in zip(variants, keys) if Shard(rank, 2).owns(k)) for rank in (0, 1)]
     data = tmp_path / "items.jsonl"
     data.write_text("".join(json.dumps(it) + "\n" for it in items))
     out = tmp_path / "out.jsonl"
