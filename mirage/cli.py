@@ -286,6 +286,44 @@ def _command_name(argv: Sequence[str]) -> str | None:
     return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
+class MirageParser(argparse.ArgumentParser):
+    """The ``mirage`` parser (and, through ``add_subparsers``, every subcommand's): a mistyped subcommand, choice or
+    flag is answered with the nearest valid one (:func:`mirage.registry.did_you_mean`), and arguments no parser
+    knows are reported with the usage of the subcommand they were given to, not the top-level one."""
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        argv = list(sys.argv[1:] if args is None else args)
+        parsed, extras = self.parse_known_args(argv, namespace)
+        if extras:
+            self._subcommand_parser(argv).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _subcommand_parser(self, argv: Sequence[str]) -> argparse.ArgumentParser:
+        """The innermost (sub)command parser that ``argv`` names (``mirage score eli5 …``: eli5's)."""
+        parser: argparse.ArgumentParser = self
+        for word in argv:
+            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            if not word.startswith("-") and subs and word in subs[0].choices:
+                parser = subs[0].choices[word]
+        return parser
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        from .registry import did_you_mean
+
+        hints = []
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            hints.append(did_you_mean(choice.group(1), re.findall(r"'?([^',]+)'?(?:, |$)", choice.group(2))))
+        if message.startswith("unrecognized arguments:"):
+            flags = [f for f in self._option_string_actions if f.startswith("--")]
+            for word in message.split(":", 1)[1].split():
+                if word.startswith("--"):
+                    hint = did_you_mean(word.split("=", 1)[0], flags, n=1)
+                    hints.append(f"{word}: {hint}" if hint else "")
+        hint = "; ".join(h for h in hints if h)
+        super().error(f"{message}; {hint}" if hint else message)
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``mirage`` argument parser. Without ``argv`` every subcommand of :func:`commands` is built in full; with
     it, only the one ``argv`` names (the others are listed by name and help only), so parsing imports nothing else."""
@@ -331,41 +369,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-class MirageParser(argparse.ArgumentParser):
-    """The ``mirage`` parser (and, through ``add_subparsers``, every subcommand's): a mistyped subcommand, choice or
-    flag is answered with the nearest valid one (:func:`mirage.registry.did_you_mean`), and arguments no parser
-    knows are reported with the usage of the subcommand they were given to, not the top-level one."""
-
-    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
-        argv = list(sys.argv[1:] if args is None else args)
-        parsed, extras = self.parse_known_args(argv, namespace)
-        if extras:
-            self._subcommand_parser(argv).error(f"unrecognized arguments: {' '.join(extras)}")
-        return parsed
-
-    def _subcommand_parser(self, argv: Sequence[str]) -> argparse.ArgumentParser:
-        """The innermost (sub)command parser that ``argv`` names (``mirage score eli5 …``: eli5's)."""
-        parser: argparse.ArgumentParser = self
-        for word in argv:
-            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-            if not word.startswith("-") and subs and word in subs[0].choices:
-                parser = subs[0].choices[word]
-        return parser
-
-    def error(self, message: str) -> Any:  # type: ignore[override]
-        from .registry import did_you_mean
-
-        hints = []
-        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        if choice:
-            hints.append(did_you_mean(choice.group(1), re.findall(r"'?([^',]+)'?(?:, |$)", choice.group(2))))
-        if message.startswith("unrecognized arguments:"):
-            flags = [f for f in self._option_string_actions if f.startswith("--")]
-            for word in message.split(":", 1)[1].split():
-                if word.startswith("--"):
-                    hint = did_you_mean(word.split("=", 1)[0], flags, n=1)
-                    hints.append(f"{word}: {hint}" if hint else "")
-        hint = "; ".join(h for h in hints if h)
-        super().error(f"{message}; {hint}" if hint else message)
-
-

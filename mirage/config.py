@@ -530,7 +530,8 @@ _SECTIONS = {
 }
 #: Top-level keys of experiment files (``configs/*.yaml``) that are not pipeline settings (read by
 #: :class:`mirage.experiment.ExperimentConfig`; ``MirageConfig.from_yaml`` skips them).
-EXPERIMENT_KEYS = frozenset({"model", "dataset", "description", "data", "text", "limit", "seeds", "nli"})
+EXPERIMENT_KEYS = frozenset({"model", "dataset", "description", "data", "text", "limit", "seeds", "nli",
+                             "adapter", "device_map", "max_memory", "quantization", "memory_budget"})
 #: Sections of experiment files that configure one command rather than the pipeline (``bias:``, read by
 #: ``mirage bias``); skipped by the pipeline and by :class:`mirage.experiment.ExperimentConfig`.
 COMMAND_SECTIONS = frozenset({"bias"})
