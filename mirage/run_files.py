@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +94,21 @@ def _read_png(path: Path) -> bytes:
     fd = os.open(path.resolve(strict=True), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(fd, "rb") as fh:
         return fh.read(MAX_FIGURE_BYTES + 1)[:MAX_FIGURE_BYTES]
+
+
+def portable_arg(arg: str, cwd: Path) -> str:
+    """A command-line word without the machine's absolute paths: an absolute path becomes relative to ``cwd`` when
+    it is under it, else its last name (``/tmp/abc/out`` → ``out``)."""
+    if os.path.isabs(arg):
+        path = Path(arg)
+        return path.relative_to(cwd).as_posix() if path.is_relative_to(cwd) else path.name
+    if "=" in arg and arg.startswith("--"):
+        flag, value = arg.split("=", 1)
+        return f"{flag}={portable_arg(value, cwd)}"
+    return arg
+
+
+def portable_command(argv: Sequence[str], cwd: str | Path | None = None) -> str:
+    """``mirage ARGS…`` as a shell line, absolute paths made relative to ``cwd`` (default: the working folder)."""
+    here = Path(cwd or Path.cwd())
+    return shlex.join(["mirage", *(portable_arg(a, here) for a in argv)])

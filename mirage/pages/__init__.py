@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..inputs import InputError
+from ..run_files import portable_command
 from ..runs import write_atomic
-from .core import MARK, PAGE, Provenance, data_entries, portable_command, write_provenance
+from .core import MARK, PAGE, Provenance, data_entries, write_provenance
 from .kinds import BUILTIN, PageKind, first, tail_sections
 
 #: Page writers by results kind, tried in order.

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,22 +95,6 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def portable_arg(arg: str, cwd: Path) -> str:
-    """A command-line word without the machine's absolute paths: an absolute path becomes relative to ``cwd`` when
-    it is under it, else its last name (``/tmp/abc/out`` → ``out``)."""
-    if os.path.isabs(arg):
-        path = Path(arg)
-        return path.relative_to(cwd).as_posix() if path.is_relative_to(cwd) else path.name
-    if "=" in arg and arg.startswith("--"):
-        flag, value = arg.split("=", 1)
-        return f"{flag}={portable_arg(value, cwd)}"
-    return arg
-
-
-def portable_command(argv: Sequence[str], cwd: str | Path | None = None) -> str:
-    """``mirage ARGS…`` as a shell line, absolute paths made relative to ``cwd`` (default: the working folder)."""
-    here = Path(cwd or Path.cwd())
-    return shlex.join(["mirage", *(portable_arg(a, here) for a in argv)])
 
 
 @dataclass

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..run_files import portable_command
 from .core import (
     cell,
     command_section,
@@ -24,7 +25,6 @@ from .core import (
     md_table,
     page,
     plots_section,
-    portable_command,
     read_json,
     settings_section,
     versions_section,

@@ -242,7 +242,7 @@ def cmd_follow(args: argparse.Namespace) -> int:
 
 def _follow_command(args: argparse.Namespace) -> str:
     """The ``mirage tune follow`` line that reproduces a report (paths as given, machine paths made relative)."""
-    from ..pages.core import portable_command
+    from ..run_files import portable_command
 
     argv = ["tune", "follow", *args.data]
     for flag, value in (("--adapter", args.adapter), ("--model", args.model), ("--prompt", args.prompt),
