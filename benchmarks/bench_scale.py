@@ -481,7 +481,8 @@ def main() -> None:
                         help="CPU seconds per point (the process's own, whatever else runs on the machine)")
     parser.add_argument("--threads", type=int, default=max(1, min(4, os.cpu_count() or 1)))
     parser.add_argument("--dtype", default=None, help="default: float32 on a CPU, bfloat16 on a GPU")
-    parser.add_argument("--docs", nargs="+", help="passages: XOR-AttriQA JSONL or ALCE JSON files")
+    parser.add_argument("--docs", nargs="+", help="passages: XOR-AttriQA JSONL or ALCE JSON files, or dataset names "
+                                                  "(xor-attriqa-full:val)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if args.point:
@@ -502,7 +503,11 @@ def main() -> None:
         args.budget = [plan["budget"]] if plan["budget"] else []
     args.point_timeout = args.point_timeout or plan["point_timeout"]
     args.out = args.out or str(ROOT / "benchmarks" / "results" / ("scale_gpu" if args.gpu else "scale_cpu"))
-    if not args.docs:
+    if args.docs:  # dataset names (xor-attriqa-full:val) or paths
+        from mirage.data import resolve
+
+        args.docs = [str(resolve(d)) for d in args.docs]
+    else:
         from benchmarks import cached_dataset
 
         cached = cached_dataset("xor-attriqa-full")
