@@ -25,7 +25,8 @@ def _args(*argv: str):
 def test_experiment_file_gives_every_key():
     exp = ExperimentConfig.from_yaml(CORA, command="xor-attriqa")
     assert exp.model == "gsarti/cora_mgen" and exp.text == "native" and exp.dataset == "xor_attriqa_match"
-    assert [Path(p).name for p in exp.data] == ["fi.jsonl", "ru.jsonl"] and Path(exp.calibrate_on[0]).name == "val.jsonl"
+    assert list(exp.data) == ["xor-attriqa-match:fi", "xor-attriqa-match:ru"]  # datasets by name
+    assert list(exp.calibrate_on) == ["xor-attriqa-match:val"]
     assert exp.pipeline.prompt.name == "cora_mgen" and exp.pipeline.prompt.chat_template is False
     assert exp.description.startswith("XOR-AttriQA") and exp.limit is None and exp.seeds == ()
 
@@ -47,7 +48,7 @@ def test_flags_win_over_the_file():
                  "--limit", "0", "--prompt", "standard", "--cti-std", "2", "-o", "out")
     exp = ExperimentConfig.from_args(args, command="xor-attriqa")
     assert (exp.model, exp.text, exp.limit, exp.data) == ("m2", "en", 0, ("d.jsonl",))
-    assert Path(exp.calibrate_on[0]).name == "val.jsonl"  # not given on the command line: the file's
+    assert list(exp.calibrate_on) == ["xor-attriqa-match:val"]  # not given on the command line: the file's
     assert exp.pipeline.prompt.name == "standard" and exp.pipeline.cti.std_k == 2.0
     assert exp.pipeline.prompt.chat_template is False  # the file's, under the flag's prompt name
 
