@@ -32,7 +32,7 @@ import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from scipy import stats
@@ -306,6 +306,12 @@ class Effect:
     recall: Stat
     n: int
     n_excluded: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Effect:
+        """The effect from its JSON form (results and sweep files; ``n_excluded`` is 0 in files written before it)."""
+        return cls(precision=Stat(**data["precision"]), recall=Stat(**data["recall"]), n=data["n"],
+                   n_excluded=data.get("n_excluded", 0))
 
     def stat(self, metric: str) -> Stat:
         return self.precision if metric == "precision" else self.recall

@@ -17,7 +17,6 @@ from .metrics import (
     Defect,
     Effect,
     ModeSummary,
-    Stat,
     align,
     answer_defect,
     cab_effect,
@@ -33,11 +32,6 @@ from .protocol import BiasConfig, Metadata, Side, grid_modes
 from .records import SOURCES, BiasRecord, CitationSource
 
 RESULT_FORMAT = 1
-
-
-def _effect(d: dict[str, Any]) -> Effect:
-    return Effect(precision=Stat(**d["precision"]), recall=Stat(**d["recall"]), n=d["n"],
-                  n_excluded=d.get("n_excluded", 0))
 
 
 #: The mixed grid's contrasts: name -> ((relevant, non-relevant) sides of A, of B); each is mean (M_A − M_B), signed
@@ -63,7 +57,7 @@ class MixedGrid:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MixedGrid:
-        return cls(cells=data["cells"], effects={k: _effect(e) for k, e in data["effects"].items()})
+        return cls(cells=data["cells"], effects={k: Effect.from_dict(e) for k, e in data["effects"].items()})
 
 
 @dataclass
@@ -83,8 +77,8 @@ class SourceSummary:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SourceSummary:
         return cls(source=data["source"], modes={m: ModeSummary(**s) for m, s in data["modes"].items()},
-                   cas={m: _effect(e) for m, e in data["cas"].items()},
-                   cab=_effect(data["cab"]) if data.get("cab") else None, baseline=data.get("baseline", {}),
+                   cas={m: Effect.from_dict(e) for m, e in data["cas"].items()},
+                   cab=Effect.from_dict(data["cab"]) if data.get("cab") else None, baseline=data.get("baseline", {}),
                    mode_tests=data.get("mode_tests", {}),
                    grid=MixedGrid.from_dict(data["grid"]) if data.get("grid") else None)
 

@@ -22,7 +22,7 @@ from ..config import ConfigError
 from ..lazy import MirageSource
 from ..runs import write_atomic
 from ..serialization import JSONRecord, library_versions
-from .metrics import METRICS, Effect, Stat
+from .metrics import METRICS, Effect
 from .protocol import BiasConfig
 from .results import BiasStudyResult, SourceSummary
 from .study import run_bias_study
@@ -74,10 +74,6 @@ def point_dir(parameter: str, value: int) -> str:
     return f"{parameter}{value}"
 
 
-def _effect(data: dict[str, Any]) -> Effect:
-    return Effect(precision=Stat(**data["precision"]), recall=Stat(**data["recall"]), n=data["n"])
-
-
 @dataclass
 class SweepSource:
     """One citation set at one sweep point: per mode its mean ``precision``, ``recall``, ``n_citations`` (average
@@ -96,8 +92,8 @@ class SweepSource:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepSource:
-        return cls(modes=data["modes"], cas={m: _effect(e) for m, e in data["cas"].items()},
-                   cab=_effect(data["cab"]) if data.get("cab") else None)
+        return cls(modes=data["modes"], cas={m: Effect.from_dict(e) for m, e in data["cas"].items()},
+                   cab=Effect.from_dict(data["cab"]) if data.get("cab") else None)
 
 
 @dataclass
