@@ -210,7 +210,7 @@ def test_max_memory_of_one_size_is_the_budget_and_bad_sizes_are_config_errors():
     assert resolve_placement(max_memory="3GB").budget == 3 * 10**9
     assert resolve_placement(memory_budget="2GiB").budget == 2 * 2**30
     placed = resolve_placement(max_memory={0: "20GiB", "cpu": "60GiB"})
-    assert placed.budget is None and placed.max_memory == {0: 20 * 2**30, "cpu": 60 * 10**9} \
+    assert placed.budget is None and placed.max_memory == {0: 20 * 2**30, "cpu": 60 * 2**30} \
         and placed.device_map == "auto"
     with pytest.raises(ConfigError, match="memory_budget='lots' is not a size"):
         ExperimentConfig(command="attribute", memory_budget="lots")
