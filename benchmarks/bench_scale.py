@@ -16,7 +16,7 @@ Each point runs in its own process (a clean peak-memory reading, and a time limi
 appended to ``OUT/points.jsonl`` as soon as it finishes, so an interrupted run resumes where it stopped (points
 already there are skipped). After a point fails (time limit, out of memory or over the memory budget), the longer
 prompts of that model and answer length are skipped: the largest prompt that fits is the last one that finished.
-``OUT/results.json`` and ``OUT/README.md`` are written from the points (the page by :func:`render_page`, from the
+``OUT/results.json`` and ``OUT/README.md`` are written from the points (the page by :func:`mirage.pages.write_page`, from the
 JSON alone). The script prints ratios; it asserts nothing about time.
 """
 
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mirage.models import parse_size
+from mirage.pages import write_page
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -359,7 +360,7 @@ def write_results(out: Path, points: list[dict[str, Any]], args: argparse.Namesp
                "points": sorted(points, key=lambda r: (r["model"], r["answer"], str(r["budget"]), r["prompt"])),
                "growth": growth(points), "notes": list(args.note or [])}
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    (out / "README.md").write_text(render_page(results), encoding="utf-8")
+    write_page(out)
     for row in results["growth"]:
         print(f"{row['model']} answer {row['answer']} budget {row['budget'] or '-'}: attribution time ~ prompt^"
               f"{row['time_exponent']:.2f} (cpu ~ prompt^{row['cpu_exponent']:.2f}) from {row['from']} to "
@@ -392,75 +393,6 @@ def growth(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def render_page(results: dict[str, Any]) -> str:
-    """The results page (Markdown), from ``results.json``'s content alone."""
-    m, s = results["machine"], results["settings"]
-    lines = [f"# Scaling: {', '.join(s['models'])}", "",
-             (f"Written by `{results['command']}` from `results.json` (this page is rendered from it by "
-             "`benchmarks/bench_scale.py --render`)."), "",
-             (f"Machine: {m['device']}, {m['cpus']} CPU(s), {m['threads']} torch thread(s), torch {m['torch']}, "
-             f"Python {m['python']}. Models other than the embedded one have random weights (time and memory only). "
-             f"dtype {s['dtype']}; limits per point {s['point_timeout_s']:.0f} s wall-clock, "
-              f"{s.get('cpu_limit_s') or '-'} CPU seconds; passages from "
-             f"{', '.join(s['docs'])}."), "",
-             *(f"Note: {n}" for n in results.get("notes", [])), *([""] if results.get("notes") else []),
-             ("Wall-clock times on a shared machine vary with its load; CPU seconds (`cpu`) are this process's own. "
-             "Peak memory: resident memory of the point's process on a CPU (weights included), allocated GPU memory "
-             "on a GPU."), "",
-             ("| model | budget | prompt tokens | answer | generation s | attribution s (cpu s) | CTI s | CCI s | "
-             "CCI s per selected token | attribution / generation | peak GB | selected | passes |"),
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for p in results["points"]:
-        budget = p["budget"] or "-"
-        if p["status"] != "ok":
-            lines.append(f"| {p['model']} | {budget} | {p.get('prompt_tokens', p['prompt'])} | {p['answer']} | "
-                         f"{p['status']}: {str(p.get('error', ''))[:90].replace('|', '/')} | | | | | | | | |")
-            continue
-        passes = ", ".join(f"{k} {v}" for k, v in p.get("passes", {}).items())
-        lines.append(f"| {p['model']} | {budget} | {p['prompt_tokens']} | {p['answer_tokens']} | "
-                     f"{p['generation_s']:.1f} | {p['attribution_s']:.1f} ({p['attribution_cpu_s']:.1f}) | "
-                     f"{p['cti_s']:.1f} | {p['cci_s']:.1f} | {p['cci_s'] / max(1, p['n_selected']):.1f} | "
-                     f"{p['attribution_s'] / p['generation_s']:.2f} | "
-                     f"{p['peak_bytes'] / 1e9:.2f} | {p['n_selected']} | {passes} |")
-    fits: dict[tuple, int] = {}
-    for p in results["points"]:
-        if p["status"] == "ok":
-            key = (p["model"], p["answer"], p["budget"] or "-")
-            fits[key] = max(fits.get(key, 0), p["prompt_tokens"])
-    lines += ["", "## Largest prompt that finished", "", "| model | answer | budget | prompt tokens |",
-              "|---|---:|---|---:|"]
-    lines += [f"| {k[0]} | {k[1]} | {k[2]} | {v} |" for k, v in sorted(fits.items(), key=str)]
-    lines += ["", "## Growth with the prompt", "",
-              ("Exponent k of `time ~ prompt^k` between the shortest and the longest finished prompt. CCI's time "
-               "is proportional to the number of tokens CTI selects, which differs from prompt to prompt (see "
-               "`selected`)."), "",
-              "| model | answer | budget | prompts | attribution time k (cpu k) | peak memory k |",
-              "|---|---:|---|---|---:|---:|"]
-    for g in results["growth"]:
-        lines.append(f"| {g['model']} | {g['answer']} | {g['budget'] or '-'} | {g['from']}-{g['to']} | "
-                     f"{g['time_exponent']:.2f} ({g['cpu_exponent']:.2f}) | {g['memory_exponent']:.2f} |")
-    same = _same_citations(results["points"])
-    if same:
-        lines += ["", "## The budget changes no score", ""]
-        lines += [f"- {line}" for line in same]
-    return "\n".join(lines) + "\n"
-
-
-def _same_citations(points: list[dict[str, Any]]) -> list[str]:
-    """Points measured with and without a budget: whether CCI's three strongest context tokens agree."""
-    by = {(p["model"], p["prompt"], p["answer"], p["budget"]): p for p in points if p["status"] == "ok"}
-    out = []
-    for (model, prompt, answer, budget), p in sorted(by.items(), key=str):
-        base = by.get((model, prompt, answer, None))
-        if budget is None or base is None:
-            continue
-        agree = p["cci_top3"] == base["cci_top3"]
-        out.append(f"{model}, {p['prompt_tokens']} prompt tokens, budget {budget}: CCI's three strongest context "
-                   f"tokens {'the same as' if agree else 'DIFFERENT from'} without a budget, for each of "
-                   f"{len(p['cci_top3'])} selected answer tokens")
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--point", help=argparse.SUPPRESS)
@@ -489,9 +421,7 @@ def main() -> None:
         print(json.dumps(run_point(json.loads(args.point))), flush=True)
         return
     if args.render:
-        folder = Path(args.render)
-        results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
-        (folder / "README.md").write_text(render_page(results), encoding="utf-8")
+        write_page(Path(args.render))
         return
     plan = GPU_PLAN if args.gpu else CPU_PLAN
     args.device = "cuda" if args.gpu else "cpu"

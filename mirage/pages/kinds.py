@@ -513,6 +513,88 @@ def _none(_run_dir: Path) -> list[str]:
     return []
 
 
+# -- the scaling benchmark ---------------------------------------------------------------------------------------------
+
+
+def _is_scale(run_dir: Path) -> bool:
+    res = _results(run_dir)
+    return res is not None and {"machine", "settings", "points", "growth"} <= res.keys()
+
+
+def _scale_page(results: dict[str, Any]) -> str:
+    """The scaling benchmark's page body (``benchmarks/bench_scale.py``'s ``results.json``)."""
+    m, s = results["machine"], results["settings"]
+    lines = [(f"Measured by `{results['command']}`; this page is written from its `results.json` by `mirage report`."),
+             "",
+             (f"Machine: {m['device']}, {m['cpus']} CPU(s), {m['threads']} torch thread(s), torch {m['torch']}, "
+             f"Python {m['python']}. Models other than the embedded one have random weights (time and memory only). "
+             f"dtype {s['dtype']}; limits per point {s['point_timeout_s']:.0f} s wall-clock, "
+              f"{s.get('cpu_limit_s') or '-'} CPU seconds; passages from "
+             f"{', '.join(s['docs'])}."), "",
+             *(f"Note: {n}" for n in results.get("notes", [])), *([""] if results.get("notes") else []),
+             ("Wall-clock times on a shared machine vary with its load; CPU seconds (`cpu`) are this process's own. "
+             "Peak memory: resident memory of the point's process on a CPU (weights included), allocated GPU memory "
+             "on a GPU."), "",
+             ("| model | budget | prompt tokens | answer | generation s | attribution s (cpu s) | CTI s | CCI s | "
+             "CCI s per selected token | attribution / generation | peak GiB | selected | passes |"),
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for p in results["points"]:
+        budget = p["budget"] or "-"
+        if p["status"] != "ok":
+            lines.append(f"| {p['model']} | {budget} | {p.get('prompt_tokens', p['prompt'])} | {p['answer']} | "
+                         f"{p['status']}: {str(p.get('error', ''))[:90].replace('|', '/')} | | | | | | | | |")
+            continue
+        passes = ", ".join(f"{k} {v}" for k, v in p.get("passes", {}).items())
+        lines.append(f"| {p['model']} | {budget} | {p['prompt_tokens']} | {p['answer_tokens']} | "
+                     f"{p['generation_s']:.1f} | {p['attribution_s']:.1f} ({p['attribution_cpu_s']:.1f}) | "
+                     f"{p['cti_s']:.1f} | {p['cci_s']:.1f} | {p['cci_s'] / max(1, p['n_selected']):.1f} | "
+                     f"{p['attribution_s'] / p['generation_s']:.2f} | "
+                     f"{p['peak_bytes'] / 2**30:.2f} | {p['n_selected']} | {passes} |")
+    fits: dict[tuple, int] = {}
+    for p in results["points"]:
+        if p["status"] == "ok":
+            key = (p["model"], p["answer"], p["budget"] or "-")
+            fits[key] = max(fits.get(key, 0), p["prompt_tokens"])
+    lines += ["", "## Largest prompt that finished", "", "| model | answer | budget | prompt tokens |",
+              "|---|---:|---|---:|"]
+    lines += [f"| {k[0]} | {k[1]} | {k[2]} | {v} |" for k, v in sorted(fits.items(), key=str)]
+    lines += ["", "## Growth with the prompt", "",
+              ("Exponent k of `time ~ prompt^k` between the shortest and the longest finished prompt. CCI's time "
+               "is proportional to the number of tokens CTI selects, which differs from prompt to prompt (see "
+               "`selected`)."), "",
+              "| model | answer | budget | prompts | attribution time k (cpu k) | peak memory k |",
+              "|---|---:|---|---|---:|---:|"]
+    for g in results["growth"]:
+        lines.append(f"| {g['model']} | {g['answer']} | {g['budget'] or '-'} | {g['from']}-{g['to']} | "
+                     f"{g['time_exponent']:.2f} ({g['cpu_exponent']:.2f}) | {g['memory_exponent']:.2f} |")
+    same = _scale_same_citations(results["points"])
+    if same:
+        lines += ["", "## The budget changes no score", ""]
+        lines += [f"- {line}" for line in same]
+    return "\n".join(lines) + "\n"
+
+
+def _scale_same_citations(points: list[dict[str, Any]]) -> list[str]:
+    """Points measured with and without a budget: whether CCI's three strongest context tokens agree."""
+    by = {(p["model"], p["prompt"], p["answer"], p["budget"]): p for p in points if p["status"] == "ok"}
+    out = []
+    for (model, prompt, answer, budget), p in sorted(by.items(), key=str):
+        base = by.get((model, prompt, answer, None))
+        if budget is None or base is None:
+            continue
+        agree = p["cci_top3"] == base["cci_top3"]
+        out.append(f"{model}, {p['prompt_tokens']} prompt tokens, budget {budget}: CCI's three strongest context "
+                   f"tokens {'the same as' if agree else 'DIFFERENT from'} without a budget, for each of "
+                   f"{len(p['cci_top3'])} selected answer tokens")
+    return out
+
+
+def _scale_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    results = _results(run_dir) or {}
+    models = ", ".join(results.get("settings", {}).get("models", []))
+    return page(f"Scaling: {models}", None, [_scale_page(results), *tail(run_dir)])
+
+
 # -- the permutation test ---------------------------------------------------------------------------------------------
 
 
@@ -556,6 +638,8 @@ BUILTIN: tuple[PageKind, ...] = (
              lambda d: _as_list(read_json(d / "retrievers.json").get("data")), _retrievers_render),
     PageKind("xor-peers", lambda d: (d / "peers.json").is_file(), _none, _peers_render),
     PageKind("tune", _is_tune, _none, _tune_render),
+    PageKind("bench-scale", _is_scale, lambda d: _as_list(((_results(d) or {}).get("settings") or {}).get("docs")),
+             _scale_render),
     PageKind("tune-follow", lambda d: bool(_follow_files(d)), _none, _follow_render),
     PageKind("benchmark-json", _is_bench, _none, _bench_render),
 )
