@@ -35,7 +35,7 @@ from ..bias.metrics import citation_set_prf
 from ..citations import parse_answer
 from ..runs import content_key
 from ..serialization import JSONRecord
-from .data import TrainingExample, cite_sentences
+from .data import TrainingExample, cite_sentences, filler_documents
 
 if TYPE_CHECKING:
     from ..config import MirageConfig
@@ -81,17 +81,13 @@ def permutation_presentations(examples: Sequence[TrainingExample], *, k: int = 5
     for ex in usable:
         assert ex.supporting is not None
         support = ex.supporting[0]
-        own_texts = {doc["text"] for doc in ex.docs}
         rng = random.Random(f"{seed}:{content_key([ex.question, ex.docs])}")
         others = [doc for i, doc in enumerate(ex.docs, start=1) if i != support]
         rng.shuffle(others)
         others = others[: k - 1]
         n_fillers = k - 1 - len(others)
         if n_fillers:
-            candidates = sorted({doc["text"]: doc for other in (examples if pool is None else pool)
-                                 if other.question != ex.question
-                                 for doc in other.docs if doc["text"] not in own_texts}.values(),
-                                key=lambda d: d["text"])
+            candidates = filler_documents(ex, examples if pool is None else pool)
             if len(candidates) < n_fillers:
                 raise ValueError(f"{ex.id}: {len(ex.docs)} documents and {len(candidates)} of other items to fill "
                                  f"{k} positions; give more items or a smaller k")
