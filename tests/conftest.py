@@ -241,3 +241,20 @@ def tiny_judges(tmp_path_factory):
         tok.save_pretrained(root / name)
         paths[name] = root / name
     return paths
+
+
+@pytest.fixture
+def refuse_batched_grad(monkeypatch):
+    """Call it to make ``torch.autograd.grad`` fail on batched (``is_grads_batched``) calls from then on, as on a
+    model whose operations have no vmap batching rule; unbatched calls go through."""
+    def apply() -> None:
+        real_grad = torch.autograd.grad
+
+        def no_vmap(*args, **kwargs):
+            if kwargs.get("is_grads_batched"):
+                raise RuntimeError("Batching rule not implemented for aten::fake_op")
+            return real_grad(*args, **kwargs)
+
+        monkeypatch.setattr(torch.autograd, "grad", no_vmap)
+
+    return apply

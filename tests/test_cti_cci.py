@@ -173,7 +173,7 @@ def test_one_graph_serves_cti_and_cci(tiny_causal):
     assert all(p.grad is None for p in lm.model.parameters())
 
 
-def test_vmap_failure_falls_back_to_repeated_rows(tiny_causal, monkeypatch):
+def test_vmap_failure_falls_back_to_repeated_rows(tiny_causal, monkeypatch, refuse_batched_grad):
     """A model whose backward vmap cannot batch is remembered (on the loaded model) and attributed by the fallback
     path."""
     lm = tiny_causal
@@ -183,14 +183,7 @@ def test_vmap_failure_falls_back_to_repeated_rows(tiny_causal, monkeypatch):
     expected = compute_cci(lm, input_ids, ans.ids, positions, [2], top, prep.tokens.context_positions,
                            cfg=CCIConfig())
     monkeypatch.setattr(lm, "batched_backward", None)
-    real_grad = torch.autograd.grad
-
-    def no_vmap(*args, **kwargs):
-        if kwargs.get("is_grads_batched"):
-            raise RuntimeError("Batching rule not implemented for aten::fake_op")
-        return real_grad(*args, **kwargs)
-
-    monkeypatch.setattr(torch.autograd, "grad", no_vmap)
+    refuse_batched_grad()
     out = compute_cci(lm, input_ids, ans.ids, positions, [2], top, prep.tokens.context_positions, cfg=CCIConfig())
     assert lm.batched_backward is False
     assert torch.allclose(torch.tensor(out.scores), torch.tensor(expected.scores), rtol=1e-4, atol=1e-7)

@@ -233,7 +233,8 @@ def test_cli_budget_too_small_for_the_weights_skips_the_item_in_one_line(tmp_pat
     assert code == 2 and err.count("\n") == 1 and "memory_budget='lots' is not a size" in err
 
 
-def test_a_backward_eager_attention_cannot_batch_either_leaves_the_kernel(real_tokenizer, xor_item, monkeypatch):
+def test_a_backward_eager_attention_cannot_batch_either_leaves_the_kernel(real_tokenizer, xor_item, monkeypatch,
+                                                                          refuse_batched_grad):
     """When vmap fails whatever the kernel (here every batched backward is refused), the model keeps its attention
     kernel and CCI repeats the input per target, as before the fallback existed."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -242,14 +243,7 @@ def test_a_backward_eager_attention_cannot_batch_either_leaves_the_kernel(real_t
     config = LlamaConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
     m = Mirage(wrap_model(LlamaForCausalLM(config).eval(), real_tokenizer))
-    real_grad = torch.autograd.grad
-
-    def no_vmap(*args, **kwargs):
-        if kwargs.get("is_grads_batched"):
-            raise RuntimeError("Batching rule not implemented for aten::fake_op")
-        return real_grad(*args, **kwargs)
-
-    monkeypatch.setattr(torch.autograd, "grad", no_vmap)
+    refuse_batched_grad()
     res = m.attribute(xor_item["question"], xor_item["docs"], answer=xor_item["output"])
     assert m.lm.batched_backward is False and m.lm.model.config._attn_implementation == "sdpa"
     assert res.versions["attention"] == "sdpa" and res.versions["cci_backward"].startswith("input repeated")
