@@ -10,8 +10,8 @@ import torch
 
 def recorded_command() -> str:
     """The command line that ran this script, as a benchmark records it: without the machine's absolute paths
-    (:func:`mirage.run_files.portable_arg`: relative to the working folder, else the file's name)."""
-    from mirage.run_files import portable_arg
+    (:func:`mirage.runs.files.portable_arg`: relative to the working folder, else the file's name)."""
+    from mirage.runs.files import portable_arg
 
     return " ".join(["python", *(portable_arg(arg, Path.cwd()) for arg in sys.argv)])
 

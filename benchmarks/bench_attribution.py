@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import cached_dataset, device_name, recorded_command
 from mirage import Mirage, MirageConfig
-from mirage.generation import generate_answer
+from mirage.attribution.generation import generate_answer
 from mirage.peers.inseq import run_reference, sentence_citations
 
 

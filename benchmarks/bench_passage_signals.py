@@ -6,7 +6,7 @@
 The learned setting of ``mirage score xor-attriqa`` runs, per item, CTI's two passes and the passage signals (one
 pass over the prompt before the first passage, one short pass per passage). Every pass needs the logits of the
 answer positions only. **full_head**, what the scorer did before: the signals' passes ran the model's output head on
-every input position and kept the answer rows afterwards. **kept_rows**, today's :func:`mirage.forward.causal_pass`:
+every input position and kept the answer rows afterwards. **kept_rows**, today's :func:`mirage.attribution.forward.causal_pass`:
 the head runs on the answer rows only (``logits_to_keep``). The two runs alternate item by item on the same loaded
 model; the script checks the log-probabilities agree (max |difference|), prints the seconds of each, the ratio,
 and writes ``benchmarks/results/passage_signals.json``. A large vocabulary gains most (Gemma 3: 262k entries,
@@ -28,11 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mirage import Mirage
-from mirage import passage_signals as ps
+from mirage.likelihood import signals as ps
 from mirage.data import resolve
 from mirage.scoring.xor_attriqa import SIGNALS, load_xor_attriqa, prepare_item, xor_attriqa_pipeline
-from mirage.serialization import library_versions
-from mirage.tokenization import tokenize_answer
+from mirage.attribution.serialization import library_versions
+from mirage.attribution.tokenization import tokenize_answer
 
 
 def full_head(lm: Any, positions: Any, **kwargs: Any) -> Any:

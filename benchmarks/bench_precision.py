@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import cached_dataset, device_name
 from mirage import Mirage
-from mirage.models import cpu_flags
-from mirage.run_files import read_json
+from mirage.attribution.models import cpu_flags
+from mirage.runs.files import read_json
 
 #: (name, model dtype, threads or None for --threads, cci.precision)
 VARIANTS = (("float32", "float32", None, "model"), ("float32_1thread", "float32", 1, "model"),

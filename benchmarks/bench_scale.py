@@ -16,7 +16,7 @@ Each point runs in its own process (a clean peak-memory reading, and a time limi
 appended to ``OUT/points.jsonl`` as soon as it finishes, so an interrupted run resumes where it stopped (points
 already there are skipped). After a point fails (time limit, out of memory or over the memory budget), the longer
 prompts of that model and answer length are skipped: the largest prompt that fits is the last one that finished.
-``OUT/results.json`` and ``OUT/README.md`` are written from the points (the page by :func:`mirage.pages.write_page`, from the
+``OUT/results.json`` and ``OUT/README.md`` are written from the points (the page by :func:`mirage.views.pages.write_page`, from the
 JSON alone). The script prints ratios; it asserts nothing about time.
 """
 
@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mirage.models import parse_size
-from mirage.pages import write_page
+from mirage.attribution.models import parse_size
+from mirage.views.pages import write_page
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -106,7 +106,7 @@ def _build_model(name: str, device: str, dtype: str, budget: str | None) -> Any:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from mirage.models import embedded_checkpoint, load_model, parse_size, resolve_dtype, wrap_model
+    from mirage.attribution.models import embedded_checkpoint, load_model, parse_size, resolve_dtype, wrap_model
 
     if name == EMBEDDED:
         return load_model(EMBEDDED, device=device, dtype=dtype, memory_budget=budget)
@@ -188,7 +188,7 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from mirage import Mirage, MirageConfig
-    from mirage.forward import MemoryBudgetError
+    from mirage.attribution.forward import MemoryBudgetError
 
     torch.set_num_threads(point["threads"])
     if point.get("cpu_limit"):  # a limit on this process's CPU seconds: the same work on a loaded or idle machine

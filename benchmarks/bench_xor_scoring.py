@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import device_name
 from mirage import Mirage
 from mirage.data import resolve
-from mirage.models import dtype_name
-from mirage.runs import write_atomic
+from mirage.attribution.models import dtype_name
+from mirage.runs.store import write_atomic
 from mirage.scoring.benchmarks import run_xor_attriqa
 from mirage.scoring.xor_attriqa import load_xor_attriqa, score_item, score_item_batch, xor_attriqa_pipeline
 from mirage.scoring.xor_eval import SETTINGS

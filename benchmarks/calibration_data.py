@@ -40,9 +40,9 @@ sys.path.insert(0, str(ROOT))
 import numpy as np
 
 from mirage.config import CTIConfig
-from mirage.learned import LearnedModel
-from mirage.passage_features import matrix
-from mirage.runs import read_records, write_atomic
+from mirage.likelihood.classifier import LearnedModel
+from mirage.likelihood.features import matrix
+from mirage.runs.store import read_records, write_atomic
 from mirage.scoring import metrics as M
 from mirage.scoring.xor_attriqa import XorItem, concat_data, load_xor_attriqa, scores_from_records
 from mirage.scoring.xor_eval import fit_learned_model, passage_features

@@ -12,10 +12,10 @@ scores on the calibration splits only.
 with the method's seconds per item. Then, on the items where every method has the rows of the tokens that the
 stored CTI scores select (an item whose recomputed selection differs is left out and counted):
 
-- each CCI aggregation of :mod:`mirage.passage_features` (``ex_*``, ``content_*``) alone, per method: its ROC-AUC
+- each CCI aggregation of :mod:`mirage.likelihood.features` (``ex_*``, ``content_*``) alone, per method: its ROC-AUC
   against the human labels (does the method's saliency rank the supporting passage first?);
 - the default learned features with each method's CCI family added, fitted exactly as ``--settings learned`` fits
-  its classifier (:func:`mirage.learned.fit_learned`) and scored out of fold (item-grouped 5-fold, as
+  its classifier (:func:`mirage.likelihood.classifier.fit_learned`) and scored out of fold (item-grouped 5-fold, as
   ``benchmarks/learned_features.py``), beside the default features alone on the same passages.
 
 No test row is read.
@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.learned_features import ONLY, _fit
 from mirage.config import CTIConfig, MirageConfig
-from mirage.cti import select_tokens
-from mirage.passage_features import CCI_FEATURES
-from mirage.runs import ResumableJSONL, read_records, write_atomic
+from mirage.attribution.cti import select_tokens
+from mirage.likelihood.features import CCI_FEATURES
+from mirage.runs.store import ResumableJSONL, read_records, write_atomic
 from mirage.scoring.benchmarks import stored_xor_pipeline
 from mirage.scoring.xor_attriqa import (
     ItemScores,

@@ -19,10 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mirage.experiment import DEFAULT_MODEL, ExperimentConfig
+from mirage.runs.experiment import DEFAULT_MODEL, ExperimentConfig
 from mirage.peers.contextcite import CONTEXTCITE_NUM_ABLATIONS, STORE_NAME, run_contextcite, store_settings
-from mirage.progress import terminal_progress
-from mirage.runs import ResumableJSONL
+from mirage.runs.progress import terminal_progress
+from mirage.runs.store import ResumableJSONL
 from mirage.scoring.xor_attriqa import concat_data, load_xor_attriqa
 
 

@@ -6,7 +6,7 @@ features, and the model's own yes/no judgment of whether a passage supports the 
 
 ``SCORES`` (and ``OTHER_SCORES``) are ``mirage score xor-attriqa`` stores holding the calibration items' passage
 signals (the shipped ``scores.jsonl.gz`` of each view). Each candidate set is fitted exactly as ``--settings learned``
-fits its classifier (:func:`mirage.learned.fit_learned`) and scored, beside the default set on the same passages, by
+fits its classifier (:func:`mirage.likelihood.classifier.fit_learned`) and scored, beside the default set on the same passages, by
 its out-of-fold ROC-AUC (item-grouped 5-fold, as ``benchmarks/learned_features.py``) and by the ROC-AUC of the
 classifier fitted on ``train`` and applied to ``val``:
 
@@ -35,9 +35,9 @@ import numpy as np
 
 from benchmarks.learned_features import _fit
 from mirage.config import CTIConfig
-from mirage.learned import fit_learned
-from mirage.passage_features import FEATURES, matrix
-from mirage.runs import ResumableJSONL, read_records, write_atomic
+from mirage.likelihood.classifier import fit_learned
+from mirage.likelihood.features import FEATURES, matrix
+from mirage.runs.store import ResumableJSONL, read_records, write_atomic
 from mirage.scoring.xor_attriqa import XorItem, concat_data, load_xor_attriqa, scores_from_records
 from mirage.scoring.xor_eval import passage_features
 
@@ -57,7 +57,7 @@ def judge(items: Sequence[XorItem], path: Path, model: str) -> dict[str, list[fl
     import torch
     from tqdm.auto import tqdm
 
-    from mirage.models import load_model
+    from mirage.attribution.models import load_model
 
     with ResumableJSONL(path, settings={"model": model, "question": JUDGE_QUESTION}) as store:
         todo = [it for it in items if it.key not in store.done]

@@ -36,7 +36,7 @@ step() {  # step NAME SECONDS COMMAND...: run one step under its limit, its outp
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 $py -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
-step convert 90 $py -c "from mirage.models import embedded_checkpoint; print(embedded_checkpoint('smollm2-135m-instruct'))"
+step convert 90 $py -c "from mirage.attribution.models import embedded_checkpoint; print(embedded_checkpoint('smollm2-135m-instruct'))"
 step attribution 200 $py benchmarks/bench_attribution.py --device cuda --eli5 2 --sweep answer \
     --out "$OUT/attribution_gpu.json"
 step precision 100 $py benchmarks/bench_precision.py --device cuda --eli5 3 --variants bfloat16 float16 cci_bfloat16 \

@@ -4,8 +4,8 @@
         [--fill FILL.jsonl --model gemma3-270m]
 
 ``SCORES`` is a ``mirage score xor-attriqa`` store (``scores.jsonl``, or the shipped ``scores.jsonl.gz``) holding
-the calibration items' passage signals. For each candidate set of feature families (:mod:`mirage.passage_features`)
-the classifier is fitted exactly as ``--settings learned`` fits it (:func:`mirage.learned.fit_learned`: standardised
+the calibration items' passage signals. For each candidate set of feature families (:mod:`mirage.likelihood.features`)
+the classifier is fitted exactly as ``--settings learned`` fits it (:func:`mirage.likelihood.classifier.fit_learned`: standardised
 features, class-balanced logistic regression, C chosen by item-grouped 5-fold cross-validation) and scored by its
 out-of-fold predictions: ROC-AUC at the chosen C, and F1, agreement and balanced accuracy at the out-of-fold
 F1-maximising threshold. Each set is compared with the default set fitted on the same passages: those of the items
@@ -42,9 +42,9 @@ sys.path.insert(0, str(ROOT))
 import numpy as np
 
 from mirage.config import CTIConfig, MirageConfig
-from mirage.learned import fit_learned
-from mirage.passage_features import CCI_FEATURES, FEATURES, LOO_FEATURES, matrix
-from mirage.runs import read_records, write_atomic
+from mirage.likelihood.classifier import fit_learned
+from mirage.likelihood.features import CCI_FEATURES, FEATURES, LOO_FEATURES, matrix
+from mirage.runs.store import read_records, write_atomic
 from mirage.scoring import metrics as M
 from mirage.scoring.benchmarks import stored_xor_pipeline
 from mirage.scoring.xor_attriqa import XorItem, concat_data, load_xor_attriqa, scores_from_records
@@ -70,7 +70,7 @@ def oof_metrics(model_cv: dict, X: np.ndarray, y: np.ndarray, groups: Sequence[s
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GroupKFold
 
-    from mirage.learned import best_threshold
+    from mirage.likelihood.classifier import best_threshold
 
     c = max(model_cv["roc_auc_by_C"].items(), key=lambda kv: (kv[1], -float(kv[0])))[0]
     z = (X - X.mean(axis=0)) / np.where(X.std(axis=0) == 0, 1.0, X.std(axis=0))
@@ -170,7 +170,7 @@ def fill(items: Sequence[XorItem], records: list[dict], path: Path, model: str, 
     from tqdm.auto import tqdm
 
     from mirage import Mirage
-    from mirage.runs import ResumableJSONL
+    from mirage.runs.store import ResumableJSONL
     from mirage.scoring.xor_attriqa import row_record, score_item
 
     scores = scores_from_records(records)

@@ -26,7 +26,7 @@ from benchmarks import device_name, recorded_command
 from benchmarks.bench_attribution import _cases
 from mirage import Mirage
 from mirage.peers.inseq import run_reference
-from mirage.runs import write_atomic
+from mirage.runs.store import write_atomic
 
 
 def _sync(device: torch.device) -> None:

@@ -98,7 +98,7 @@ def _demo_cases(tokenizer, data: Path):  # data: XOR-AttriQA-match val rows
 def main() -> None:
     import torch
 
-    from mirage.models import load_model
+    from mirage.attribution.models import load_model
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default="xor-attriqa-match:val",

@@ -9,7 +9,7 @@ counts for the last passage.
 This script re-evaluates a finished ``mirage score xor-attriqa`` run (no attribution is recomputed: CCI of every other
 token does not depend on which tokens count as context) twice: as run, and with the straddling tokens removed from
 the context. It re-tokenizes each prompt to find those tokens, prints both tables and writes JSON. mirage now leaves
-such tokens out of the context (``mirage.prompts.tokenize_prompt``); ``--write-run`` converts a run made
+such tokens out of the context (``mirage.attribution.prompts.tokenize_prompt``); ``--write-run`` converts a run made
 before that change::
 
     python benchmarks/xor_attriqa_boundary.py RUN_DIR DATA.jsonl [DATA.jsonl ...] --calibrate-on VAL.jsonl \\
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mirage import Mirage, MirageConfig
-from mirage.runs import read_records
+from mirage.runs.store import read_records
 from mirage.scoring.benchmarks import stored_xor_pipeline
 from mirage.scoring.xor_attriqa import (
     ItemScores,

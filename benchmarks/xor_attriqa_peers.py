@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mirage.config import MirageConfig
-from mirage.learned import best_threshold
+from mirage.likelihood.classifier import best_threshold
 from mirage.peers.contextcite import STORE_NAME, contextcite_scores
-from mirage.runs import read_records
+from mirage.runs.store import read_records
 from mirage.scoring.tables import SETTING_NAMES, XOR_METRICS, grid
 from mirage.scoring.xor_attriqa import XorItem, concat_data, load_xor_attriqa, scores_from_records
 from mirage.scoring.xor_eval import (

@@ -19,11 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mirage import Mirage
-from mirage.cci import select_context
+from mirage.attribution.cci import select_context
 from mirage.config import CCIConfig, CTIConfig
-from mirage.cti import select_tokens
+from mirage.attribution.cti import select_tokens
 from mirage.peers.inseq import run_reference
-from mirage.runs import read_records
+from mirage.runs.store import read_records
 from mirage.scoring import metrics as M
 from mirage.scoring.benchmarks import stored_xor_pipeline
 from mirage.scoring.xor_attriqa import load_xor_attriqa, prepare_item, scores_from_records
@@ -74,7 +74,7 @@ def main() -> int:
             if extra > 0 and ref.context_tokens[: len(docs)] == m.lm.tokenizer.convert_ids_to_tokens(
                     [prep.tokens.ids[p] for p in prep.tokens.context_positions]):
                 # inseq's context ends with a token mirage leaves out because it straddles the documents block's end
-                # (mirage.prompts.tokenize_prompt): compare on mirage's context tokens.
+                # (mirage.attribution.prompts.tokenize_prompt): compare on mirage's context tokens.
                 row["notes"].append(f"last {extra} inseq context token(s) straddle the block's end; not compared")
                 ref.context_tokens = ref.context_tokens[: len(docs)]
                 ref.cci_scores = {t: v[: len(docs)] for t, v in ref.cci_scores.items()}

@@ -182,7 +182,7 @@ def config_classes() -> list[tuple[str, type]]:
     """``(heading, class)`` of every config dataclass the reference shows, in reading order."""
     from mirage.bias.protocol import BiasConfig
     from mirage.config import AggregationConfig, CCIConfig, CTIConfig, GenerationConfig, MirageConfig, PromptConfig
-    from mirage.experiment import ExperimentConfig
+    from mirage.runs.experiment import ExperimentConfig
     from mirage.tune.config import LoraSettings, RewardSettings, TrainSettings, TuneConfig
 
     return [("MirageConfig", MirageConfig), ("prompt", PromptConfig), ("generation", GenerationConfig),

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .config import AggregationConfig, CCIConfig, CTIConfig, GenerationConfig, MirageConfig, PromptConfig
-from .inputs import Document, InputError, RAGItem
-from .lazy import lazy_exports
-from .results import AttributionResult
-from .version import __version__ as __version__
+from mirage.config import AggregationConfig, CCIConfig, CTIConfig, GenerationConfig, MirageConfig, PromptConfig
+from mirage.data.inputs import Document, InputError, RAGItem
+from mirage.runs.lazy import lazy_exports
+from mirage.attribution.results import AttributionResult
+from mirage.version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from .frames import read_results
-    from .pipeline import Mirage, attribute_dataset
+    from mirage.views.frames import read_results
+    from mirage.pipeline import Mirage, attribute_dataset
 
 #: Names imported from their module on first access (they bring torch).
-_LAZY = {"Mirage": "pipeline", "attribute_dataset": "pipeline", "read_results": "frames"}
+_LAZY = {"Mirage": "pipeline", "attribute_dataset": "pipeline", "read_results": "views.frames"}
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

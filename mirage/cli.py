@@ -24,16 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import ConfigError
-from .experiment import ExperimentConfig, add_experiment_args, non_negative_int
-from .inputs import InputError, make_item, read_items
-from .models import ModelLoadError
-from .progress import terminal_progress
-from .runs import StoreError, changed_ids, disk_error_message, drop_resolved, item_keys, read_records
-from .sharding import ShardedJSONL, ShardError, StoreFor, in_shards, report_share_done
+from mirage.config import ConfigError
+from mirage.runs.experiment import ExperimentConfig, add_experiment_args, non_negative_int
+from mirage.data.inputs import InputError, make_item, read_items
+from mirage.attribution.models import ModelLoadError
+from mirage.runs.progress import terminal_progress
+from mirage.runs.store import StoreError, changed_ids, disk_error_message, drop_resolved, item_keys, read_records
+from mirage.runs.sharding import ShardedJSONL, ShardError, StoreFor, in_shards, report_share_done
 
 if TYPE_CHECKING:
-    from .pipeline import Mirage
+    from mirage.pipeline import Mirage
 
 #: Adds one subcommand (its parser and handler) to the ``mirage`` subparsers.
 Register = Callable[[argparse._SubParsersAction], None]
@@ -86,7 +86,7 @@ def _attribute_items(mirage: Mirage, valid: list[tuple[str, int, Any]], out: Sha
                      quiet: bool) -> None:
     """Attribute each item, writing its result to ``out`` (and printing it unless ``quiet``); an item that fails is
     skipped, never stopping the batch."""
-    from .rendering import result_to_text
+    from mirage.views.rendering import result_to_text
 
     for key, index, raw in terminal_progress(valid, len(valid), "attribute"):
         try:
@@ -102,7 +102,7 @@ def _attribute_items(mirage: Mirage, valid: list[tuple[str, int, Any]], out: Sha
 
 def cmd_attribute(args: argparse.Namespace) -> int:
     """Attribute every item of INPUT; one JSON line per item in OUTPUT, resumable."""
-    from .data import resolve
+    from mirage.data import resolve
 
     args.input = str(resolve(args.input))  # a file, or a dataset of RAG items (e.g. eli5-alce)
     check_output_file(args.output, [args.input])
@@ -183,8 +183,8 @@ def register_attribute(sub: argparse._SubParsersAction) -> None:
 
 def cmd_view(args: argparse.Namespace) -> int:
     """``mirage view``: the HTML report of a results file, of two side by side, or of a run folder
-    (:mod:`mirage.view`)."""
-    from .view import write_view
+    (:mod:`mirage.views.view`)."""
+    from mirage.views.view import write_view
 
     check_output_file(args.output, args.results)
     out = write_view(args.results, args.output, title=args.title)
@@ -219,43 +219,43 @@ class Command:
 
 
 def _register_score() -> Register:
-    from .scoring.cli import register
+    from mirage.scoring.cli import register
 
     return register
 
 
 def _register_bias() -> Register:
-    from .bias.cli import register
+    from mirage.bias.cli import register
 
     return register
 
 
 def _register_retrieve() -> Register:
-    from .bias.cli import register_retrieve
+    from mirage.bias.cli import register_retrieve
 
     return register_retrieve
 
 
 def _register_bias_protocol() -> Register:
-    from .bias.cli import register_protocol
+    from mirage.bias.cli import register_protocol
 
     return functools.partial(register_protocol, run=main)  # each study runs as its own mirage bias command
 
 
 def _register_report() -> Register:
-    from .pages import register
+    from mirage.views.pages import register
 
     return register
 
 
 def _register_tune() -> Register:
-    from .tune.cli import register
+    from mirage.tune.cli import register
 
     return register
 
 
 def _register_data() -> Register:
-    from .data.cli import register
+    from mirage.data.cli import register
 
     return register
 
@@ -308,7 +308,7 @@ class MirageParser(argparse.ArgumentParser):
         return parser
 
     def error(self, message: str) -> Any:  # type: ignore[override]
-        from .registry import did_you_mean
+        from mirage.registry import did_you_mean
 
         hints = []
         choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         status = args.func(args)
         if status == 0 and isinstance(getattr(args, "output", None), str):  # a run folder gets its results page
-            from .pages import record_run
+            from mirage.views.pages import record_run
 
             record_run(args.output, argv)
         return status

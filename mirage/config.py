@@ -14,7 +14,7 @@ field as ``section.field`` and what it expects (``cci.top_k must be an integer >
 
 A field settable from the command line declares its flag in its metadata: ``flag``, ``help``, ``implies`` (other
 fields of the section set with it unless also given, by the flag and by ``MirageConfig.replace``) and ``exclusive``
-(a name shared by fields that choose the same thing: their flags exclude each other); :mod:`mirage.experiment` makes
+(a name shared by fields that choose the same thing: their flags exclude each other); :mod:`mirage.runs.experiment` makes
 every run command's flags from these.
 """
 
@@ -31,10 +31,10 @@ from typing import Any, Literal, NoReturn, get_args
 
 import yaml
 
-from .inputs import short_repr
+from mirage.data.inputs import short_repr
 
 #: The built-in CTI metrics and CCI methods; ``cti.metric`` / ``cci.method`` take any name registered in
-#: :data:`mirage.cti.CTI_METRICS` / :data:`mirage.cci.CCI_METHODS`, these included (a built-in name is accepted
+#: :data:`mirage.attribution.cti.CTI_METRICS` / :data:`mirage.attribution.cci.CCI_METHODS`, these included (a built-in name is accepted
 #: without importing those modules, which bring torch).
 CTIMetric = Literal["kl_noctx_ctx", "kl_ctx_noctx", "js", "prob_diff"]
 CTISelector = Literal["std", "threshold"]
@@ -76,10 +76,10 @@ def _check_literal(owner: str, name: str, value: Any, literal: Any) -> None:
 def _registry(owner: str) -> Mapping[str, Any]:
     """The registry of CTI metrics (``owner`` "cti") or CCI methods ("cci"), imported when first needed."""
     if owner == "cti":
-        from .cti import CTI_METRICS
+        from mirage.attribution.cti import CTI_METRICS
 
         return CTI_METRICS
-    from .cci import CCI_METHODS
+    from mirage.attribution.cci import CCI_METHODS
 
     return CCI_METHODS
 
@@ -99,7 +99,7 @@ def _check_registered(owner: str, name: str, value: Any, builtin: Any, how: str)
 
 
 def _show(value: Any) -> str:
-    """A user's value in a message: bounded, whatever its size (:func:`mirage.inputs.short_repr`)."""
+    """A user's value in a message: bounded, whatever its size (:func:`mirage.data.inputs.short_repr`)."""
     return short_repr(value, 60)
 
 
@@ -235,7 +235,7 @@ class CTIConfig:
         "later": True})
 
     def __post_init__(self) -> None:
-        _check_registered("cti", "metric", self.metric, CTIMetric, "mirage.cti.register_cti_metric")
+        _check_registered("cti", "metric", self.metric, CTIMetric, "mirage.attribution.cti.register_cti_metric")
         _check_literal("cti", "std_kind", self.std_kind, StdKind)
         _check_literal("cti", "threshold_floor", self.threshold_floor, ThresholdFloor)
         if self.selector is None:
@@ -286,7 +286,7 @@ class CCIConfig:
         "later": True})
 
     def __post_init__(self) -> None:
-        _check_registered("cci", "method", self.method, CCIMethod, "mirage.cci.register_cci_method")
+        _check_registered("cci", "method", self.method, CCIMethod, "mirage.attribution.cci.register_cci_method")
         _check_literal("cci", "target", self.target, CCITarget)
         _check_literal("cci", "percent_rule", self.percent_rule, PercentRule)
         _check_literal("cci", "precision", self.precision, CCIPrecision)
@@ -320,7 +320,7 @@ class AggregationConfig:
         "flag": "--keep-saliency", "help": "keep the whole saliency matrix (selected tokens x context tokens)"})
     #: How a sentence's documents are chosen: ``reference`` (the union of the documents behind its context-sensitive
     #: tokens, the method's rule) or ``likelihood`` (the passage-likelihood classifier: a logistic regression over
-    #: how much each passage alone raises the answer's likelihood, and the largest |CTI|; no CCI; :mod:`mirage.learned`;
+    #: how much each passage alone raises the answer's likelihood, and the largest |CTI|; no CCI; :mod:`mirage.likelihood.classifier`;
     #: costs one single-document pass per document). ``learned``, its old name, is accepted with a DeprecationWarning.
     rule: CitationRule = field(default="reference", metadata={
         "flag": "--citation-rule", "help": "reference (default: the documents behind the context-sensitive tokens) "
@@ -529,11 +529,11 @@ _SECTIONS = {
     "aggregation": AggregationConfig,
 }
 #: Top-level keys of experiment files (``configs/*.yaml``) that are not pipeline settings (read by
-#: :class:`mirage.experiment.ExperimentConfig`; ``MirageConfig.from_yaml`` skips them).
+#: :class:`mirage.runs.experiment.ExperimentConfig`; ``MirageConfig.from_yaml`` skips them).
 EXPERIMENT_KEYS = frozenset({"model", "dataset", "description", "data", "text", "limit", "seeds", "nli",
                              "adapter", "device_map", "max_memory", "quantization", "memory_budget"})
 #: Sections of experiment files that configure one command rather than the pipeline (``bias:``, read by
-#: ``mirage bias``); skipped by the pipeline and by :class:`mirage.experiment.ExperimentConfig`.
+#: ``mirage bias``); skipped by the pipeline and by :class:`mirage.runs.experiment.ExperimentConfig`.
 COMMAND_SECTIONS = frozenset({"bias"})
 
 

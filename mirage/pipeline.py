@@ -18,19 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .aggregation import aggregate, content_mask, saliency_matrix, tokens_by_sentence
-from .citations import ParsedAnswer, parse_answer
-from .config import ConfigError, MirageConfig
-from .generation import Generated, generate_answer
-from .inputs import InputError, RAGItem, make_item
-from .learned import learned_citations, load_learned
-from .models import LoadedModel, load_adapter, load_model, wrap_model
-from .passage_signals import passage_signals
-from .prompts import PreparedItem, Reservation, build_prompt, load_template, tokenize_prompt
-from .results import AttributionResult, SentenceAttribution
-from .serialization import library_versions
-from .token_scores import TargetSpec, TokenScores, score_batch, score_tokens
-from .tokenization import TokenizedAnswer, max_token_chars, tokenize_answer
+from mirage.attribution.aggregation import aggregate, content_mask, saliency_matrix, tokens_by_sentence
+from mirage.attribution.citations import ParsedAnswer, parse_answer
+from mirage.config import ConfigError, MirageConfig
+from mirage.attribution.generation import Generated, generate_answer
+from mirage.data.inputs import InputError, RAGItem, make_item
+from mirage.likelihood.classifier import learned_citations, load_learned
+from mirage.attribution.models import LoadedModel, load_adapter, load_model, wrap_model
+from mirage.likelihood.signals import passage_signals
+from mirage.attribution.prompts import PreparedItem, Reservation, build_prompt, load_template, tokenize_prompt
+from mirage.attribution.results import AttributionResult, SentenceAttribution
+from mirage.attribution.serialization import library_versions
+from mirage.attribution.token_scores import TargetSpec, TokenScores, score_batch, score_tokens
+from mirage.attribution.tokenization import TokenizedAnswer, max_token_chars, tokenize_answer
 
 if TYPE_CHECKING:
     import datasets
@@ -73,8 +73,8 @@ class Mirage:
         ``max_memory`` per device, ``quantization`` ``"8bit"``/``"4bit"`` (bitsandbytes, CUDA). ``memory_budget``
         (or ``max_memory`` as one size, ``"3GB"``): the most memory attribution may bring the process to; long
         prompts then run with gradient checkpointing and CCI's backward passes in smaller batches (see
-        :func:`mirage.models.load_model`, :func:`mirage.forward.plan_graph`)."""
-        from .models import is_adapter_folder
+        :func:`mirage.attribution.models.load_model`, :func:`mirage.attribution.forward.plan_graph`)."""
+        from mirage.attribution.models import is_adapter_folder
 
         cfg = config or MirageConfig()
         placement = {"device_map": device_map, "max_memory": max_memory, "quantization": quantization,
@@ -133,7 +133,7 @@ class Mirage:
         """Generate (or force-decode ``answer``) and attribute each sentence to the documents it relied on.
 
         ``docs``: ``{"title", "text"}`` objects, plain strings (texts without titles), or columns
-        ``{"title": [...], "text": [...]}`` (see :func:`mirage.inputs.make_item`). ``max_new_tokens``, ``do_sample``
+        ``{"title": [...], "text": [...]}`` (see :func:`mirage.data.inputs.make_item`). ``max_new_tokens``, ``do_sample``
         (or its alias ``sample``), ``temperature``, ``top_p`` and ``seed`` override the config's ``generation``
         section for this call.
         """
@@ -146,7 +146,7 @@ class Mirage:
     def score_tokens(self, prepared: PreparedItem, answer: TokenizedAnswer | str, *, targets: TargetSpec = "selected",
                      generated: Generated | None = None, config: MirageConfig | None = None) -> TokenScores:
         """CTI for every answer token and CCI for the ``targets`` (``"selected"`` by CTI, ``"all"`` or ``"none"``);
-        see :mod:`mirage.token_scores`. ``answer`` is the text (or its tokens) to force-decode after the prepared
+        see :mod:`mirage.attribution.token_scores`. ``answer`` is the text (or its tokens) to force-decode after the prepared
         prompt; ``generated``: the generation that produced it, whose logits are then reused."""
         if isinstance(answer, str):
             answer = tokenize_answer(self.lm.tokenizer, answer)
@@ -157,7 +157,7 @@ class Mirage:
                     targets: TargetSpec = "selected", item_targets: Sequence[TargetSpec] | None = None,
                     config: MirageConfig | None = None, max_batch_tokens: int | None = None) -> list[TokenScores]:
         """:meth:`score_tokens` of several prepared items at once, in padded batches: CTI's passes and, from the
-        same differentiable pass, CCI's gradients (see :func:`mirage.token_scores.score_batch`); the same scores up
+        same differentiable pass, CCI's gradients (see :func:`mirage.attribution.token_scores.score_batch`); the same scores up
         to float rounding."""
         tokenized = [tokenize_answer(self.lm.tokenizer, a) if isinstance(a, str) else a for a in answers]
         return score_batch(self.lm, [p.tokens for p in prepared], tokenized, config or self.config, targets=targets,
@@ -215,7 +215,7 @@ class Mirage:
     def _learned_citations(self, prep: PreparedItem, text: str, answer: TokenizedAnswer, scores: TokenScores,
                            sentences: list[SentenceAttribution], content: Sequence[bool],
                            cfg: MirageConfig) -> list[SentenceAttribution]:
-        """The sentences with the learned rule's citations (``aggregation.rule: learned``; :mod:`mirage.learned`):
+        """The sentences with the learned rule's citations (``aggregation.rule: learned``; :mod:`mirage.likelihood.classifier`):
         ``mirage_citations`` by the classifier, ``doc_scores`` its probabilities."""
         model = load_learned(cfg.aggregation.learned_model, self.lm.name)
         signals = passage_signals(self.lm, prep, answer.ids, prepare=functools.partial(self.prepare, config=cfg),
@@ -283,10 +283,10 @@ def attribute_dataset(dataset: datasets.Dataset, mirage: Mirage, *, config: Mira
     - ``sentences`` (list of strings): its sentences;
     - ``mirage_citations`` / ``self_citations`` (list of lists of int): per sentence, the 1-based documents mirage
       attributes it to (strongest first) and those the model cited itself;
-    - ``mirage_result`` (string): the whole :class:`~mirage.results.AttributionResult` as JSON
+    - ``mirage_result`` (string): the whole :class:`~mirage.attribution.results.AttributionResult` as JSON
       (``AttributionResult.from_json``).
 
-    Rows are read as :func:`mirage.inputs.make_item` reads items: ``question``, ``docs`` or ``ctxs`` (objects,
+    Rows are read as :func:`mirage.data.inputs.make_item` reads items: ``question``, ``docs`` or ``ctxs`` (objects,
     strings, or a ``Sequence`` feature's columns), ``output`` and ``id`` optional. Every row is checked before any is
     attributed: a bad one is an InputError naming its index and field. ``prefix`` is put before each new column's
     name; a new column that exists already is a ValueError (give a ``prefix``). ``generation``: the overrides that

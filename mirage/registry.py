@@ -1,6 +1,6 @@
 """Named implementations of one pipeline concept, so a user adds one without editing the stage's code.
 
-The CTI metrics (:data:`mirage.cti.CTI_METRICS`) and the CCI methods (:data:`mirage.cci.CCI_METHODS`) are registries;
+The CTI metrics (:data:`mirage.attribution.cti.CTI_METRICS`) and the CCI methods (:data:`mirage.attribution.cci.CCI_METHODS`) are registries;
 the configuration accepts any registered name for ``cti.metric`` / ``cci.method``.
 """
 

@@ -73,8 +73,8 @@ def make_pool(lm: Any, *, n: int, seed: int, max_attempts: int, max_repeats: int
     """Up to ``n`` distinct (first, last) names sampled from ``lm``, and the counts of what was kept and why the rest
     was not (``report`` gets the counts every 50 attempts)."""
     from mirage.config import GenerationConfig
-    from mirage.generation import generate_answer
-    from mirage.tokenization import encode_chat, encode_plain
+    from mirage.attribution.generation import generate_answer
+    from mirage.attribution.tokenization import encode_chat, encode_plain
 
     tok = lm.tokenizer
     start = tok.encode(ANSWER_START, add_special_tokens=False)
@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     args_given = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(args_given)
 
-    from mirage.models import load_model
-    from mirage.serialization import library_versions
+    from mirage.attribution.models import load_model
+    from mirage.attribution.serialization import library_versions
 
     lm = load_model(args.model)
     names, counts = make_pool(lm, n=args.n, seed=args.seed, max_attempts=args.max_attempts,

@@ -127,7 +127,7 @@ def real_tokenizer():
     """The embedded default model's (fast) tokenizer, from mirage's offline cache."""
     from transformers import AutoTokenizer
 
-    from mirage.models import embedded_checkpoint
+    from mirage.attribution.models import embedded_checkpoint
 
     return AutoTokenizer.from_pretrained(embedded_checkpoint("smollm2-135m-instruct"))
 
@@ -137,7 +137,7 @@ def tiny_causal(real_tokenizer):
     """A tiny seeded Llama model built in memory around the real tokenizer."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from mirage.models import wrap_model
+    from mirage.attribution.models import wrap_model
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -151,7 +151,7 @@ def tiny_sliding(real_tokenizer):
     is longer) built in memory around the real tokenizer."""
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    from mirage.models import wrap_model
+    from mirage.attribution.models import wrap_model
 
     torch.manual_seed(0)
     config = Gemma3TextConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -166,7 +166,7 @@ def tiny_seq2seq(real_tokenizer):
     """A tiny seeded T5 encoder-decoder built in memory around the real tokenizer."""
     from transformers import T5Config, T5ForConditionalGeneration
 
-    from mirage.models import wrap_model
+    from mirage.attribution.models import wrap_model
 
     torch.manual_seed(0)
     config = T5Config(vocab_size=len(real_tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
@@ -177,7 +177,7 @@ def tiny_seq2seq(real_tokenizer):
 @pytest.fixture(scope="session")
 def smollm2():
     """The default embedded model (smollm2-135m-instruct) as a LoadedModel, loaded offline once."""
-    from mirage.models import load_model
+    from mirage.attribution.models import load_model
 
     return load_model("smollm2-135m-instruct")
 
@@ -223,7 +223,7 @@ def tiny_judges(tmp_path_factory):
         T5ForConditionalGeneration,
     )
 
-    from mirage.models import embedded_checkpoint
+    from mirage.attribution.models import embedded_checkpoint
 
     tok = AutoTokenizer.from_pretrained(embedded_checkpoint("smollm2-135m-instruct"))
     torch.manual_seed(0)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mirage import Mirage, MirageConfig
-from mirage.aggregation import (
+from mirage.attribution.aggregation import (
     aggregate,
     answer_spans,
     cite_sentences,
@@ -20,14 +20,14 @@ from mirage.aggregation import (
     sentence_of_token,
 )
 from mirage.bias.runner import mirage_citation_probabilities
-from mirage.cci import CCIScores
-from mirage.citations import parse_answer
+from mirage.attribution.cci import CCIScores
+from mirage.attribution.citations import parse_answer
 from mirage.config import AggregationConfig, CCIConfig
-from mirage.cti import CTIScores
-from mirage.faithfulness import faithfulness
-from mirage.prompts import BuiltPrompt
-from mirage.results import AnswerToken
-from mirage.tokenization import TokenizedAnswer, TokenizedPrompt, tokenize_answer
+from mirage.attribution.cti import CTIScores
+from mirage.scoring.faithfulness import faithfulness
+from mirage.attribution.prompts import BuiltPrompt
+from mirage.attribution.results import AnswerToken
+from mirage.attribution.tokenization import TokenizedAnswer, TokenizedPrompt, tokenize_answer
 
 
 def test_cite_token_weights_documents_by_kept_saliency():

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from mirage import Mirage, attribute_dataset
-from mirage.inputs import InputError
-from mirage.results import AttributionResult
+from mirage.data.inputs import InputError
+from mirage.attribution.results import AttributionResult
 
 datasets = pytest.importorskip("datasets")
 

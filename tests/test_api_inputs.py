@@ -10,7 +10,7 @@ import pytest
 
 from mirage import Mirage
 from mirage.config import ConfigError
-from mirage.inputs import Document, InputError, make_item
+from mirage.data.inputs import Document, InputError, make_item
 
 TWO_DOCS = (Document(title="Eiffel", text="Built in 1889."), Document(title="", text="The Moon orbits the Earth."))
 

@@ -83,7 +83,7 @@ def test_each_command_parses_in_its_lazily_built_parser():
 def test_terminal_progress_is_a_plain_bar_without_ipywidgets(monkeypatch):
     import importlib.util
 
-    from mirage import progress
+    from mirage.runs import progress
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ipywidgets" else real(name, *a))
@@ -100,7 +100,7 @@ def test_quiet_loading_silences_transformers_bars_and_restores_them():
 
     hub_tqdm = importlib.import_module("huggingface_hub.utils.tqdm")
 
-    from mirage.models import quiet_transformers_loading
+    from mirage.attribution.models import quiet_transformers_loading
 
     saved = dict(hub_tqdm.progress_bar_states)
     hub_tqdm.disable_progress_bars("some_group")  # a user's own setting for one group of hub bars
@@ -122,7 +122,7 @@ def test_quiet_loading_silences_transformers_bars_and_restores_them():
 
 
 def test_a_cached_load_draws_no_bar(capfd):
-    from mirage.models import load_model
+    from mirage.attribution.models import load_model
 
     load_model("smollm2-135m-instruct")
     err = capfd.readouterr().err
@@ -132,7 +132,7 @@ def test_a_cached_load_draws_no_bar(capfd):
 def test_a_first_time_conversion_is_announced_before_it_starts(tmp_path, monkeypatch, caplog):
     import transformers
 
-    from mirage import models
+    from mirage.attribution import models
 
     class Stop(Exception):
         pass
@@ -142,9 +142,9 @@ def test_a_first_time_conversion_is_announced_before_it_starts(tmp_path, monkeyp
 
     monkeypatch.setenv("MIRAGE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", stop)  # the conversion's first slow step
-    with caplog.at_level(logging.WARNING, logger="mirage.models"), pytest.raises(Stop):
+    with caplog.at_level(logging.WARNING, logger="mirage.attribution.models"), pytest.raises(Stop):
         models.embedded_checkpoint("smollm2-135m-instruct")
-    (record,) = [r for r in caplog.records if r.name == "mirage.models"]
+    (record,) = [r for r in caplog.records if r.name == "mirage.attribution.models"]
     assert record.levelno == logging.WARNING
     assert "converting the embedded model smollm2-135m-instruct from GGUF" in record.getMessage()
     assert "about 20-60 s" in record.getMessage() and str(tmp_path) in record.getMessage()

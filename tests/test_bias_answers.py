@@ -15,7 +15,7 @@ from mirage.bias.answers import read_external_answers
 from mirage.bias.protocol import BiasConfig
 from mirage.bias.results import BiasStudyResult
 from mirage.cli import main
-from mirage.inputs import InputError
+from mirage.data.inputs import InputError
 
 ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"
 OPTS = ["--k", "3", "--max-doc-words", "25", "--limit", "2", "--quiet", "--modes", "vanilla", "informed",

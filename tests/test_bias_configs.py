@@ -13,7 +13,7 @@ from mirage.bias.cli import bias_config_from_args, register, split_run_options
 from mirage.bias.protocol import GRID_MODES, BiasConfig
 from mirage.cli import main
 from mirage.config import ConfigError, read_config_file
-from mirage.experiment import ExperimentConfig
+from mirage.runs.experiment import ExperimentConfig
 
 STUDIES = Path(__file__).resolve().parent.parent / "configs" / "bias" / "studies"
 

@@ -37,7 +37,7 @@ from mirage.bias.protocol import BiasConfig, load_metadata
 from mirage.bias.records import BiasRecord
 from mirage.bias.results import BiasStudyResult, summarize
 from mirage.bias.tables import render_markdown
-from mirage.inputs import InputError
+from mirage.data.inputs import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 HAI = label_words({"first": "Human", "second": "LLM", "first_labels": ["Human"], "second_labels": ["LLM"]})

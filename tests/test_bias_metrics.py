@@ -32,7 +32,7 @@ from mirage.bias.runner import mark_probabilities
 from mirage.bias.study import build_items
 from mirage.bias.tables import plot_cab, render_markdown
 from mirage.config import ConfigError
-from mirage.inputs import Document
+from mirage.data.inputs import Document
 
 ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"
 
@@ -310,7 +310,7 @@ def test_result_round_trip_tables_and_plot(tmp_path):
 
 def test_rewrite_items_rewrites_the_chosen_documents_once(tiny_causal, tmp_path, monkeypatch):
     from mirage.bias import rewrite as rewrite_mod
-    from mirage.runs import ResumableJSONL
+    from mirage.runs.store import ResumableJSONL
 
     docs = (Document(title="", text="alpha text"), Document(title="", text="beta text"), Document(title="", text="gamma"))
     item = BiasItem(id="r", question="q?", docs=docs, relevant=(2,))

@@ -27,7 +27,7 @@ from mirage.bias.retrieval import (
 from mirage.bias.study import build_items
 from mirage.cli import build_parser, main
 from mirage.config import ConfigError
-from mirage.inputs import Document, InputError
+from mirage.data.inputs import Document, InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 BEIR = ROOT / "tests" / "data" / "beir_small"

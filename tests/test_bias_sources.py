@@ -24,7 +24,7 @@ from mirage.bias.items import (
 )
 from mirage.bias.protocol import BiasConfig
 from mirage.bias.study import build_items
-from mirage.inputs import InputError
+from mirage.data.inputs import InputError
 
 CORPUS = {
     "d1": ("Eiffel Tower", "The Eiffel Tower was completed in 1889 for the World's Fair."),

@@ -1,5 +1,5 @@
 """``mirage bias`` resumes only its own generations: ``DIR/generations.jsonl`` is opened with the experiment's
-settings (model and pipeline configuration, :meth:`mirage.experiment.ExperimentConfig.fingerprint`), so a re-run with
+settings (model and pipeline configuration, :meth:`mirage.runs.experiment.ExperimentConfig.fingerprint`), so a re-run with
 another model or configuration is refused before anything is generated, and the file is left as it was."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from mirage.bias.protocol import BiasConfig
 from mirage.bias.study import run_bias_study
 from mirage.config import MirageConfig
-from mirage.experiment import ExperimentConfig
-from mirage.runs import StoreError
+from mirage.runs.experiment import ExperimentConfig
+from mirage.runs.store import StoreError
 
 ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"
 

@@ -23,7 +23,7 @@ from mirage.bias.records import BiasRecord
 from mirage.bias.results import BiasStudyResult
 from mirage.bias.study import build_items
 from mirage.config import ConfigError
-from mirage.inputs import Document, InputError
+from mirage.data.inputs import Document, InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"

@@ -17,8 +17,8 @@ import torch
 from mirage import Mirage
 from mirage.cli import main
 from mirage.config import ConfigError
-from mirage.experiment import ExperimentConfig
-from mirage.models import (
+from mirage.runs.experiment import ExperimentConfig
+from mirage.attribution.models import (
     ModelLoadError,
     embedded_adapters,
     load_model,
@@ -140,7 +140,7 @@ def test_every_model_loading_command_takes_the_loading_flags():
         text = _help(parser, argv)
         for flag in ("--adapter", "--device-map", "--max-memory", "--memory-budget", "--quantization"):
             assert flag in text, (argv, flag)
-    from mirage.experiment import loading_args
+    from mirage.runs.experiment import loading_args
 
     args = build_parser(["tune", "eval"]).parse_args(["tune", "eval", "d.jsonl", "-o", "r.json", "--adapter", "run/a",
                                                       "--device-map", "auto", "--memory-budget", "3GB"])
@@ -161,8 +161,8 @@ def test_ranks_each_with_a_device_map_share_one_run(tmp_path, example_items):
     """Data parallelism over split models (docs/scaling.md): two ranks started by hand (RANK/WORLD_SIZE,
     MIRAGE_SHARD_NO_SYNC=1), each loading the embedded model split by its own device map, attribute their shares;
     one more run without a launcher merges. Every item is attributed once, with the plain model's citations."""
-    from mirage.runs import item_keys
-    from mirage.sharding import Shard
+    from mirage.runs.store import item_keys
+    from mirage.runs.sharding import Shard
 
     xor = next(it for it in example_items if it["id"] == "xor-val-0")
     variants = [{**xor, "id": f"xor-{n}"} for n in range(16)]

@@ -14,7 +14,7 @@ def test_each_method_scores_the_ex_tokens_and_a_rerun_computes_nothing(embedded_
     from benchmarks.cci_methods import method_rows, with_rows
     from mirage import Mirage
     from mirage.config import CTIConfig
-    from mirage.cti import select_tokens
+    from mirage.attribution.cti import select_tokens
     from mirage.scoring.xor_attriqa import load_xor_attriqa, score_item, xor_attriqa_pipeline
     from mirage.scoring.xor_eval import passage_features
 

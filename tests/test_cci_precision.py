@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from mirage import Mirage, MirageConfig
-from mirage.cci import autocast_dtype, compute_cci, shares_cti_graph
+from mirage.attribution.cci import autocast_dtype, compute_cci, shares_cti_graph
 from mirage.cli import build_parser
 from mirage.config import CCIConfig, ConfigError
-from mirage.experiment import ExperimentConfig
-from mirage.forward import attribution_graph, model_inputs
+from mirage.runs.experiment import ExperimentConfig
+from mirage.attribution.forward import attribution_graph, model_inputs
 from mirage.scoring.benchmarks import stored_xor_pipeline
 from mirage.scoring.xor_attriqa import xor_attriqa_pipeline
 
@@ -81,7 +81,7 @@ def test_autocast_runs_every_cci_path(fixture, method, request):
     m = Mirage(lm)
     prep = m.prepare({"question": "When was the Ikhwan formed?",
                       "docs": [{"title": "Ikhwan", "text": "The Ikhwan was formed in 1913 by Ibn Saud."}]})
-    from mirage.tokenization import tokenize_answer
+    from mirage.attribution.tokenization import tokenize_answer
 
     ans = tokenize_answer(lm.tokenizer, "It was formed in 1913.")
     input_ids, positions = model_inputs(lm, prep.tokens.ids, ans.ids)
@@ -98,12 +98,12 @@ def test_autocast_runs_every_cci_path(fixture, method, request):
 def test_emulated_16_bit_arithmetic_warns(tiny_causal, monkeypatch):
     """A CPU without AMX/AVX512 bf16 runs autocast emulated, slower than float32: the user is told. Faked: this
     machine's CPU may have the flags, so the check is replaced by one that says it has not."""
-    from mirage import cci
+    from mirage.attribution import cci
 
     monkeypatch.setattr(cci, "_native_16bit", lambda device, dtype: False)
     m = Mirage(tiny_causal)
     prep = m.prepare({"question": "Q?", "docs": [{"title": "T", "text": "Some text here."}]})
-    from mirage.tokenization import tokenize_answer
+    from mirage.attribution.tokenization import tokenize_answer
 
     ans = tokenize_answer(tiny_causal.tokenizer, "An answer.")
     input_ids, positions = model_inputs(tiny_causal, prep.tokens.ids, ans.ids)

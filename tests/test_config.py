@@ -14,7 +14,7 @@ from mirage.config import (
     MirageConfig,
     PromptConfig,
 )
-from mirage.experiment import ExperimentConfig, pipeline_flags
+from mirage.runs.experiment import ExperimentConfig, pipeline_flags
 
 
 def config_from_args(args) -> MirageConfig:

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from mirage import Mirage, MirageConfig
-from mirage.cci import compute_cci, select_context
+from mirage.attribution.cci import compute_cci, select_context
 from mirage.config import CCIConfig, CTIConfig
-from mirage.cti import compute_cti, contrast_scores, select_tokens
-from mirage.forward import answer_logits, attribution_graph, model_inputs
+from mirage.attribution.cti import compute_cti, contrast_scores, select_tokens
+from mirage.attribution.forward import answer_logits, attribution_graph, model_inputs
 
 QUESTION = "When was the Ikhwan party formed?"
 DOCS = [
@@ -86,7 +86,7 @@ def test_cci_selectors_hand_cases():
 def _prepared(lm):
     m = Mirage(lm)
     prep = m.prepare({"question": QUESTION, "docs": DOCS})
-    from mirage.tokenization import tokenize_answer
+    from mirage.attribution.tokenization import tokenize_answer
 
     return prep, tokenize_answer(lm.tokenizer, ANSWER)
 

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from mirage import Mirage, MirageConfig
-from mirage.aggregation import sentence_of_token
-from mirage.faithfulness import (
+from mirage.attribution.aggregation import sentence_of_token
+from mirage.scoring.faithfulness import (
     METHODS,
     FaithfulnessConfig,
     FaithfulnessResult,
@@ -19,8 +19,8 @@ from mirage.faithfulness import (
     random_set,
     summarize,
 )
-from mirage.forward import answer_logits, token_probabilities
-from mirage.tokenization import tokenize_answer
+from mirage.attribution.forward import answer_logits, token_probabilities
+from mirage.attribution.tokenization import tokenize_answer
 
 QUESTION = "When was the Ikhwan party formed?"
 DOCS = [

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mirage.config import ConfigError
-from mirage.inputs import InputError
-from mirage.runs import StoreError
+from mirage.data.inputs import InputError
+from mirage.runs.store import StoreError
 
 DATA = Path(__file__).parent / "data"
 ELI5_RUN = DATA / "eli5_run_small"
@@ -118,9 +118,9 @@ def _read_all(iterator) -> None:
 
 def _json_readers(path: Path) -> list[tuple[str, object]]:
     """Every reader that takes one JSON or JSONL file, as (name, call)."""
-    from mirage.inputs import make_item, read_items, read_jsonl, read_rows
-    from mirage.report import read_result_objects
-    from mirage.runs import read_records
+    from mirage.data.inputs import make_item, read_items, read_jsonl, read_rows
+    from mirage.views.report import read_result_objects
+    from mirage.runs.store import read_records
 
     def items() -> None:
         for index, raw in read_items(path):
@@ -139,7 +139,7 @@ def _yaml_readers(path: Path) -> list[tuple[str, object]]:
     """Every reader that takes one YAML file, as (name, call)."""
     from mirage.bias.full_protocol import load_protocol
     from mirage.config import MirageConfig
-    from mirage.experiment import ExperimentConfig
+    from mirage.runs.experiment import ExperimentConfig
     from mirage.tune.config import TuneConfig
 
     return [("run config", lambda: MirageConfig.from_yaml(path)),
@@ -160,7 +160,7 @@ def _try_file(root: Path, data: bytes, name: str = "input") -> None:
 
 def _try_store(root: Path, path: Path) -> None:
     """Resume from ``path`` as an output store: it opens or is refused, and writes nothing but its own file."""
-    from mirage.runs import ResumableJSONL
+    from mirage.runs.store import ResumableJSONL
 
     def open_store() -> None:
         store = ResumableJSONL(path)
@@ -172,7 +172,7 @@ def _try_store(root: Path, path: Path) -> None:
 
 def _try_template(root: Path, data: bytes) -> None:
     from mirage.config import PromptConfig
-    from mirage.prompts import load_template
+    from mirage.attribution.prompts import load_template
 
     # one file per content: templates are cached by path, and a path's content never changes here
     path = root / f"template-{hashlib.sha256(data).hexdigest()[:16]}.yaml"
@@ -182,7 +182,7 @@ def _try_template(root: Path, data: bytes) -> None:
 
 def _try_view(root: Path, source: Path, files: dict[str, bytes]) -> None:
     """`mirage view` of a copy of the run folder ``source`` with ``files`` replaced."""
-    from mirage.view import write_view
+    from mirage.views.view import write_view
 
     folder = root / "run"
     if folder.exists():
@@ -287,7 +287,7 @@ def test_run_folders_mutated(root, data):
 @given(value=json_values, field=st.sampled_from(["question", "docs", "answer", "tokens", "spans", "sentences",
                                                   "context_spans", "saliency", "config", "cti_threshold", "id"]))
 def test_result_records_with_a_field_replaced(root, value, field):
-    from mirage.report import read_result_objects
+    from mirage.views.report import read_result_objects
 
     path = root / "results.jsonl"
     path.write_text(json.dumps({**RESULT, field: value}) + "\n")

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from benchmarks.bench_precision import _cases, _details, _parity
-from mirage.run_files import read_json
+from mirage.runs.files import read_json
 
 GPU = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "gpu"
 
@@ -49,7 +49,7 @@ def test_attention_without_cudnn_changes_only_the_attention_backend(real_tokeniz
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from mirage.models import without_cudnn_attention
+    from mirage.attribution.models import without_cudnn_attention
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mirage.cli import main
-from mirage.inputs import MAX_JSON_DEPTH, BadRow, InputError, RawRow, parse_json, read_items, read_rows
+from mirage.data.inputs import MAX_JSON_DEPTH, BadRow, InputError, RawRow, parse_json, read_items, read_rows
 
 GOOD = {"question": "When was the Ikhwan party formed?",
         "docs": [{"title": "Ikhwan", "text": "The Ikhwan was formed in 1913."}], "output": "In 1913."}
@@ -99,7 +99,7 @@ def test_attribute_runs_the_rest_of_a_batch_with_a_too_deep_item(deep_run):
 
 
 def test_resume_and_view_survive_a_too_deep_line_in_the_output(tmp_path, capsys, result_line):
-    from mirage.runs import ResumableJSONL, read_records
+    from mirage.runs.store import ResumableJSONL, read_records
 
     out = tmp_path / "out.jsonl"
     key = json.loads(result_line)["key"]
@@ -122,9 +122,9 @@ def test_a_huge_document_is_cut_by_characters_before_it_is_tokenized(real_tokeni
     """No text longer than what the window can hold reaches the tokenizer, and the cut is the one the whole
     document gets (a document well past the bound is cut to the same text as one just over it)."""
     from mirage.config import PromptConfig
-    from mirage.inputs import Document
-    from mirage.prompts import Reservation, build_prompt, load_template
-    from mirage.tokenization import max_token_chars
+    from mirage.data.inputs import Document
+    from mirage.attribution.prompts import Reservation, build_prompt, load_template
+    from mirage.attribution.tokenization import max_token_chars
 
     template = load_template(PromptConfig(name="selfcitation"))
     budget = Reservation(window=1024, tokens=100, field="generation.max_new_tokens")
@@ -156,8 +156,8 @@ def test_a_huge_question_is_refused_before_it_is_tokenized(real_tokenizer, monke
     """A question is never truncated: one longer than the window can hold is an InputError naming it, and the
     tokenizer never sees it."""
     from mirage.config import PromptConfig
-    from mirage.inputs import Document
-    from mirage.prompts import Reservation, build_prompt, load_template
+    from mirage.data.inputs import Document
+    from mirage.attribution.prompts import Reservation, build_prompt, load_template
 
     def refuse(self, text, *args, **kwargs):
         raise AssertionError("the tokenizer was called")
@@ -176,9 +176,9 @@ def test_a_huge_document_takes_memory_bounded_by_the_window_not_the_document(tmp
         import resource, warnings
         from transformers import AutoTokenizer
         from mirage.config import PromptConfig
-        from mirage.inputs import Document
-        from mirage.models import embedded_checkpoint
-        from mirage.prompts import Reservation, build_prompt, load_template
+        from mirage.data.inputs import Document
+        from mirage.attribution.models import embedded_checkpoint
+        from mirage.attribution.prompts import Reservation, build_prompt, load_template
         tok = AutoTokenizer.from_pretrained(embedded_checkpoint("smollm2-135m-instruct"))
         template = load_template(PromptConfig(name="selfcitation"))
         small = Document("Small", "Paris is the capital of France. " * 100)
@@ -266,7 +266,7 @@ BOMB = textwrap.dedent("""\
 
 def test_a_yaml_alias_bomb_is_refused_in_one_line(tmp_path):
     from mirage.config import ConfigError, MirageConfig
-    from mirage.experiment import ExperimentConfig
+    from mirage.runs.experiment import ExperimentConfig
     from mirage.tune.config import TuneConfig
 
     path = tmp_path / "bomb.yaml"
@@ -299,7 +299,7 @@ def test_a_huge_value_in_a_config_is_shown_bounded(tmp_path):
 
 
 def test_short_repr_and_json_repr_are_bounded():
-    from mirage.inputs import json_repr, short_repr
+    from mirage.data.inputs import json_repr, short_repr
 
     bomb: list = ["lol"] * 9
     for _ in range(9):
@@ -311,7 +311,7 @@ def test_short_repr_and_json_repr_are_bounded():
 
 def test_yaml_files_of_templates_and_bias_prompts_refuse_aliases(tmp_path):
     from mirage.config import ConfigError, PromptConfig
-    from mirage.prompts import load_template
+    from mirage.attribution.prompts import load_template
 
     path = tmp_path / "t.yaml"
     path.write_text('name: &n x\ninstruction: *n\ntemplate: "{Q} {D}"\ncontextless_template: "{Q}"\n'
@@ -406,7 +406,7 @@ PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08
 
 
 def test_figures_are_read_only_inside_the_folder_and_only_as_png(tmp_path):
-    from mirage.run_files import figure_uri
+    from mirage.runs.files import figure_uri
 
     folder = tmp_path / "run"
     folder.mkdir()
@@ -473,7 +473,7 @@ def _remote_references(html: str) -> list[str]:
 
 
 def test_markdown_from_a_run_folder_loads_nothing_remote():
-    from mirage.bias_report import markdown_html
+    from mirage.views.bias_report import markdown_html
 
     text = ("# Tables\n![tracker](https://evil.example/pixel.png) [click](http://evil.example) <https://auto.example>"
             " <img src='https://x.example/a.png'> [ref][r]\n\n[r]: https://ref.example\n\n| a | b |\n|---|---|\n"

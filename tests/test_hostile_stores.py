@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from mirage.cli import main
-from mirage.runs import ResumableJSONL, StoreError, read_records
-from mirage.sharding import SHARD_FIELD, Shard, ShardedJSONL, consolidate, in_shards, shard_files, shard_path
-from mirage.view import PAGE_MARKER
+from mirage.runs.store import ResumableJSONL, StoreError, read_records
+from mirage.runs.sharding import SHARD_FIELD, Shard, ShardedJSONL, consolidate, in_shards, shard_files, shard_path
+from mirage.views.view import PAGE_MARKER
 
 ROOT = Path(__file__).resolve().parents[1]
 BIAS_RUN = ROOT / "tests" / "data" / "bias_run_small"
@@ -222,7 +222,7 @@ def test_an_item_that_failed_once_and_then_succeeded_is_no_longer_an_error(tmp_p
 
 
 def test_errors_of_items_still_failing_stay_and_resolved_ones_go(tmp_path):
-    from mirage.runs import drop_resolved
+    from mirage.runs.store import drop_resolved
 
     errors = tmp_path / "out.jsonl.errors.jsonl"
     with ResumableJSONL(errors, settings={"m": 1}) as store:

@@ -14,7 +14,7 @@ import pytest
 
 from mirage.bias.items import detect_format, load_xor_rows, read_xor_rows, xor_items
 from mirage.cli import main
-from mirage.inputs import BadRow, InputError, RawRow, make_item, read_items, read_jsonl, read_rows
+from mirage.data.inputs import BadRow, InputError, RawRow, make_item, read_items, read_jsonl, read_rows
 from mirage.scoring.xor_attriqa import load_xor_attriqa
 
 DATA = Path(__file__).parent / "data"
@@ -73,7 +73,7 @@ def test_read_text_gunzips_a_gz_name_and_names_one_that_is_not_gzip(tmp_path):
     text checked as any other; a .gz name over plain bytes is one line naming the file."""
     import gzip
 
-    from mirage.inputs import read_text
+    from mirage.data.inputs import read_text
 
     packed = _write(tmp_path / "rows.jsonl.gz", gzip.compress("\ufeffé\n".encode()))
     assert read_text(packed) == "é\n"
@@ -397,7 +397,7 @@ def result_lines(tiny_causal) -> list[str]:
 
 
 def test_view_skips_a_torn_last_line_with_a_warning(tmp_path, result_lines):
-    from mirage.report import read_result_objects
+    from mirage.views.report import read_result_objects
 
     path = _write(tmp_path / "out.jsonl", "\n".join(result_lines) + "\n" + result_lines[1][:57])  # no newline
     with pytest.warns(UserWarning, match=rf"^{path}: skipped line 3, a record cut off mid-write"):
@@ -423,7 +423,7 @@ def test_mirage_view_writes_the_report_despite_a_torn_last_line(tmp_path, result
     ('{"broken": ', "line 2 is not valid JSON (Expecting value, column 12)"),
 ])
 def test_view_names_the_line_that_is_not_a_result(tmp_path, result_lines, capsys, line, says):
-    from mirage.report import read_result_objects
+    from mirage.views.report import read_result_objects
 
     path = _write(tmp_path / "out.jsonl", "\n".join([result_lines[0], line, result_lines[1]]) + "\n")
     with pytest.raises(InputError, match="^" + f"{path} {says}".replace("(", r"\(").replace(")", r"\)")
@@ -434,7 +434,7 @@ def test_view_names_the_line_that_is_not_a_result(tmp_path, result_lines, capsys
 
 
 def test_view_a_non_utf8_or_missing_results_file(tmp_path, result_lines):
-    from mirage.report import read_result_objects
+    from mirage.views.report import read_result_objects
 
     path = _write(tmp_path / "out.jsonl", ("\n".join(result_lines) + "\n").encode("utf-16"))
     with pytest.raises(InputError, match=f"^{path} is not UTF-8: it looks like UTF-16"):

@@ -14,8 +14,8 @@ import torch
 
 from mirage import Mirage
 from mirage.cli import main
-from mirage.experiment import ExperimentConfig
-from mirage.forward import (
+from mirage.runs.experiment import ExperimentConfig
+from mirage.attribution.forward import (
     MemoryBudgetError,
     backward_row_bytes,
     checkpointed_layers,
@@ -24,7 +24,7 @@ from mirage.forward import (
     memory_in_use,
     plan_graph,
 )
-from mirage.models import wrap_model
+from mirage.attribution.models import wrap_model
 
 DATA = Path(__file__).parent / "data"
 
@@ -123,7 +123,7 @@ def test_a_budget_changes_how_the_passes_run_not_the_scores(smollm2, one_thread)
 
 
 def test_cci_batches_shrink_with_the_budget(smollm2):
-    from mirage.cci import auto_batch_size
+    from mirage.attribution.cci import auto_batch_size
 
     seq = 3000
     row = backward_row_bytes(smollm2, seq)
@@ -205,7 +205,7 @@ def test_max_memory_of_one_size_is_the_budget_and_bad_sizes_are_config_errors():
     from mirage.config import ConfigError
 
     assert ExperimentConfig(command="attribute", max_memory="3GB").loading()["max_memory"] == "3GB"
-    from mirage.models import resolve_placement
+    from mirage.attribution.models import resolve_placement
 
     assert resolve_placement(max_memory="3GB").budget == 3 * 10**9
     assert resolve_placement(memory_budget="2GiB").budget == 2 * 2**30

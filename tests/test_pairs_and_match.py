@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mirage import cli
-from mirage.citations import parse_answer
+from mirage.attribution.citations import parse_answer
 from mirage.scoring import metrics as M
 from mirage.scoring.xor_attriqa import load_xor_attriqa, same_answer
 from mirage.scoring.xor_eval import SCORE_ONLY

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from mirage import cli
-from mirage.experiment import ExperimentConfig
+from mirage.runs.experiment import ExperimentConfig
 
 pytestmark = pytest.mark.slow
 

@@ -5,11 +5,11 @@ import pytest
 from scipy.stats import pearsonr
 
 from mirage import Mirage, MirageConfig
-from mirage.cci import compute_cci
+from mirage.attribution.cci import compute_cci
 from mirage.config import CCIConfig
-from mirage.forward import answer_logits, model_inputs
+from mirage.attribution.forward import answer_logits, model_inputs
 from mirage.peers.inseq import run_reference, sentence_citations
-from mirage.tokenization import tokenize_answer
+from mirage.attribution.tokenization import tokenize_answer
 
 
 def _short(item, n_docs, words):

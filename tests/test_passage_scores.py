@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from mirage import Mirage
-from mirage.forward import answer_logits, token_probabilities
-from mirage.learned import LearnedModel, fit_learned, load_learned
-from mirage.passage_features import FEATURES, matrix
-from mirage.passage_signals import passage_signals
+from mirage.attribution.forward import answer_logits, token_probabilities
+from mirage.likelihood.classifier import LearnedModel, fit_learned, load_learned
+from mirage.likelihood.features import FEATURES, matrix
+from mirage.likelihood.signals import passage_signals
 from mirage.scoring.xor_attriqa import ItemScores, scores_from_records
 from mirage.scoring.xor_eval import SETTINGS, passage_features
-from mirage.tokenization import tokenize_answer
+from mirage.attribution.tokenization import tokenize_answer
 
 DATA = Path(__file__).parent / "data" / "xor_attriqa_match"
 QUESTION = "When was the Ikhwan party formed?"
@@ -197,7 +197,7 @@ def test_the_agreement_operating_point_is_chosen_out_of_fold():
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GroupKFold
 
-    from mirage.learned import best_threshold
+    from mirage.likelihood.classifier import best_threshold
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(160, 2))
@@ -223,7 +223,7 @@ def test_xor_scorer_computes_only_needed_rows_with_identical_results(embedded_mi
     """The default run (CCI rows of the tokens the settings select) and ``--all-tokens`` (every row, the behaviour
     before) give identical results for every setting; the default stores fewer rows; a re-run computes nothing, and
     a lost row is computed again alone."""
-    from mirage.runs import read_records
+    from mirage.runs.store import read_records
     from mirage.scoring.benchmarks import run_xor_attriqa
 
     def run(out, **kw):

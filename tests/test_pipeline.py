@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from mirage import AttributionResult, InputError, Mirage, MirageConfig
-from mirage.forward import answer_logits
-from mirage.generation import generate_answer
-from mirage.report import result_to_html
+from mirage.attribution.forward import answer_logits
+from mirage.attribution.generation import generate_answer
+from mirage.views.report import result_to_html
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +122,7 @@ def test_bad_input_gets_a_clear_error(mirage, kwargs, field):
 
 
 def test_unknown_model_name_is_a_clear_error():
-    from mirage.models import ModelLoadError
+    from mirage.attribution.models import ModelLoadError
 
     with pytest.raises(ModelLoadError, match="embedded model"):
         Mirage.from_pretrained("/nonexistent/model-folder")

@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from mirage import Mirage, MirageConfig
-from mirage.aggregation import cite_token, rank_documents
-from mirage.cci import compute_cci
+from mirage.attribution.aggregation import cite_token, rank_documents
+from mirage.attribution.cci import compute_cci
 from mirage.config import PRESETS, AggregationConfig, CCIConfig, ConfigError, CTIConfig, preset_option
-from mirage.cti import select_tokens
-from mirage.experiment import ExperimentConfig, add_experiment_args, pipeline_changes
-from mirage.forward import answer_logits, model_inputs
-from mirage.tokenization import tokenize_answer
+from mirage.attribution.cti import select_tokens
+from mirage.runs.experiment import ExperimentConfig, add_experiment_args, pipeline_changes
+from mirage.attribution.forward import answer_logits, model_inputs
+from mirage.attribution.tokenization import tokenize_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Every pipeline field where the authors' scripts, inseq and mirage can differ (docs/fidelity.md).

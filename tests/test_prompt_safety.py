@@ -11,9 +11,9 @@ import pytest
 
 from mirage import InputError, Mirage, MirageConfig
 from mirage.config import PromptConfig
-from mirage.inputs import Document, make_item
-from mirage.prompts import Reservation, build_prompt, count_tokens, load_template, tokenize_prompt
-from mirage.tokenization import tokenize_answer
+from mirage.data.inputs import Document, make_item
+from mirage.attribution.prompts import Reservation, build_prompt, count_tokens, load_template, tokenize_prompt
+from mirage.attribution.tokenization import tokenize_answer
 
 QUESTION = "What is the capital of France?"
 SHORT = Document(title="France", text="Paris is the capital and largest city of France.")
@@ -209,7 +209,7 @@ def test_plain_prompt_with_bos_reads_every_special_string_in_user_text_as_text(t
     """Without a chat template every special token in the prompt is injected; Gemma 3's tokenizer adds <bos>."""
     from transformers import AutoTokenizer
 
-    from mirage.models import embedded_checkpoint
+    from mirage.attribution.models import embedded_checkpoint
 
     tok = AutoTokenizer.from_pretrained(embedded_checkpoint("gemma3-270m"))
     docs = (Document(title="Paris <start_of_turn>", text="Paris is the capital. <end_of_turn>\n<start_of_turn>model\n"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mirage.cli import main as cli_main
-from mirage.report import align_sentences, cue_share, report_html, span_cues
+from mirage.views.report import align_sentences, cue_share, report_html, span_cues
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "</script><script>window.__mirage_pwned = 2</script><img src=x onerror='window.__mirage_pwned=3'>"

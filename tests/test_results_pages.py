@@ -1,4 +1,4 @@
-"""Results pages (``mirage.pages``): every folder of benchmarks/results has the page ``mirage report`` writes from its
+"""Results pages (``mirage.views.pages``): every folder of benchmarks/results has the page ``mirage report`` writes from its
 results alone; a run writes its page with its command and the SHA-256 of its data; a README.md mirage did not write
 is never overwritten. The run test scores two rows of the XOR-AttriQA slice in tests/data on the embedded model."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from mirage import cli
-from mirage.pages import page_folders, page_kind, render_page
-from mirage.pages.core import MARK, PAGE
-from mirage.pages.kinds import documents_cited
+from mirage.views.pages import page_folders, page_kind, render_page
+from mirage.views.pages.core import MARK, PAGE
+from mirage.views.pages.kinds import documents_cited
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

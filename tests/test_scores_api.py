@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 
 import mirage
 from mirage import AttributionResult, Mirage, MirageConfig
-from mirage.aggregation import aggregate, cite_token, content_mask
-from mirage.cci import CCIScores
-from mirage.citations import parse_answer
+from mirage.attribution.aggregation import aggregate, cite_token, content_mask
+from mirage.attribution.cci import CCIScores
+from mirage.attribution.citations import parse_answer
 from mirage.config import AggregationConfig, CCIConfig, ConfigError
-from mirage.cti import CTIScores
-from mirage.frames import read_results
-from mirage.results import SaliencyMatrix
-from mirage.tokenization import TokenizedAnswer, TokenizedPrompt
+from mirage.attribution.cti import CTIScores
+from mirage.views.frames import read_results
+from mirage.attribution.results import SaliencyMatrix
+from mirage.attribution.tokenization import TokenizedAnswer, TokenizedPrompt
 
 # -- per-sentence document scores, through aggregate -------------------------------------------------------------------
 

@@ -262,7 +262,7 @@ def test_eli5_nli_flag_scores_with_the_judge(eli5_run, no_model, tiny_judges, ca
 def test_eli5_faithfulness_is_scored_per_method_and_resumed(eli5_run, tmp_path, capsys):
     import shutil
 
-    from mirage.faithfulness import METHODS
+    from mirage.scoring.faithfulness import METHODS
 
     src, args = eli5_run
     out = tmp_path / "eli5-faith"
@@ -283,7 +283,7 @@ def test_eli5_faithfulness_is_scored_per_method_and_resumed(eli5_run, tmp_path, 
 def test_xor_attriqa_faithfulness(xor_run, tmp_path):
     import shutil
 
-    from mirage.faithfulness import METHODS
+    from mirage.scoring.faithfulness import METHODS
 
     src, args = xor_run
     out = tmp_path / "xor-faith"

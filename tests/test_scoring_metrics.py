@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mirage.config import MirageConfig
 from mirage.data import resolve
-from mirage.learned import best_threshold
+from mirage.likelihood.classifier import best_threshold
 from mirage.scoring import metrics as M
 from mirage.scoring.rows import BadRow, RowError, read_rows
 from mirage.scoring.xor_attriqa import ItemScores, XorItem, load_xor_attriqa, split_marked_passages
@@ -292,7 +292,7 @@ def test_xor_loader_reads_every_shared_row(split, data_dir):
 
 
 def test_alce_loader_reads_local_files_and_explains_hub_failures(tmp_path, monkeypatch):
-    from mirage.inputs import InputError
+    from mirage.data.inputs import InputError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

@@ -1,4 +1,4 @@
-"""Runs split across processes (mirage.sharding): the shard arithmetic and stores, then real two-process runs under
+"""Runs split across processes (mirage.runs.sharding): the shard arithmetic and stores, then real two-process runs under
 ``torchrun`` (gloo on CPU) of ``mirage score xor-attriqa`` and ``mirage attribute`` on the embedded model, checked
 against one-process runs of the same commands."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mirage.scoring.xor_attriqa import load_xor_attriqa
-from mirage.sharding import Shard, ShardedJSONL, ShardError, consolidate, in_shards, shard_files, shard_path
+from mirage.runs.sharding import Shard, ShardedJSONL, ShardError, consolidate, in_shards, shard_files, shard_path
 
 DATA = Path(__file__).parent / "data"
 XOR_VAL = DATA / "xor_attriqa_match" / "val.jsonl"
@@ -164,7 +164,7 @@ def test_each_rank_defaults_to_the_gpu_of_its_local_rank(monkeypatch):
     """No GPU here: torch.cuda's availability and count are faked to check the device choice alone."""
     import torch
 
-    from mirage.models import default_device
+    from mirage.attribution.models import default_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)

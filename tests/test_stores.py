@@ -1,4 +1,4 @@
-"""Result stores never lose or rewrite data (mirage.runs): foreign files refused untouched, only a torn last line
+"""Result stores never lose or rewrite data (mirage.runs.store): foreign files refused untouched, only a torn last line
 repaired, settings checked on resume, one writer at a time, keys independent of position and safe for any text.
 Property-based fuzz of random file contents, encodings, truncations and concurrent appends."""
 
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mirage.runs import ResumableJSONL, StoreError, content_key, dumps_record, item_keys, read_records
+from mirage.runs.store import ResumableJSONL, StoreError, content_key, dumps_record, item_keys, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {"model": "smollm2-135m-instruct", "config": {"cti": {"std_k": 1.0}, "cci": {"top_k": None}}}
@@ -221,10 +221,10 @@ def test_python_dash_m_mirage_runs_the_cli():
 
 
 def test_a_whole_file_write_that_fails_leaves_the_previous_version(tmp_path, monkeypatch):
-    """Summaries, reports and merged files are replaced whole (mirage.runs.write_atomic): a write that dies midway
+    """Summaries, reports and merged files are replaced whole (mirage.runs.store.write_atomic): a write that dies midway
     (here: the flush to disk fails after 100 kB were written) keeps the earlier file byte for byte and leaves no
     temporary file behind; text that cannot be encoded is refused before anything is written."""
-    from mirage import runs
+    from mirage.runs import store as runs
 
     path = tmp_path / "run" / "results.json"
     assert runs.write_atomic(path, '{"agreement": 81.9}\n') == path  # makes the folder

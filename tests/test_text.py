@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mirage.citations import parse_answer
-from mirage.inputs import InputError, make_item
-from mirage.sentences import split_sentences
+from mirage.attribution.citations import parse_answer
+from mirage.data.inputs import InputError, make_item
+from mirage.attribution.sentences import split_sentences
 
 
 def _sentences(text):

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from mirage import MirageConfig
-from mirage.cci import CCI_METHODS, register_cci_method
+from mirage.attribution.cci import CCI_METHODS, register_cci_method
 from mirage.config import ConfigError
-from mirage.cti import CTI_METRICS, register_cti_metric
-from mirage.forward import answer_logits, token_probabilities
-from mirage.tokenization import tokenize_answer
+from mirage.attribution.cti import CTI_METRICS, register_cti_metric
+from mirage.attribution.forward import answer_logits, token_probabilities
+from mirage.attribution.tokenization import tokenize_answer
 
 QUESTION = "When was the Ikhwan party formed?"
 DOCS = [
@@ -87,8 +87,8 @@ def test_all_and_none_targets(embedded_mirage, prepared, selected_scores):
 
 def test_generation_logits_are_reused(embedded_mirage, monkeypatch):
     """A just-generated answer is scored from generation's logits: no with-documents pass is run again."""
-    import mirage.token_scores as stage
-    from mirage.generation import generate_answer
+    import mirage.attribution.token_scores as stage
+    from mirage.attribution.generation import generate_answer
 
     m = embedded_mirage
     cfg = m.config.replace(generation={"max_new_tokens": 8})
@@ -188,8 +188,8 @@ def test_batched_scoring_equals_one_item_at_a_time(embedded_mirage):
 def test_batched_scoring_takes_every_gradient_from_one_batched_graph(embedded_mirage, monkeypatch):
     """In one batch, CTI's with-documents logits and every item's CCI come from one padded differentiable pass: no
     CCI item by item, and one vmapped backward pass per target rank (the most targets of one item), not per target."""
-    import mirage.cci as cci_module
-    import mirage.token_scores as ts
+    import mirage.attribution.cci as cci_module
+    import mirage.attribution.token_scores as ts
 
     calls = []
     real = cci_module._batched_gradients

@@ -10,9 +10,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from mirage.config import PromptConfig
-from mirage.inputs import make_item
-from mirage.models import embedded_checkpoint
-from mirage.prompts import build_prompt, load_template, tokenize_prompt
+from mirage.data.inputs import make_item
+from mirage.attribution.models import embedded_checkpoint
+from mirage.attribution.prompts import build_prompt, load_template, tokenize_prompt
 from mirage.scoring.xor_attriqa import load_xor_attriqa
 
 VAL = Path(__file__).parent / "data" / "xor_attriqa_match" / "val.jsonl"

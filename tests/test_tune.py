@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from mirage.citations import parse_answer
+from mirage.attribution.citations import parse_answer
 from mirage.config import ConfigError, MirageConfig
-from mirage.inputs import InputError
+from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
-from mirage.prompts import format_prompt, load_template
-from mirage.tokenization import encode_plain, tokenize_answer
+from mirage.attribution.prompts import format_prompt, load_template
+from mirage.attribution.tokenization import encode_plain, tokenize_answer
 from mirage.tune.config import RewardSettings, TuneConfig
 from mirage.tune.data import (
     build_gold,
@@ -251,7 +251,7 @@ def test_the_training_prompt_is_mirages_inference_prompt(tiny_causal):
 def _tiny(tokenizer, seed: int, hidden: int = 32):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from mirage.models import wrap_model
+    from mirage.attribution.models import wrap_model
 
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=64, num_hidden_layers=2,
@@ -400,7 +400,7 @@ SHORT_ITEM = {
 
 @pytest.mark.slow
 def test_the_judge_scores_a_cited_answer_on_the_embedded_model(embedded_mirage):
-    from mirage.faithfulness import faithfulness
+    from mirage.scoring.faithfulness import faithfulness
     from mirage.tune.reward import CitationJudge, agreement_score, combine
 
     weights = {"rage": 1.0, "agreement": 1.0, "faithfulness": 1.0, "format": 1.0}
@@ -445,7 +445,7 @@ def test_internals_examples_cite_what_mirage_attributes(embedded_mirage):
 
 
 def test_internals_examples_resume_from_their_store(embedded_mirage, tmp_path, monkeypatch):
-    from mirage.runs import StoreError
+    from mirage.runs.store import StoreError
     from mirage.tune.data import TrainingExample, internals_cache
 
     items = [TrainingExample(id=f"q{i}", source="test", question=q, docs=SHORT_ITEM["docs"], output="",
@@ -521,7 +521,7 @@ def test_one_reward_step_runs_end_to_end_from_the_sft_adapter(sft_run, tmp_path)
 
 
 def test_citation_evaluation_counts_what_the_answers_cite(tiny_causal, monkeypatch):
-    from mirage.generation import Generated
+    from mirage.attribution.generation import Generated
     from mirage.tune import evaluate
 
     examples, _ = build_gold([XOR / "train.jsonl", XOR / "val.jsonl"])   # supporting [1], [1], [1]
@@ -539,7 +539,7 @@ def test_citation_evaluation_counts_what_the_answers_cite(tiny_causal, monkeypat
 
 
 def test_the_judge_summary_counts_pairs_by_hand():
-    from mirage.faithfulness import FaithfulnessResult
+    from mirage.scoring.faithfulness import FaithfulnessResult
     from mirage.tune.evaluate import summarize_judge
 
     empty = FaithfulnessResult(id="x", model="m", n_docs=3, sentences=[], n_passes=0).to_dict()
@@ -569,9 +569,9 @@ def test_the_judge_summary_counts_pairs_by_hand():
 
 @pytest.mark.slow
 def test_the_judged_evaluation_attributes_each_answer_and_resumes(embedded_mirage, monkeypatch, tmp_path):
-    from mirage.faithfulness import faithfulness
-    from mirage.generation import Generated
-    from mirage.runs import StoreError
+    from mirage.scoring.faithfulness import faithfulness
+    from mirage.attribution.generation import Generated
+    from mirage.runs.store import StoreError
     from mirage.tune import evaluate
     from mirage.tune.data import TrainingExample
     from mirage.tune.evaluate import judge_config
@@ -603,7 +603,7 @@ def test_the_judged_evaluation_attributes_each_answer_and_resumes(embedded_mirag
 
 @pytest.mark.slow
 def test_the_shipped_citing_adapter_loads_offline_by_its_embedded_name(smollm2):
-    from mirage.models import ModelLoadError, embedded_adapters, embedded_names, load_model
+    from mirage.attribution.models import ModelLoadError, embedded_adapters, embedded_names, load_model
     from mirage.tune.adapters import apply_adapter, read_adapter_info
 
     spec = embedded_adapters()["smollm2-135m-cite"]

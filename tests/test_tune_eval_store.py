@@ -12,7 +12,7 @@ import pytest
 
 from mirage.config import ConfigError
 from mirage.pipeline import Mirage
-from mirage.runs import StoreError
+from mirage.runs.store import StoreError
 from mirage.tune import evaluate
 from mirage.tune.data import build_gold
 

@@ -12,7 +12,7 @@ import pytest
 
 from mirage import AttributionResult, Mirage, MirageConfig
 from mirage.cli import main
-from mirage.report import (
+from mirage.views.report import (
     align_sentences,
     cue_share,
     display,

@@ -20,7 +20,7 @@ from mirage.bias.protocol import BiasConfig, doc_sides
 from mirage.bias.records import BiasRecord
 from mirage.bias.results import BiasStudyResult
 from mirage.bias.tables import render_markdown
-from mirage.bias_report import (
+from mirage.views.bias_report import (
     bias_report_html,
     bias_run_view,
     markdown_html,
@@ -35,11 +35,11 @@ from mirage.bias_report import (
 )
 from mirage.cli import main
 from mirage.config import PromptConfig
-from mirage.inputs import Document, InputError
-from mirage.prompts import format_prompt, load_template
-from mirage.run_files import read_run_records
-from mirage.scoring_report import read_eli5_answers
-from mirage.view import view_kind
+from mirage.data.inputs import Document, InputError
+from mirage.attribution.prompts import format_prompt, load_template
+from mirage.runs.files import read_run_records
+from mirage.views.scoring_report import read_eli5_answers
+from mirage.views.view import view_kind
 
 ROOT = Path(__file__).resolve().parents[1]
 BIAS_RUN = ROOT / "tests" / "data" / "bias_run_small"

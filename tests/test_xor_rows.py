@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mirage.bias.items import load_xor_rows, xor_distractor_pool, xor_items
-from mirage.inputs import InputError
+from mirage.data.inputs import InputError
 from mirage.scoring.rows import RowError
 from mirage.scoring.xor_attriqa import clean_query, load_xor_attriqa, parse_xor_row
 

@@ -9,23 +9,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..lazy import lazy_exports
+from mirage.runs.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .answers import run_answers_study, write_study_requests
-    from .explanations import ExplanationAnalysis, analyse_run
-    from .items import BiasItem, beir_items, msmarco_items, read_beir, xor_items
-    from .metrics import abs_change_p_value, bootstrap_ci, cab, cas, citation_set_prf, exact_match, paired_p_value
-    from .protocol import BiasConfig, Metadata, doc_labels, load_metadata
-    from .rage import load_embedder
-    from .records import BiasRecord, read_generations
-    from .results import BiasStudyResult, summarize
-    from .retrieval import retrieve, write_run
-    from .retrievers_study import run_retriever_study
-    from .runner import BiasStudy
-    from .study import build_items, run_bias_study, summarize_run
-    from .sweep import SweepResult, run_bias_sweep
-    from .tables import plot_cab, render_markdown
+    from mirage.bias.answers import run_answers_study, write_study_requests
+    from mirage.bias.explanations import ExplanationAnalysis, analyse_run
+    from mirage.bias.items import BiasItem, beir_items, msmarco_items, read_beir, xor_items
+    from mirage.bias.metrics import abs_change_p_value, bootstrap_ci, cab, cas, citation_set_prf, exact_match, paired_p_value
+    from mirage.bias.protocol import BiasConfig, Metadata, doc_labels, load_metadata
+    from mirage.bias.rage import load_embedder
+    from mirage.bias.records import BiasRecord, read_generations
+    from mirage.bias.results import BiasStudyResult, summarize
+    from mirage.bias.retrieval import retrieve, write_run
+    from mirage.bias.retrievers_study import run_retriever_study
+    from mirage.bias.runner import BiasStudy
+    from mirage.bias.study import build_items, run_bias_study, summarize_run
+    from mirage.bias.sweep import SweepResult, run_bias_sweep
+    from mirage.bias.tables import plot_cab, render_markdown
 
 #: Imported on first access: the study brings torch, and ``mirage bias --help`` should not.
 _LAZY = {"BiasItem": "items", "beir_items": "items", "msmarco_items": "items", "read_beir": "items",

@@ -22,23 +22,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..citations import parse_answer
-from ..config import MirageConfig
-from ..data import data_label
-from ..inputs import InputError, make_item
-from ..models import dtype_name
-from ..progress import Progress
-from ..prompts import format_prompt, load_template
-from ..runs import ResumableJSONL, content_key
-from .items import BiasItem
-from .prompts import labelled_docs, load_prompts, mode_template, write_template
-from .protocol import BiasConfig, doc_labels, load_metadata
-from .records import BiasRecord, PromptCell
-from .results import BiasStudyResult, summarize
-from .runner import mirage_citation_probabilities
+from mirage.attribution.citations import parse_answer
+from mirage.config import MirageConfig
+from mirage.data import data_label
+from mirage.data.inputs import InputError, make_item
+from mirage.attribution.models import dtype_name
+from mirage.runs.progress import Progress
+from mirage.attribution.prompts import format_prompt, load_template
+from mirage.runs.store import ResumableJSONL, content_key
+from mirage.bias.items import BiasItem
+from mirage.bias.prompts import labelled_docs, load_prompts, mode_template, write_template
+from mirage.bias.protocol import BiasConfig, doc_labels, load_metadata
+from mirage.bias.records import BiasRecord, PromptCell
+from mirage.bias.results import BiasStudyResult, summarize
+from mirage.bias.runner import mirage_citation_probabilities
 
 if TYPE_CHECKING:
-    from ..pipeline import Mirage
+    from mirage.pipeline import Mirage
 
 
 @dataclass
@@ -209,7 +209,7 @@ def run_answers_study(data: str, answers_path: str | Path, *, cfg: BiasConfig, o
     """Evaluate the answers of ``answers_path`` for the study of DATA (built as a generating run builds it) and write
     the results, tables and CAB figure to ``output_dir``; return the result and the number of unanswered requests.
     Without ``mirage`` only the self-citations are evaluated."""
-    from .study import build_items, write_outputs
+    from mirage.bias.study import build_items, write_outputs
 
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -230,8 +230,8 @@ def run_answers_study(data: str, answers_path: str | Path, *, cfg: BiasConfig, o
 def write_study_requests(data: str, *, cfg: BiasConfig, output_dir: str | Path, limit: int | None = None,
                          split: str = "test", system: str | None = None) -> Path:
     """``output_dir/requests.jsonl`` (and ``items.jsonl``, the modes' prompt files) for DATA; no model needed."""
-    from .items import write_items
-    from .study import build_items
+    from mirage.bias.items import write_items
+    from mirage.bias.study import build_items
 
     out_dir = Path(output_dir)
     items = build_items(data, cfg, limit=limit, split=split)

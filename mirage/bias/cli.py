@@ -15,11 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
-from ..config import ConfigError, read_config_file
-from ..data import resolve
-from ..experiment import ExperimentConfig, add_device_args, add_experiment_args, loading_argv, non_negative_int
-from ..progress import terminal_progress
-from .protocol import (
+from mirage.config import ConfigError, read_config_file
+from mirage.data import resolve
+from mirage.runs.experiment import ExperimentConfig, add_device_args, add_experiment_args, loading_argv, non_negative_int
+from mirage.runs.progress import terminal_progress
+from mirage.bias.protocol import (
     BIAS_CONFIG_DIR,
     GRID_MODES,
     MIXED_CELLS,
@@ -32,7 +32,7 @@ from .protocol import (
 )
 
 if TYPE_CHECKING:
-    from .full_protocol import ProtocolStudy, StudyPlan
+    from mirage.bias.full_protocol import ProtocolStudy, StudyPlan
 
 
 def _pool(text: str) -> tuple[str, ...]:
@@ -106,8 +106,8 @@ def split_run_options(args: argparse.Namespace, section: Any) -> dict[str, Any] 
 
 def _external(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig) -> int:
     """``--write-requests`` (the prompts for a model elsewhere) or ``--answers`` (evaluate its answers)."""
-    from .answers import run_answers_study, write_study_requests
-    from .tables import side_by_side
+    from mirage.bias.answers import run_answers_study, write_study_requests
+    from mirage.bias.tables import side_by_side
 
     if args.write_requests and args.answers:
         raise ConfigError("--write-requests and --answers are two steps: write the requests, generate the answers "
@@ -137,14 +137,14 @@ def _external(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig) 
 def _retrievers(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig, *, mirage: Any,
                 rewriter: Any) -> int:
     """``--retriever``: the study once per retriever into DIR/<retriever>/, and their comparison."""
-    from .retrievers_study import bias_table, run_retriever_study
+    from mirage.bias.retrievers_study import bias_table, run_retriever_study
 
     comparison = run_retriever_study(args.data, args.retriever, mirage=mirage, cfg=cfg, output_dir=args.output,
                                      top_k=100 if args.top_k is None else args.top_k, limit=exp.limit,
                                      split=args.split, rewriter=rewriter,
                                      progress=None if args.quiet else terminal_progress)
     if comparison is None:
-        from ..sharding import report_share_done
+        from mirage.runs.sharding import report_share_done
 
         return report_share_done()
     if not args.quiet:
@@ -157,7 +157,7 @@ def _retrievers(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig
 def _sweep(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig, *, mirage: Any, rewriter: Any,
            compare: list[Any]) -> int:
     """``--sweep-k`` / ``--sweep FIELD``: the study once per value into DIR/<field><value>/, then sweep.json/png."""
-    from .sweep import parse_sweep, run_bias_sweep
+    from mirage.bias.sweep import parse_sweep, run_bias_sweep
 
     if args.sweep and args.sweep_k:
         raise ConfigError("give --sweep-k or --sweep, not both (--sweep-k 2 5 is --sweep k 2 5).")
@@ -167,7 +167,7 @@ def _sweep(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig, *, 
                            progress=None if args.quiet else terminal_progress, compare=compare,
                            reuse=args.reuse or ())
     if sweep is None:
-        from ..sharding import report_share_done
+        from mirage.runs.sharding import report_share_done
 
         return report_share_done()
     print(f"{len(sweep.points)} studies ({parameter} = {', '.join(map(str, sweep.values))}) in "
@@ -177,11 +177,11 @@ def _sweep(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig, *, 
 
 def cmd_bias(args: argparse.Namespace) -> int:
     """Run the study; write DIR/generations.jsonl (resumable), results.json, tables.md and cab.png."""
-    from ..models import load_model
-    from ..pipeline import Mirage
-    from .results import BiasStudyResult
-    from .study import run_bias_study
-    from .tables import side_by_side
+    from mirage.attribution.models import load_model
+    from mirage.pipeline import Mirage
+    from mirage.bias.results import BiasStudyResult
+    from mirage.bias.study import run_bias_study
+    from mirage.bias.tables import side_by_side
 
     if args.prompt is not None:
         raise ConfigError("mirage bias takes its prompts from configs/bias (edit them or pass --prompts-dir), "
@@ -229,7 +229,7 @@ def cmd_bias(args: argparse.Namespace) -> int:
                             split=args.split, rewriter=rewriter, progress=None if args.quiet else terminal_progress,
                             compare=compare, reuse=args.reuse or ())
     if result is None:
-        from ..sharding import report_share_done
+        from mirage.runs.sharding import report_share_done
 
         return report_share_done()
     if not args.quiet:
@@ -325,8 +325,8 @@ RETRIEVE_HELP = "rank a BEIR corpus for each query (bm25, dense) and write a TRE
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
     """Rank DATA's corpus with one retriever; write the TREC run file and report recall and MRR."""
-    from ..inputs import InputError
-    from .retrieval import check_retrievers, check_top_k, load_beir_data, retrieval_quality, retrieve, write_run
+    from mirage.data.inputs import InputError
+    from mirage.bias.retrieval import check_retrievers, check_top_k, load_beir_data, retrieval_quality, retrieve, write_run
 
     check_retrievers([args.retriever])
     check_top_k(args.top_k)
@@ -373,7 +373,7 @@ class _RefusingParser(argparse.ArgumentParser):
 def check_protocol_study(study: ProtocolStudy, argv: list[str]) -> StudyPlan:
     """Parse one protocol study's ``mirage bias`` arguments as the command will, check its config file's study
     settings, and say whether it can take other runs' generations. ConfigError naming the study otherwise."""
-    from .full_protocol import StudyPlan
+    from mirage.bias.full_protocol import StudyPlan
 
     parser = _RefusingParser(prog="mirage")
     register(parser.add_subparsers())
@@ -395,7 +395,7 @@ def check_protocol_study(study: ProtocolStudy, argv: list[str]) -> StudyPlan:
 
 def cmd_bias_protocol(args: argparse.Namespace) -> int:
     """Run the protocol's studies into DIR/NAME/ and write DIR/protocol.md and protocol.json."""
-    from .full_protocol import finished_results, load_protocol, run_protocol, write_overview
+    from mirage.bias.full_protocol import finished_results, load_protocol, run_protocol, write_overview
 
     if args.overview_only:
         rows = write_overview(args.output, [s.name for s in load_protocol(args.protocol)])

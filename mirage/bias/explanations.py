@@ -37,12 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from ..citations import citation_numbers
-from ..inputs import InputError
-from ..runs import write_atomic
-from ..sentences import split_sentences
-from ..serialization import JSONRecord
-from .records import BiasRecord, read_generations
+from mirage.attribution.citations import citation_numbers
+from mirage.data.inputs import InputError
+from mirage.runs.store import write_atomic
+from mirage.attribution.sentences import split_sentences
+from mirage.attribution.serialization import JSONRecord
+from mirage.bias.records import BiasRecord, read_generations
 
 Category = Literal["content", "metadata", "both", "none"]
 #: How the documents an explanation claims (N) relate to a citation set (C): ``none`` N empty; ``exact`` N = C;

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..inputs import BadRow, Document, InputError, RawRow, json_kind, read_jsonl, read_rows, read_text, text_lines
-from ..runs import write_atomic
-from ..scoring.rows import RowError
-from ..scoring.xor_attriqa import XorRow, clean_query, parse_xor_row  # noqa: F401 - clean_query: public here too
+from mirage.data.inputs import BadRow, Document, InputError, RawRow, json_kind, read_jsonl, read_rows, read_text, text_lines
+from mirage.runs.store import write_atomic
+from mirage.scoring.rows import RowError
+from mirage.scoring.xor_attriqa import XorRow, clean_query, parse_xor_row  # noqa: F401 - clean_query: public here too
 
 
 @dataclass(frozen=True)
@@ -283,7 +283,7 @@ def load_beir_hub(name: str, *, split: str = "test") -> BeirData:  # pragma: no 
 def read_answers(path: str | Path) -> dict[str, list[str]]:
     """Gold answers for a BEIR folder's ``answers.jsonl``: rows ``{"_id", "answers"}`` keyed by query id, or
     ``{"question", "answers"}`` keyed by the normalised question."""
-    from .metrics import normalize_answer
+    from mirage.bias.metrics import normalize_answer
 
     out = {}
     for raw in _jsonl(Path(path)):
@@ -324,7 +324,7 @@ def beir_items(data: BeirData, *, k: int, seed: int, answers: Mapping[str, Seque
     drawn at random from the corpus (seeded). ``answers`` maps a query id, or a normalised question, to gold answers
     (BEIR has none; for NQ join them from NQ-open with :func:`load_nq_answers`).
     """
-    from .metrics import normalize_answer
+    from mirage.bias.metrics import normalize_answer
 
     doc_ids = sorted(data.corpus)
     items = []
@@ -357,7 +357,7 @@ def load_nq_answers(split: str = "validation") -> dict[str, list[str]]:  # pragm
     """NQ-open gold answers keyed by normalised question, to join with BEIR's NQ queries (from NQ's dev set)."""
     import datasets
 
-    from .metrics import normalize_answer
+    from mirage.bias.metrics import normalize_answer
 
     rows = datasets.load_dataset("google-research-datasets/nq_open", split=split)
     return {normalize_answer(r["question"]): list(r["answer"]) for r in rows}

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from .records import BiasRecord, CitationSource
+from mirage.bias.records import BiasRecord, CitationSource
 
 METRICS = ("precision", "recall")
 

@@ -21,8 +21,8 @@ from typing import Any, Literal, get_args
 
 import yaml
 
-from ..config import ConfigError, load_yaml
-from ..inputs import short_repr
+from mirage.config import ConfigError, load_yaml
+from mirage.data.inputs import short_repr
 
 Mode = Literal["vanilla", "informed", "counterfactual", "mixed"]
 Side = Literal["first", "second"]

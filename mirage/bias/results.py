@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..runs import write_atomic
-from ..serialization import JSONRecord, library_versions
-from .explanations import ExplanationAnalysis, analyse_explanations, label_words
-from .metrics import (
+from mirage.runs.store import write_atomic
+from mirage.attribution.serialization import JSONRecord, library_versions
+from mirage.bias.explanations import ExplanationAnalysis, analyse_explanations, label_words
+from mirage.bias.metrics import (
     METRICS,
     Defect,
     Effect,
@@ -27,9 +27,9 @@ from .metrics import (
     sound_pairs,
     summarize_mode,
 )
-from .prompts import load_prompts, mode_template
-from .protocol import BiasConfig, Metadata, Side, grid_modes
-from .records import SOURCES, BiasRecord, CitationSource
+from mirage.bias.prompts import load_prompts, mode_template
+from mirage.bias.protocol import BiasConfig, Metadata, Side, grid_modes
+from mirage.bias.records import SOURCES, BiasRecord, CitationSource
 
 RESULT_FORMAT = 1
 

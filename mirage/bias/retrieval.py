@@ -26,16 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import ConfigError
-from ..inputs import Document, InputError
-from ..runs import canonical_json, write_atomic
-from ..serialization import JSONRecord
-from .items import BeirData, detect_format, load_beir_hub, read_beir
+from mirage.config import ConfigError
+from mirage.data.inputs import Document, InputError
+from mirage.runs.store import canonical_json, write_atomic
+from mirage.attribution.serialization import JSONRecord
+from mirage.bias.items import BeirData, detect_format, load_beir_hub, read_beir
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .rage import Embedder
+    from mirage.bias.rage import Embedder
 
 #: query id → its retrieved documents ``(doc id, score)``, best first.
 Ranking = dict[str, list[tuple[str, float]]]
@@ -148,7 +148,7 @@ class DenseRetriever(Retriever):
     def embed(self) -> Embedder:
         """The embedder (all-MiniLM-L6-v2 loaded on first use when none was given)."""
         if self._embed is None:
-            from .rage import MiniLMEmbedder
+            from mirage.bias.rage import MiniLMEmbedder
 
             self._embed = MiniLMEmbedder()
         return self._embed

@@ -20,18 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError
-from ..data import data_label
-from ..lazy import MirageSource, resolve_mirage
-from ..models import LoadedModel
-from ..progress import Progress
-from ..runs import write_atomic
-from ..serialization import JSONRecord, library_versions
-from .metrics import Stat
-from .protocol import BiasConfig
-from .rage import Embedder
-from .results import BiasStudyResult
-from .retrieval import (
+from mirage.config import ConfigError
+from mirage.data import data_label
+from mirage.runs.lazy import MirageSource, resolve_mirage
+from mirage.attribution.models import LoadedModel
+from mirage.runs.progress import Progress
+from mirage.runs.store import write_atomic
+from mirage.attribution.serialization import JSONRecord, library_versions
+from mirage.bias.metrics import Stat
+from mirage.bias.protocol import BiasConfig
+from mirage.bias.rage import Embedder
+from mirage.bias.results import BiasStudyResult
+from mirage.bias.retrieval import (
     RetrievalQuality,
     check_retrievers,
     check_top_k,
@@ -40,7 +40,7 @@ from .retrieval import (
     retrieve,
     write_run,
 )
-from .study import run_bias_study
+from mirage.bias.study import run_bias_study
 
 COMPARISON_FORMAT = 1
 
@@ -108,7 +108,7 @@ def run_retriever_study(data: str, retrievers: Sequence[str], *, mirage: MirageS
     out_dir = Path(output_dir)
     beir = load_beir_data(data, split=split)  # bad data fails before a model loads
     if embed is None and "dense" in names:
-        from .rage import MiniLMEmbedder
+        from mirage.bias.rage import MiniLMEmbedder
 
         embed = MiniLMEmbedder()
     model = functools.cache(lambda: resolve_mirage(mirage))

@@ -8,14 +8,14 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import GenerationConfig
-from ..generation import generate_answer
-from ..inputs import Document
-from ..models import LoadedModel
-from ..runs import ResumableJSONL
-from ..tokenization import encode_chat, encode_plain
-from .items import BiasItem
-from .protocol import Rewrite
+from mirage.config import GenerationConfig
+from mirage.attribution.generation import generate_answer
+from mirage.data.inputs import Document
+from mirage.attribution.models import LoadedModel
+from mirage.runs.store import ResumableJSONL
+from mirage.attribution.tokenization import encode_chat, encode_plain
+from mirage.bias.items import BiasItem
+from mirage.bias.protocol import Rewrite
 
 
 def rewrite_text(lm: LoadedModel, text: str, *, prompt: dict[str, Any], seed: int = 42) -> str:
@@ -32,7 +32,7 @@ def rewrite_text(lm: LoadedModel, text: str, *, prompt: dict[str, Any], seed: in
 
 def rewrite_key(model: str, prompt: dict[str, Any], text: str) -> str:
     """The key of a cached rewrite: the SHA-1 of the model name, the prompt's instruction and template, and the text,
-    joined by newlines. It is not :func:`mirage.runs.content_key` (a hash of canonical JSON, which gives other values)
+    joined by newlines. It is not :func:`mirage.runs.store.content_key` (a hash of canonical JSON, which gives other values)
     because the ``rewrites.jsonl`` files already written are keyed so and must keep finding their rewrites."""
     blob = f"{model}\n{prompt['instruction']}\n{prompt['template']}\n{text}"
     return hashlib.sha1(blob.encode("utf-8", "surrogatepass")).hexdigest()

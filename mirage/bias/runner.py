@@ -10,23 +10,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..aggregation import sentence_of_token
-from ..citations import citation_numbers, parse_answer
-from ..config import GenerationConfig, MirageConfig
-from ..forward import token_probabilities
-from ..generation import generate_answer
-from ..inputs import InputError
-from ..pipeline import Mirage, PreparedItem
-from ..progress import Progress
-from ..prompts import format_prompt, load_template
-from ..results import AttributionResult
-from ..runs import ResumableJSONL, content_key, read_records
-from ..sharding import owns
-from ..tokenization import encode_chat, encode_plain
-from .items import BiasItem
-from .prompts import BiasPrompts, labelled_docs, load_prompts, mode_template, write_template
-from .protocol import BiasConfig, Metadata, doc_labels, load_metadata
-from .records import BiasRecord
+from mirage.attribution.aggregation import sentence_of_token
+from mirage.attribution.citations import citation_numbers, parse_answer
+from mirage.config import GenerationConfig, MirageConfig
+from mirage.attribution.forward import token_probabilities
+from mirage.attribution.generation import generate_answer
+from mirage.data.inputs import InputError
+from mirage.pipeline import Mirage, PreparedItem
+from mirage.runs.progress import Progress
+from mirage.attribution.prompts import format_prompt, load_template
+from mirage.attribution.results import AttributionResult
+from mirage.runs.store import ResumableJSONL, content_key, read_records
+from mirage.runs.sharding import owns
+from mirage.attribution.tokenization import encode_chat, encode_plain
+from mirage.bias.items import BiasItem
+from mirage.bias.prompts import BiasPrompts, labelled_docs, load_prompts, mode_template, write_template
+from mirage.bias.protocol import BiasConfig, Metadata, doc_labels, load_metadata
+from mirage.bias.records import BiasRecord
 
 
 def token_spans(tokenizer: Any, ids: Sequence[int], text: str) -> list[tuple[int, int]]:
@@ -60,7 +60,7 @@ def mark_probabilities(text: str, spans: Sequence[tuple[int, int]], probs: Seque
 def mirage_citation_probabilities(res: AttributionResult, token_probs: Sequence[float]) -> list[tuple[int, float]]:
     """Per sentence and mirage-cited document: the mean generation probability of the sentence's context-sensitive
     tokens that mirage attributes to that document (``token_probs`` indexed like ``res.tokens``; a token's sentence
-    by :func:`mirage.aggregation.sentence_of_token`, as for the citations)."""
+    by :func:`mirage.attribution.aggregation.sentence_of_token`, as for the citations)."""
     spans = [(s.start, s.end) for s in res.sentences]
     owner = [sentence_of_token(res.answer, t.start, spans) for t in res.tokens]
     out = []

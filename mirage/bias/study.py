@@ -16,15 +16,15 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..data import data_label
-from ..experiment import ExperimentConfig
-from ..inputs import InputError
-from ..lazy import MirageSource, resolve_mirage
-from ..models import LoadedModel
-from ..progress import Progress
-from ..runs import ResumableJSONL, write_atomic
-from ..sharding import in_shards
-from .items import (
+from mirage.data import data_label
+from mirage.runs.experiment import ExperimentConfig
+from mirage.data.inputs import InputError
+from mirage.runs.lazy import MirageSource, resolve_mirage
+from mirage.attribution.models import LoadedModel
+from mirage.runs.progress import Progress
+from mirage.runs.store import ResumableJSONL, write_atomic
+from mirage.runs.sharding import in_shards
+from mirage.bias.items import (
     BiasItem,
     beir_items,
     beir_relevant_counts,
@@ -44,12 +44,12 @@ from .items import (
     xor_items,
     xor_relevant_counts,
 )
-from .protocol import BiasConfig, load_metadata
-from .rage import Embedder, load_embedder, rage_items
-from .results import BiasStudyResult, summarize
-from .rewrite import rewrite_items
-from .runner import BiasStudy, reusable_records
-from .tables import plot_cab, render_markdown
+from mirage.bias.protocol import BiasConfig, load_metadata
+from mirage.bias.rage import Embedder, load_embedder, rage_items
+from mirage.bias.results import BiasStudyResult, summarize
+from mirage.bias.rewrite import rewrite_items
+from mirage.bias.runner import BiasStudy, reusable_records
+from mirage.bias.tables import plot_cab, render_markdown
 
 #: RAGE candidates drawn from a BEIR corpus (embedding millions of documents is not what a bias study needs).
 RAGE_POOL_SIZE = 20000
@@ -132,7 +132,7 @@ def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_d
     """Build the items (``run``: a retriever's ranking for BEIR data, see :func:`build_items`), run every
     (item, mode) not yet in ``DIR/generations.jsonl``, and write the results, tables and CAB figure.
     ``rewriter`` rewrites documents when ``cfg.rewrite`` asks (default: the studied model).
-    Under a launcher each rank generates its shard (:mod:`mirage.sharding`); rank 0 returns the result, other
+    Under a launcher each rank generates its shard (:mod:`mirage.runs.sharding`); rank 0 returns the result, other
     ranks None. Document rewriting is not sharded: every rank rewrites (the same, greedy) documents.
     ``reuse``: other runs' folders; the generations they finished with this model and configuration that this
     study plans too are copied, not run again (:func:`~mirage.bias.runner.reusable_records`)."""
@@ -141,7 +141,7 @@ def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_d
     items = build_items(data, cfg, limit=limit, split=split, embed=embed, run=run)  # bad data fails before the model
     mirage = resolve_mirage(mirage)
     if cfg.rewrite != "none":
-        from .prompts import load_prompts
+        from mirage.bias.prompts import load_prompts
 
         items = rewrite_items(rewriter or mirage.lm, items, cfg.rewrite, prompt=load_prompts(cfg).rewrite,
                               cache=ResumableJSONL(out_dir / "rewrites.jsonl"), seed=cfg.seed)
@@ -175,8 +175,8 @@ def summarize_run(run_dir: str | Path, *, compare: Sequence[BiasStudyResult] = (
     """Summarize a run folder again from its generations, generating nothing (after the summary's code changed, or
     to summarize a stopped run): its ``results.json`` says the study's settings; ``results.json``, ``tables.md``
     and ``cab.png`` are rewritten."""
-    from ..run_files import read_json, run_file
-    from .records import read_generations
+    from mirage.runs.files import read_json, run_file
+    from mirage.bias.records import read_generations
 
     run_dir = Path(run_dir)
     path = run_file(run_dir, "results.json")

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError
-from ..lazy import MirageSource
-from ..runs import write_atomic
-from ..serialization import JSONRecord, library_versions
-from .metrics import METRICS, Effect
-from .protocol import BiasConfig
-from .results import BiasStudyResult, SourceSummary
-from .study import run_bias_study
+from mirage.config import ConfigError
+from mirage.runs.lazy import MirageSource
+from mirage.runs.store import write_atomic
+from mirage.attribution.serialization import JSONRecord, library_versions
+from mirage.bias.metrics import METRICS, Effect
+from mirage.bias.protocol import BiasConfig
+from mirage.bias.results import BiasStudyResult, SourceSummary
+from mirage.bias.study import run_bias_study
 
 SWEEP_FORMAT = 1
 
@@ -177,7 +177,7 @@ def run_bias_sweep(data: str, *, mirage: MirageSource, cfg: BiasConfig, paramete
     if callable(mirage) and not hasattr(mirage, "lm"):
         mirage = functools.cache(mirage)
     if cfg.docs == "rage" and study_options.get("embed") is None:
-        from .rage import load_embedder
+        from mirage.bias.rage import load_embedder
 
         study_options["embed"] = load_embedder(cfg.rage_embedder)
     results: list[tuple[int, BiasStudyResult]] = []

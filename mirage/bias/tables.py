@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .explanations import render_explanations
-from .metrics import METRICS, Effect, Stat
-from .protocol import BiasConfig, doc_sides
-from .results import BiasStudyResult, SourceSummary
+from mirage.bias.explanations import render_explanations
+from mirage.bias.metrics import METRICS, Effect, Stat
+from mirage.bias.protocol import BiasConfig, doc_sides
+from mirage.bias.results import BiasStudyResult, SourceSummary
 
 SOURCE_TITLES = {"self": "Self-citation (what the model says it cites)",
                  "mirage": "MIRAGE (what the model uses, from its internals)"}

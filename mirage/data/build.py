@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .registry import DataError
+from mirage.data.registry import DataError
 
 __all__ = ["RECIPES", "build_output"]
 
@@ -67,7 +67,7 @@ _BEIR_QUERIES, _BEIR_DOCS = 10, 80
 
 
 def _beir_small(inputs: Sequence[Path], name: str) -> bytes:
-    from ..scoring.xor_attriqa import clean_query
+    from mirage.scoring.xor_attriqa import clean_query
 
     source = inputs[0]
     stem = source.name.split(".")[0]

@@ -9,7 +9,7 @@ HELP = "datasets by name: list them, get them into the cache (download, or --fro
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .fetch import data_root, dataset_table
+    from mirage.data.fetch import data_root, dataset_table
 
     rows = dataset_table()
     width = max(len(r["name"]) for r in rows)
@@ -21,7 +21,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    from .fetch import get
+    from mirage.data.fetch import get
 
     for name in args.names:
         path = get(name, source=args.source, progress=not args.quiet)

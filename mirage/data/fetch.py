@@ -20,8 +20,8 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .build import build_output
-from .registry import DATASETS, SOURCES, DataError, DataSpec, Output, Upstream, is_spec, parse_spec
+from mirage.data.build import build_output
+from mirage.data.registry import DATASETS, SOURCES, DataError, DataSpec, Output, Upstream, is_spec, parse_spec
 
 __all__ = ["data_label", "data_root", "dataset_table", "get", "is_cached", "resolve", "resolve_all", "spec_path"]
 
@@ -29,7 +29,7 @@ __all__ = ["data_label", "data_root", "dataset_table", "get", "is_cached", "reso
 def data_root() -> Path:
     """Where datasets land: ``$MIRAGE_DATA_DIR``, else ``<cache>/data`` (``<cache>``: ``$MIRAGE_CACHE_DIR`` or
     ``~/.cache/mirage``, where models are cached too)."""
-    from ..models import cache_dir
+    from mirage.attribution.models import cache_dir
 
     root = os.environ.get("MIRAGE_DATA_DIR")
     return Path(root) if root else cache_dir() / "data"
@@ -204,7 +204,7 @@ class _Offline(DataError):
 
 
 def _store(output: Output, data: bytes) -> Path:
-    from ..runs import write_atomic
+    from mirage.runs.store import write_atomic
 
     if output.sha256 and hashlib.sha256(data).hexdigest() != output.sha256:
         raise DataError(f"built {output.path} does not have its pinned SHA-256 {output.sha256[:12]}…; the inputs "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..inputs import InputError
+from mirage.data.inputs import InputError
 
 __all__ = ["DATASETS", "SOURCES", "XOR_SPLITS", "DataError", "DataSpec", "Dataset", "Output", "Source", "Upstream", "is_spec",
            "parse_spec"]

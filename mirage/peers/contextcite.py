@@ -37,13 +37,13 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..inputs import BadRow, InputError
-from ..lazy import resolve_mirage
-from ..progress import Progress
-from ..prompts import BuiltPrompt
-from ..runs import ResumableJSONL
-from ..scoring.xor_attriqa import XorItem, prepare_item
-from ..tokenization import encode_prompt_text, tokenize_answer
+from mirage.data.inputs import BadRow, InputError
+from mirage.runs.lazy import resolve_mirage
+from mirage.runs.progress import Progress
+from mirage.attribution.prompts import BuiltPrompt
+from mirage.runs.store import ResumableJSONL
+from mirage.scoring.xor_attriqa import XorItem, prepare_item
+from mirage.attribution.tokenization import encode_prompt_text, tokenize_answer
 
 #: ContextCiter's default number of ablations (context-cite 0.0.4; a test checks the installed default).
 CONTEXTCITE_NUM_ABLATIONS = 64
@@ -117,14 +117,14 @@ def _classes() -> tuple[type, type]:
         tokenizer's ``apply_chat_template`` (in ``_get_prompt_ids``). mirage's prompt text already has its template
         and the chat template applied, so ``_get_prompt_ids`` is replaced: the prompt is mirage's text with the
         ablated documents block in place of the whole one, tokenized as mirage tokenizes prompts
-        (:func:`mirage.tokenization.encode_prompt_text`, user text never read as special tokens). With every source
+        (:func:`mirage.attribution.tokenization.encode_prompt_text`, user text never read as special tokens). With every source
         kept, its ids are mirage's prompt ids.
 
         The response: ContextCite generates it lazily (``_output`` caches ``prompt + response`` text under
         ``_cache["output"]``) and takes its ids by re-tokenizing that text after the prompt's length, which can merge
         tokens across the boundary. Here the cache holds mirage's prompt and the given answer, so nothing is ever
         generated, and ``_response_ids`` is mirage's own answer tokenization
-        (:func:`mirage.tokenization.tokenize_answer`), the tokens mirage force-decodes. The whole answer is
+        (:func:`mirage.attribution.tokenization.tokenize_answer`), the tokens mirage force-decodes. The whole answer is
         attributed through ContextCite's ``_get_attributions_for_ids_range(0, n_answer)``, what ``get_attributions``
         computes for the whole response (without its character-to-token mapping of the re-tokenized text).
         """
@@ -237,7 +237,7 @@ def _answer_rows_only(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, d
     drops ``labels`` and asks for the last n+1 rows' logits only (``logits_to_keep``), so the slice ContextCite takes
     is the same rows, computed the same way, without the head over every prompt position, which on a large
     vocabulary (gemma3's 262k entries) costs more than the layers. mirage's own passes do the same
-    (:func:`mirage.forward.causal_pass`)."""
+    (:func:`mirage.attribution.forward.causal_pass`)."""
     labels = kwargs.get("labels")
     if labels is None or "logits_to_keep" in kwargs:
         return None

@@ -53,9 +53,9 @@ from typing import Any
 
 import torch
 
-from ..aggregation import cite_sentences, cite_token
-from ..config import CCIConfig
-from ..results import AttributionResult
+from mirage.attribution.aggregation import cite_sentences, cite_token
+from mirage.config import CCIConfig
+from mirage.attribution.results import AttributionResult
 
 
 @dataclass

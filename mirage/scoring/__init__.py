@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..lazy import lazy_exports
+from mirage.runs.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .benchmarks import run_eli5, run_xor_attriqa
-    from .eli5 import ELI5Report, evaluate_eli5, load_alce
-    from .metrics import CachedJudge, NLIJudge
-    from .xor_attriqa import load_xor_attriqa, score_items
-    from .xor_eval import XorAttriQAReport, evaluate
+    from mirage.scoring.benchmarks import run_eli5, run_xor_attriqa
+    from mirage.scoring.eli5 import ELI5Report, evaluate_eli5, load_alce
+    from mirage.scoring.metrics import CachedJudge, NLIJudge
+    from mirage.scoring.xor_attriqa import load_xor_attriqa, score_items
+    from mirage.scoring.xor_eval import XorAttriQAReport, evaluate
 
 #: Imported on first access: the scorers bring torch, and ``mirage score --help`` should not.
 _LAZY = {"run_eli5": "benchmarks", "run_xor_attriqa": "benchmarks", "ELI5Report": "eli5", "evaluate_eli5": "eli5",

@@ -17,20 +17,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import MirageConfig
-from ..data import data_label
-from ..experiment import ExperimentConfig
-from ..inputs import BadRow, InputError
-from ..lazy import resolve_mirage
-from ..progress import Progress
-from ..results import AttributionResult
-from ..runs import ResumableJSONL, content_key, write_atomic
-from ..serialization import library_versions
-from ..sharding import Shard, StoreFor, in_shards, owns
-from . import metrics as M
-from .eli5 import ELI5Report, attribute_items, evaluate_eli5, load_alce, load_judgments
-from .xor_attriqa import XorData, concat_data, load_xor_attriqa, score_items, xor_attriqa_pipeline
-from .xor_eval import (
+from mirage.config import MirageConfig
+from mirage.data import data_label
+from mirage.runs.experiment import ExperimentConfig
+from mirage.data.inputs import BadRow, InputError
+from mirage.runs.lazy import resolve_mirage
+from mirage.runs.progress import Progress
+from mirage.attribution.results import AttributionResult
+from mirage.runs.store import ResumableJSONL, content_key, write_atomic
+from mirage.attribution.serialization import library_versions
+from mirage.runs.sharding import Shard, StoreFor, in_shards, owns
+from mirage.scoring import metrics as M
+from mirage.scoring.eli5 import ELI5Report, attribute_items, evaluate_eli5, load_alce, load_judgments
+from mirage.scoring.xor_attriqa import XorData, concat_data, load_xor_attriqa, score_items, xor_attriqa_pipeline
+from mirage.scoring.xor_eval import (
     SETTING_GROUPS,
     CalibrateBy,
     RowsNeeded,
@@ -71,7 +71,7 @@ def stored_xor_pipeline(store: str | Path, model: str) -> MirageConfig:
     that rows added to it are computed as its own were: the prompt, CTI metric and CCI method of the ``run.json``
     beside it (:func:`xor_attriqa_pipeline` where there is none). ConfigError if that run was of another model or
     its prompt template's text has changed since."""
-    from ..config import ConfigError
+    from mirage.config import ConfigError
 
     path = Path(store).parent / "run.json"
     if not path.is_file():
@@ -126,7 +126,7 @@ def require_scored(out_dir: Path, data: str | Path | Sequence[str | Path], n_sco
 def _model_stages(model: Any, out: Path, outputs_for: Callable[[StoreFor], tuple[dict, list]],
                   faith_keys: Callable[[dict], list[str]], result_for: Callable[[Any, str, dict], AttributionResult],
                   *, faithfulness: bool, progress: Progress | None, shard: Shard | None) -> tuple | None:
-    """A benchmark's model work, sharded (:mod:`mirage.sharding`): ``outputs_for(store_for)`` gives the per-item
+    """A benchmark's model work, sharded (:mod:`mirage.runs.sharding`): ``outputs_for(store_for)`` gives the per-item
     outputs and rejected rows, then (with ``faithfulness``) the check of each key of ``faith_keys(outputs)``.
     Returns ``(outputs, rejected, faithfulness summary or None)``, or None on a rank other than 0."""
 
@@ -184,7 +184,7 @@ computed again.
     learned classifier). ``limit`` keeps the first N rows of each file, the calibration files included. With
     ``faithfulness``, each test answer is attributed as a whole (sentence citations by the config's CCI selector)
     and checked; results are kept in ``faithfulness.jsonl``. Under a launcher (``torchrun``, ``accelerate launch``;
-    see :mod:`mirage.sharding`) each rank scores its shard; rank 0 returns the report of all of them, other ranks
+    see :mod:`mirage.runs.sharding`) each rank scores its shard; rank 0 returns the report of all of them, other ranks
     None. ``batch_items``: new items whose CTI and CCI passes run in padded batches (default: 8 on a GPU, 1 on a CPU,
     where one sequence already keeps the cores busy; see :func:`mirage.scoring.xor_attriqa.score_items`).
     ``group_passages``: rows of the per-passage release that answer the same question with the same answer become
@@ -294,7 +294,7 @@ computed again.
     report.faithfulness = faith
     if report.features and report.features.get("learned"):  # for `mirage attribute --citation-rule learned`
         write_atomic(out / "learned.json", json.dumps(report.features["learned"], indent=2) + "\n")
-    from .plots import sweep_figure
+    from mirage.scoring.plots import sweep_figure
 
     _save(out, report, sweep_figure(report.sweep) if report.sweep else None, "sweep.png")
     return report
@@ -306,7 +306,7 @@ def _self_match(model: Any, test: XorData, cal: XorData | None, *, out: Path, mo
     the counts per split; the generations go to (and resume from) ``out/matches.jsonl``."""
     import dataclasses
 
-    from .xor_attriqa import match_counts, match_generation_config, match_items, self_matched
+    from mirage.scoring.xor_attriqa import match_counts, match_generation_config, match_items, self_matched
 
     gen_cfg = match_generation_config(cfg)
     settings = {"model": model_name, "prompt": dataclasses.asdict(cfg.prompt),
@@ -387,7 +387,7 @@ def run_eli5(
                            bad_rows=list(data.bad_rows) + failed, settings=settings)
     report.versions = library_versions()
     report.faithfulness = faith
-    from .plots import length_figure
+    from mirage.scoring.plots import length_figure
 
     _save(out, report, length_figure(report.length_bins), "length_bins.png")
     return report
@@ -398,7 +398,7 @@ def score_faithfulness(model: Any, keys: Sequence[str], result_for: Callable[[An
     """Run the faithfulness check on the attributed answer of every key (``result_for(mirage, key)``), resumable
     through ``store``, and summarize it per citation method. ``model``: a Mirage, or a function returning one (called
     only if some answer is not done)."""
-    from ..faithfulness import FaithfulnessResult, faithfulness, summarize
+    from mirage.scoring.faithfulness import FaithfulnessResult, faithfulness, summarize
 
     done = {r["key"]: FaithfulnessResult.from_dict(r["faithfulness"]) for r in store.records()}
     todo = [key for key in keys if key not in done and owns(store, key)]

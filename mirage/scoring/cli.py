@@ -6,7 +6,7 @@ print the table.
 
 Both accept ``--config FILE``: a pipeline YAML, or an experiment file (``configs/*.yaml``) whose top-level ``model``,
 ``data``, ``text``, ``limit``, ``seeds`` and ``nli`` are defaults for the flags of the same name
-(:class:`mirage.experiment.ExperimentConfig`).
+(:class:`mirage.runs.experiment.ExperimentConfig`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError
-from ..data import resolve, resolve_all
-from ..experiment import ExperimentConfig, add_experiment_args, non_negative_int, positive_int
-from ..progress import terminal_progress
+from mirage.config import ConfigError
+from mirage.data import resolve, resolve_all
+from mirage.runs.experiment import ExperimentConfig, add_experiment_args, non_negative_int, positive_int
+from mirage.runs.progress import terminal_progress
 
 
 def _add_run_args(parser: argparse.ArgumentParser, *, skip: set[str]) -> None:
@@ -48,7 +48,7 @@ def _model_loader(exp: ExperimentConfig):
 
 def _print_faithfulness(summary: dict[str, Any] | None) -> None:
     if summary:
-        from ..faithfulness import FaithfulnessSummary
+        from mirage.scoring.faithfulness import FaithfulnessSummary
 
         print(FaithfulnessSummary.from_dict(summary).to_text())
 
@@ -62,7 +62,7 @@ def _finish(args: argparse.Namespace, report: Any, table: Callable[[Any], str], 
     """Report a benchmark run: bad rows, the table and faithfulness means, and where the results went (or, on a
     rank other than 0, that its share is done)."""
     if report is None:
-        from ..sharding import report_share_done
+        from mirage.runs.sharding import report_share_done
 
         return report_share_done()
     _report_bad_rows(report.bad_rows["rows"])
@@ -75,9 +75,9 @@ def _finish(args: argparse.Namespace, report: Any, table: Callable[[Any], str], 
 
 
 def cmd_xor_attriqa(args: argparse.Namespace) -> int:
-    from ..config import preset_option
-    from .benchmarks import run_xor_attriqa
-    from .tables import xor_table
+    from mirage.config import preset_option
+    from mirage.scoring.benchmarks import run_xor_attriqa
+    from mirage.scoring.tables import xor_table
 
     exp = ExperimentConfig.from_args(args, command="xor-attriqa")
     if not exp.data:
@@ -97,15 +97,15 @@ def cmd_xor_attriqa(args: argparse.Namespace) -> int:
 
 
 def cmd_eli5(args: argparse.Namespace) -> int:
-    from .benchmarks import run_eli5
-    from .tables import eli5_table
+    from mirage.scoring.benchmarks import run_eli5
+    from mirage.scoring.tables import eli5_table
 
     exp = ExperimentConfig.from_args(args, command="eli5")
     if not exp.data:
         raise ConfigError("give an ALCE-format file (DATA), or 'data' in the --config file.")
     judge = None
     if exp.nli:
-        from .nli import HFNLIJudge
+        from mirage.scoring.nli import HFNLIJudge
 
         print(f"loading NLI judge {exp.nli} …", file=sys.stderr)
         judge = HFNLIJudge.from_pretrained(exp.nli, device=exp.device)
@@ -118,7 +118,7 @@ def cmd_eli5(args: argparse.Namespace) -> int:
 
 def _run(func):
     def run(args: argparse.Namespace) -> int:
-        from .nli import NLIJudgeError
+        from mirage.scoring.nli import NLIJudgeError
 
         try:
             return func(args)
@@ -142,7 +142,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     xor.add_argument("--text", choices=["en", "native"], default=None,
                      help="en: English translations (English models, default); native: the annotated text")
     xor.add_argument("--faithfulness", action="store_true",
-                     help="also score how much each citation set matters to the model (mirage.faithfulness)")
+                     help="also score how much each citation set matters to the model (mirage.scoring.faithfulness)")
     xor.add_argument("--calibrate-on", nargs="+", metavar="FILE",
                      help="splits to calibrate on (e.g. train.jsonl val.jsonl; never the test files): MIRAGE-CAL's "
                           "CTI thresholds and the learned passage classifier are fitted on their pooled items")
@@ -181,7 +181,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     eli5.add_argument("--nli", help="Hugging Face NLI judge for ALCE citation quality "
                                     "(the paper: google/t5_xxl_true_nli_mixture)")
     eli5.add_argument("--faithfulness", action="store_true",
-                      help="also score how much each citation set matters to the model (mirage.faithfulness)")
+                      help="also score how much each citation set matters to the model (mirage.scoring.faithfulness)")
     eli5.add_argument("--at-most-citations", type=int, default=3, help="citations judged per sentence (ALCE: 3)")
     _add_run_args(eli5, skip={"--seed"})
     eli5.set_defaults(func=_run(cmd_eli5))

@@ -15,16 +15,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import MirageConfig
-from ..inputs import InputError
-from ..lazy import resolve_mirage
-from ..progress import Progress
-from ..results import AttributionResult
-from ..runs import ResumableJSONL, content_key
-from ..serialization import JSONRecord
-from ..sharding import owns
-from . import metrics as M
-from .rows import BadRow, RawRow, RowError, parse_rows, read_rows, require
+from mirage.config import MirageConfig
+from mirage.data.inputs import InputError
+from mirage.runs.lazy import resolve_mirage
+from mirage.runs.progress import Progress
+from mirage.attribution.results import AttributionResult
+from mirage.runs.store import ResumableJSONL, content_key
+from mirage.attribution.serialization import JSONRecord
+from mirage.runs.sharding import owns
+from mirage.scoring import metrics as M
+from mirage.scoring.rows import BadRow, RawRow, RowError, parse_rows, read_rows, require
 
 #: Sentence-length bins (words) of the paper's Figure 6: (low, high) inclusive, high None = no bound.
 LENGTH_BINS: tuple[tuple[int, int | None], ...] = ((1, 10), (11, 20), (21, 30), (31, 40), (41, None))
@@ -270,7 +270,7 @@ class ELI5Report(JSONRecord):
     bad_rows: dict[str, Any]
     settings: dict[str, Any]
     versions: dict[str, str] = field(default_factory=dict)
-    #: With ``--faithfulness``: mean drop/keep per citation method (:class:`mirage.faithfulness.FaithfulnessSummary`).
+    #: With ``--faithfulness``: mean drop/keep per citation method (:class:`mirage.scoring.faithfulness.FaithfulnessSummary`).
     faithfulness: dict[str, Any] | None = None
     format: int = REPORT_FORMAT
 

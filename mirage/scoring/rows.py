@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from ..inputs import BadRow, RawRow, read_rows
+from mirage.data.inputs import BadRow, RawRow, read_rows
 
 __all__ = ["BadRow", "RawRow", "RowError", "parse_rows", "read_rows", "require"]
 

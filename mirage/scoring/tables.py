@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .eli5 import ELI5Report
-from .xor_eval import TABLE_ORDER, XorAttriQAReport
+from mirage.scoring.eli5 import ELI5Report
+from mirage.scoring.xor_eval import TABLE_ORDER, XorAttriQAReport
 
 SETTING_NAMES = {
     "ex_top3": "MIRAGE-EX top-3",

@@ -24,17 +24,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from ..aggregation import content_mask
-from ..citations import parse_answer
-from ..config import MirageConfig
-from ..inputs import InputError
-from ..lazy import resolve_mirage
-from ..progress import Progress
-from ..runs import content_key
-from ..serialization import JSONRecord
-from ..sharding import owns
-from ..tokenization import tokenize_answer
-from .rows import BadRow, RawRow, RowError, parse_rows, read_rows, require
+from mirage.attribution.aggregation import content_mask
+from mirage.attribution.citations import parse_answer
+from mirage.config import MirageConfig
+from mirage.data.inputs import InputError
+from mirage.runs.lazy import resolve_mirage
+from mirage.runs.progress import Progress
+from mirage.runs.store import content_key
+from mirage.attribution.serialization import JSONRecord
+from mirage.runs.sharding import owns
+from mirage.attribution.tokenization import tokenize_answer
+from mirage.scoring.rows import BadRow, RawRow, RowError, parse_rows, read_rows, require
 
 TextView = Literal["en", "native"]
 
@@ -212,7 +212,7 @@ def _load_nli(path: Path) -> list[int] | None:
     indexed by the rows' ``idxs``; None when the file is not there. InputError naming the file and the problem."""
     import json
 
-    from ..inputs import json_kind, json_repr, read_text
+    from mirage.data.inputs import json_kind, json_repr, read_text
 
     if not path.exists():
         return None
@@ -305,7 +305,7 @@ class ItemScores(JSONRecord):
     tokens whose CCI was computed (a mapping; a run stores the tokens some setting selects, see
     :func:`needed_tokens`; empty when there is a single passage, which is then always kept); ``context_docs``:
     run-length ``[[doc, count], …]`` of the 0-based passage of each context token; ``signals``: the
-    leave-one-passage-out and attention signals (:class:`mirage.passage_signals.PassageSignals` as a dict), when
+    leave-one-passage-out and attention signals (:class:`mirage.likelihood.signals.PassageSignals` as a dict), when
     computed. Stores written before per-token rows read back with every token's row.
     """
 
@@ -409,16 +409,16 @@ def scores_from_records(records: Iterable[Any]) -> dict[str, ItemScores]:
 
 def xor_attriqa_pipeline() -> MirageConfig:
     """The pipeline ``mirage score xor-attriqa`` runs when no file or flag changes it: the default one with the
-    scorer's own prompt (:data:`mirage.experiment.DEFAULT_PROMPTS`: ``standard``, since these answers cite nothing).
+    scorer's own prompt (:data:`mirage.runs.experiment.DEFAULT_PROMPTS`: ``standard``, since these answers cite nothing).
     Give it to the functions here (or to the Mirage) to score as the command does."""
-    from ..experiment import ExperimentConfig
+    from mirage.runs.experiment import ExperimentConfig
 
     return ExperimentConfig.from_dict({}, command="xor-attriqa").pipeline
 
 
 def ex_config(cfg: MirageConfig) -> MirageConfig:
     """The run's config with the example-level CTI selector (MIRAGE-EX: mean + k·std of the answer's scores)."""
-    from ..config import CTIConfig
+    from mirage.config import CTIConfig
 
     return replace(cfg, cti=CTIConfig(metric=cfg.cti.metric, selector="std", std_k=cfg.cti.std_k,
                                       std_kind=cfg.cti.std_kind, threshold_floor=cfg.cti.threshold_floor))
@@ -449,7 +449,7 @@ def _item_scores(mirage: Any, item: XorItem, text: str, prep: Any, answer: Any, 
     tokens = [text[a:b] or mirage.lm.tokenizer.decode([t]) for (a, b), t in zip(answer.offsets, answer.ids)]
     sig = None
     if signals and n_docs > 1:
-        from ..passage_signals import passage_signals
+        from mirage.likelihood.signals import passage_signals
 
         sig = passage_signals(mirage.lm, prep, answer.ids, prepare=functools.partial(mirage.prepare, config=cfg),
                               logprob=scores.cti.logprobs or None,
@@ -512,7 +512,7 @@ def _write(store: Any, scores: ItemScores, rows: Iterable[int], *, item: bool = 
 def _wanted(item: XorItem, cti: Sequence[float], config: MirageConfig | None, needs: Needs | None,
             ex_rows: bool = True) -> set[int]:
     """The answer tokens whose CCI rows a run keeps: MIRAGE-EX's (with ``ex_rows``), and those ``needs`` names."""
-    from ..cti import select_tokens
+    from mirage.attribution.cti import select_tokens
 
     wanted = set(select_tokens(cti, ex_config(config or MirageConfig()).cti)[0]) if ex_rows else set()
     return wanted | (set(needs(item, cti)) if needs is not None else set())
@@ -531,7 +531,7 @@ def _update(mirage: Any, item: XorItem, sc: ItemScores, *, config: MirageConfig 
             sc.signals = new.signals
             _write(store, sc, (), signals=True)
     elif want_signals:
-        from ..passage_signals import passage_signals
+        from mirage.likelihood.signals import passage_signals
 
         cfg = ex_config(config or mirage.config)
         _text, prep, answer = _prepared(mirage, item, cfg)
@@ -657,7 +657,7 @@ def match_generation_config(cfg: MirageConfig) -> MirageConfig:
 def generate_own_answer(mirage: Any, item: XorItem, *, config: MirageConfig | None = None) -> str:
     """The scoring model's own answer to the item: its question and passages in the scoring prompt, generated as
     :func:`match_generation_config` says, decoded without special tokens."""
-    from ..generation import generate_answer
+    from mirage.attribution.generation import generate_answer
 
     cfg = match_generation_config(config or mirage.config)
     prep = mirage.prepare({"question": item.question, "docs": item.rag_item()["docs"]}, config=cfg)

@@ -16,16 +16,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from ..aggregation import doc_scores
-from ..cci import select_context
-from ..config import CCIConfig, ConfigError, ContextView, CTIConfig, MirageConfig
-from ..cti import select_tokens
-from ..learned import LearnedModel, fit_learned
-from ..passage_features import ALL_TOKEN_FEATURES, FEATURES, document_features, matrix
-from ..serialization import JSONRecord
-from . import metrics as M
-from .rows import BadRow
-from .xor_attriqa import NLI_FILES, ItemScores, XorItem
+from mirage.attribution.aggregation import doc_scores
+from mirage.attribution.cci import select_context
+from mirage.config import CCIConfig, ConfigError, ContextView, CTIConfig, MirageConfig
+from mirage.attribution.cti import select_tokens
+from mirage.likelihood.classifier import LearnedModel, fit_learned
+from mirage.likelihood.features import ALL_TOKEN_FEATURES, FEATURES, document_features, matrix
+from mirage.attribution.serialization import JSONRecord
+from mirage.scoring import metrics as M
+from mirage.scoring.rows import BadRow
+from mirage.scoring.xor_attriqa import NLI_FILES, ItemScores, XorItem
 
 CalibrateBy = Literal["global", "language"]
 
@@ -48,7 +48,7 @@ SETTING_GROUPS: tuple[str, ...] = ("ex", "cal", "likelihood")
 #: Old names of setting groups, accepted with a DeprecationWarning.
 GROUP_ALIASES = {"learned": "likelihood"}
 #: The threshold-free per-passage score of the ``passage_score`` setting (a feature of
-#: :mod:`mirage.passage_features`): how much the passage alone raises the answer's log-probability over no passage.
+#: :mod:`mirage.likelihood.features`): how much the passage alone raises the answer's log-probability over no passage.
 #: Chosen as the single feature with the best ROC-AUC on the calibration splits (train + val, English view,
 #: smollm2: 0.798; the leave-one-out drop 0.722, the best CCI aggregation 0.709), never on test rows.
 PASSAGE_SCORE = "only_gain"
@@ -295,7 +295,7 @@ class XorAttriQAReport(JSONRecord):
     bad_rows: dict[str, Any]
     settings: dict[str, Any]
     versions: dict[str, str] = field(default_factory=dict)
-    #: With ``--faithfulness``: mean drop/keep per citation method (:class:`mirage.faithfulness.FaithfulnessSummary`).
+    #: With ``--faithfulness``: mean drop/keep per citation method (:class:`mirage.scoring.faithfulness.FaithfulnessSummary`).
     faithfulness: dict[str, Any] | None = None
     #: The per-passage features: ``passage_score`` (the feature behind that setting), ``roc_auc`` of each feature
     #: on the test items, and, with calibration, the ``learned`` model (:class:`LearnedModel` as a dict), its
@@ -432,7 +432,7 @@ def calibrated_floor(calibration_items: Sequence[XorItem], scores: dict[str, Ite
 
 
 def passage_features(scores: ItemScores, *, cti: CTIConfig | None = None) -> list[dict[str, float]]:
-    """The per-passage features (:func:`mirage.passage_features.document_features`) of a scored item, over the
+    """The per-passage features (:func:`mirage.likelihood.features.document_features`) of a scored item, over the
     tokens MIRAGE-EX selects (``cti``: its selector; the example-level default)."""
     selected = select_tokens(scores.cti, cti or CTIConfig(selector="std"))[0] if scores.n_docs > 1 else []
     return document_features(cti=scores.cti, rows=scores.cci, docs=scores.docs_per_context_token(),
@@ -447,7 +447,7 @@ def _feature_rows(items: Sequence[XorItem], scores: dict[str, ItemScores], cti: 
 
 def fit_learned_model(calibration_items: Sequence[XorItem], scores: dict[str, ItemScores], *, cti: CTIConfig,
                       names: Sequence[str] = FEATURES) -> LearnedModel:
-    """The learned classifier fitted on the calibration items' passages (:mod:`mirage.learned`)."""
+    """The learned classifier fitted on the calibration items' passages (:mod:`mirage.likelihood.classifier`)."""
     rows = _feature_rows(calibration_items, scores, cti)
     X = [r for _item, feats in rows for r in matrix(feats, names)]
     y = [label for item, _feats in rows for label in item.labels]

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..lazy import lazy_exports
+from mirage.runs.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .adapters import AdapterError, AdapterInfo, apply_adapter, export_adapter, load_tuned, save_adapter
-    from .config import LoraSettings, RewardSettings, TrainSettings, TuneConfig
-    from .data import TrainingExample, build_gold, internals_examples, read_examples, shuffle_documents, write_examples
-    from .evaluate import CitationEval, JudgeSummary, evaluate_citations
-    from .grpo import RewardRun, train_reward
-    from .reward import CitationJudge, RewardTerms
-    from .sft import SFTRun, train_sft
+    from mirage.tune.adapters import AdapterError, AdapterInfo, apply_adapter, export_adapter, load_tuned, save_adapter
+    from mirage.tune.config import LoraSettings, RewardSettings, TrainSettings, TuneConfig
+    from mirage.tune.data import TrainingExample, build_gold, internals_examples, read_examples, shuffle_documents, write_examples
+    from mirage.tune.evaluate import CitationEval, JudgeSummary, evaluate_citations
+    from mirage.tune.grpo import RewardRun, train_reward
+    from mirage.tune.reward import CitationJudge, RewardTerms
+    from mirage.tune.sft import SFTRun, train_sft
 
 #: Imported on first access: training brings torch, trl and peft, and ``mirage tune --help`` should not.
 _LAZY = {

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import PromptConfig
-from ..models import (  # the base-model fingerprint is the core's: load_model(adapter=...) checks it too
+from mirage.config import PromptConfig
+from mirage.attribution.models import (  # the base-model fingerprint is the core's: load_model(adapter=...) checks it too
     LoadedModel,
     ModelLoadError,
     adapter_fits,
@@ -29,8 +29,8 @@ from ..models import (  # the base-model fingerprint is the core's: load_model(a
     weight_digest,
     weight_fingerprint,
 )
-from ..runs import write_atomic
-from ..serialization import JSONRecord, library_versions
+from mirage.runs.store import write_atomic
+from mirage.attribution.serialization import JSONRecord, library_versions
 
 if TYPE_CHECKING:
     import torch
@@ -48,7 +48,7 @@ class AdapterInfo(JSONRecord):
     """What an adapter was trained on: ``base_model`` (the name it was loaded by), ``architecture`` (model type and
     sizes), ``digest`` (a hash of some input-embedding rows rounded to bf16: the same for the same weights loaded in
     fp32 or bf16, different for a fine-tuned variant) and ``weights`` (those rows' sums, then their absolute sums:
-    the same within :data:`~mirage.models.FINGERPRINT_RTOL` in any dtype), ``prompt`` (the
+    the same within :data:`~mirage.attribution.models.FINGERPRINT_RTOL` in any dtype), ``prompt`` (the
     :class:`~mirage.config.PromptConfig` of its training prompts), ``stage`` (``sft`` or ``reward``) and
     ``training`` (the :class:`~mirage.tune.config.TuneConfig` as a dict, with the data it saw)."""
 
@@ -172,7 +172,7 @@ def apply_adapter(lm: LoadedModel, directory: str | Path, *, merge: bool = True)
 def load_tuned(directory: str | Path, *, device: str | torch.device | None = None,
                dtype: str | torch.dtype | None = None, merge: bool = True, base: str | None = None,
                use_chat_template: bool | None = None, **placement: Any) -> LoadedModel:
-    """The adapter's base model (``base``, or the name the adapter records; :func:`mirage.models.load_model`, with
+    """The adapter's base model (``base``, or the name the adapter records; :func:`mirage.attribution.models.load_model`, with
     ``placement``: ``device_map``, ``max_memory``, ``quantization``, ``memory_budget``, ``trust_remote_code``) with
     the adapter applied (:func:`apply_adapter`: refused on another base model), and the chat-template choice it was
     trained with unless ``use_chat_template`` says."""

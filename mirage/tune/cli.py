@@ -20,14 +20,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import ConfigError, MirageConfig, PromptConfig
-from ..data import resolve_all
-from ..experiment import add_device_args, loading_args, non_negative_int, positive_int
-from ..progress import terminal_progress
-from ..runs import write_atomic
+from mirage.config import ConfigError, MirageConfig, PromptConfig
+from mirage.data import resolve_all
+from mirage.runs.experiment import add_device_args, loading_args, non_negative_int, positive_int
+from mirage.runs.progress import terminal_progress
+from mirage.runs.store import write_atomic
 
 if TYPE_CHECKING:
-    from .data import BuildReport, TrainingExample
+    from mirage.tune.data import BuildReport, TrainingExample
 
 TUNE_HELP = ("citation fine-tuning: build training data, train a LoRA adapter (SFT, then a reward stage), evaluate "
              "its citations")
@@ -41,7 +41,7 @@ def _print_bad(rows: list[str]) -> None:
 
 def cmd_data(args: argparse.Namespace) -> int:
     """``mirage tune data {gold,internals}``: write a training set."""
-    from .data import BuildReport, build_gold, shuffle_documents, spread_positions, write_examples
+    from mirage.tune.data import BuildReport, build_gold, shuffle_documents, spread_positions, write_examples
 
     args.xor, args.eli5_demos, args.alce = (resolve_all(files) for files in (args.xor, args.eli5_demos, args.alce))
     if args.mode == "gold":
@@ -77,9 +77,9 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 def _internals(args: argparse.Namespace) -> tuple[list[TrainingExample], BuildReport]:
     """The self-distillation examples of ``mirage tune data internals`` and their report."""
-    from ..pipeline import Mirage
-    from ..scoring.eli5 import load_alce
-    from .data import BuildReport, TrainingExample, internals_cache, internals_examples, xor_examples
+    from mirage.pipeline import Mirage
+    from mirage.scoring.eli5 import load_alce
+    from mirage.tune.data import BuildReport, TrainingExample, internals_cache, internals_examples, xor_examples
 
     if not args.xor and not args.alce:
         raise ConfigError("give the questions to answer: --xor FILE... (XOR-AttriQA train/val) and/or --alce FILE.")
@@ -112,8 +112,8 @@ def _internals(args: argparse.Namespace) -> tuple[list[TrainingExample], BuildRe
 
 def cmd_sft(args: argparse.Namespace) -> int:
     """``mirage tune sft``: train the LoRA adapter."""
-    from .config import TuneConfig
-    from .sft import train_sft
+    from mirage.tune.config import TuneConfig
+    from mirage.tune.sft import train_sft
 
     cfg = TuneConfig.from_yaml(args.config)
     cfg = cfg.replace(model=args.model, data=args.data or None, device=args.device, dtype=args.dtype,
@@ -130,8 +130,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 def cmd_reward(args: argparse.Namespace) -> int:
     """``mirage tune reward``: the GRPO stage with mirage's reward."""
-    from .config import TuneConfig
-    from .grpo import train_reward
+    from mirage.tune.config import TuneConfig
+    from mirage.tune.grpo import train_reward
 
     cfg = TuneConfig.from_yaml(args.config)
     cfg = cfg.replace(model=args.model, adapter=args.adapter, data=args.data or None, device=args.device,
@@ -159,9 +159,9 @@ def _require_peft(args: argparse.Namespace) -> None:
 def _eval_mirage(args: argparse.Namespace) -> tuple[Any, str]:
     """The model ``tune eval`` and ``tune follow`` answer with (``--adapter`` on its base, or ``--model``), with its
     prompt (the adapter's unless ``--prompt``), and the base model's name (for the judge)."""
-    from ..models import load_model
-    from ..pipeline import Mirage
-    from .adapters import load_tuned, read_adapter_info
+    from mirage.attribution.models import load_model
+    from mirage.pipeline import Mirage
+    from mirage.tune.adapters import load_tuned, read_adapter_info
 
     if args.adapter and args.model:
         raise ConfigError("--adapter loads its own base model; give --adapter or --model, not both.")
@@ -182,7 +182,7 @@ def _eval_examples(args: argparse.Namespace, *, usable: Callable[[list[TrainingE
                    | None = None) -> list[TrainingExample]:
     """The XOR-AttriQA rows ``tune eval`` and ``tune follow`` answer: each file's (``--limit-each``), less the rows
     of the ``--exclude`` training sets, then (of those ``usable`` keeps) the first ``--limit``."""
-    from .data import read_examples, xor_examples
+    from mirage.tune.data import read_examples, xor_examples
 
     examples = []
     for path in resolve_all(args.data):
@@ -205,7 +205,7 @@ def _eval_examples(args: argparse.Namespace, *, usable: Callable[[list[TrainingE
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """``mirage tune eval``: how often a (tuned) model cites."""
-    from .evaluate import evaluate_citations, judge_config
+    from mirage.tune.evaluate import evaluate_citations, judge_config
 
     _require_peft(args)
     examples = _eval_examples(args)
@@ -222,8 +222,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_follow(args: argparse.Namespace) -> int:
     """``mirage tune follow``: the permutation test (does the self-citation follow the supporting passage?)."""
-    from .evaluate import judge_config
-    from .follow import evaluate_follow, single_supporting
+    from mirage.tune.evaluate import judge_config
+    from mirage.tune.follow import evaluate_follow, single_supporting
 
     _require_peft(args)
     examples = _eval_examples(args, usable=single_supporting)
@@ -242,7 +242,7 @@ def cmd_follow(args: argparse.Namespace) -> int:
 
 def _follow_command(args: argparse.Namespace) -> str:
     """The ``mirage tune follow`` line that reproduces a report (paths as given, machine paths made relative)."""
-    from ..run_files import portable_command
+    from mirage.runs.files import portable_command
 
     argv = ["tune", "follow", *args.data]
     for flag, value in (("--adapter", args.adapter), ("--model", args.model), ("--prompt", args.prompt),
@@ -261,8 +261,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     training checkpoint becomes an adapter folder first."""
     import tempfile
 
-    from .adapters import export_adapter
-    from .sft import checkpoint_adapter
+    from mirage.tune.adapters import export_adapter
+    from mirage.tune.sft import checkpoint_adapter
 
     source = Path(args.adapter)
     if (source / "trainer_state.json").is_file():  # DIR/checkpoints/checkpoint-N of a run stopped partway

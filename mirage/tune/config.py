@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, PromptConfig, read_config_file
-from ..inputs import short_repr
+from mirage.config import ConfigError, PromptConfig, read_config_file
+from mirage.data.inputs import short_repr
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -141,7 +141,7 @@ _SECTIONS = {"prompt": PromptConfig, "lora": LoraSettings, "train": TrainSetting
 
 @dataclass(frozen=True)
 class TuneConfig:
-    """One fine-tuning run: the base ``model`` (any name :func:`mirage.models.load_model` takes), the training
+    """One fine-tuning run: the base ``model`` (any name :func:`mirage.attribution.models.load_model` takes), the training
     ``data`` (files written by ``mirage tune data``), the RAG ``prompt`` the examples are rendered with (mirage's
     prompt section: the training prompt is the inference prompt), the ``adapter`` to start from (the SFT adapter, for
     the reward stage), ``device``/``dtype`` (null: mirage's defaults, fp32 on a CPU) and the sections above."""

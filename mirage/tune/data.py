@@ -12,7 +12,7 @@ Two builders, one format (:class:`TrainingExample`, a JSON line that ``datasets.
 
 Only the item is stored (question, documents, cited answer), never a rendered prompt: the SFT stage renders it with
 the model's own prompt builder (:meth:`mirage.pipeline.Mirage.prepare`), so the training prompt is the inference
-prompt of whichever model is tuned. Malformed rows are returned as :class:`~mirage.inputs.BadRow` (file, line,
+prompt of whichever model is tuned. Malformed rows are returned as :class:`~mirage.data.inputs.BadRow` (file, line,
 reason) and skipped.
 
     examples, bad = xor_examples("train.jsonl")
@@ -31,19 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..citations import parse_answer
-from ..config import MirageConfig
-from ..inputs import BadRow, InputError, RawRow, read_rows, read_text
-from ..progress import Progress
-from ..runs import ResumableJSONL, content_key, write_atomic
-from ..scoring.eli5 import parse_alce_row
-from ..scoring.rows import RowError, require
-from ..scoring.xor_attriqa import TextView, clean_query, load_xor_attriqa
-from ..sentences import split_sentences
-from ..serialization import JSONRecord
+from mirage.attribution.citations import parse_answer
+from mirage.config import MirageConfig
+from mirage.data.inputs import BadRow, InputError, RawRow, read_rows, read_text
+from mirage.runs.progress import Progress
+from mirage.runs.store import ResumableJSONL, content_key, write_atomic
+from mirage.scoring.eli5 import parse_alce_row
+from mirage.scoring.rows import RowError, require
+from mirage.scoring.xor_attriqa import TextView, clean_query, load_xor_attriqa
+from mirage.attribution.sentences import split_sentences
+from mirage.attribution.serialization import JSONRecord
 
 if TYPE_CHECKING:
-    from ..pipeline import Mirage
+    from mirage.pipeline import Mirage
 
 #: Where an example comes from.
 SOURCES = ("xor-attriqa", "eli5-demo", "internals")
@@ -59,7 +59,7 @@ class TrainingExample(JSONRecord):
     """One training item: a question, its documents and the answer to learn, ``output``, with its ``[n]`` marks.
 
     ``citations[i]``: the 1-based documents cited by sentence i of the answer (marks removed, as
-    :func:`mirage.citations.parse_answer` splits it); ``supporting``: the documents human annotators marked as
+    :func:`mirage.attribution.citations.parse_answer` splits it); ``supporting``: the documents human annotators marked as
     supporting the answer, where such labels exist (XOR-AttriQA), else None; ``file``/``line``: where the row came
     from; ``lang``: its query language, when known.
     """
@@ -141,7 +141,7 @@ def _marks(ids: Iterable[int]) -> str:
 def insert_citations(text: str, spans: Sequence[tuple[int, int]], citations: Sequence[Sequence[int]]) -> str:
     """``text`` with ``[n]`` marks at the end of each sentence (``spans[i]``, character spans in ``text``): before
     its closing punctuation when it has some (``Helsinki [1].``), else after it (``1986 [1]``). A sentence with no
-    citation is left as it is. :func:`mirage.citations.parse_answer` reads the marks back onto the same sentences."""
+    citation is left as it is. :func:`mirage.attribution.citations.parse_answer` reads the marks back onto the same sentences."""
     if len(spans) != len(citations):
         raise ValueError(f"{len(spans)} sentence spans but {len(citations)} citation lists")
     out, last = [], 0
@@ -161,7 +161,7 @@ def insert_citations(text: str, spans: Sequence[tuple[int, int]], citations: Seq
 
 
 def cite_sentences(text: str, citations: Sequence[int]) -> str:
-    """``text`` with the same citations on each of its sentences (:func:`mirage.sentences.split_sentences`)."""
+    """``text`` with the same citations on each of its sentences (:func:`mirage.attribution.sentences.split_sentences`)."""
     spans = split_sentences(text) or [(0, len(text))]
     return insert_citations(text, spans, [list(citations)] * len(spans))
 

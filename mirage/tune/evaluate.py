@@ -3,16 +3,16 @@
     report = evaluate_citations(Mirage(load_tuned("out/sft/adapter")), examples, max_new_tokens=48)
     report.answers_cited          # share of answers with at least one citation of an existing document
 
-Per answer: its self-citations per sentence (:func:`mirage.citations.parse_answer`), their union's precision and
+Per answer: its self-citations per sentence (:func:`mirage.attribution.citations.parse_answer`), their union's precision and
 recall against the documents labelled as supporting (where labels exist, :func:`mirage.bias.metrics.citation_set_prf`)
 and whether the item's reference answer occurs in it (:func:`mirage.bias.metrics.exact_match`). Greedy decoding
 with the inference prompt (:meth:`mirage.pipeline.Mirage.prepare`).
 
 With a ``judge`` (a :class:`mirage.config.MirageConfig`), mirage also attributes each generated answer on the same
-model (what did the model that wrote it use?) and runs the faithfulness check (:func:`mirage.faithfulness.faithfulness`)
+model (what did the model that wrote it use?) and runs the faithfulness check (:func:`mirage.scoring.faithfulness.faithfulness`)
 on its self-citations, mirage's citations and random sets of the same sizes. The report then compares, over
 (answer, document) pairs, the self-citations and mirage's citations with the human labels, and with each other
-(:class:`JudgeSummary`). With a ``store`` (a :class:`mirage.runs.ResumableJSONL`), every finished answer is
+(:class:`JudgeSummary`). With a ``store`` (a :class:`mirage.runs.store.ResumableJSONL`), every finished answer is
 appended as it is done, keyed by the item's id, question and documents, and a rerun with the same store and settings
 reuses it (a changed item is answered again). A store written by an earlier mirage (a ``{"header": …}`` first line)
 is converted once, its original kept beside it (:func:`_convert_v0_store`).
@@ -29,21 +29,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..bias.metrics import citation_set_prf, exact_match
-from ..citations import parse_answer
-from ..config import ConfigError, MirageConfig
-from ..faithfulness import FaithfulnessResult, FaithfulnessSummary, faithfulness, summarize
-from ..generation import generate_answer
-from ..inputs import InputError
-from ..learned import shipped_model_path
-from ..runs import ResumableJSONL, content_key, settings_differences
-from ..scoring import metrics
-from ..serialization import JSONRecord, library_versions
-from .data import TrainingExample
+from mirage.bias.metrics import citation_set_prf, exact_match
+from mirage.attribution.citations import parse_answer
+from mirage.config import ConfigError, MirageConfig
+from mirage.scoring.faithfulness import FaithfulnessResult, FaithfulnessSummary, faithfulness, summarize
+from mirage.attribution.generation import generate_answer
+from mirage.data.inputs import InputError
+from mirage.likelihood.classifier import shipped_model_path
+from mirage.runs.store import ResumableJSONL, content_key, settings_differences
+from mirage.scoring import metrics
+from mirage.attribution.serialization import JSONRecord, library_versions
+from mirage.tune.data import TrainingExample
 
 if TYPE_CHECKING:
-    from ..pipeline import Mirage
-    from ..progress import Progress
+    from mirage.pipeline import Mirage
+    from mirage.runs.progress import Progress
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -68,7 +68,7 @@ class JudgeSummary(JSONRecord):
     (a model that learned only "cite [1]" scores this). ``self_vs_mirage``: over the pairs of every attributed answer, ``pair_agreement`` (%) and
     Cohen's ``kappa`` of the two citation decisions, and ``sentence_jaccard``, the mean per-sentence Jaccard index of
     the two sets (1 where both leave a sentence uncited). ``faithfulness``: the drop/keep summary
-    (:class:`mirage.faithfulness.FaithfulnessSummary`) of self-citations, mirage's citations and random sets of the
+    (:class:`mirage.scoring.faithfulness.FaithfulnessSummary`) of self-citations, mirage's citations and random sets of the
     same sizes. ``errors``: answers mirage could not attribute (listed per answer)."""
 
     rule: str
@@ -151,7 +151,7 @@ def _answer_key(ex: TrainingExample) -> str:
 #: The fields a store adds to each answer row; the report's answers leave them out.
 _STORE_FIELDS = ("key", "settings")
 
-#: How a store written before :class:`mirage.runs.ResumableJSONL` begins: a header line, then rows keyed by ``id``.
+#: How a store written before :class:`mirage.runs.store.ResumableJSONL` begins: a header line, then rows keyed by ``id``.
 _V0_PREFIX = b'{"header": '
 
 
@@ -192,7 +192,7 @@ def _v0_rows(lines: Sequence[bytes]) -> tuple[dict[str, dict[str, Any]], int]:
 
 def _convert_v0_store(path: Path, settings: dict[str, Any], examples: Sequence[TrainingExample]) -> None:
     """Convert ``path`` in place if an earlier mirage wrote it (first line ``{"header": settings}``, then one row per
-    answer keyed by ``id``); any other file is left to :class:`mirage.runs.ResumableJSONL`.
+    answer keyed by ``id``); any other file is left to :class:`mirage.runs.store.ResumableJSONL`.
 
     Each row becomes a record keyed like the example of this run with its id (rows of ids not in ``examples``, or of
     an id whose examples differ, are not carried over); damaged lines (the torn last line of a killed run) are
@@ -257,7 +257,7 @@ def judge_answer(mirage: Mirage, ex: TrainingExample, answer: str, judge: Mirage
 
 def summarize_judge(answers: Sequence[dict[str, Any]], n_docs: Sequence[int], rule: str) -> JudgeSummary:
     """The :class:`JudgeSummary` of judged ``answers`` (``n_docs[i]``: answer i's number of documents)."""
-    from .reward import agreement_score
+    from mirage.tune.reward import agreement_score
 
     self_lab: list[bool] = []
     mir_lab: list[bool] = []
@@ -305,7 +305,7 @@ def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, m
     """Generate a greedy answer (at most ``max_new_tokens``) to each example's question and documents with
     ``mirage``'s model and prompt, and measure its self-citations (see :class:`CitationEval`); with ``judge``, also
     mirage's citations of each answer and the faithfulness check (:class:`JudgeSummary`); with ``store``, reuse
-    the answers stored there and append each new one as it is done (:class:`mirage.runs.ResumableJSONL`, keyed by the
+    the answers stored there and append each new one as it is done (:class:`mirage.runs.store.ResumableJSONL`, keyed by the
     example's id, question and documents, refusing a file made with another model, prompt, ``max_new_tokens`` or
     judge rule; an earlier mirage's file is converted once, see :func:`_convert_v0_store`)."""
     cfg = mirage.config.replace(generation={"max_new_tokens": max_new_tokens, "do_sample": False})

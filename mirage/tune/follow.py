@@ -31,17 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..bias.metrics import citation_set_prf
-from ..citations import parse_answer
-from ..runs import content_key
-from ..serialization import JSONRecord
-from .data import TrainingExample, cite_sentences, filler_documents
+from mirage.bias.metrics import citation_set_prf
+from mirage.attribution.citations import parse_answer
+from mirage.runs.store import content_key
+from mirage.attribution.serialization import JSONRecord
+from mirage.tune.data import TrainingExample, cite_sentences, filler_documents
 
 if TYPE_CHECKING:
-    from ..config import MirageConfig
-    from ..pipeline import Mirage
-    from ..progress import Progress
-    from .evaluate import CitationEval
+    from mirage.config import MirageConfig
+    from mirage.pipeline import Mirage
+    from mirage.runs.progress import Progress
+    from mirage.tune.evaluate import CitationEval
 
 
 def follows(cited: Iterable[int], position: int) -> bool:
@@ -253,7 +253,7 @@ def evaluate_follow(mirage: Mirage, examples: Sequence[TrainingExample], *, k: i
     ``store``; with ``judge``, mirage also attributes each answer; ``pool``: where filler passages come from) and
     compare the self-citations with the
     baselines (:func:`follow_report`)."""
-    from .evaluate import evaluate_citations
+    from mirage.tune.evaluate import evaluate_citations
 
     presentations = permutation_presentations(examples, k=k, seed=seed, pool=pool)
     if not presentations:

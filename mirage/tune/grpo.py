@@ -26,19 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import MirageConfig
-from ..inputs import InputError
-from ..models import LoadedModel, load_model
-from ..pipeline import Mirage
-from ..prompts import format_prompt, load_template
-from ..runs import write_atomic
-from ..serialization import JSONRecord, library_versions
-from .adapters import apply_adapter, check_base, read_adapter_info, save_adapter
-from .config import TuneConfig
-from .data import TrainingExample
-from .evaluate import judge_config
-from .reward import CitationJudge
-from .sft import (
+from mirage.config import MirageConfig
+from mirage.data.inputs import InputError
+from mirage.attribution.models import LoadedModel, load_model
+from mirage.pipeline import Mirage
+from mirage.attribution.prompts import format_prompt, load_template
+from mirage.runs.store import write_atomic
+from mirage.attribution.serialization import JSONRecord, library_versions
+from mirage.tune.adapters import apply_adapter, check_base, read_adapter_info, save_adapter
+from mirage.tune.config import TuneConfig
+from mirage.tune.data import TrainingExample
+from mirage.tune.evaluate import judge_config
+from mirage.tune.reward import CitationJudge
+from mirage.tune.sft import (
     check_run_dir,
     last_checkpoint,
     lora_config,

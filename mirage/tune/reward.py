@@ -9,7 +9,7 @@ Four terms, each in [0, 1], combined by the weights of :class:`~mirage.tune.conf
   the judge model's internals (:meth:`mirage.pipeline.Mirage.attribute_item` on the answer): the mean over its
   sentences of the Jaccard index of the two sets, 1 for a sentence both leave uncited (:func:`agreement_score`).
 - ``faithfulness``: do the self-cited documents matter to the model? Per sentence, the drop in its log-probability
-  when they are removed from the prompt (:func:`mirage.faithfulness.faithfulness`), per token, mapped to
+  when they are removed from the prompt (:func:`mirage.scoring.faithfulness.faithfulness`), per token, mapped to
   ``1 - exp(-max(0, drop) / scale)``; an uncited sentence scores 0 (:func:`faithfulness_score`).
 - ``format``: the share of sentences that cite at least one document, times the share of cited ids that name an
   existing document (:func:`format_score`).
@@ -29,16 +29,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..bias.metrics import citation_set_prf
-from ..citations import ParsedAnswer, parse_answer
-from ..config import MirageConfig
-from ..faithfulness import faithfulness
-from ..inputs import InputError
-from ..serialization import JSONRecord
-from .config import RewardSettings
+from mirage.bias.metrics import citation_set_prf
+from mirage.attribution.citations import ParsedAnswer, parse_answer
+from mirage.config import MirageConfig
+from mirage.scoring.faithfulness import faithfulness
+from mirage.data.inputs import InputError
+from mirage.attribution.serialization import JSONRecord
+from mirage.tune.config import RewardSettings
 
 if TYPE_CHECKING:
-    from ..pipeline import Mirage
+    from mirage.pipeline import Mirage
 
 #: The reward's terms, in the order of the config's weights.
 TERMS = ("rage", "agreement", "faithfulness", "format")

@@ -5,7 +5,7 @@ training set, with trl's ``SFTTrainer`` and the loss on the answer only.
 
 Each example is rendered by mirage's own prompt builder (:meth:`mirage.pipeline.Mirage.prepare`, chat template
 applied as mirage applies it), so the model learns on the very prompt it is asked with at inference; the answer
-follows as mirage force-decodes one (:func:`mirage.tokenization.tokenize_answer`), then the end-of-turn token.
+follows as mirage force-decodes one (:func:`mirage.attribution.tokenization.tokenize_answer`), then the end-of-turn token.
 Examples longer than ``train.max_length`` tokens are left out and listed, never cut. Checkpoints go to
 ``DIR/checkpoints``; running again with the same ``-o`` resumes from the newest, and refuses other settings.
 """
@@ -22,16 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import ConfigError, MirageConfig
-from ..inputs import InputError
-from ..models import LoadedModel, load_model
-from ..pipeline import Mirage
-from ..runs import write_atomic
-from ..serialization import JSONRecord, library_versions
-from ..tokenization import tokenize_answer
-from .adapters import AdapterError, save_adapter
-from .config import TuneConfig
-from .data import TrainingExample, read_examples
+from mirage.config import ConfigError, MirageConfig
+from mirage.data.inputs import InputError
+from mirage.attribution.models import LoadedModel, load_model
+from mirage.pipeline import Mirage
+from mirage.runs.store import write_atomic
+from mirage.attribution.serialization import JSONRecord, library_versions
+from mirage.attribution.tokenization import tokenize_answer
+from mirage.tune.adapters import AdapterError, save_adapter
+from mirage.tune.config import TuneConfig
+from mirage.tune.data import TrainingExample, read_examples
 
 if TYPE_CHECKING:
     import datasets

@@ -1,0 +1,515 @@
+"""Teacher-forced forward passes over an answer, for causal and encoder-decoder models alike: the no-grad pass, the
+optional differentiable pass (:class:`AttributionGraph`, gradients to the input embeddings only) and the answer
+tokens' (log-)probabilities.
+
+Shapes: ``n_answer`` answer tokens, ``vocab`` vocabulary entries, ``seq`` input positions, ``hidden`` model width.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.utils.checkpoint
+
+from mirage.attribution.models import LoadedModel, format_size
+
+
+def _decoder_ids(lm: LoadedModel, answer_ids: Sequence[int]) -> list[int]:
+    start = lm.model.config.decoder_start_token_id
+    if start is None:
+        start = lm.model.config.pad_token_id
+    return [int(start)] + list(answer_ids[:-1])
+
+
+def model_inputs(lm: LoadedModel, prompt_ids: Sequence[int], answer_ids: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The attributed input ids and the positions whose logits predict each answer token.
+
+    Causal: input = prompt + answer[:-1], positions len(prompt)-1 ... ; encoder-decoder: the encoder input is the
+    prompt and the positions index the decoder.
+    """
+    if lm.is_encoder_decoder:
+        return list(prompt_ids), list(range(len(answer_ids)))
+    seq = list(prompt_ids) + list(answer_ids[:-1])
+    first = len(prompt_ids) - 1
+    return seq, list(range(first, first + len(answer_ids)))
+
+
+def _run(
+    lm: LoadedModel,
+    *,
+    input_ids: torch.Tensor | None = None,
+    inputs_embeds: torch.Tensor | None = None,
+    answer_ids: Sequence[int],
+    positions: Sequence[int],
+) -> torch.Tensor:
+    """Logits ``[batch, len(positions), vocab]`` at the given positions."""
+    keep = torch.tensor(list(positions), device=lm.device)
+    kwargs: dict = {"use_cache": False}
+    if input_ids is not None:
+        kwargs["input_ids"] = input_ids
+    else:
+        kwargs["inputs_embeds"] = inputs_embeds
+    batch = (input_ids if input_ids is not None else inputs_embeds).shape[0]
+    if lm.is_encoder_decoder:
+        dec = torch.tensor([_decoder_ids(lm, answer_ids)], device=lm.device).expand(batch, -1)
+        kwargs["decoder_input_ids"] = dec
+        return lm.model(**kwargs).logits[:, keep]
+    return causal_pass(lm, positions, **kwargs).logits
+
+
+def causal_pass(lm: LoadedModel, positions: Sequence[int], **kwargs: object) -> object:
+    """One pass of a causal model whose output's ``logits`` are ``[batch, len(positions), vocab]``, those at
+    ``positions`` only: the output head runs on those rows alone where the model takes ``logits_to_keep`` (a
+    large vocabulary's head over every prompt position costs more than the layers), else it is sliced. Other
+    outputs (``past_key_values``, ``attentions``) are the model's own. ``positions`` empty: the head runs on
+    one row, whose logits the caller does not want."""
+    keep = torch.tensor(list(positions) or [0], device=lm.device)
+    try:
+        out = lm.model(**kwargs, logits_to_keep=keep)
+        if out.logits.shape[1] == len(keep):
+            return out
+    except TypeError:
+        pass  # models without logits_to_keep
+    out = lm.model(**kwargs)
+    out.logits = out.logits[:, keep]
+    return out
+
+
+@torch.inference_mode()
+def answer_logits(lm: LoadedModel, prompt_ids: Sequence[int], answer_ids: Sequence[int]) -> torch.Tensor:
+    """Logits ``[n_answer, vocab]`` (fp32) predicting each answer token after ``prompt_ids``."""
+    seq, positions = model_inputs(lm, prompt_ids, answer_ids)
+    ids = torch.tensor([seq], device=lm.device)
+    return _run(lm, input_ids=ids, answer_ids=answer_ids, positions=positions)[0].float()
+
+
+def embed(lm: LoadedModel, ids: Sequence[int]) -> torch.Tensor:
+    """Input embeddings ``[1, seq, hidden]`` (detached) of the attributed input ids."""
+    table = lm.model.get_input_embeddings()
+    with torch.no_grad():
+        return table(torch.tensor([list(ids)], device=lm.device)).detach()
+
+
+def logits_from_embeds(
+    lm: LoadedModel, inputs_embeds: torch.Tensor, answer_ids: Sequence[int], positions: Sequence[int]
+) -> torch.Tensor:
+    """Logits ``[batch, len(positions), vocab]`` from input embeddings ``[batch, seq, hidden]`` (differentiable).
+
+    For causal models ``positions`` index the input sequence; for encoder-decoders they index the decoder.
+    """
+    return _run(lm, inputs_embeds=inputs_embeds, answer_ids=answer_ids, positions=positions)
+
+
+@contextmanager
+def frozen_parameters(model: torch.nn.Module) -> Iterator[None]:
+    """Turn off ``requires_grad`` on every parameter for the block (no weight gradients), then restore it."""
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    for p, _ in flags:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+@dataclass
+class AttributionGraph:
+    """One differentiable forward pass over the attributed input, parameters frozen: the input-embedding leaf
+    ``[1, seq, hidden]`` and the logits ``[1, n_answer, vocab]`` predicting every answer token.
+
+    When the answer was not just generated, the token-scoring stage builds this once and reads CTI's with-documents
+    logits from it, so CCI's backward passes need no forward pass of their own.
+    """
+
+    inputs: torch.Tensor
+    logits: torch.Tensor
+
+    def answer_logits(self) -> torch.Tensor:
+        """Detached fp32 logits ``[n_answer, vocab]`` (what :func:`answer_logits` returns)."""
+        return self.logits[0].detach().float()
+
+
+def graph_from_embeds(lm: LoadedModel, embeds: torch.Tensor, answer_ids: Sequence[int],
+                      positions: Sequence[int]) -> AttributionGraph:
+    """A differentiable pass from a copy of ``embeds`` ``[1, seq, hidden]`` made a gradient leaf (call it with the
+    parameters frozen, see :func:`frozen_parameters`); its layers checkpointed where :func:`plan_graph` says the
+    whole graph would not fit."""
+    leaf = embeds.clone().requires_grad_(True)
+    plan = plan_graph(lm, embeds.shape[1])
+    try:
+        with checkpointed_layers(lm.model, plan.checkpoint):
+            logits = logits_from_embeds(lm, leaf, answer_ids, positions)
+    except torch.OutOfMemoryError as err:
+        raise out_of_memory_error(lm, embeds.shape[1], err) from None
+    return AttributionGraph(inputs=leaf, logits=logits)
+
+
+def attribution_graph(lm: LoadedModel, input_ids: Sequence[int], answer_ids: Sequence[int],
+                      answer_positions: Sequence[int]) -> AttributionGraph:
+    """Run the attributed input once with gradients to the input embeddings only (see :func:`model_inputs`)."""
+    with frozen_parameters(lm.model):
+        return graph_from_embeds(lm, embed(lm, input_ids), answer_ids, answer_positions)
+
+
+def with_documents_logits(lm: LoadedModel, prompt_ids: Sequence[int], answer_ids: Sequence[int], *,
+                          graph: bool) -> tuple[torch.Tensor, AttributionGraph | None]:
+    """The with-documents logits ``[n_answer, vocab]`` (fp32) and, with ``graph``, the differentiable pass they were
+    read from (for CCI to take its gradients from); without it, an inference pass and None."""
+    if graph:
+        input_ids, positions = model_inputs(lm, prompt_ids, answer_ids)
+        built = attribution_graph(lm, input_ids, answer_ids, positions)
+        return built.answer_logits(), built
+    return answer_logits(lm, prompt_ids, answer_ids), None
+
+
+def token_probabilities(logits: torch.Tensor, ids: Sequence[int], *, log: bool = False) -> list[float]:
+    """Probability of each token ``ids[i]`` under ``softmax(logits[i])`` in fp32, or with ``log`` its
+    log-probability (from ``log_softmax``, which is not bit-identical to the log of the probability);
+    logits ``[n_tokens, vocab]``, ``n_tokens >= len(ids)``."""
+    if not len(ids):
+        return []
+    rows = logits[: len(ids)].float()
+    dist = torch.log_softmax(rows, dim=-1) if log else torch.softmax(rows, dim=-1)
+    return dist.gather(1, torch.tensor(list(ids), device=dist.device).unsqueeze(1)).squeeze(1).tolist()
+
+
+#: Padded tokens per batched inference pass when the caller gives no budget (CPU; on a GPU the budget follows
+#: free memory, see :func:`batch_token_budget`).
+CPU_BATCH_TOKENS = 8192
+
+
+def _token_budget(lm: LoadedModel, per_token: int, cpu: int) -> int:
+    """A quarter of free GPU memory over ``per_token`` bytes, at least 512 tokens; ``cpu`` tokens on a CPU."""
+    if lm.device.type != "cuda":
+        return cpu
+    free, _total = torch.cuda.mem_get_info(lm.device)
+    return max(512, int(free // 4 // per_token))
+
+
+def batch_token_budget(lm: LoadedModel) -> int:
+    """Padded tokens per batched inference pass: a quarter of free GPU memory over the activations per token
+    (hidden states of every layer, the attention scores are not kept in inference), at least one sequence."""
+    sizes = lm.sizes
+    return _token_budget(lm, (16 * sizes.hidden + sizes.vocab) * max(4, torch.finfo(lm.dtype).bits // 8),
+                         CPU_BATCH_TOKENS)
+
+
+def token_groups(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Indices grouped (longest first) so that each group's rows × its longest row stay within ``budget``."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def _pad_id(lm: LoadedModel) -> int:
+    pad = lm.tokenizer.pad_token_id
+    if pad is None:
+        pad = lm.tokenizer.eos_token_id
+    return int(pad) if pad is not None else 0
+
+
+def _left_padded(lm: LoadedModel, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, dict]:
+    """Causal batch of ``seqs``: the left-padded ids ``[batch, width]`` on the device, and the attention mask and
+    position ids that let each row's real tokens see what they see alone, at the positions they have alone."""
+    width = max(len(seq) for seq in seqs)
+    ids = torch.full((len(seqs), width), _pad_id(lm), dtype=torch.long)
+    mask = torch.zeros(len(seqs), width, dtype=torch.long)
+    for r, seq in enumerate(seqs):
+        ids[r, width - len(seq):], mask[r, width - len(seq):] = torch.tensor(list(seq)), 1
+    position_ids = (mask.cumsum(-1) - 1).clamp_min(0)
+    return ids.to(lm.device), {"attention_mask": mask.to(lm.device), "position_ids": position_ids.to(lm.device),
+                               "use_cache": False}
+
+
+@torch.inference_mode()
+def batched_answer_logits(lm: LoadedModel, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *,
+                          max_batch_tokens: int | None = None) -> list[torch.Tensor]:
+    """:func:`answer_logits` of several ``(prompt_ids, answer_ids)`` pairs: a list of ``[n_answer, vocab]`` (fp32),
+    from padded batches of at most ``max_batch_tokens`` padded positions (default :func:`batch_token_budget`).
+
+    Causal models: left padding with an attention mask and explicit position ids (each row's real tokens see what
+    they see alone, at the positions they have alone), and only the last ``max(n_answer)`` positions' logits are
+    computed. Encoder-decoders: right padding of the encoder input and of the decoder input, both masked. The
+    result equals per-pair :func:`answer_logits` up to float rounding of batched matrix products."""
+    if not pairs:
+        return []
+    if any(not len(a) for _p, a in pairs):
+        raise ValueError("every pair needs at least one answer token.")
+    inputs = [model_inputs(lm, p, a)[0] for p, a in pairs]
+    budget = max_batch_tokens or batch_token_budget(lm)
+    out: list[torch.Tensor | None] = [None] * len(pairs)
+    pad = _pad_id(lm)
+    for group in token_groups([len(seq) for seq in inputs], budget):
+        width = max(len(inputs[i]) for i in group)
+        n_keep = max(len(pairs[i][1]) for i in group)
+        if lm.is_encoder_decoder:
+            mask = torch.zeros(len(group), width, dtype=torch.long)
+            ids = torch.full((len(group), width), pad, dtype=torch.long)
+            dec = torch.full((len(group), n_keep), pad, dtype=torch.long)
+            dec_mask = torch.zeros(len(group), n_keep, dtype=torch.long)
+            for r, i in enumerate(group):
+                seq, answer = inputs[i], pairs[i][1]
+                ids[r, :len(seq)], mask[r, :len(seq)] = torch.tensor(seq), 1
+                dec[r, :len(answer)], dec_mask[r, :len(answer)] = torch.tensor(_decoder_ids(lm, answer)), 1
+            logits = lm.model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device),
+                              decoder_input_ids=dec.to(lm.device), decoder_attention_mask=dec_mask.to(lm.device),
+                              use_cache=False).logits
+            for r, i in enumerate(group):
+                out[i] = logits[r, :len(pairs[i][1])].float()
+            continue
+        ids, kwargs = _left_padded(lm, [inputs[i] for i in group])
+        logits = causal_pass(lm, range(width - n_keep, width), input_ids=ids, **kwargs).logits
+        for r, i in enumerate(group):
+            n = len(pairs[i][1])
+            out[i] = logits[r, n_keep - n:].float()
+    return out  # type: ignore[return-value]
+
+
+#: Padded tokens per batched differentiable pass on a CPU (its activations stay for the backward passes).
+CPU_GRAPH_TOKENS = 2048
+
+
+def graph_token_budget(lm: LoadedModel) -> int:
+    """Padded tokens per batched differentiable pass (:func:`batched_attribution_graph`): a quarter of free GPU memory
+    over the activations a token keeps for the backward pass in every layer, at least one sequence."""
+    sizes = lm.sizes
+    return _token_budget(lm, sizes.layers * 24 * sizes.hidden * max(2, torch.finfo(lm.dtype).bits // 8),
+                         CPU_GRAPH_TOKENS)
+
+
+@dataclass
+class BatchGraph:
+    """One differentiable pass over several attributed inputs of a causal model, left-padded (parameters frozen):
+    the input-embedding leaf ``[batch, width, hidden]``, the logits ``[batch, n_keep, vocab]`` of the last
+    ``n_keep`` positions (``n_keep``: the longest answer), each row's padding ``pads[b]`` and answer length
+    ``n_answer[b]``. Rows do not interact, so a sum of targets over rows has, on each row's inputs, the gradient of
+    that row's target alone."""
+
+    inputs: torch.Tensor
+    logits: torch.Tensor
+    pads: list[int]
+    n_answer: list[int]
+
+    def column(self, row: int, i: int) -> int:
+        """Where ``logits[row]`` holds the logits predicting answer token ``i`` of that row."""
+        return self.logits.shape[1] - self.n_answer[row] + i
+
+    def answer_logits(self, row: int) -> torch.Tensor:
+        """Detached fp32 logits ``[n_answer, vocab]`` of one row (what :func:`answer_logits` returns)."""
+        return self.logits[row, self.column(row, 0):].detach().float()
+
+
+def batched_attribution_graph(lm: LoadedModel, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> BatchGraph:
+    """:func:`attribution_graph` of several ``(prompt_ids, answer_ids)`` pairs in one left-padded pass (causal
+    models only; the rows equal their single passes up to float rounding of batched matrix products)."""
+    if lm.is_encoder_decoder:
+        raise ValueError("batched_attribution_graph: causal models only.")
+    if not pairs or any(not len(a) for _p, a in pairs):
+        raise ValueError("every pair needs at least one answer token.")
+    inputs = [model_inputs(lm, p, a)[0] for p, a in pairs]
+    ids, kwargs = _left_padded(lm, inputs)
+    width, n_keep = ids.shape[1], max(len(a) for _p, a in pairs)
+    plan = plan_graph(lm, width, rows=len(inputs))
+    with frozen_parameters(lm.model):
+        with torch.no_grad():
+            leaf = lm.model.get_input_embeddings()(ids).detach()
+        leaf.requires_grad_(True)
+        try:
+            with checkpointed_layers(lm.model, plan.checkpoint):
+                logits = causal_pass(lm, range(width - n_keep, width), inputs_embeds=leaf, **kwargs).logits
+        except torch.OutOfMemoryError as err:
+            raise out_of_memory_error(lm, width * len(inputs), err) from None
+    return BatchGraph(inputs=leaf, logits=logits, pads=[width - len(seq) for seq in inputs],
+                      n_answer=[len(a) for _p, a in pairs])
+
+
+# -- memory: what a differentiable pass keeps, the budget it must fit, and checkpointing --------------------------------
+
+
+class MemoryBudgetError(RuntimeError):
+    """A differentiable pass that cannot fit the memory budget (or the free memory), with the fix in the message."""
+
+
+def memory_in_use(device: torch.device) -> int:
+    """Bytes this process holds where a budget is counted: allocated memory of a CUDA device, else the process's
+    resident memory (Linux ``/proc/self/statm``; 0 where it cannot be read)."""
+    if device.type == "cuda":
+        return int(torch.cuda.memory_allocated(device))
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes free for new tensors on ``device``: CUDA's free memory, else the machine's available memory."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return 4 * 2**30
+
+
+def _element_bytes(lm: LoadedModel) -> int:
+    return max(2, torch.finfo(lm.dtype).bits // 8)
+
+
+def _eager_attention(lm: LoadedModel) -> bool:
+    return str(getattr(lm.model.config, "_attn_implementation", "eager") or "eager") == "eager"
+
+
+def layer_token_bytes(lm: LoadedModel, seq: int) -> int:
+    """Bytes one layer keeps per token for the backward pass: about ten hidden-wide and four MLP-wide tensors (a
+    Llama-style block; measured on smollm2-135m: 1.2-1.4 MB per token over its 30 layers in fp32), plus the attention
+    probabilities' row where attention is eager (``seq`` scores per head, kept twice)."""
+    sizes = lm.sizes
+    per = (10 * sizes.hidden + 4 * (sizes.intermediate or 4 * sizes.hidden)) * _element_bytes(lm)
+    if _eager_attention(lm):
+        per += 2 * sizes.heads * seq * _element_bytes(lm)
+    return per
+
+
+def graph_bytes(lm: LoadedModel, seq: int, *, checkpoint: bool, rows: int = 1) -> int:
+    """Estimated bytes of a differentiable pass over ``rows`` sequences of ``seq`` positions: every layer's saved
+    activations, or, checkpointed, each layer's input alone plus one layer recomputed at a time."""
+    sizes = lm.sizes
+    per_layer = layer_token_bytes(lm, seq)
+    if checkpoint:
+        return rows * seq * (sizes.layers * sizes.hidden * _element_bytes(lm) + per_layer)
+    return rows * seq * sizes.layers * per_layer
+
+
+def backward_row_bytes(lm: LoadedModel, seq: int, rows: int = 1) -> int:
+    """Estimated bytes one more target adds to a vmapped backward pass: the gradients of one layer's activations
+    for each position (the backward frees a layer's before the next), in float32."""
+    return rows * seq * 2 * layer_token_bytes(lm, seq) * 4 // _element_bytes(lm)
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    """How a differentiable pass fits: ``checkpoint`` its layers or not, and ``room`` (bytes) left for the backward
+    passes' targets."""
+
+    checkpoint: bool
+    room: int
+
+
+#: The share of a memory budget kept free of planned tensors: the allocator's fragmentation and the passes'
+#: temporaries (a 7.7k-token prompt under a 3 GB budget peaked 3 % above it with none kept; see docs/scaling.md).
+BUDGET_HEADROOM = 0.1
+
+
+def budget_room(lm: LoadedModel) -> int:
+    """Bytes the memory budget leaves for new tensors now (its headroom kept; negative when over)."""
+    return int((lm.memory_budget or 0) * (1 - BUDGET_HEADROOM)) - memory_in_use(lm.device)
+
+
+def _limit(lm: LoadedModel) -> tuple[int, str]:
+    """Bytes a new pass may use now, and what limits it (for messages)."""
+    if lm.memory_budget is not None:
+        used = memory_in_use(lm.device)
+        return int(lm.memory_budget * (1 - BUDGET_HEADROOM)) - used, (
+            f"the memory budget {format_size(lm.memory_budget)} ({format_size(used)} already in use, "
+            f"{BUDGET_HEADROOM:.0%} kept free)")
+    free = free_memory(lm.device)
+    return int(free * 0.8), f"the free memory ({format_size(free)} on {lm.device})"
+
+
+def plan_graph(lm: LoadedModel, seq: int, rows: int = 1) -> GraphPlan:
+    """Whether a differentiable pass over ``rows`` x ``seq`` positions fits as it is or with its layers checkpointed
+    (each layer's activations recomputed in the backward pass: about one more forward pass of time), within the
+    memory budget (:attr:`~mirage.attribution.models.LoadedModel.memory_budget`) or else 80 % of the free memory. With a budget,
+    a pass that does not fit even checkpointed (with one backward target) raises :class:`MemoryBudgetError`, in one
+    line naming the budget and the switches; without one it is tried (checkpointed), and an out-of-memory error
+    becomes that message (:func:`out_of_memory_error`). The choice is recorded in ``lm.passes["checkpointing"]``."""
+    left, what = _limit(lm)
+    one_target = backward_row_bytes(lm, seq, rows)
+    full = graph_bytes(lm, seq, checkpoint=False, rows=rows)
+    can = has_checkpoint_layers(lm.model)
+    if full + one_target <= left or not can:
+        checkpoint, need = False, full
+    else:
+        checkpoint, need = True, graph_bytes(lm, seq, checkpoint=True, rows=rows)
+    if lm.memory_budget is not None and need + one_target > left:
+        raise MemoryBudgetError(
+            f"the differentiable pass over {rows * seq} tokens needs about {format_size(need + one_target)}"
+            f"{' with gradient checkpointing' if checkpoint else ''}, more than {what} leaves "
+            f"({format_size(max(0, left))}); {_FIXES}")
+    lm.passes["checkpointing"] = "on" if checkpoint else "off"
+    return GraphPlan(checkpoint=checkpoint, room=left - need)
+
+
+_FIXES = ("raise the budget (--memory-budget / memory_budget, or --max-memory SIZE), shorten the prompt (fewer or "
+          "shorter documents), or split the model over more devices (--device-map).")
+
+
+def out_of_memory_error(lm: LoadedModel, seq: int, err: BaseException) -> MemoryBudgetError:
+    """The one-line :class:`MemoryBudgetError` for an out-of-memory error during a pass over ``seq`` positions."""
+    limit = (f"the memory budget {format_size(lm.memory_budget)}" if lm.memory_budget is not None
+             else f"the memory of {lm.device}")
+    first = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+    return MemoryBudgetError(f"out of memory attributing over {seq} tokens within {limit} ({first}); set a budget "
+                             f"the model can keep to (--memory-budget SIZE: gradient checkpointing and smaller CCI "
+                             f"batches), or {_FIXES.split(', ', 1)[1]}")
+
+
+def _checkpoint_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's repeated blocks: transformers' ``GradientCheckpointingLayer`` modules (the decoder and encoder
+    layers of every recent model)."""
+    try:
+        from transformers.modeling_layers import GradientCheckpointingLayer
+    except ImportError:  # pragma: no cover - transformers < 4.52
+        return []
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+
+def has_checkpoint_layers(model: torch.nn.Module) -> bool:
+    """Whether :func:`checkpointed_layers` can checkpoint ``model``."""
+    return bool(_checkpoint_layers(model))
+
+
+@contextmanager
+def checkpointed_layers(model: torch.nn.Module, on: bool = True) -> Iterator[None]:
+    """Within: each of the model's blocks runs under ``torch.utils.checkpoint`` (non-reentrant), so a forward pass
+    keeps each block's input alone and the backward pass recomputes the rest, block by block. The model stays in
+    eval mode (no dropout; transformers' own switch needs training mode); the backward passes may run after the
+    block ends. Works under accelerate's hooks (the recompute runs the hooked forward again). ``on`` False: nothing
+    changes."""
+    layers = _checkpoint_layers(model) if on else []
+    patched = []
+    for layer in layers:
+        inner = layer.forward
+
+        def forward(*args: object, _inner: object = inner, **kwargs: object) -> object:
+            if not torch.is_grad_enabled():
+                return _inner(*args, **kwargs)
+            return torch.utils.checkpoint.checkpoint(_inner, *args, use_reentrant=False, **kwargs)
+
+        had = "forward" in vars(layer)
+        patched.append((layer, had, inner))
+        layer.forward = forward
+    try:
+        yield
+    finally:
+        for layer, had, inner in patched:
+            if had:
+                layer.forward = inner
+            else:
+                del layer.forward

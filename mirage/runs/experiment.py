@@ -1,0 +1,437 @@
+"""One experiment configuration for every run command, read once from an experiment file and the command line.
+
+An :class:`ExperimentConfig` holds what a run command runs: the model, the data files, the XOR-AttriQA text view, the
+row limit, the generation seeds, the NLI judge, the pipeline :class:`~mirage.config.MirageConfig`, and where the model
+runs. An experiment file (``configs/*.yaml``) gives the top-level keys of :data:`mirage.config.EXPERIMENT_KEYS` beside
+the pipeline sections; flags given on the command line win over it. :meth:`ExperimentConfig.fingerprint` is what the
+stored model outputs of a run depend on: every run command's resume check compares it.
+
+    exp = ExperimentConfig.from_yaml("configs/xor_attriqa_cora_mgen.yaml", command="xor-attriqa")
+    exp.fingerprint()     # {"benchmark": "xor-attriqa", "model": "gsarti/cora_mgen", ...}
+    mirage = exp.load_mirage()
+
+The pipeline flags (``--cti-std``, ``--cci-top-k``, …) are made from the metadata of the config fields that declare
+one (``flag``, ``help``, ``implies``; see :mod:`mirage.config`): a new field gets its flag where it is declared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+from mirage.config import (
+    COMMAND_SECTIONS,
+    EXPERIMENT_KEYS,
+    ConfigError,
+    MirageConfig,
+    read_config_file,
+    section_dict,
+    with_implied,
+)
+
+if TYPE_CHECKING:
+    from mirage.pipeline import Mirage
+
+#: The model of every command unless the experiment file or ``--model`` names another.
+DEFAULT_MODEL = "smollm2-135m-instruct"
+#: The run commands; each stores model outputs that its resume check guards with the fingerprint.
+Command = Literal["attribute", "xor-attriqa", "eli5", "bias"]
+#: XOR-AttriQA text view: the English translations or the annotated (native) text.
+TextView = Literal["en", "native"]
+#: The prompt a command uses unless the file or ``--prompt`` names one: XOR-AttriQA answers cite nothing.
+DEFAULT_PROMPTS: dict[str, str] = {"xor-attriqa": "standard"}
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """What a run command runs; see the module docstring. ``data`` are input files (``calibrate_on`` the XOR-AttriQA
+    calibration split), ``seeds`` the generation seeds (empty: the pipeline's one seed), ``nli`` the Hugging Face NLI
+    judge of ELI5's citation quality; ``device``, ``dtype`` and ``trust_remote_code`` say how the model is loaded and
+    ``description`` / ``dataset`` describe the file: of these five only a ``dtype`` other than float32 (given, or the
+    device's default: bf16/fp16 on a GPU) changes what is stored, and the fingerprint names it."""
+
+    command: Command
+    model: str = DEFAULT_MODEL
+    data: tuple[str, ...] = ()
+    calibrate_on: tuple[str, ...] = ()
+    text: TextView = "en"
+    limit: int | None = None
+    seeds: tuple[int, ...] = ()
+    nli: str | None = None
+    pipeline: MirageConfig = field(default_factory=MirageConfig)
+    description: str | None = None
+    dataset: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    trust_remote_code: bool = False
+    #: How the model is loaded (see :meth:`mirage.Mirage.from_pretrained`): a LoRA adapter folder, a device map and
+    #: per-device caps (accelerate), 8-/4-bit weights (bitsandbytes), mirage's memory budget for its passes.
+    adapter: str | None = None
+    device_map: str | dict[str, Any] | None = None
+    max_memory: str | int | dict[Any, Any] | None = None
+    quantization: str | None = None
+    memory_budget: str | int | None = None
+
+    def __post_init__(self) -> None:
+        if self.command not in get_args(Command):
+            _fail("command", f"one of {', '.join(map(repr, get_args(Command)))}", self.command)
+        if isinstance(self.model, os.PathLike):
+            object.__setattr__(self, "model", os.fspath(self.model))
+        if not isinstance(self.model, str) or not self.model:
+            _fail("model", "a model name, Hugging Face id or local path", self.model)
+        object.__setattr__(self, "calibrate_on", _strings("calibrate_on", self.calibrate_on or ()))
+        for name in ("nli", "description", "dataset", "device", "dtype"):
+            value = getattr(self, name)
+            if isinstance(value, os.PathLike):
+                object.__setattr__(self, name, os.fspath(value))
+            elif value is not None and not isinstance(value, str):
+                _fail(name, "a string or null", value)
+        object.__setattr__(self, "data", _strings("data", self.data))
+        if self.text not in get_args(TextView):
+            _fail("text", f"one of {', '.join(map(repr, get_args(TextView)))}", self.text)
+        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0):
+            _fail("limit", "an integer >= 0 or null", self.limit)
+        seeds = (self.seeds,) if isinstance(self.seeds, int) else self.seeds
+        if not isinstance(seeds, Sequence) or not all(
+                isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+            _fail("seeds", "a list of integers >= 0", self.seeds)
+        object.__setattr__(self, "seeds", tuple(seeds))
+        if not isinstance(self.pipeline, MirageConfig):
+            _fail("pipeline", "a MirageConfig", self.pipeline)
+        if not isinstance(self.trust_remote_code, bool):
+            _fail("trust_remote_code", "true or false", self.trust_remote_code)
+        self._check_loading()
+
+    def _check_loading(self) -> None:
+        """The loading options, checked without loading anything (errors name ``experiment.<field>``)."""
+        from mirage.attribution.models import QUANTIZATIONS, ModelLoadError, resolve_placement
+
+        if isinstance(self.adapter, os.PathLike):
+            object.__setattr__(self, "adapter", os.fspath(self.adapter))
+        if self.adapter is not None and (not isinstance(self.adapter, str) or not self.adapter.strip()):
+            _fail("adapter", "a LoRA adapter folder or null", self.adapter)
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            _fail("quantization", f"one of {sorted(QUANTIZATIONS)} or null", self.quantization)
+        try:
+            resolve_placement(self.device, self.device_map, self.max_memory, self.memory_budget)
+        except ModelLoadError as err:
+            raise ConfigError(f"experiment: {err}") from None
+
+    def loading(self) -> dict[str, Any]:
+        """The keywords of :meth:`mirage.Mirage.from_pretrained` that say how the model is loaded."""
+        return {"device": self.device, "dtype": self.dtype, "trust_remote_code": self.trust_remote_code,
+                "adapter": self.adapter, "device_map": self.device_map, "max_memory": self.max_memory,
+                "quantization": self.quantization, "memory_budget": self.memory_budget}
+
+    @property
+    def generation_seeds(self) -> tuple[int, ...]:
+        """The seeds answers are generated with: ``seeds``, or the pipeline's generation seed."""
+        return self.seeds or (self.pipeline.generation.seed,)
+
+    def dtype_name(self) -> str:
+        """The dtype the model runs in (``dtype``, or the default of ``device``), e.g. ``"float32"``."""
+        from mirage.attribution.models import dtype_name, resolve_device, resolve_dtype
+
+        return dtype_name(resolve_dtype(self.dtype, resolve_device(self.device)))
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What this command's stored model outputs depend on; a store holding outputs of another fingerprint is
+        refused, never mixed in. A dtype other than float32 is named (``"dtype"``; runs in float32, all those written
+        before it was, leave it out).
+
+        ``attribute`` and ``bias`` store whole results: the model and the whole pipeline config. ``xor-attriqa``
+        stores raw per-token scores and selects when evaluating: the model, prompt (and its template's text), CTI
+        metric and CCI method. ``eli5`` stores whole results keyed by seed: all but the generation seed. (The shapes are those of
+        the ``run.json`` files and result records already written, so existing runs resume.)
+        """
+        out = self._outputs_depend_on()
+        dtype = self.dtype_name()
+        if dtype != "float32":
+            out["dtype"] = dtype
+        from mirage.attribution.models import adapter_digest, is_adapter_folder
+
+        adapter = self.adapter or (self.model if is_adapter_folder(self.model) else None)
+        if adapter is not None:  # the outputs are the tuned model's: its weights, not the folder's name
+            out["adapter"] = adapter_digest(adapter)
+        if self.quantization is not None:
+            out["quantization"] = self.quantization
+        return out
+
+    def _outputs_depend_on(self) -> dict[str, Any]:
+        cfg = self.pipeline
+        if self.command == "xor-attriqa":
+            from mirage.attribution.prompts import load_template
+            from mirage.runs.store import content_key
+
+            # the template's text too: its passages are untitled, and how an untitled document renders changed
+            out = {"benchmark": "xor-attriqa", "model": self.model, "prompt": dataclasses.asdict(cfg.prompt),
+                   "template": content_key(dataclasses.asdict(load_template(cfg.prompt))),
+                   "cti_metric": cfg.cti.metric, "cci_method": cfg.cci.method, "ig_steps": cfg.cci.ig_steps}
+            if cfg.cci.precision != "model":  # added later: stores of the model's own precision keep their shape
+                out["cci_precision"] = cfg.cci.precision
+            if cfg.cci.target != "logprob":  # likewise: the stored CCI rows depend on the attributed quantity
+                out["cci_target"] = cfg.cci.target
+            return out
+        if self.command == "eli5":
+            generation = {k: v for k, v in dataclasses.asdict(cfg.generation).items() if k != "seed"}
+            return {"benchmark": "eli5", "model": self.model, "prompt": dataclasses.asdict(cfg.prompt),
+                    "generation": generation, "cti": section_dict(cfg.cti), "cci": section_dict(cfg.cci),
+                    "aggregation": _aggregation(cfg)}
+        config = cfg.to_dict()
+        config.pop("preset", None)  # what the outputs depend on is the fields, however they were set
+        config["aggregation"] = _aggregation(cfg)
+        return {"model": self.model, "config": config}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, command: Command) -> ExperimentConfig:
+        """From an experiment file's mapping: the keys of :data:`~mirage.config.EXPERIMENT_KEYS` (null = unset) and
+        the pipeline sections. ``data`` is a file, a list of files, or ``{eval: files, calibrate_on: file or files}``."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"an experiment must be a mapping of keys, got {type(data).__name__}.")
+        if "bias" in data and command != "bias":
+            raise ConfigError("the 'bias' section configures `mirage bias`; leave it out of a file for "
+                              f"`{command}`.")
+        sections = {key: value for key, value in data.items()
+                    if key not in EXPERIMENT_KEYS and key not in COMMAND_SECTIONS}
+        pipeline = MirageConfig.from_dict(sections, benchmark=command)  # unknown keys are errors naming them
+        prompt = sections.get("prompt")
+        if command in DEFAULT_PROMPTS and not (isinstance(prompt, Mapping) and {"name", "path"} & set(prompt)):
+            pipeline = pipeline.replace(prompt={"name": DEFAULT_PROMPTS[command]})
+        files, calibrate_on = data.get("data"), None
+        if isinstance(files, Mapping):
+            unknown = sorted(map(str, set(files) - {"eval", "calibrate_on"}))
+            if unknown:
+                raise ConfigError(f"Unknown key(s) {unknown} in 'data'; known: ['calibrate_on', 'eval'].")
+            files, calibrate_on = files.get("eval"), files.get("calibrate_on")
+        given = {key: data[key] for key in ("model", "text", "limit", "seeds", "nli", "description", "dataset",
+                                            *LOADING_KEYS)
+                 if data.get(key) is not None}
+        return cls(command=command, data=() if files is None else files, calibrate_on=calibrate_on or (),
+                   pipeline=pipeline, **given)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, *, command: Command) -> ExperimentConfig:
+        """From an experiment file or a pipeline config file; every problem is a ConfigError starting with the
+        path."""
+        data = read_config_file(path)
+        try:
+            return cls.from_dict(data, command=command)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from err
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, *, command: Command) -> ExperimentConfig:
+        """The ``--config`` file (if any) with the flags of ``args`` applied on top (see
+        :func:`add_experiment_args`); positional ``data`` files replace the file's."""
+        config = getattr(args, "config", None)
+        preset = getattr(args, "preset", None)
+        if preset is not None:  # the file's own fields still override the preset's, and the flags both
+            data = {**(read_config_file(config) if config else {}), "preset": preset}
+            try:
+                exp = cls.from_dict(data, command=command)
+            except ConfigError as err:
+                raise ConfigError(f"{config}: {err}" if config else str(err)) from err
+        else:
+            exp = cls.from_yaml(config, command=command) if config else cls.from_dict({}, command=command)
+        changes: dict[str, Any] = {name: getattr(args, name) for name in
+                                   ("model", "calibrate_on", "text", "limit", "nli", "device", "dtype",
+                                    *LOADING_KEYS)
+                                   if getattr(args, name, None) is not None}
+        for name in ("data", "seeds"):
+            if getattr(args, name, None):
+                changes[name] = getattr(args, name)
+        if getattr(args, "trust_remote_code", False):
+            changes["trust_remote_code"] = True
+        return dataclasses.replace(exp, pipeline=exp.pipeline.replace(**pipeline_changes(args)), **changes)
+
+    def check_device(self) -> None:
+        """Check ``device`` and ``dtype`` now (a ModelLoadError), before data is read or anything slow happens."""
+        from mirage.attribution.models import quantization_config, resolve_device, resolve_dtype
+
+        quantization_config(self.quantization, resolve_dtype(self.dtype, resolve_device(self.device)))
+
+    def load_mirage(self) -> Mirage:
+        """The experiment's model, with its pipeline config, on ``device`` in ``dtype``."""
+        from mirage.pipeline import Mirage
+
+        loading = self.loading()
+        # with an adapter and the default model, the base model is the one the adapter names
+        model = None if self.adapter is not None and self.model == DEFAULT_MODEL else self.model
+        return Mirage.from_pretrained(model, config=self.pipeline, **loading)
+
+
+def _fail(name: str, expected: str, value: Any) -> typing.NoReturn:
+    text = repr(value)
+    raise ConfigError(f"experiment.{name} must be {expected}, got {text if len(text) <= 60 else text[:57] + '...'}.")
+
+
+#: Aggregation fields added after stores were first written: left out of a fingerprint while at their defaults (the
+#: behaviour those stores were written with), so existing runs resume.
+_LATER_AGGREGATION = ("context", "keep_saliency", "rule", "learned_model", "ranking")
+
+
+def _aggregation(cfg: MirageConfig) -> dict[str, Any]:
+    out = dataclasses.asdict(cfg.aggregation)
+    defaults = dataclasses.asdict(type(cfg.aggregation)())
+    if out["rule"] == "likelihood":
+        out["rule"] = "learned"  # its name when stores were first written with it: they resume
+    return {k: v for k, v in out.items() if k not in _LATER_AGGREGATION or v != defaults[k]}
+
+
+def _strings(name: str, value: Any) -> tuple[str, ...]:
+    """A file or a sequence of files as a tuple of strings."""
+    if isinstance(value, (str, os.PathLike)):
+        value = [value]
+    if not isinstance(value, Sequence) or not all(isinstance(v, (str, os.PathLike)) for v in value):
+        _fail(name, "a path or a list of paths", value)
+    return tuple(os.fspath(v) for v in value)
+
+
+# -- command-line flags ----------------------------------------------------------------------------------------------
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give 0 or more")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive; give 1 or more")
+    return value
+
+
+def pipeline_flags() -> Iterator[tuple[str, dataclasses.Field, type]]:
+    """``(section, field, value type)`` of every pipeline config field that declares a flag, in declaration order."""
+    sections = typing.get_type_hints(MirageConfig)
+    for section in fields(MirageConfig):
+        section_cls = sections[section.name]
+        if not dataclasses.is_dataclass(section_cls):  # ``preset``: a name, not a section
+            continue
+        hints = typing.get_type_hints(section_cls)
+        for f in fields(section_cls):
+            if "flag" in f.metadata:
+                yield section.name, f, _value_type(hints[f.name])
+
+
+def _value_type(hint: Any) -> type:
+    """``float`` for ``float | None``, ``str`` for a Literal of strings, the type itself otherwise."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        (hint,) = [arg for arg in get_args(hint) if arg is not type(None)]
+    if typing.get_origin(hint) is Literal:
+        return type(get_args(hint)[0])
+    return hint
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+#: The loading options beyond device and dtype (:meth:`ExperimentConfig.loading`): experiment-file keys and flags.
+LOADING_KEYS = ("adapter", "device_map", "max_memory", "quantization", "memory_budget")
+
+
+def add_device_args(parser: argparse.ArgumentParser, *, placement: bool = True, adapter: bool = True) -> None:
+    """The model-loading flags every command that loads a model takes: ``--device`` and ``--dtype``; with
+    ``placement``, also ``--adapter`` (unless ``adapter`` is False: the command has its own), ``--device-map``,
+    ``--max-memory``, ``--memory-budget`` and ``--quantization`` (read back by :func:`loading_args`)."""
+    parser.add_argument("--device", help="torch device: cpu, cuda, cuda:1 … (default: cuda if available, else cpu)")
+    parser.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bf16/fp16 on GPU, fp32 on CPU)")
+    if not placement:
+        return
+    if adapter:
+        parser.add_argument("--adapter", metavar="DIR",
+                            help="a LoRA adapter folder (mirage tune sft -o RUN: RUN/adapter) merged into the model; "
+                                 "its base model unless --model names one")
+    parser.add_argument("--device-map", metavar="MAP",
+                        help="split the model over devices (accelerate): auto, balanced, sequential, or "
+                             "MODULE=DEVICE,… (e.g. model.layers.0=0,lm_head=1; devices: GPU index, cpu, disk)")
+    parser.add_argument("--max-memory", metavar="SIZE|DEV=SIZE,…",
+                        help="per device (0=20GiB,cpu=60GiB: accelerate's caps for --device-map), or one size "
+                             "(3GB: the same as --memory-budget)")
+    parser.add_argument("--memory-budget", metavar="SIZE",
+                        help="the most memory attribution may use, weights included (3GB; CPU: resident memory, GPU: "
+                             "allocated): long prompts get gradient checkpointing and smaller CCI batches, and one "
+                             "that cannot fit is refused in one line")
+    parser.add_argument("--quantization", choices=["8bit", "4bit"],
+                        help="load the weights in 8 or 4 bits (bitsandbytes; needs a CUDA GPU)")
+
+
+def loading_args(args: argparse.Namespace, *, adapter: bool = True) -> dict[str, Any]:
+    """The loading flags of :func:`add_device_args` that ``args`` gives (device and dtype included), as keywords of
+    :meth:`mirage.Mirage.from_pretrained`; without ``adapter`` where the command reads its own ``--adapter``."""
+    return {name: getattr(args, name) for name in ("device", "dtype", *LOADING_KEYS)
+            if getattr(args, name, None) is not None and (adapter or name != "adapter")}
+
+
+def loading_argv(args: argparse.Namespace) -> list[str]:
+    """The loading flags of ``args`` as a command line again (for commands that run others, e.g. bias-protocol)."""
+    return [item for name, value in loading_args(args).items()
+            for item in (f"--{name.replace('_', '-')}", str(value))]
+
+
+def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:
+    """The model, config-file and pipeline flags every run command takes, less the pipeline flags in ``skip`` (those
+    the command sets itself)."""
+    parser.add_argument("--model", default=None,
+                        help=f"embedded model name, Hugging Face id or local path (default: {DEFAULT_MODEL})")
+    parser.add_argument("--config", help="YAML config: pipeline sections (prompt, generation, cti, cci, aggregation), "
+                                         "and for experiment files (configs/*.yaml) model/data/text/…")
+    from mirage.config import PRESETS
+
+    parser.add_argument("--preset", choices=list(PRESETS), default=None,
+                        help="start the pipeline from a preset: authors (the MIRAGE authors' released scripts, per "
+                             "benchmark) or inseq (inseq's attribute_context); the file's fields and the flags "
+                             "override it (docs/fidelity.md)")
+    add_device_args(parser)
+    parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the hub")
+    groups: dict[str, Any] = {}  # flags of fields with the same metadata "exclusive" name: at most one of them
+    for _section, f, kind in pipeline_flags():
+        flag, help_text = f.metadata["flag"], f.metadata["help"]
+        if flag in skip:
+            continue
+        exclusive = f.metadata.get("exclusive")
+        if exclusive and exclusive not in groups:
+            groups[exclusive] = parser.add_mutually_exclusive_group()
+        target = groups[exclusive] if exclusive else parser
+        if kind is bool:
+            target.add_argument(flag, action="store_true", default=None, help=help_text)
+        else:
+            target.add_argument(flag, type=kind, default=None, help=help_text)
+
+
+def pipeline_changes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Per config section, the fields the pipeline flags in ``args`` set, then the fields those imply (unless given
+    too): ``--cci-top-k 3`` is ``{"cci": {"top_k": 3, "top_percent": None}}``."""
+    from mirage.config import RULE_ALIASES
+
+    changes: dict[str, dict[str, Any]] = {}
+    for section, f, _kind in pipeline_flags():
+        value = getattr(args, _dest(f.metadata["flag"]), None)
+        if (section, f.name) == ("aggregation", "rule") and value in RULE_ALIASES:
+            import sys
+            import warnings
+
+            note = (f"{f.metadata['flag']} {value} is now {f.metadata['flag']} {RULE_ALIASES[value]} (the "
+                    "passage-likelihood classifier); the old name will go.")
+            print(f"mirage: note: {note}", file=sys.stderr)
+            warnings.warn(note, DeprecationWarning, stacklevel=2)
+            value = RULE_ALIASES[value]
+        if value is not None:
+            changes.setdefault(section, {})[f.name] = value
+    return {section: with_implied(section, fields_set) for section, fields_set in changes.items()}

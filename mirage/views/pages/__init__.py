@@ -1,0 +1,137 @@
+"""Results pages: ``DIR/README.md`` written from a run folder's results alone (no model, no data), by the run itself
+and by ``mirage report DIR``.
+
+    from mirage.views.pages import write_page
+    write_page("out/xor")            # out/xor/README.md from out/xor/results.json (and provenance.json)
+
+A page says the settings, the data (as given, with the SHA-256 the run recorded), the tables, the plots, the versions
+and the command that reproduces the run. One writer per kind of results, in :data:`PAGE_KINDS` (keyed by the kind's
+name; :func:`register_page_kind` adds one); the kind of a folder is the first whose ``detect`` accepts it.
+A README.md that ``mirage report`` did not write (no :data:`~mirage.views.pages.core.MARK` on its first line) is never
+overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from mirage.data.inputs import InputError
+from mirage.runs.files import portable_command
+from mirage.runs.store import write_atomic
+from mirage.views.pages.core import MARK, PAGE, Provenance, data_entries, write_provenance
+from mirage.views.pages.kinds import BUILTIN, PageKind, first, tail_sections
+
+#: Page writers by results kind, tried in order.
+PAGE_KINDS: dict[str, PageKind] = {k.name: k for k in BUILTIN}
+
+
+def register_page_kind(kind: PageKind, *, before: str | None = "benchmark-json") -> None:
+    """Add (or replace) a page writer; it is tried before ``before`` (default: before the catch-all JSON folder)."""
+    items = [(n, k) for n, k in PAGE_KINDS.items() if n != kind.name]
+    at = next((i for i, (n, _k) in enumerate(items) if n == before), len(items))
+    items.insert(at, (kind.name, kind))
+    PAGE_KINDS.clear()
+    PAGE_KINDS.update(items)
+
+
+def page_kind(run_dir: str | Path) -> str | None:
+    """The name of the kind of results ``run_dir`` holds, or None."""
+    kind = first(PAGE_KINDS, Path(run_dir)) if Path(run_dir).is_dir() else None
+    return kind.name if kind else None
+
+
+def render_page(run_dir: str | Path) -> str:
+    """The page of a results folder, from its files alone. InputError if it holds no results of a known kind."""
+    run_dir = Path(run_dir)
+    kind = first(PAGE_KINDS, run_dir) if run_dir.is_dir() else None
+    if kind is None:
+        raise InputError(f"{run_dir} holds no results mirage writes a page for (results.json of `mirage score` or "
+                         f"`mirage bias`, protocol.json, sweep.json, retrievers.json, peers.json, tuning records or "
+                         f"benchmark JSONs); give a run's output folder.")
+    return kind.render(run_dir, lambda d: tail_sections(d, lambda sub: first(PAGE_KINDS, sub) is not None))
+
+
+def ours(path: Path) -> bool:
+    """Whether ``path`` is absent or a page ``mirage report`` wrote (so it may be rewritten)."""
+    if not path.exists():
+        return True
+    with path.open(encoding="utf-8", errors="replace") as f:
+        return f.readline().rstrip("\n") == MARK
+
+
+def write_page(run_dir: str | Path) -> Path:
+    """Write ``run_dir/README.md`` (:func:`render_page`); InputError rather than overwrite a README.md mirage did not
+    write."""
+    path = Path(run_dir) / PAGE
+    if not ours(path):
+        raise InputError(f"{path} was not written by mirage (its first line is not the page mark); move it away to "
+                         "have the results page written there.")
+    text = render_page(run_dir)
+    write_atomic(path, text)
+    return path
+
+
+def page_folders(root: str | Path) -> list[Path]:
+    """``root`` and every folder below it that holds results of a known kind (sorted)."""
+    root = Path(root)
+    found = [root] if first(PAGE_KINDS, root) else []
+    found += [p for p in sorted(root.rglob("*")) if p.is_dir() and first(PAGE_KINDS, p)]
+    return found
+
+
+def write_pages(root: str | Path) -> list[Path]:
+    """:func:`write_page` for every folder of :func:`page_folders`; folders whose README.md is the user's are left
+    alone (and not returned)."""
+    return [write_page(d) for d in page_folders(root) if ours(d / PAGE)]
+
+
+def record_run(run_dir: str | Path, argv: Sequence[str], *, cwd: str | Path | None = None) -> Path | None:
+    """After a run: record its command (``argv``, the words after ``mirage``, without machine paths) and the SHA-256
+    of the data its results name in ``run_dir/provenance.json``, then write the pages of ``run_dir`` and the run
+    folders below it. Returns the page, or None where ``run_dir`` holds no results of a known kind (or, under a
+    launcher, on a rank other than 0, whose results rank 0 writes)."""
+    run_dir = Path(run_dir)
+    if os.environ.get("RANK", "0") not in ("", "0") or not run_dir.is_dir():
+        return None
+    kind = first(PAGE_KINDS, run_dir)
+    if kind is None or kind.name == "benchmark-json":  # JSON files alone are no run's results
+        return None
+    write_provenance(run_dir, Provenance(command=portable_command(argv, cwd), data=data_entries(kind.data(run_dir))))
+    write_pages(run_dir)
+    return run_dir / PAGE
+
+
+# -- the command --------------------------------------------------------------------------------------------------------
+
+REPORT_HELP = "write a run folder's results page (DIR/README.md) from its results alone"
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    folder = Path(args.dir).parent if Path(args.dir).is_file() else Path(args.dir)  # DIR/results.json names DIR
+    written = write_pages(folder) if args.recursive else [write_page(folder)]
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    if not written:
+        raise InputError(f"no folder under {args.dir} holds results mirage writes a page for.")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``mirage report DIR [--recursive]``."""
+    p = sub.add_parser("report", help=REPORT_HELP,
+                       description="Write DIR/README.md: the settings, the data and its checksums, the tables, the "
+                                   "plots, the versions and the command, from the files the run wrote (no model, "
+                                   "no data). A README.md mirage did not write is never overwritten.")
+    p.add_argument("dir", help="a run's output folder (mirage score, bias, bias-protocol, tune; benchmarks/results), "
+                              "or a file in it")
+    p.add_argument("-r", "--recursive", action="store_true",
+                   help="also every folder below DIR that holds results (e.g. benchmarks/results)")
+    p.set_defaults(func=cmd_report)
+
+
+__all__ = ["PAGE_KINDS", "PageKind", "page_folders", "page_kind", "record_run", "register", "register_page_kind",
+           "render_page", "write_page", "write_pages"]

@@ -1,0 +1,659 @@
+"""One page writer per kind of results: each :class:`PageKind` says how to recognise its folder (``detect``), which
+data the results name (``data``) and how to write the page (``render``), from the folder's files alone (no model, no
+data). The tables come from the writers the runs already use (:mod:`mirage.scoring.tables`,
+:mod:`mirage.bias.tables`, :mod:`mirage.bias.full_protocol`, :mod:`mirage.bias.retrievers_study`); figures are
+formatted here only where no such writer exists (tuning runs, benchmark JSONs)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mirage.runs.files import portable_command
+from mirage.views.pages.core import (
+    cell,
+    command_section,
+    data_section,
+    fenced,
+    files_section,
+    gib,
+    md_table,
+    page,
+    plots_section,
+    read_json,
+    settings_section,
+    versions_section,
+)
+
+RESULTS = "results.json"
+
+
+@dataclass(frozen=True)
+class PageKind:
+    """A kind of results folder: ``detect(dir)``, ``data(dir)`` (the data paths or names the results record) and
+    ``render(dir, sections)`` (the page's text; ``sections(dir)`` gives the shared tail: folders, files)."""
+
+    name: str
+    detect: Callable[[Path], bool]
+    data: Callable[[Path], list[str]]
+    render: Callable[[Path, Callable[[Path], list[str | None]]], str]
+
+
+def _results(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / RESULTS
+    if not path.is_file():
+        return None
+    value = read_json(path)
+    return value if isinstance(value, dict) else None
+
+
+def _has_keys(*keys: str) -> Callable[[Path], bool]:
+    def detect(run_dir: Path) -> bool:
+        res = _results(run_dir)
+        return res is not None and all(k in res for k in keys)
+
+    return detect
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
+def pipeline_flags_of(config: Mapping[str, Any], base: Mapping[str, Any], skip: Sequence[str] = ()) -> list[str]:
+    """The pipeline flags that turn the pipeline ``base`` into ``config`` (both as ``MirageConfig.to_dict()``)."""
+    from mirage.runs.experiment import pipeline_flags
+
+    out: list[str] = []
+    for section, f, _kind in pipeline_flags():
+        flag = f.metadata["flag"]
+        value = config.get(section, {}).get(f.name)
+        if flag in skip or f.name not in config.get(section, {}) or value == base.get(section, {}).get(f.name):
+            continue
+        if isinstance(value, bool):
+            out += [flag] if value else []
+        elif value is not None:
+            out += [flag, str(value)]
+    return out
+
+
+# -- XOR-AttriQA ---------------------------------------------------------------------------------------------------------
+
+XOR_SKIP = ("--cci-top-k", "--cci-top-percent", "--cti-threshold", "--max-citations", "--max-new-tokens", "--sample",
+            "--temperature", "--top-p", "--seed")
+
+
+def _xor_data(run_dir: Path) -> list[str]:
+    s = (_results(run_dir) or {}).get("settings", {})
+    return _as_list(s.get("data")) + _as_list(s.get("calibrate_on"))
+
+
+def _xor_command(s: Mapping[str, Any]) -> str:
+    from mirage.scoring.xor_attriqa import xor_attriqa_pipeline
+
+    argv = ["score", "xor-attriqa", *_as_list(s.get("data")), "--model", str(s.get("model")), "--text",
+            str(s.get("text", "en"))]
+    if s.get("calibrate_on"):
+        argv += ["--calibrate-on", *_as_list(s["calibrate_on"])]
+    if s.get("calibrate_by", "global") != "global":
+        argv += ["--calibrate-by", s["calibrate_by"]]
+    if s.get("limit") is not None:
+        argv += ["--limit", str(s["limit"])]
+    groups = s.get("groups")
+    if groups and sorted(groups) != ["cal", "ex", "learned"]:
+        argv += ["--settings", *groups]
+    argv += ["--all-tokens"] if s.get("all_tokens") else []
+    argv += ["--group-passages"] if s.get("group_passages") else []
+    argv += pipeline_flags_of(s.get("config", {}), xor_attriqa_pipeline().to_dict(), XOR_SKIP)
+    return portable_command([*argv, "-o", "DIR"])
+
+
+def _xor_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    from mirage.scoring.faithfulness import FaithfulnessSummary
+    from mirage.scoring.tables import xor_table
+    from mirage.scoring.xor_eval import XorAttriQAReport
+
+    raw = _results(run_dir) or {}
+    report = XorAttriQAReport.from_dict(raw)
+    s = report.settings
+    counts = report.counts.get("all", {})
+    tables = [fenced(xor_table(report))]
+    if report.faithfulness:
+        tables.append(fenced(FaithfulnessSummary.from_dict(report.faithfulness).to_text()))
+    features = report.features or {}
+    if features.get("roc_auc"):
+        langs = [*report.languages, "avg"]
+        rows = [(f"`{name}`", *[cell(v.get(lang), 3) for lang in langs]) for name, v in features["roc_auc"].items()]
+        tables.append("Per-passage ROC-AUC of each feature of the learned setting (the passage score is "
+                      f"`{features.get('passage_score')}`):\n\n" + md_table(["feature", *langs], rows))
+    return page(
+        f"XOR-AttriQA: {s.get('model')}, {s.get('text', 'en')} view",
+        f"{counts.get('items', 0)} answers, {counts.get('pairs', 0)} (answer, passage) pairs, "
+        f"{counts.get('supporting', 0)} supporting; languages {', '.join(report.languages)}. Written by "
+        "`mirage score xor-attriqa` (`results.json`).",
+        ["## Tables\n\n" + "\n\n".join(tables), plots_section(run_dir),
+         settings_section({k: v for k, v in s.items() if k != "config"}),
+         settings_section(s.get("config", {}), "Pipeline"), data_section(run_dir, _xor_data(run_dir)),
+         versions_section(report.versions), command_section(run_dir, _xor_command(s)), *tail(run_dir)])
+
+
+# -- ELI5 ----------------------------------------------------------------------------------------------------------------
+
+
+def _eli5_data(run_dir: Path) -> list[str]:
+    return _as_list((_results(run_dir) or {}).get("settings", {}).get("data"))
+
+
+def _eli5_command(s: Mapping[str, Any]) -> str:
+    from mirage.config import MirageConfig
+
+    argv = ["score", "eli5", *_as_list(s.get("data")), "--model", str(s.get("model"))]
+    if s.get("seeds"):
+        argv += ["--seeds", *[str(x) for x in s["seeds"]]]
+    if s.get("ndocs", 5) != 5:
+        argv += ["--ndocs", str(s["ndocs"])]
+    if s.get("at_most_citations", 3) != 3:
+        argv += ["--at-most-citations", str(s["at_most_citations"])]
+    if s.get("limit") is not None:
+        argv += ["--limit", str(s["limit"])]
+    argv += pipeline_flags_of(s.get("config", {}), MirageConfig().to_dict(), ("--seed",))
+    return portable_command([*argv, "-o", "DIR"])
+
+
+def _eli5_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    from mirage.scoring.faithfulness import FaithfulnessSummary
+    from mirage.scoring.eli5 import ELI5Report
+    from mirage.scoring.tables import eli5_table
+
+    report = ELI5Report.from_dict(_results(run_dir) or {})
+    s = report.settings
+    tables = [fenced(eli5_table(report))]
+    if report.faithfulness:
+        tables.append(fenced(FaithfulnessSummary.from_dict(report.faithfulness).to_text()))
+    bins = report.length_bins or {}
+    if bins.get("bins"):
+        rows = [(b, n, *[cell(bins["cited_pct"][src][i]) for src in bins["cited_pct"]])
+                for i, (b, n) in enumerate(zip(bins["bins"], bins["sentences"], strict=True))]
+        tables.append("Sentences cited by answer length (words), in %:\n\n"
+                      + md_table(["length", "sentences", *bins["cited_pct"]], rows))
+    return page(f"ELI5 (ALCE): {s.get('model')}", "Self-citations beside MIRAGE's citations. Written by "
+                "`mirage score eli5` (`results.json`).",
+                ["## Tables\n\n" + "\n\n".join(tables), plots_section(run_dir),
+                 settings_section({k: v for k, v in s.items() if k != "config"}),
+                 settings_section(s.get("config", {}), "Pipeline"), data_section(run_dir, _eli5_data(run_dir)),
+                 versions_section(report.versions), command_section(run_dir, _eli5_command(s)), *tail(run_dir)])
+
+
+# -- bias studies ----------------------------------------------------------------------------------------------------------
+
+BIAS_FLAGS = {"metadata": "--metadata", "k": "--k", "n_relevant": "--n-relevant", "modes": "--modes",
+              "relevant_side": "--relevant-side", "mixed": "--mixed", "docs": "--docs", "rage_similar": "--rage-similar",
+              "rage_embedder": "--rage-embedder", "max_doc_words": "--max-doc-words", "rewrite": "--rewrite",
+              "explain": "--explain", "prompts_dir": "--prompts-dir", "baseline_draws": "--baseline-draws",
+              "labels": "--labels", "seed": "--seed"}
+
+
+def _bias_command(res: Mapping[str, Any]) -> str:
+    from mirage.bias.protocol import BiasConfig
+    from mirage.config import MirageConfig
+
+    base = json.loads(json.dumps(asdict(BiasConfig())))  # as the results hold it (tuples are lists)
+    argv = ["bias", str(res.get("data")), "--model", str(res.get("model"))]
+    for name, value in (res.get("config") or {}).items():
+        flag = BIAS_FLAGS.get(name)
+        if flag is None or value == base.get(name) or value is None:
+            continue
+        if isinstance(value, bool):
+            argv += [flag] if value else []
+        elif isinstance(value, (list, tuple)):
+            argv += [flag, *[",".join(v) if isinstance(v, (list, tuple)) else str(v) for v in value]]
+        else:
+            argv += [flag, str(value)]
+    argv += pipeline_flags_of(res.get("mirage_config") or {}, MirageConfig().to_dict(), ("--seed",))
+    return portable_command([*argv, "-o", "DIR"])
+
+
+def _bias_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    from mirage.bias.results import BiasStudyResult
+    from mirage.bias.tables import render_markdown
+
+    raw = _results(run_dir) or {}
+    result = BiasStudyResult.from_dict(raw)
+    tables = render_markdown(result).split("\n", 1)[1]  # its own title is the page's
+    return page(f"Attribution sensitivity and bias: {result.model}, {result.metadata.get('type')}",
+                "Written by `mirage bias` (`results.json`; `tables.md` holds the same tables).",
+                [tables.strip(), plots_section(run_dir), settings_section(result.config),
+                 settings_section(result.mirage_config or {}, "Pipeline"), data_section(run_dir, [str(result.data)]),
+                 versions_section(result.versions), command_section(run_dir, _bias_command(raw)), *tail(run_dir)])
+
+
+def _protocol_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    from mirage.bias.full_protocol import OverviewRow, overview_table
+
+    rows = [OverviewRow.from_dict(r) for r in read_json(run_dir / "protocol.json")]
+    models = sorted({r.model for r in rows})
+    links = "\n".join(f"- [`{r.study}`]({r.study}/README.md)" for r in rows if (run_dir / r.study).is_dir())
+    return page("Attribution-bias protocol: overview",
+                f"{len(rows)} finished studies (model: {', '.join(models) or '–'}), a row per citation source. "
+                "Percentages; CAS = mean |change| of precision against vanilla, CAB = ω · mean (informed − "
+                "counterfactual); * p < 0.05, ** p < 0.01 by each study's tests. Written by `mirage bias-protocol` "
+                "(`protocol.json`, `protocol.md`).",
+                ["## Overview\n\n" + overview_table(rows), "## Studies\n\n" + links if links else None,
+                 command_section(run_dir, None), *tail(run_dir)])
+
+
+def _sweep_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    from mirage.bias.sweep import SweepResult
+
+    sweep = SweepResult.from_dict(read_json(run_dir / "sweep.json"))
+
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:.1f}"
+
+    def effect(e: Any) -> str:
+        if e is None:
+            return "–"
+        stars = "" if e.precision.p_value is None else "**" if e.precision.p_value < 0.01 else (
+            "*" if e.precision.p_value < 0.05 else "")
+        return f"{pct(e.precision.value)}{stars}"
+
+    rows = []
+    for p in sweep.points:
+        for name, src in p.sources.items():
+            van = src.modes.get("vanilla", {})
+            rows.append((f"[{p.value}]({p.run_dir}/README.md)", p.n_items, name, pct(van.get("precision")),
+                         pct(van.get("recall")), cell(van.get("n_citations"), 2), effect(src.cab)))
+    return page(f"Bias sweep over `{sweep.parameter}`: {sweep.model}",
+                f"Metadata {sweep.metadata.get('first')} vs {sweep.metadata.get('second')}; one study per value "
+                "(its folder has the full tables). Percentages; * p < 0.05, ** p < 0.01. Written by `mirage bias "
+                "--sweep` (`sweep.json`).",
+                ["## Sweep\n\n" + md_table([sweep.parameter, "questions", "source", "P vanilla", "R vanilla",
+                                             "citations per answer", "CAB P"], rows),
+                 plots_section(run_dir), settings_section({k: v for k, v in sweep.config.items() if v is not None}),
+                 data_section(run_dir, [sweep.data]), versions_section(sweep.versions),
+                 command_section(run_dir, None), *tail(run_dir)])
+
+
+def _retrievers_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    from mirage.bias.retrievers_study import RetrieverComparison, render_retrievers
+
+    comparison = RetrieverComparison.from_dict(read_json(run_dir / "retrievers.json"))
+    title, body = render_retrievers(comparison).split("\n", 1)
+    return page(title.lstrip("# "), "Written by `mirage bias --retriever` (`retrievers.json`).\n" + body.rstrip(),
+                [settings_section({"top_k": comparison.top_k, "k": comparison.k}),
+                 data_section(run_dir, [comparison.data]), versions_section(comparison.versions),
+                 command_section(run_dir, None), *tail(run_dir)])
+
+
+# -- XOR-AttriQA peers (ContextCite beside mirage) ---------------------------------------------------------------------
+
+
+def _peers_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    from mirage.scoring.tables import SETTING_NAMES, XOR_METRICS
+
+    data = read_json(run_dir / "peers.json")
+    langs = [k for k in data.get("counts", {}) if k != "all"]
+    blocks = []
+    for metric, label in XOR_METRICS.items():
+        table = data.get(metric)
+        if not table:
+            continue
+        digits = 3 if metric == "roc_auc" else 1
+        rows = [(SETTING_NAMES.get(s, s), *[cell(v.get(lang), digits) for lang in [*langs, "avg"]])
+                for s, v in table.items()]
+        blocks.append(f"### {label}\n\n" + md_table(["setting", *langs, "avg"], rows))
+    cc = data.get("contextcite", {})
+    return page("XOR-AttriQA: mirage beside ContextCite",
+                f"{data.get('items')} answers; ContextCite's calibrated thresholds fitted on "
+                f"{data.get('calibration_items')} calibration items; ContextCite took a median "
+                f"{cell(cc.get('seconds_per_item'))} s per answer. Written by `benchmarks/xor_attriqa_peers.py` "
+                "(`peers.json`).",
+                ["## Tables\n\n" + "\n\n".join(blocks),
+                 settings_section({k: v for k, v in cc.items() if k != "seconds_per_item"}, "ContextCite"),
+                 command_section(run_dir, None), *tail(run_dir)])
+
+
+# -- citation tuning ---------------------------------------------------------------------------------------------------------
+
+
+def _tune_files(run_dir: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """The folder's tuning records by kind: ``sft`` (a loss curve), ``reward`` (a reward curve), ``eval``."""
+    out: dict[str, list[tuple[str, dict[str, Any]]]] = {"sft": [], "reward": [], "eval": []}
+    for path in sorted(run_dir.glob("*.json")):
+        data = read_json(path)
+        if not isinstance(data, dict):
+            continue
+        if "loss_curve" in data and "base_model" in data:
+            out["sft"].append((path.name, data))
+        elif "curve" in data and "base_model" in data:
+            out["reward"].append((path.name, data))
+        elif "n_answers" in data and "answers" in data:
+            out["eval"].append((path.name, data))
+    return out
+
+
+def _is_tune(run_dir: Path) -> bool:
+    return (run_dir / RESULTS).is_file() is False and any(_tune_files(run_dir).values())
+
+
+def _quarters(curve: Sequence[Mapping[str, Any]], key: str) -> tuple[float | None, float | None]:
+    """Mean of ``key`` over the first and the last quarter of the steps (``len // 4`` steps each)."""
+    n = max(1, len(curve) // 4)
+    first = [c[key] for c in curve[:n] if c.get(key) is not None]
+    last = [c[key] for c in curve[len(curve) - n:] if c.get(key) is not None]
+    return (statistics.fmean(first) if first else None, statistics.fmean(last) if last else None)
+
+
+def documents_cited(answers: Sequence[Mapping[str, Any]]) -> tuple[Counter, Counter]:
+    """``(by document, by set size)``: how many answers cite document 1, 2, … and how many cite 0, 1, 2, …
+    documents."""
+    by_doc: Counter = Counter(d for a in answers for d in set(a.get("cited", [])))
+    by_size: Counter = Counter(len(set(a.get("cited", []))) for a in answers)
+    return by_doc, by_size
+
+
+def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    files = _tune_files(run_dir)
+    sections: list[str | None] = []
+    train_rows = []
+    for name, d in files["sft"]:
+        loss = d["loss_curve"][-1].get("loss") if d.get("loss_curve") else None
+        train_rows.append((f"[`{name}`]({name})", "SFT", d.get("n_train"), d.get("steps"), cell(d.get("epochs")),
+                           cell(d.get("runtime_s", 0) / 60), gib(d.get("peak_rss_mb")),
+                           f"train loss {cell(d.get('train_loss'), 3)}, last step {cell(loss, 3)}"
+                           + (f"; resumed from `{Path(d['resumed_from']).name}` (minutes of the resumed part)"
+                              if d.get("resumed_from") else "")))
+    for name, d in files["reward"]:
+        (r0, r1), (k0, k1) = _quarters(d["curve"], "reward"), _quarters(d["curve"], "kl")
+        train_rows.append((f"[`{name}`]({name})", "reward (GRPO)", d.get("n_prompts"), d.get("steps"), "–",
+                           cell(d.get("runtime_s", 0) / 60), gib(d.get("peak_rss_mb")),
+                           f"reward {cell(r0, 2)} → {cell(r1, 2)}, KL {cell(k0, 3)} → {cell(k1, 3)} "
+                           "(first → last quarter of the steps)"
+                           + (f"; resumed from `{Path(d['resumed_from']).name}`" if d.get("resumed_from") else "")))
+    if train_rows:
+        sections.append("## Training runs\n\n" + md_table(
+            ["record", "stage", "examples / prompts", "steps", "epochs", "minutes", "peak memory", "curve"],
+            train_rows))
+    eval_rows, judge_rows = [], []
+    for name, d in files["eval"]:
+        by_doc, by_size = documents_cited(d["answers"])
+        three = sum(v for k, v in by_doc.items() if k >= 3)
+        sizes = f"{by_size[0]} / {by_size[1]} / {by_size[2]} / {sum(v for k, v in by_size.items() if k >= 3)}"
+
+        def pc(x: float | None) -> str:
+            return "–" if x is None else f"{100 * x:.1f}"
+
+        eval_rows.append((f"[`{name}`]({name})", d.get("model"), d.get("n_answers"), pc(d.get("answers_cited")),
+                          pc(d.get("sentences_cited")), d.get("invalid_citations"),
+                          f"{pc(d.get('precision'))} / {pc(d.get('recall'))} / {pc(d.get('f1'))}",
+                          pc(d.get("exact_match")), cell(d.get("seconds_per_answer"), 2),
+                          f"{by_doc[1]} / {by_doc[2]} / {three}", sizes))
+        j = d.get("judge")
+        if j:
+            def trio(m: Mapping[str, Any]) -> str:
+                return f"{cell(m.get('agreement'))} / {cell(m.get('f1'))} / {cell(m.get('balanced_accuracy'))}"
+
+            meth = (j.get("faithfulness") or {}).get("methods", {})
+
+            def drop(a: str, b: str, meth: Mapping[str, Any] = meth) -> str:
+                if a not in meth:
+                    return "–"
+                return (f"{cell(meth[a].get('drop'), 2)} vs {cell(meth[b].get('drop'), 2)} "
+                        f"(n={meth[a].get('n_sentences')})")
+
+            svm = j.get("self_vs_mirage", {})
+            judge_rows.append((f"`{name}`", trio(j.get("self_vs_labels", {})), trio(j.get("mirage_vs_labels", {})),
+                               trio(j.get("first_vs_labels", {})),
+                               f"{cell(svm.get('pair_agreement'))} / {cell(svm.get('kappa'), 3)}",
+                               drop("selfcitation", "random_selfcitation"), drop("mirage", "random_mirage")))
+    if eval_rows:
+        sections.append(
+            "## Citation evaluations\n\nPercentages. P / R / F1 per answer (answers with a supporting document). "
+            "\"Answers citing document 1 / 2 / 3+\": the answers whose citations include document 1, document 2, "
+            "a document numbered 3 or more (an answer can count in several); \"answers citing 0 / 1 / 2 / 3+ "
+            "documents\": the answers by the size of their citation set.\n\n"
+            + md_table(["record", "model", "answers", "answers cited", "sentences cited", "invalid ids",
+                        "P / R / F1", "exact match", "s / answer", "answers citing document 1 / 2 / 3+",
+                        "answers citing 0 / 1 / 2 / 3+ documents"], eval_rows))
+    if judge_rows:
+        sections.append(
+            "## Judged against the labels and mirage\n\nPooled (answer, document) pairs: agreement / F1 / balanced "
+            "accuracy; \"cite [1]\" is the positional baseline. Drop: log p(answer | all documents) − log p(answer | "
+            "without the cited ones), in nats, against a random set of the same size.\n\n"
+            + md_table(["record", "self vs labels", "mirage vs labels", "cite [1] vs labels",
+                        "self vs mirage: agr. / κ", "drop: self vs random", "drop: mirage vs random"], judge_rows))
+    configs = sorted(run_dir.glob("*.yaml"))
+    commands = []
+    for cfg in configs:
+        stage = "sft" if cfg.stem.startswith("sft") else "reward" if cfg.stem.startswith("reward") else None
+        if stage:
+            commands.append(portable_command(["tune", stage, "--config", cfg.name, "-o", f"DIR/{cfg.stem}"]))
+    recon = "\n".join(commands) if commands else None
+    versions = next((d.get("versions") for kind in files.values() for _n, d in kind if d.get("versions")), None)
+    settings = next((d.get("config") for kind in ("sft", "reward") for _n, d in files[kind]), None)
+    data = sorted({p for kind in ("sft", "reward") for _n, d in files[kind] for p in d.get("config", {}).get("data", [])})
+    return page("Citation tuning", "Records of `mirage tune sft`, `mirage tune reward` and `mirage tune eval`. "
+                "Peak memory in GiB (2^30 bytes).",
+                [*sections, settings_section(settings, "Settings (first training record)") if settings else None,
+                 data_section(run_dir, data), versions_section(versions), command_section(run_dir, recon),
+                 *tail(run_dir)])
+
+
+# -- benchmark JSONs (timings, memory) -----------------------------------------------------------------------------------
+
+
+def _bench_files(run_dir: Path) -> list[Path]:
+    return sorted(p for p in run_dir.glob("*.json") if p.name != "provenance.json")
+
+
+def _is_bench(run_dir: Path) -> bool:
+    return not (run_dir / RESULTS).is_file() and bool(_bench_files(run_dir))
+
+
+def _scalar(v: Any) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool))
+
+
+def _bench_value(key: str, value: Any) -> str:
+    if key.endswith("_mb") and isinstance(value, (int, float)):
+        return gib(value)
+    return cell(value, 3 if isinstance(value, float) and abs(value) < 10 else 1)
+
+
+def _bench_header(key: str) -> str:
+    return key[:-3] + " (GiB)" if key.endswith("_mb") else key
+
+
+def _table_of(items: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    keys = list(dict.fromkeys(k for _n, row in items for k, v in row.items() if _scalar(v)))
+    return md_table(["", *[_bench_header(k) for k in keys]],
+                    [(name, *[_bench_value(k, row.get(k)) for k in keys]) for name, row in items])
+
+
+def _bench_section(path: Path) -> str:
+    data = read_json(path)
+    parts = [f"### [`{path.name}`]({path.name})"]
+    if isinstance(data, list):
+        data = {"rows": data}
+    if not isinstance(data, dict):
+        return parts[0] + "\n\n" + cell(data)
+    if data.get("command"):
+        parts.append(fenced(str(data["command"]), "bash"))
+    scalars = [(f"`{k}`", _bench_value(k, v)) for k, v in data.items() if _scalar(v) and k != "command"]
+    if scalars:
+        parts.append(md_table(["field", "value"], scalars))
+    for key, value in data.items():
+        if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
+            parts.append(f"`{key}`:\n\n" + _table_of([(str(i + 1), r) for i, r in enumerate(value)]))
+        elif isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            parts.append(f"`{key}`:\n\n" + _table_of([(f"`{k}`", v) for k, v in value.items()]))
+        elif isinstance(value, dict) and value and all(_scalar(v) for v in value.values()):
+            parts.append(f"`{key}`:\n\n" + md_table(["", "value"], [(f"`{k}`", _bench_value(k, v))
+                                                                    for k, v in value.items()]))
+        elif isinstance(value, list) and value and all(_scalar(v) for v in value):
+            parts.append(f"`{key}`: " + cell(value, 3))
+    return "\n\n".join(parts)
+
+
+def _bench_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    return page("Benchmark records",
+                "Each JSON file of this folder as written by the script its `command` names (`benchmarks/`). "
+                "Memory recorded in MB (2^20 bytes) is shown in GiB (2^30 bytes).",
+                ["## Records\n\n" + "\n\n".join(_bench_section(p) for p in _bench_files(run_dir)),
+                 plots_section(run_dir), *tail(run_dir)])
+
+
+def _none(_run_dir: Path) -> list[str]:
+    return []
+
+
+# -- the scaling benchmark ---------------------------------------------------------------------------------------------
+
+
+def _is_scale(run_dir: Path) -> bool:
+    res = _results(run_dir)
+    return res is not None and {"machine", "settings", "points", "growth"} <= res.keys()
+
+
+def _scale_page(results: dict[str, Any]) -> str:
+    """The scaling benchmark's page body (``benchmarks/bench_scale.py``'s ``results.json``)."""
+    m, s = results["machine"], results["settings"]
+    lines = [(f"Measured by `{results['command']}`; this page is written from its `results.json` by `mirage report`."),
+             "",
+             (f"Machine: {m['device']}, {m['cpus']} CPU(s), {m['threads']} torch thread(s), torch {m['torch']}, "
+             f"Python {m['python']}. Models other than the embedded one have random weights (time and memory only). "
+             f"dtype {s['dtype']}; limits per point {s['point_timeout_s']:.0f} s wall-clock, "
+              f"{s.get('cpu_limit_s') or '-'} CPU seconds; passages from "
+             f"{', '.join(s['docs'])}."), "",
+             *(f"Note: {n}" for n in results.get("notes", [])), *([""] if results.get("notes") else []),
+             ("Wall-clock times on a shared machine vary with its load; CPU seconds (`cpu`) are this process's own. "
+             "Peak memory: resident memory of the point's process on a CPU (weights included), allocated GPU memory "
+             "on a GPU."), "",
+             ("| model | budget | prompt tokens | answer | generation s | attribution s (cpu s) | CTI s | CCI s | "
+             "CCI s per selected token | attribution / generation | peak GiB | selected | passes |"),
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for p in results["points"]:
+        budget = p["budget"] or "-"
+        if p["status"] != "ok":
+            lines.append(f"| {p['model']} | {budget} | {p.get('prompt_tokens', p['prompt'])} | {p['answer']} | "
+                         f"{p['status']}: {str(p.get('error', ''))[:90].replace('|', '/')} | | | | | | | | |")
+            continue
+        passes = ", ".join(f"{k} {v}" for k, v in p.get("passes", {}).items())
+        lines.append(f"| {p['model']} | {budget} | {p['prompt_tokens']} | {p['answer_tokens']} | "
+                     f"{p['generation_s']:.1f} | {p['attribution_s']:.1f} ({p['attribution_cpu_s']:.1f}) | "
+                     f"{p['cti_s']:.1f} | {p['cci_s']:.1f} | {p['cci_s'] / max(1, p['n_selected']):.1f} | "
+                     f"{p['attribution_s'] / p['generation_s']:.2f} | "
+                     f"{p['peak_bytes'] / 2**30:.2f} | {p['n_selected']} | {passes} |")
+    fits: dict[tuple, int] = {}
+    for p in results["points"]:
+        if p["status"] == "ok":
+            key = (p["model"], p["answer"], p["budget"] or "-")
+            fits[key] = max(fits.get(key, 0), p["prompt_tokens"])
+    lines += ["", "## Largest prompt that finished", "", "| model | answer | budget | prompt tokens |",
+              "|---|---:|---|---:|"]
+    lines += [f"| {k[0]} | {k[1]} | {k[2]} | {v} |" for k, v in sorted(fits.items(), key=str)]
+    lines += ["", "## Growth with the prompt", "",
+              ("Exponent k of `time ~ prompt^k` between the shortest and the longest finished prompt. CCI's time "
+               "is proportional to the number of tokens CTI selects, which differs from prompt to prompt (see "
+               "`selected`)."), "",
+              "| model | answer | budget | prompts | attribution time k (cpu k) | peak memory k |",
+              "|---|---:|---|---|---:|---:|"]
+    for g in results["growth"]:
+        lines.append(f"| {g['model']} | {g['answer']} | {g['budget'] or '-'} | {g['from']}-{g['to']} | "
+                     f"{g['time_exponent']:.2f} ({g['cpu_exponent']:.2f}) | {g['memory_exponent']:.2f} |")
+    same = _scale_same_citations(results["points"])
+    if same:
+        lines += ["", "## The budget changes no score", ""]
+        lines += [f"- {line}" for line in same]
+    return "\n".join(lines) + "\n"
+
+
+def _scale_same_citations(points: list[dict[str, Any]]) -> list[str]:
+    """Points measured with and without a budget: whether CCI's three strongest context tokens agree."""
+    by = {(p["model"], p["prompt"], p["answer"], p["budget"]): p for p in points if p["status"] == "ok"}
+    out = []
+    for (model, prompt, answer, budget), p in sorted(by.items(), key=str):
+        base = by.get((model, prompt, answer, None))
+        if budget is None or base is None:
+            continue
+        agree = p["cci_top3"] == base["cci_top3"]
+        out.append(f"{model}, {p['prompt_tokens']} prompt tokens, budget {budget}: CCI's three strongest context "
+                   f"tokens {'the same as' if agree else 'DIFFERENT from'} without a budget, for each of "
+                   f"{len(p['cci_top3'])} selected answer tokens")
+    return out
+
+
+def _scale_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    results = _results(run_dir) or {}
+    models = ", ".join(results.get("settings", {}).get("models", []))
+    return page(f"Scaling: {models}", None, [_scale_page(results), *tail(run_dir)])
+
+
+# -- the permutation test ---------------------------------------------------------------------------------------------
+
+
+def _follow_files(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The folder's permutation-test reports (``mirage tune follow``)."""
+    found = []
+    for path in sorted(run_dir.glob("*.json")):
+        data = read_json(path)
+        if isinstance(data, dict) and {"k", "self_citation", "cite_first", "random"} <= data.keys():
+            found.append((path.name, data))
+    return found
+
+
+def _follow_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    from mirage.tune.follow import FollowReport
+
+    sections = []
+    for name, data in _follow_files(run_dir):
+        report = FollowReport.from_dict(data)
+        command = f"\n\n```bash\n{report.command}\n```" if report.command else ""
+        sections.append(f"## `{name}`{command}\n\n{report.to_markdown()}")
+    return page("Permutation test: does the self-citation follow the supporting passage?",
+                "Each item with exactly one supporting passage is presented k times, that passage at position "
+                "1..k and the other passages in one fixed shuffled order. An answer follows when its "
+                "self-citations include the passage's new number and at most one other document. Rates in %; "
+                "`[1] when not supporting`: presentations whose supporting passage is not first that cite [1]; "
+                "the random citer cites as many documents as the model did (exact expectation).",
+                [*sections, *tail(run_dir)])
+
+
+#: The built-in kinds, in the order they are tried (the benchmark-JSON folder last: it takes any JSON).
+BUILTIN: tuple[PageKind, ...] = (
+    PageKind("xor-attriqa", _has_keys("agreement", "counts", "settings"), _xor_data, _xor_render),
+    PageKind("eli5", _has_keys("per_seed", "length_bins"), _eli5_data, _eli5_render),
+    PageKind("bias-study", _has_keys("sources", "metadata", "config"),
+             lambda d: _as_list((_results(d) or {}).get("data")), _bias_render),
+    PageKind("bias-protocol", lambda d: (d / "protocol.json").is_file(), _none, _protocol_render),
+    PageKind("bias-sweep", lambda d: (d / "sweep.json").is_file(),
+             lambda d: _as_list(read_json(d / "sweep.json").get("data")), _sweep_render),
+    PageKind("bias-retrievers", lambda d: (d / "retrievers.json").is_file(),
+             lambda d: _as_list(read_json(d / "retrievers.json").get("data")), _retrievers_render),
+    PageKind("xor-peers", lambda d: (d / "peers.json").is_file(), _none, _peers_render),
+    PageKind("tune", _is_tune, _none, _tune_render),
+    PageKind("bench-scale", _is_scale, lambda d: _as_list(((_results(d) or {}).get("settings") or {}).get("docs")),
+             _scale_render),
+    PageKind("tune-follow", lambda d: bool(_follow_files(d)), _none, _follow_render),
+    PageKind("benchmark-json", _is_bench, _none, _bench_render),
+)
+
+
+def tail_sections(run_dir: Path, has_page: Callable[[Path], bool]) -> list[str | None]:
+    """What ends every page: the run folders below it and the folder's files."""
+    from mirage.views.pages.core import folders_section
+
+    return [folders_section(run_dir, has_page), files_section(run_dir)]
+
+
+def first(kinds: Mapping[str, PageKind], run_dir: Path) -> PageKind | None:
+    return next((k for k in kinds.values() if k.detect(run_dir)), None)
+
+
+__all__ = ["BUILTIN", "PageKind", "documents_cited", "first", "pipeline_flags_of", "tail_sections"]
