@@ -1,7 +1,8 @@
 """One frozen configuration tree for Python, YAML files and the CLI, validated on construction.
 
-Every section checks its fields' types and ranges in ``__post_init__`` and raises :class:`ConfigError` naming the
-field as ``section.field`` and what it expects (``cci.top_k must be an integer >= 1, got 3.7.``):
+Every section checks its fields' types and ranges in ``__post_init__`` with :mod:`mirage.checks` (the checks every
+config class shares) and raises :class:`ConfigError` naming the field as ``section.field`` and what it expects
+(``cci.top_k must be an integer >= 1, got 3.7.``):
 
 - integer fields take an ``int`` (never a ``bool``); an integer-valued float such as ``3.0`` (what YAML gives for
   ``3.0``) is accepted and stored as ``3``; ``3.7``, ``"3"``, NaN and infinities are rejected;
@@ -21,21 +22,31 @@ every run command's flags from these.
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, NoReturn, get_args
+from typing import Any, Literal
 
 import yaml
 
-from mirage.data.inputs import short_repr
+from mirage.checks import (
+    ConfigError,
+    boolean,
+    integer,
+    literal,
+    number,
+    registered,
+    seed,
+    setfield,
+    show,
+    string,
+)
 
-#: The built-in CTI metrics and CCI methods; ``cti.metric`` / ``cci.method`` take any name registered in
-#: :data:`mirage.attribution.cti.CTI_METRICS` / :data:`mirage.attribution.cci.CCI_METHODS`, these included (a built-in name is accepted
-#: without importing those modules, which bring torch).
+#: The built-in CTI metrics, CTI selectors, CCI methods (and citation rules, below); ``cti.metric`` / ``cti.selector``
+#: / ``cci.method`` / ``aggregation.rule`` take any name registered in :data:`mirage.attribution.cti.CTI_METRICS` /
+#: :data:`mirage.attribution.cti.CTI_SELECTORS` / :data:`mirage.attribution.cci.CCI_METHODS` /
+#: :data:`mirage.registry.CITATION_RULES`, these included (a built-in name is accepted without importing those
+#: modules, which bring torch).
 CTIMetric = Literal["kl_noctx_ctx", "kl_ctx_noctx", "js", "prob_diff"]
 CTISelector = Literal["std", "threshold"]
 CCIMethod = Literal["saliency", "input_x_gradient", "integrated_gradients"]
@@ -63,103 +74,24 @@ CitationRule = Literal["reference", "likelihood"]
 RULE_ALIASES = {"learned": "likelihood"}
 
 
-class ConfigError(ValueError):
-    """An invalid configuration value; the message names the field and the fix."""
-
-
-def _check_literal(owner: str, name: str, value: Any, literal: Any) -> None:
-    allowed = get_args(literal)
-    if not isinstance(value, str) or value not in allowed:
-        raise ConfigError(f"{owner}.{name}={_show(value)} is not valid; choose one of {', '.join(map(repr, allowed))}.")
-
-
-def _registry(owner: str) -> Mapping[str, Any]:
-    """The registry of CTI metrics (``owner`` "cti") or CCI methods ("cci"), imported when first needed."""
-    if owner == "cti":
+def _registry(kind: str) -> Mapping[str, Any]:
+    """The registry of CTI metrics (``kind`` "metric"), CTI selectors ("selector"), CCI methods ("method") or
+    citation rules ("rule"), imported when first needed (a built-in name is checked without it)."""
+    if kind == "metric":
         from mirage.attribution.cti import CTI_METRICS
 
         return CTI_METRICS
-    from mirage.attribution.cci import CCI_METHODS
+    if kind == "selector":
+        from mirage.attribution.cti import CTI_SELECTORS
 
-    return CCI_METHODS
+        return CTI_SELECTORS
+    if kind == "method":
+        from mirage.attribution.cci import CCI_METHODS
 
+        return CCI_METHODS
+    from mirage.registry import CITATION_RULES
 
-def _check_registered(owner: str, name: str, value: Any, builtin: Any, how: str) -> None:
-    if isinstance(value, str) and value in get_args(builtin):
-        return  # registered by its module on import
-    registry = _registry(owner)
-    if not isinstance(value, str) or value not in registry:
-        raise ConfigError(f"{owner}.{name}={_show(value)} is not valid; choose one of {', '.join(map(repr, registry))}"
-                          f" (or register one with {how}).")
-
-
-# Type checks shared by the sections. Each takes the section object and a field name, checks the value, stores the
-# normalised value back (``object.__setattr__``: the dataclasses are frozen) and raises a ConfigError naming
-# ``section.field`` and what is expected. They are plain isinstance/compare calls, so construction stays cheap.
-
-
-def _show(value: Any) -> str:
-    """A user's value in a message: bounded, whatever its size (:func:`mirage.data.inputs.short_repr`)."""
-    return short_repr(value, 60)
-
-
-def _fail(owner: str, name: str, expected: str, value: Any, hint: str = "") -> NoReturn:
-    raise ConfigError(f"{owner}.{name} must be {expected}, got {_show(value)}{'; ' + hint if hint else ''}.")
-
-
-def _set(obj: Any, name: str, value: Any) -> None:
-    if getattr(obj, name) is not value:
-        object.__setattr__(obj, name, value)
-
-
-def _int_field(obj: Any, owner: str, name: str, *, minimum: int | None = None, below: int | None = None,
-               expected: str = "", optional: bool = False, hint: str = "") -> None:
-    """An int (not a bool); an int-valued float such as ``3.0`` is accepted and stored as ``3``."""
-    value = getattr(obj, name)
-    expected = expected or "an integer" + (f" >= {minimum}" if minimum is not None else "")
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        _fail(owner, name, expected, value, hint)
-    if not isinstance(value, numbers.Integral) and not (math.isfinite(value) and float(value).is_integer()):
-        _fail(owner, name, expected, value, hint)
-    converted = int(value)
-    if (minimum is not None and converted < minimum) or (below is not None and converted >= below):
-        _fail(owner, name, expected, value, hint)
-    _set(obj, name, converted)
-
-
-def _float_field(obj: Any, owner: str, name: str, *, expected: str = "a finite number", ok: Any = None,
-                 optional: bool = False, hint: str = "") -> None:
-    """A finite int or float (not a bool), stored as float; ``ok`` is an extra range predicate."""
-    value = getattr(obj, name)
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        _fail(owner, name, expected, value, hint)
-    converted = float(value)
-    if not math.isfinite(converted) or (ok is not None and not ok(converted)):
-        _fail(owner, name, expected, value, hint)
-    _set(obj, name, converted)
-
-
-def _bool_field(obj: Any, owner: str, name: str, *, optional: bool = False, hint: str = "") -> None:
-    value = getattr(obj, name)
-    if value is None and optional:
-        return
-    if not isinstance(value, bool):
-        _fail(owner, name, "true or false", value, hint)
-
-
-def _str_field(obj: Any, owner: str, name: str, *, optional: bool = False, path: bool = False) -> None:
-    value = getattr(obj, name)
-    if value is None and optional:
-        return
-    if path and isinstance(value, os.PathLike):
-        value = os.fspath(value)
-        _set(obj, name, value)
-    if not isinstance(value, str):
-        _fail(owner, name, "a string", value, "or null" if optional else "")
+    return CITATION_RULES
 
 
 @dataclass(frozen=True)
@@ -177,10 +109,10 @@ class PromptConfig:
     system: str | None = None
 
     def __post_init__(self) -> None:
-        _str_field(self, "prompt", "name")
-        _str_field(self, "prompt", "path", optional=True, path=True)  # a pathlib.Path is stored as str
-        _bool_field(self, "prompt", "chat_template", optional=True, hint="or null to follow the model")
-        _str_field(self, "prompt", "system", optional=True)
+        setfield(self, "prompt.name", string)
+        setfield(self, "prompt.path", string, optional=True, path=True)  # a pathlib.Path is stored as str
+        setfield(self, "prompt.chat_template", boolean, optional=True, hint="or null to follow the model")
+        setfield(self, "prompt.system", string, optional=True)
 
 
 @dataclass(frozen=True)
@@ -196,12 +128,11 @@ class GenerationConfig:
     seed: int = field(default=42, metadata={"flag": "--seed", "help": "generation seed"})
 
     def __post_init__(self) -> None:
-        _int_field(self, "generation", "max_new_tokens", minimum=1)
-        _bool_field(self, "generation", "do_sample")
-        _float_field(self, "generation", "temperature", expected="a finite number > 0", ok=lambda v: v > 0,
-                     hint="use do_sample=false for greedy decoding")
-        _float_field(self, "generation", "top_p", expected="a number in (0, 1]", ok=lambda v: 0 < v <= 1)
-        _int_field(self, "generation", "seed", minimum=0, below=2**63, expected="an integer in [0, 2**63)")
+        setfield(self, "generation.max_new_tokens", integer, minimum=1)
+        setfield(self, "generation.do_sample", boolean)
+        setfield(self, "generation.temperature", number, above=0, hint="use do_sample=false for greedy decoding")
+        setfield(self, "generation.top_p", number, above=0, maximum=1)
+        setfield(self, "generation.seed", seed)
 
 
 @dataclass(frozen=True)
@@ -213,13 +144,14 @@ class CTIConfig:
     KL(P_ctx || P_no-ctx), the direction written in the paper; ``js`` = Jensen-Shannon divergence; ``prob_diff`` =
     p_ctx(y) - p_no-ctx(y) of the answer token.
     ``selector``: ``std`` keeps tokens with |score| >= mean + std_k * std over the answer (example-level, MIRAGE-EX);
-    ``threshold`` keeps |score| >= ``threshold`` (calibrated, MIRAGE-CAL). Left unset (None) it follows
-    ``threshold``: ``CTIConfig(threshold=0.5)`` selects by that threshold, ``CTIConfig()`` by ``std``.
+    ``threshold`` keeps |score| >= ``threshold`` (calibrated, MIRAGE-CAL); any other name registered with
+    :func:`mirage.attribution.cti.register_cti_selector`. Left unset (None) it follows ``threshold``:
+    ``CTIConfig(threshold=0.5)`` selects by that threshold, ``CTIConfig()`` by ``std``.
     """
 
     metric: str = field(default="kl_noctx_ctx", metadata={
         "flag": "--cti-metric", "help": "kl_noctx_ctx (reference, default), kl_ctx_noctx (paper), js, prob_diff"})
-    selector: CTISelector | None = None
+    selector: str | None = None
     std_k: float = field(default=1.0, metadata={
         "flag": "--cti-std", "help": "CTI: keep tokens with score >= mean + K*std (MIRAGE-EX); default 1",
         "implies": {"selector": "std"}, "exclusive": "cti selector"})
@@ -235,14 +167,16 @@ class CTIConfig:
         "later": True})
 
     def __post_init__(self) -> None:
-        _check_registered("cti", "metric", self.metric, CTIMetric, "mirage.attribution.cti.register_cti_metric")
-        _check_literal("cti", "std_kind", self.std_kind, StdKind)
-        _check_literal("cti", "threshold_floor", self.threshold_floor, ThresholdFloor)
+        setfield(self, "cti.metric", registered, registry=lambda: _registry("metric"), builtin=CTIMetric,
+                 how="mirage.attribution.cti.register_cti_metric")
+        setfield(self, "cti.std_kind", literal, choices=StdKind)
+        setfield(self, "cti.threshold_floor", literal, choices=ThresholdFloor)
         if self.selector is None:
-            _set(self, "selector", "std" if self.threshold is None else "threshold")
-        _check_literal("cti", "selector", self.selector, CTISelector)
-        _float_field(self, "cti", "std_k")
-        _float_field(self, "cti", "threshold", optional=True, hint="or null with selector='std'")
+            object.__setattr__(self, "selector", "std" if self.threshold is None else "threshold")
+        setfield(self, "cti.selector", registered, registry=lambda: _registry("selector"), builtin=CTISelector,
+                 how="mirage.attribution.cti.register_cti_selector")
+        setfield(self, "cti.std_k", number)
+        setfield(self, "cti.threshold", number, optional=True, hint="or null with selector='std'")
         if self.selector == "threshold" and self.threshold is None:
             raise ConfigError("cti.selector='threshold' needs cti.threshold (a calibrated value, e.g. from calibration).")
 
@@ -286,20 +220,20 @@ class CCIConfig:
         "later": True})
 
     def __post_init__(self) -> None:
-        _check_registered("cci", "method", self.method, CCIMethod, "mirage.attribution.cci.register_cci_method")
-        _check_literal("cci", "target", self.target, CCITarget)
-        _check_literal("cci", "percent_rule", self.percent_rule, PercentRule)
-        _check_literal("cci", "precision", self.precision, CCIPrecision)
+        setfield(self, "cci.method", registered, registry=lambda: _registry("method"), builtin=CCIMethod,
+                 how="mirage.attribution.cci.register_cci_method")
+        setfield(self, "cci.target", literal, choices=CCITarget)
+        setfield(self, "cci.percent_rule", literal, choices=PercentRule)
+        setfield(self, "cci.precision", literal, choices=CCIPrecision)
         if self.top_k is None and self.top_percent is None:
-            _set(self, "top_percent", DEFAULT_TOP_PERCENT)
+            object.__setattr__(self, "top_percent", DEFAULT_TOP_PERCENT)
         if self.top_k is not None and self.top_percent is not None:
-            raise ConfigError(f"cci: set one of top_k and top_percent, not both (got top_k={_show(self.top_k)}, "
-                              f"top_percent={_show(self.top_percent)}); e.g. top_k=3 or top_percent=5.")
-        _int_field(self, "cci", "top_k", minimum=1, optional=True)
-        _float_field(self, "cci", "top_percent", expected="a number in (0, 100]", ok=lambda v: 0 < v <= 100,
-                     optional=True)
-        _int_field(self, "cci", "batch_size", minimum=1, optional=True, hint="null adapts it to free memory")
-        _int_field(self, "cci", "ig_steps", minimum=1)
+            raise ConfigError(f"cci: set one of top_k and top_percent, not both (got top_k={show(self.top_k)}, "
+                              f"top_percent={show(self.top_percent)}); e.g. top_k=3 or top_percent=5.")
+        setfield(self, "cci.top_k", integer, minimum=1, optional=True)
+        setfield(self, "cci.top_percent", number, above=0, maximum=100, optional=True)
+        setfield(self, "cci.batch_size", integer, minimum=1, optional=True, hint="null adapts it to free memory")
+        setfield(self, "cci.ig_steps", integer, minimum=1)
 
 
 @dataclass(frozen=True)
@@ -321,8 +255,9 @@ class AggregationConfig:
     #: How a sentence's documents are chosen: ``reference`` (the union of the documents behind its context-sensitive
     #: tokens, the method's rule) or ``likelihood`` (the passage-likelihood classifier: a logistic regression over
     #: how much each passage alone raises the answer's likelihood, and the largest |CTI|; no CCI; :mod:`mirage.likelihood.classifier`;
-    #: costs one single-document pass per document). ``learned``, its old name, is accepted with a DeprecationWarning.
-    rule: CitationRule = field(default="reference", metadata={
+    #: costs one single-document pass per document), or any rule registered with
+    #: :func:`mirage.pipeline.register_citation_rule`. ``learned``, its old name, is accepted with a DeprecationWarning.
+    rule: str = field(default="reference", metadata={
         "flag": "--citation-rule", "help": "reference (default: the documents behind the context-sensitive tokens) "
         "or likelihood (the passage-likelihood classifier: passage likelihoods and the largest |CTI|, no CCI; "
         "'learned' is its old name)"})
@@ -338,19 +273,20 @@ class AggregationConfig:
         "default) or saliency (summed raw saliency, the authors' ELI5 script)", "later": True})
 
     def __post_init__(self) -> None:
-        _int_field(self, "aggregation", "max_citations", minimum=1)
-        _int_field(self, "aggregation", "top_context_tokens", minimum=0)
-        _check_literal("aggregation", "context", self.context, ContextView)
-        if self.rule in RULE_ALIASES:
+        setfield(self, "aggregation.max_citations", integer, minimum=1)
+        setfield(self, "aggregation.top_context_tokens", integer, minimum=0)
+        setfield(self, "aggregation.context", literal, choices=ContextView)
+        if isinstance(self.rule, str) and self.rule in RULE_ALIASES:
             import warnings
 
             warnings.warn(f"aggregation.rule={self.rule!r} is now called {RULE_ALIASES[self.rule]!r} (the "
                           "passage-likelihood classifier); the old name will go.", DeprecationWarning, stacklevel=3)
-            _set(self, "rule", RULE_ALIASES[self.rule])
-        _check_literal("aggregation", "rule", self.rule, CitationRule)
-        _check_literal("aggregation", "ranking", self.ranking, DocRanking)
-        _str_field(self, "aggregation", "learned_model", optional=True, path=True)
-        _bool_field(self, "aggregation", "keep_saliency")
+            object.__setattr__(self, "rule", RULE_ALIASES[self.rule])
+        setfield(self, "aggregation.rule", registered, registry=lambda: _registry("rule"), builtin=CitationRule,
+                 how="mirage.pipeline.register_citation_rule")
+        setfield(self, "aggregation.ranking", literal, choices=DocRanking)
+        setfield(self, "aggregation.learned_model", string, optional=True, path=True)
+        setfield(self, "aggregation.keep_saliency", boolean)
 
 
 @dataclass(frozen=True)
@@ -372,7 +308,7 @@ class MirageConfig:
                 raise ConfigError(f"MirageConfig.{name} must be a {section_cls.__name__}, got "
                                   f"{type(value).__name__}; build the tree from plain dicts with MirageConfig.from_dict.")
         if self.preset is not None and self.preset not in PRESETS:
-            raise ConfigError(f"preset={_show(self.preset)} is not valid; choose one of "
+            raise ConfigError(f"preset={show(self.preset)} is not valid; choose one of "
                               f"{', '.join(map(repr, PRESETS))}.")
 
     def to_dict(self) -> dict[str, Any]:
@@ -408,7 +344,7 @@ class MirageConfig:
         ``benchmark`` (``xor-attriqa``, ``eli5``; None: general use, as ELI5) picks the variant where the preset
         differs by benchmark: ``MirageConfig.from_preset("authors", benchmark="xor-attriqa")``."""
         if not isinstance(name, str) or name not in PRESETS:
-            raise ConfigError(f"preset={_show(name)} is not valid; choose one of {', '.join(map(repr, PRESETS))}.")
+            raise ConfigError(f"preset={show(name)} is not valid; choose one of {', '.join(map(repr, PRESETS))}.")
         sections = preset_sections(name, benchmark)
         return cls(**{key: _build_section(key, value) for key, value in sections.items()}, preset=name)
 
@@ -444,17 +380,17 @@ class MirageConfig:
 def _build_section(name: Any, value: Any, base: Any = None) -> Any:
     """One section from a mapping of its fields (over ``base`` when given), checking section and key names."""
     if name not in _SECTIONS:
-        raise ConfigError(f"Unknown config section {_show(name)}; expected one of {sorted(_SECTIONS)}.")
+        raise ConfigError(f"Unknown config section {show(name)}; expected one of {sorted(_SECTIONS)}.")
     if value is None:
         value = {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"config section {_show(name)} must be a mapping of fields, got {type(value).__name__}.")
+        raise ConfigError(f"config section {show(name)} must be a mapping of fields, got {type(value).__name__}.")
     section_cls = _SECTIONS[name]
     known = {f.name for f in fields(section_cls)}
     unknown = [key for key in value if key not in known]
     if unknown:
         shown = sorted(map(str, unknown))
-        raise ConfigError(f"Unknown key(s) {_show(shown)} in config section {_show(name)}; known: {sorted(known)}.")
+        raise ConfigError(f"Unknown key(s) {show(shown)} in config section {show(name)}; known: {sorted(known)}.")
     if base is not None:
         return dataclasses.replace(base, **with_implied(name, value))
     return section_cls(**value)

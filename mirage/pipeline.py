@@ -5,6 +5,10 @@
     res.sentences[0].mirage_citations
     scores = m.score_tokens(m.prepare(item), answer)   # the token-scoring stage alone (CTI + CCI, no aggregation)
     ds = attribute_dataset(ds, m)                # a datasets.Dataset with the attribution as columns
+
+A citation rule (``aggregation.rule``) gives each sentence its cited documents: ``reference`` (the documents behind
+its context-sensitive tokens) and ``likelihood`` (the passage-likelihood classifier) are built in, and
+:func:`register_citation_rule` adds one (a function of :class:`CitationInputs`).
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import dataclasses
 import functools
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -31,6 +36,7 @@ from mirage.attribution.results import AttributionResult, SentenceAttribution
 from mirage.attribution.serialization import library_versions
 from mirage.attribution.token_scores import TargetSpec, TokenScores, score_batch, score_tokens
 from mirage.attribution.tokenization import TokenizedAnswer, max_token_chars, tokenize_answer
+from mirage.registry import CITATION_RULES
 
 if TYPE_CHECKING:
     import datasets
@@ -184,10 +190,13 @@ class Mirage:
             tokenizer=self.lm.tokenizer, prompt_text=prep.prompt.text, tokenized=prep.tokens, answer=answer,
             parsed=parsed, n_docs=len(prep.item.docs), cti=scores.cti, cci=scores.cci, cci_cfg=cfg.cci,
             cfg=cfg.aggregation, content=content)
-        if cfg.aggregation.rule == "likelihood":
-            t = time.perf_counter()
-            sentences = self._learned_citations(prep, parsed.text, answer, scores, sentences, content, cfg)
-            timings["learned"] = time.perf_counter() - t
+        rule = CITATION_RULES.lookup(cfg.aggregation.rule)
+        t = time.perf_counter()
+        sentences = rule(CitationInputs(mirage=self, prepared=prep, text=parsed.text, answer=answer, scores=scores,
+                                        sentences=sentences, content=content, config=cfg))
+        timing = RULE_TIMINGS.get(cfg.aggregation.rule, cfg.aggregation.rule)
+        if timing is not None:
+            timings[timing] = time.perf_counter() - t
         timings["total"] = time.perf_counter() - t0
         return AttributionResult(
             question=prep.item.question,
@@ -211,24 +220,6 @@ class Mirage:
             timings={k: round(v, 4) for k, v in timings.items()},
             saliency=saliency_matrix(prep.tokens, scores.cci, content) if cfg.aggregation.keep_saliency else None,
         )
-
-    def _learned_citations(self, prep: PreparedItem, text: str, answer: TokenizedAnswer, scores: TokenScores,
-                           sentences: list[SentenceAttribution], content: Sequence[bool],
-                           cfg: MirageConfig) -> list[SentenceAttribution]:
-        """The sentences with the learned rule's citations (``aggregation.rule: learned``; :mod:`mirage.likelihood.classifier`):
-        ``mirage_citations`` by the classifier, ``doc_scores`` its probabilities."""
-        model = load_learned(cfg.aggregation.learned_model, self.lm.name)
-        signals = passage_signals(self.lm, prep, answer.ids, prepare=functools.partial(self.prepare, config=cfg),
-                                  leave_one_out=any(f.startswith("loo_") for f in model.features),
-                                  attention="attention" in model.features).to_dict()
-        members = tokens_by_sentence(text, [(s.start, s.end) for s in sentences], [a for a, _b in answer.offsets],
-                                     range(len(answer.ids)))
-        cited = learned_citations(
-            model, cti=scores.cti.scores, rows=dict(zip(scores.cci.selected, scores.cci.scores)),
-            docs=prep.tokens.context_docs, n_docs=len(prep.item.docs), selected=scores.cti.selected,
-            sentences=members, content=content, signals=signals, max_citations=cfg.aggregation.max_citations)
-        return [dataclasses.replace(s, mirage_citations=ids, doc_scores=[round(p, 6) for p in probs])
-                for s, (ids, probs) in zip(sentences, cited)]
 
     def _prepare_for_output(self, item: RAGItem | dict, cfg: MirageConfig, index: int | str | None) -> PreparedItem:
         """The item prepared with room for its given answer (as text), or for generation when it has none."""
@@ -255,6 +246,64 @@ class Mirage:
             raise InputError("is empty once citation marks are removed; nothing to attribute.",
                              item=index if index is not None else prep.item.id, field=field)
         return parsed
+
+
+@dataclass(frozen=True)
+class CitationInputs:
+    """What a citation rule is given for one answer: the ``mirage`` that attributes it (its model ``mirage.lm``, its
+    ``prepare``), the ``prepared`` item, the answer's ``text`` (citation marks removed) and tokens (``answer``), its
+    token ``scores`` (CTI for every token, CCI for the selected ones), its ``sentences`` as aggregation made them
+    (with the reference rule's citations), which context tokens are document ``content``, and the ``config``."""
+
+    mirage: Mirage
+    prepared: PreparedItem
+    text: str
+    answer: TokenizedAnswer
+    scores: TokenScores
+    sentences: list[SentenceAttribution]
+    content: Sequence[bool]
+    config: MirageConfig
+
+
+#: ``rule(inputs) -> sentences``: the answer's sentences, each with its ``mirage_citations`` (and ``doc_scores``).
+CitationRuleFn = Callable[[CitationInputs], list[SentenceAttribution]]
+
+
+def reference_citations(inputs: CitationInputs) -> list[SentenceAttribution]:
+    """``reference``: the union of the documents behind each sentence's context-sensitive tokens (the method's rule),
+    as aggregation cited them."""
+    return inputs.sentences
+
+
+def likelihood_citations(inputs: CitationInputs) -> list[SentenceAttribution]:
+    """``likelihood``: the passage-likelihood classifier's citations (:mod:`mirage.likelihood.classifier`):
+    ``mirage_citations`` by the classifier, ``doc_scores`` its probabilities."""
+    prep, answer, scores, cfg = inputs.prepared, inputs.answer, inputs.scores, inputs.config
+    lm = inputs.mirage.lm
+    model = load_learned(cfg.aggregation.learned_model, lm.name)
+    signals = passage_signals(lm, prep, answer.ids, prepare=functools.partial(inputs.mirage.prepare, config=cfg),
+                              leave_one_out=any(f.startswith("loo_") for f in model.features),
+                              attention="attention" in model.features).to_dict()
+    members = tokens_by_sentence(inputs.text, [(s.start, s.end) for s in inputs.sentences],
+                                 [a for a, _b in answer.offsets], range(len(answer.ids)))
+    cited = learned_citations(
+        model, cti=scores.cti.scores, rows=dict(zip(scores.cci.selected, scores.cci.scores)),
+        docs=prep.tokens.context_docs, n_docs=len(prep.item.docs), selected=scores.cti.selected,
+        sentences=members, content=inputs.content, signals=signals, max_citations=cfg.aggregation.max_citations)
+    return [dataclasses.replace(s, mirage_citations=ids, doc_scores=[round(p, 6) for p in probs])
+            for s, (ids, probs) in zip(inputs.sentences, cited)]
+
+
+CITATION_RULES.register("reference", reference_citations)
+CITATION_RULES.register("likelihood", likelihood_citations)
+#: The key of a citation rule's time in a result's ``timings``: none for ``reference`` (aggregation's own work),
+#: ``learned`` for ``likelihood`` (its key in the results written before the rename); any other rule's name.
+RULE_TIMINGS: dict[str, str | None] = {"reference": None, "likelihood": "learned"}
+
+
+def register_citation_rule(name: str, fn: CitationRuleFn, *, overwrite: bool = False) -> None:
+    """Make ``fn`` selectable as ``aggregation.rule=name`` (an existing name is replaced only with ``overwrite``)."""
+    CITATION_RULES.register(name, fn, overwrite=overwrite)
 
 
 def with_generation(config: MirageConfig, *, max_new_tokens: int | None = None, do_sample: bool | None = None,

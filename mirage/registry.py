@@ -1,13 +1,15 @@
 """Named implementations of one pipeline concept, so a user adds one without editing the stage's code.
 
-The CTI metrics (:data:`mirage.attribution.cti.CTI_METRICS`) and the CCI methods (:data:`mirage.attribution.cci.CCI_METHODS`) are registries;
-the configuration accepts any registered name for ``cti.metric`` / ``cci.method``.
+The CTI metrics (:data:`mirage.attribution.cti.CTI_METRICS`), the CTI selectors
+(:data:`mirage.attribution.cti.CTI_SELECTORS`), the CCI methods (:data:`mirage.attribution.cci.CCI_METHODS`) and the
+citation rules (:data:`CITATION_RULES`) are registries; the configuration accepts any registered name for
+``cti.metric`` / ``cti.selector`` / ``cci.method`` / ``aggregation.rule``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -41,3 +43,11 @@ def did_you_mean(word: str, choices: Iterable[str], *, n: int = 2) -> str:
 
     close = difflib.get_close_matches(word, list(choices), n=n, cutoff=0.6)
     return f"did you mean {' or '.join(map(repr, close))}?" if close else ""
+
+
+#: The citation rules by name: ``rule(inputs) -> sentences``, given a :class:`mirage.pipeline.CitationInputs` (the
+#: item, its answer, its token scores and the sentences with the reference rule's citations), the answer's sentences
+#: with their ``mirage_citations`` (and ``doc_scores``). The built-in ``reference`` and ``likelihood`` are defined in
+#: :mod:`mirage.pipeline`, which registers them (:func:`mirage.pipeline.register_citation_rule` adds one); the
+#: registry lives here so that the configuration checks ``aggregation.rule`` without importing the pipeline.
+CITATION_RULES: Registry[Callable[[Any], list[Any]]] = Registry("citation rule")

@@ -210,13 +210,13 @@ def test_the_shipped_config_loads_and_bad_values_name_their_field(tmp_path):
     assert cfg.model == "smollm2-135m-instruct" and cfg.prompt.name == "selfcitation" and cfg.train.seed == 42
     assert (ROOT / "mirage" / "configs" / "tune" / "sft.yaml").read_text() == \
         (ROOT / "configs" / "tune" / "sft.yaml").read_text()
-    with pytest.raises(ConfigError, match=r"lora\.r=0 is not valid"):
+    with pytest.raises(ConfigError, match=r"lora\.r must be an integer >= 1, got 0\."):
         cfg.replace(lora={"r": 0})
     with pytest.raises(ConfigError, match=r"Unknown key\(s\) \['epoch'\] in tune config section 'train'"):
         cfg.replace(train={"epoch": 2})
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: smollm2-135m-instruct\ntrain:\n  learning_rate: -1\n")
-    with pytest.raises(ConfigError, match=r"bad\.yaml: train\.learning_rate=-1"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml: train\.learning_rate must be a finite number > 0, got -1\."):
         TuneConfig.from_yaml(bad)
 
 
@@ -386,7 +386,7 @@ def test_reward_terms_by_hand():
 def test_reward_settings_are_checked():
     with pytest.raises(ConfigError, match="every term weight"):
         RewardSettings(rage=0, agreement=0, faithfulness=0, format=0)
-    with pytest.raises(ConfigError, match=r"reward\.num_generations=1"):
+    with pytest.raises(ConfigError, match=r"reward\.num_generations must be an integer >= 2, got 1\."):
         RewardSettings(num_generations=1)
 
 

@@ -2,7 +2,9 @@
 
 All scores come from two teacher-forced passes (with and without documents) over the whole answer
 (:mod:`mirage.attribution.forward`). A metric is a function registered by name in :data:`CTI_METRICS`
-(:func:`register_cti_metric`); ``cti.metric`` names one.
+(:func:`register_cti_metric`); ``cti.metric`` names one. A selector, which keeps the context-sensitive tokens of an
+answer from its scores, is registered in :data:`CTI_SELECTORS` (:func:`register_cti_selector`); ``cti.selector``
+names one.
 Shapes: ``logits_ctx``, ``logits_noctx``: ``[n_answer, vocab]``.
 """
 
@@ -23,6 +25,10 @@ if TYPE_CHECKING:
 #: ``metric(logp_ctx, logp_noctx, answer_ids) -> scores``: fp32 log-probabilities ``[n_answer, vocab]`` with and
 #: without the documents, the answer ids ``[n_answer]`` (long), one score per answer token ``[n_answer]``.
 CTIMetricFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+#: ``selector(scores, cfg) -> (selected, threshold)``: one answer's CTI scores ``[n_answer]`` (float64, never empty)
+#: and the CTI config; the indices of the context-sensitive tokens (ascending) and the threshold they passed (NaN
+#: where a selector has none).
+CTISelectorFn = Callable[[torch.Tensor, "CTIConfig"], tuple[Sequence[int], float]]
 
 
 @dataclass(frozen=True)
@@ -100,29 +106,55 @@ def _contrast(logp_c: torch.Tensor, logp_n: torch.Tensor, ids: torch.Tensor, met
     return torch.nan_to_num(fn(logp_c, logp_n, ids), nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def select_tokens(scores: Sequence[float], cfg: CTIConfig) -> tuple[tuple[int, ...], float]:
-    """Indices of context-sensitive tokens (ascending) and the threshold used.
+def _at_least(values: torch.Tensor, threshold: float) -> tuple[int, ...]:
+    """Indices of |values| >= ``threshold``; a small tolerance keeps ties (e.g. a one-token answer) selected despite
+    float rounding."""
+    return tuple(i for i, v in enumerate(values.tolist()) if abs(v) >= threshold - 1e-9 * max(1.0, abs(threshold)))
 
-    ``std``: |score| >= mean + k·std (``cfg.std_kind``: the sample std, n - 1, as inseq; or the population std, n, as the
-    authors' scripts' ``np.std``, under which the larger token of a two-token answer sits exactly on the threshold
-    and is kept; a one-token answer is compared with its own score, as the reference does); ``threshold``:
-    |score| >= the calibrated threshold. ``cfg.threshold_floor="mean"``: the threshold is at least the answer's mean
-    score (the authors' scripts).
-    """
-    values = torch.tensor(list(scores), dtype=torch.float64)
-    if len(values) == 0:
-        return (), float("nan")
-    if cfg.selector == "threshold":
-        threshold = float(cfg.threshold)
-    elif len(values) == 1 or cfg.std_k == 0:
+
+def _floored(values: torch.Tensor, threshold: float, cfg: CTIConfig) -> float:
+    """``threshold``, raised to the answer's mean score under ``cfg.threshold_floor="mean"`` (the authors' scripts)."""
+    return max(threshold, float(values.mean())) if cfg.threshold_floor == "mean" else threshold
+
+
+def select_std(values: torch.Tensor, cfg: CTIConfig) -> tuple[tuple[int, ...], float]:
+    """``std``: |score| >= mean + k·std (``cfg.std_kind``: the sample std, n - 1, as inseq; or the population std,
+    n, as the authors' scripts' ``np.std``, under which the larger token of a two-token answer sits exactly on the
+    threshold and is kept; a one-token answer is compared with its own score, as the reference does)."""
+    if len(values) == 1 or cfg.std_k == 0:
         threshold = float(values.mean())
     else:
         threshold = float(values.mean() + cfg.std_k * values.std(correction=0 if cfg.std_kind == "population" else 1))
-    if cfg.threshold_floor == "mean":
-        threshold = max(threshold, float(values.mean()))
-    # A small tolerance keeps ties (e.g. a one-token answer) selected despite float rounding.
-    keep = [i for i, v in enumerate(values.tolist()) if abs(v) >= threshold - 1e-9 * max(1.0, abs(threshold))]
-    return tuple(keep), threshold
+    threshold = _floored(values, threshold, cfg)
+    return _at_least(values, threshold), threshold
+
+
+def select_threshold(values: torch.Tensor, cfg: CTIConfig) -> tuple[tuple[int, ...], float]:
+    """``threshold``: |score| >= the calibrated ``cfg.threshold``."""
+    threshold = _floored(values, float(cfg.threshold), cfg)
+    return _at_least(values, threshold), threshold
+
+
+#: The CTI selectors by name (see :data:`CTISelectorFn`).
+CTI_SELECTORS: Registry[CTISelectorFn] = Registry("CTI selector")
+CTI_SELECTORS.register("std", select_std)
+CTI_SELECTORS.register("threshold", select_threshold)
+
+
+def register_cti_selector(name: str, fn: CTISelectorFn, *, overwrite: bool = False) -> None:
+    """Make ``fn`` selectable as ``cti.selector=name`` (an existing name is replaced only with ``overwrite``)."""
+    CTI_SELECTORS.register(name, fn, overwrite=overwrite)
+
+
+def select_tokens(scores: Sequence[float], cfg: CTIConfig) -> tuple[tuple[int, ...], float]:
+    """Indices of context-sensitive tokens (ascending) and the threshold used, by the selector ``cfg.selector``
+    names (:data:`CTI_SELECTORS`: :func:`select_std`, :func:`select_threshold`, or a registered one). An empty
+    answer selects nothing, at a NaN threshold."""
+    values = torch.tensor(list(scores), dtype=torch.float64)
+    if len(values) == 0:
+        return (), float("nan")
+    selected, threshold = CTI_SELECTORS.lookup(cfg.selector)(values, cfg)
+    return tuple(sorted({int(i) for i in selected})), float(threshold)
 
 
 def compute_cti(

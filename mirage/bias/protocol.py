@@ -21,6 +21,7 @@ from typing import Any, Literal, get_args
 
 import yaml
 
+from mirage.checks import boolean, integer, literal, seed, setfield, string
 from mirage.config import ConfigError, load_yaml
 from mirage.data.inputs import short_repr
 
@@ -36,12 +37,6 @@ MIXED_CELLS: tuple[str, ...] = ("mixed:first-first", "mixed:first-second", "mixe
 #: The modes that cover the whole grid (informed and counterfactual are its two cells with opposite sides).
 GRID_MODES: tuple[str, ...] = ("informed", "counterfactual", "mixed:first-first", "mixed:second-second")
 BIAS_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "bias"
-
-
-def _check(name: str, value: Any, literal: Any) -> None:
-    allowed = get_args(literal)
-    if value not in allowed:
-        raise ConfigError(f"bias.{name}={short_repr(value)} is not valid; choose one of {', '.join(map(repr, allowed))}.")
 
 
 def other_side(side: Side) -> Side:
@@ -82,10 +77,20 @@ class BiasConfig:
     rage_embedder: str = "all-minilm-l6-v2"
 
     def __post_init__(self) -> None:
-        _check("metadata", self.metadata, MetadataType)
-        _check("relevant_side", self.relevant_side, Side)
-        _check("docs", self.docs, DocSource)
-        _check("rewrite", self.rewrite, Rewrite)
+        setfield(self, "bias.metadata", literal, choices=MetadataType)
+        setfield(self, "bias.relevant_side", literal, choices=Side)
+        setfield(self, "bias.docs", literal, choices=DocSource)
+        setfield(self, "bias.rewrite", literal, choices=Rewrite)
+        setfield(self, "bias.k", integer, minimum=1, hint="documents per question")
+        setfield(self, "bias.seed", seed)
+        setfield(self, "bias.rage_similar", integer)  # its range depends on k and docs: checked below
+        setfield(self, "bias.max_doc_words", integer, minimum=1, optional=True, hint="or null to keep documents whole")
+        setfield(self, "bias.baseline_draws", integer, minimum=1)
+        setfield(self, "bias.n_relevant", integer)  # between 1 and k: checked below
+        setfield(self, "bias.explain", boolean)
+        setfield(self, "bias.prompts_dir", string, optional=True, path=True)
+        setfield(self, "bias.rage_embedder", string, path=True, nonempty=True,
+                 expected="all-minilm-l6-v2, multilingual-e5-small or the path of a sentence-embedding model folder")
         if not self.modes:
             raise ConfigError("bias.modes is empty; give at least one of " + ", ".join(MODES) + ".")
         for mode in self.modes:
@@ -96,9 +101,7 @@ class BiasConfig:
         if len(self.mixed) != 2:
             raise ConfigError("bias.mixed must be two sides: (relevant side, non-relevant side).")
         for side in self.mixed:
-            _check("mixed", side, Side)
-        if self.k < 1:
-            raise ConfigError("bias.k must be >= 1 (documents per question).")
+            literal("bias.mixed", side, Side)
         if self.metadata == "custom":
             if self.labels is None or len(self.labels) != 2 or not all(self.labels):
                 raise ConfigError("bias.metadata='custom' needs labels: two non-empty label pools, e.g. --labels A B.")
@@ -107,10 +110,6 @@ class BiasConfig:
                               "configs/bias/metadata.yaml.")
         if self.docs == "rage" and not 0 <= self.rage_similar <= self.k - 1:
             raise ConfigError(f"bias.rage_similar={self.rage_similar} must be between 0 and k-1={self.k - 1}.")
-        if self.max_doc_words is not None and self.max_doc_words < 1:
-            raise ConfigError("bias.max_doc_words must be >= 1 (or null to keep documents whole).")
-        if self.baseline_draws < 1:
-            raise ConfigError("bias.baseline_draws must be >= 1.")
         if not 1 <= self.n_relevant <= self.k:
             raise ConfigError(f"bias.n_relevant={self.n_relevant} must be between 1 and k={self.k} (relevant "
                               "documents per question).")
@@ -118,9 +117,6 @@ class BiasConfig:
             raise ConfigError(f"bias.rage_similar={self.rage_similar} leaves no room: k={self.k} documents hold "
                               f"n_relevant={self.n_relevant} relevant ones, so at most {self.k - self.n_relevant} "
                               "seemingly relevant ones.")
-        if not str(self.rage_embedder).strip():
-            raise ConfigError("bias.rage_embedder is empty; give all-minilm-l6-v2, multilingual-e5-small or the path "
-                              "of a sentence-embedding model folder.")
 
     @property
     def omega(self) -> int:

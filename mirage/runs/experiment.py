@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,6 +25,19 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from mirage.checks import (
+    boolean,
+    fail,
+    flag_type,
+    float_flag,
+    int_flag,
+    integer,
+    literal,
+    paths,
+    seed,
+    setfield,
+    string,
+)
 from mirage.config import (
     COMMAND_SECTIONS,
     EXPERIMENT_KEYS,
@@ -80,45 +92,31 @@ class ExperimentConfig:
     memory_budget: str | int | None = None
 
     def __post_init__(self) -> None:
-        if self.command not in get_args(Command):
-            _fail("command", f"one of {', '.join(map(repr, get_args(Command)))}", self.command)
-        if isinstance(self.model, os.PathLike):
-            object.__setattr__(self, "model", os.fspath(self.model))
-        if not isinstance(self.model, str) or not self.model:
-            _fail("model", "a model name, Hugging Face id or local path", self.model)
-        object.__setattr__(self, "calibrate_on", _strings("calibrate_on", self.calibrate_on or ()))
+        setfield(self, "experiment.command", literal, choices=Command)
+        setfield(self, "experiment.model", string, path=True, nonempty=True,
+                 expected="a model name, Hugging Face id or local path")
+        object.__setattr__(self, "calibrate_on", paths("experiment.calibrate_on", self.calibrate_on or ()))
         for name in ("nli", "description", "dataset", "device", "dtype"):
-            value = getattr(self, name)
-            if isinstance(value, os.PathLike):
-                object.__setattr__(self, name, os.fspath(value))
-            elif value is not None and not isinstance(value, str):
-                _fail(name, "a string or null", value)
-        object.__setattr__(self, "data", _strings("data", self.data))
-        if self.text not in get_args(TextView):
-            _fail("text", f"one of {', '.join(map(repr, get_args(TextView)))}", self.text)
-        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0):
-            _fail("limit", "an integer >= 0 or null", self.limit)
-        seeds = (self.seeds,) if isinstance(self.seeds, int) else self.seeds
-        if not isinstance(seeds, Sequence) or not all(
-                isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-            _fail("seeds", "a list of integers >= 0", self.seeds)
-        object.__setattr__(self, "seeds", tuple(seeds))
+            setfield(self, f"experiment.{name}", string, optional=True, path=True)
+        setfield(self, "experiment.data", paths)
+        setfield(self, "experiment.text", literal, choices=TextView)
+        setfield(self, "experiment.limit", integer, minimum=0, optional=True, expected="an integer >= 0 or null")
+        seeds = (self.seeds,) if isinstance(self.seeds, (int, float)) else self.seeds  # one seed, as YAML gives it
+        if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence):
+            _fail("seeds", "a list of integers in [0, 2**63)", self.seeds)
+        object.__setattr__(self, "seeds", tuple(seed("experiment.seeds", s) for s in seeds))
         if not isinstance(self.pipeline, MirageConfig):
             _fail("pipeline", "a MirageConfig", self.pipeline)
-        if not isinstance(self.trust_remote_code, bool):
-            _fail("trust_remote_code", "true or false", self.trust_remote_code)
+        setfield(self, "experiment.trust_remote_code", boolean)
         self._check_loading()
 
     def _check_loading(self) -> None:
         """The loading options, checked without loading anything (errors name ``experiment.<field>``)."""
         from mirage.attribution.models import QUANTIZATIONS, ModelLoadError, resolve_placement
 
-        if isinstance(self.adapter, os.PathLike):
-            object.__setattr__(self, "adapter", os.fspath(self.adapter))
-        if self.adapter is not None and (not isinstance(self.adapter, str) or not self.adapter.strip()):
-            _fail("adapter", "a LoRA adapter folder or null", self.adapter)
-        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
-            _fail("quantization", f"one of {sorted(QUANTIZATIONS)} or null", self.quantization)
+        setfield(self, "experiment.adapter", string, optional=True, path=True, nonempty=True,
+                 expected="a LoRA adapter folder or null")
+        setfield(self, "experiment.quantization", literal, choices=sorted(QUANTIZATIONS), optional=True)
         try:
             resolve_placement(self.device, self.device_map, self.max_memory, self.memory_budget)
         except ModelLoadError as err:
@@ -268,8 +266,7 @@ class ExperimentConfig:
 
 
 def _fail(name: str, expected: str, value: Any) -> typing.NoReturn:
-    text = repr(value)
-    raise ConfigError(f"experiment.{name} must be {expected}, got {text if len(text) <= 60 else text[:57] + '...'}.")
+    fail(f"experiment.{name}", expected, value)
 
 
 #: Aggregation fields added after stores were first written: left out of a fingerprint while at their defaults (the
@@ -285,35 +282,13 @@ def _aggregation(cfg: MirageConfig) -> dict[str, Any]:
     return {k: v for k, v in out.items() if k not in _LATER_AGGREGATION or v != defaults[k]}
 
 
-def _strings(name: str, value: Any) -> tuple[str, ...]:
-    """A file or a sequence of files as a tuple of strings."""
-    if isinstance(value, (str, os.PathLike)):
-        value = [value]
-    if not isinstance(value, Sequence) or not all(isinstance(v, (str, os.PathLike)) for v in value):
-        _fail(name, "a path or a list of paths", value)
-    return tuple(os.fspath(v) for v in value)
-
-
 # -- command-line flags ----------------------------------------------------------------------------------------------
 
 
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative; give 0 or more")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    value = non_negative_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not positive; give 1 or more")
-    return value
+#: argparse types: an integer >= 0 / >= 1, read as a config field's integer is (:func:`mirage.checks.integer`:
+#: ``3.0`` is 3, ``3.5`` is refused).
+non_negative_int = flag_type(integer, minimum=0)
+positive_int = flag_type(integer, minimum=1)
 
 
 def pipeline_flags() -> Iterator[tuple[str, dataclasses.Field, type]]:
@@ -411,8 +386,9 @@ def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] 
         target = groups[exclusive] if exclusive else parser
         if kind is bool:
             target.add_argument(flag, action="store_true", default=None, help=help_text)
-        else:
-            target.add_argument(flag, type=kind, default=None, help=help_text)
+        else:  # numbers read as the field's check reads them (``--cci-top-k 3.0`` is 3, as ``top_k: 3.0`` is)
+            target.add_argument(flag, type={int: int_flag, float: float_flag}.get(kind, kind), default=None,
+                                help=help_text)
 
 
 def pipeline_changes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:

@@ -3,43 +3,25 @@
     cfg = TuneConfig.from_yaml("configs/tune/sft.yaml")     # sections model, data, prompt, lora, train, reward
     cfg = cfg.replace(model="gemma3-270m", train={"epochs": 2})
 
-Every value is checked on construction; a ConfigError names ``section.field`` and what it expects. Importing this
+Every value is checked on construction (:mod:`mirage.checks`, as every config class is); a ConfigError names
+``section.field`` and what it expects. Importing this
 module imports neither torch nor trl, so that ``mirage tune --help`` stays light.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from mirage.checks import fail as _fail
+from mirage.checks import integer, number, paths, positive, probability, seed, setfield, string
 from mirage.config import ConfigError, PromptConfig, read_config_file
 from mirage.data.inputs import short_repr
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
-
-
-def _fail(name: str, expected: str, value: Any) -> None:
-    raise ConfigError(f"{name}={short_repr(value)} is not valid; expected {expected}.")
-
-
-def _int(name: str, value: Any, *, minimum: int, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        _fail(name, f"an integer >= {minimum}{' or null' if optional else ''}", value)
-
-
-def _float(name: str, value: Any, *, minimum: float = 0.0, strict: bool = False, maximum: float | None = None) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > minimum if strict else value >= minimum) and (maximum is None or value <= maximum)
-    if not ok:
-        bound = f"{'>' if strict else '>='} {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
-        _fail(name, f"a number {bound}", value)
 
 
 @dataclass(frozen=True)
@@ -53,9 +35,9 @@ class LoraSettings:
     target_modules: str | tuple[str, ...] = "all-linear"
 
     def __post_init__(self) -> None:
-        _int("lora.r", self.r, minimum=1)
-        _int("lora.alpha", self.alpha, minimum=1)
-        _float("lora.dropout", self.dropout, maximum=1.0)
+        setfield(self, "lora.r", integer, minimum=1)
+        setfield(self, "lora.alpha", integer, minimum=1)
+        setfield(self, "lora.dropout", probability)
         modules = self.target_modules
         if isinstance(modules, Sequence) and not isinstance(modules, str):
             if not modules or not all(isinstance(m, str) and m for m in modules):
@@ -87,18 +69,17 @@ class TrainSettings:
     lr_scheduler: str = "linear"
 
     def __post_init__(self) -> None:
-        _float("train.epochs", self.epochs, strict=True)
-        _int("train.max_steps", self.max_steps, minimum=1, optional=True)
-        _float("train.learning_rate", self.learning_rate, strict=True)
+        setfield(self, "train.epochs", positive)
+        setfield(self, "train.max_steps", integer, minimum=1, optional=True)
+        setfield(self, "train.learning_rate", positive)
         for name in ("batch_size", "gradient_accumulation_steps", "max_length", "logging_steps", "save_steps",
                      "save_total_limit"):
-            _int(f"train.{name}", getattr(self, name), minimum=1)
-        _int("train.seed", self.seed, minimum=0)
-        _float("train.warmup_ratio", self.warmup_ratio, maximum=0.999)
-        _float("train.weight_decay", self.weight_decay)
-        if not isinstance(self.lr_scheduler, str) or not self.lr_scheduler:
-            _fail("train.lr_scheduler", "a transformers scheduler name (linear, cosine, constant, ...)",
-                  self.lr_scheduler)
+            setfield(self, f"train.{name}", integer, minimum=1)
+        setfield(self, "train.seed", seed)
+        setfield(self, "train.warmup_ratio", number, minimum=0, maximum=0.999)
+        setfield(self, "train.weight_decay", number, minimum=0)
+        setfield(self, "train.lr_scheduler", string, nonempty=True,
+                 expected="a transformers scheduler name (linear, cosine, constant, ...)")
 
 
 @dataclass(frozen=True)
@@ -120,14 +101,14 @@ class RewardSettings:
 
     def __post_init__(self) -> None:
         for name in ("rage", "agreement", "faithfulness", "format", "beta"):
-            _float(f"reward.{name}", getattr(self, name))
+            setfield(self, f"reward.{name}", number, minimum=0)
         if not any(getattr(self, name) for name in ("rage", "agreement", "faithfulness", "format")):
             raise ConfigError("reward: every term weight (rage, agreement, faithfulness, format) is 0; give one a "
                               "positive weight.")
-        _float("reward.faithfulness_scale", self.faithfulness_scale, strict=True)
-        _int("reward.num_generations", self.num_generations, minimum=2)
-        _int("reward.max_completion_length", self.max_completion_length, minimum=1)
-        _float("reward.temperature", self.temperature, strict=True)
+        setfield(self, "reward.faithfulness_scale", positive)
+        setfield(self, "reward.num_generations", integer, minimum=2)
+        setfield(self, "reward.max_completion_length", integer, minimum=1)
+        setfield(self, "reward.temperature", positive)
 
     @property
     def weights(self) -> dict[str, float]:
@@ -157,19 +138,13 @@ class TuneConfig:
     reward: RewardSettings = field(default_factory=RewardSettings)
 
     def __post_init__(self) -> None:
-        for name in ("model", "adapter", "device", "dtype"):
-            value = getattr(self, name)
-            if isinstance(value, os.PathLike):
-                object.__setattr__(self, name, os.fspath(value))
-        if not isinstance(self.model, str) or not self.model:
-            _fail("model", "a model name, Hugging Face id or local path", self.model)
+        setfield(self, "tune.model", string, path=True, nonempty=True,
+                 expected="a model name, Hugging Face id or local path")
         for name in ("adapter", "device", "dtype"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
-                _fail(name, "a string or null", getattr(self, name))
-        data = (self.data,) if isinstance(self.data, (str, os.PathLike)) else self.data
-        if not isinstance(data, Sequence) or not all(isinstance(d, (str, os.PathLike)) and str(d) for d in data):
-            _fail("data", "a file or a list of files", self.data)
-        object.__setattr__(self, "data", tuple(os.fspath(d) for d in data))
+            setfield(self, f"tune.{name}", string, optional=True, path=True)
+        setfield(self, "tune.data", paths, expected="a file or a list of files")
+        if not all(self.data):
+            _fail("tune.data", "a file or a list of files", list(self.data))
         for name, section_cls in _SECTIONS.items():
             if not isinstance(getattr(self, name), section_cls):
                 raise ConfigError(f"TuneConfig.{name} must be a {section_cls.__name__}; build the tree from plain "

@@ -1,0 +1,100 @@
+"""CTI selectors and citation rules are registries, like CTI metrics and CCI methods: a user-defined one, registered
+by name, runs through the real pipeline on the embedded model, and an unknown name is a one-line config error."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from mirage import MirageConfig
+from mirage.attribution.cti import CTI_SELECTORS, register_cti_selector, select_tokens
+from mirage.config import AggregationConfig, ConfigError, CTIConfig
+from mirage.pipeline import CitationInputs, register_citation_rule
+from mirage.registry import CITATION_RULES
+
+QUESTION = "When was the Ikhwan party formed?"
+DOCS = [
+    {"title": "Ikhwan", "text": "The Ikhwan was a Wahhabi militia formed in 1913 by Ibn Saud to settle the tribes."},
+    {"title": "Weather", "text": "Rain fell in the north of the country during the spring of that year."},
+]
+ANSWER = "The Ikhwan was formed in 1913 by Ibn Saud. It settled the tribes."
+
+
+@pytest.fixture
+def registries():
+    """Whatever a test registers is gone afterwards."""
+    saved = dict(CTI_SELECTORS), dict(CITATION_RULES)
+    yield
+    for registry, entries in zip((CTI_SELECTORS, CITATION_RULES), saved):
+        registry.clear()
+        registry.update(entries)
+
+
+def _last_token(scores, cfg):
+    return [len(scores) - 1], float(scores[-1])
+
+
+def test_a_registered_selector_chooses_the_context_sensitive_tokens(embedded_mirage, registries):
+    with pytest.raises(ConfigError, match=r"^cti\.selector='test_last' is not valid; choose one of 'std', "
+                                          r"'threshold' \(or register one with .*register_cti_selector\)\.$"):
+        CTIConfig(selector="test_last")
+    register_cti_selector("test_last", _last_token)
+    with pytest.raises(ValueError, match="already registered"):
+        register_cti_selector("test_last", _last_token)
+    cfg = MirageConfig().replace(cti={"selector": "test_last"})
+    assert cfg.to_dict()["cti"]["selector"] == "test_last"
+    res = embedded_mirage.attribute(QUESTION, DOCS, answer=ANSWER, config=cfg)
+    n = len(res.tokens)
+    assert n > 2 and [i for i, t in enumerate(res.tokens) if t.context_sensitive] == [n - 1]
+    assert res.cti_threshold == pytest.approx(res.tokens[-1].cti)
+    # CCI ran for that token alone: only it has context cues
+    assert [i for i, t in enumerate(res.tokens) if t.top_context] == [n - 1]
+    assert res.config["cti"]["selector"] == "test_last"
+    # the built-ins still select as before: under std the last token is not the only one
+    default = embedded_mirage.attribute(QUESTION, DOCS, answer=ANSWER)
+    assert [i for i, t in enumerate(default.tokens) if t.context_sensitive] != [n - 1]
+
+
+def test_built_in_selectors_are_registered_and_select_tokens_uses_them():
+    assert list(CTI_SELECTORS)[:2] == ["std", "threshold"]
+    scores = [0.1, 2.0, 0.3, 1.5]
+    assert select_tokens(scores, CTIConfig()) == CTI_SELECTORS["std"](torch.tensor(scores, dtype=torch.float64),
+                                                                      CTIConfig())
+    assert select_tokens(scores, CTIConfig(threshold=1.0)) == ((1, 3), 1.0)
+    assert select_tokens([], CTIConfig(selector="threshold", threshold=1.0))[0] == ()
+
+
+def test_a_registered_citation_rule_gives_the_sentences_citations(embedded_mirage, registries):
+    with pytest.raises(ConfigError, match=r"^aggregation\.rule='test_first' is not valid; choose one of 'reference', "
+                                          r"'likelihood' \(or register one with .*register_citation_rule\)\.$"):
+        AggregationConfig(rule="test_first")
+    seen = []
+
+    def cite_first(inputs: CitationInputs):
+        seen.append(inputs)
+        return [dataclasses.replace(s, mirage_citations=[1]) for s in inputs.sentences]
+
+    register_citation_rule("test_first", cite_first)
+    cfg = MirageConfig().replace(aggregation={"rule": "test_first"})
+    res = embedded_mirage.attribute(QUESTION, DOCS, answer=ANSWER, config=cfg)
+    assert len(res.sentences) == 2 and all(s.mirage_citations == [1] for s in res.sentences)
+    assert res.config["aggregation"]["rule"] == "test_first" and res.timings["test_first"] >= 0
+    (inputs,) = seen  # the rule was given this answer's own scores and the reference rule's sentences
+    assert inputs.text == res.answer and inputs.config == cfg and inputs.mirage is embedded_mirage
+    assert list(inputs.scores.cti.scores) == [t.cti for t in res.tokens]
+    reference = embedded_mirage.attribute(QUESTION, DOCS, answer=ANSWER)
+    assert [s.mirage_citations for s in inputs.sentences] == [s.mirage_citations for s in reference.sentences]
+    assert "reference" not in reference.timings and "learned" not in reference.timings
+
+
+def test_unknown_names_are_one_line_errors_naming_the_nearest():
+    with pytest.raises(ConfigError) as err:
+        CTIConfig(selector="stdd")
+    assert str(err.value) == ("cti.selector='stdd' is not valid; choose one of 'std', 'threshold' (or register one "
+                              "with mirage.attribution.cti.register_cti_selector); did you mean 'std'?")
+    with pytest.raises(ConfigError, match=r"aggregation\.rule='refrence' is not valid; .*did you mean 'reference'\?$"):
+        MirageConfig.from_dict({"aggregation": {"rule": "refrence"}})
+    with pytest.raises(ConfigError, match=r"aggregation\.rule=\['reference'\] is not valid"):
+        AggregationConfig(rule=["reference"])
+    with pytest.raises(ConfigError, match="cti.selector='threshold' needs cti.threshold"):
+        CTIConfig(selector="threshold")
