@@ -38,6 +38,7 @@ from benchmarks import cached_dataset, device_name
 from mirage import Mirage
 from mirage.attribution.models import cpu_flags
 from mirage.runs.files import read_json
+from mirage.scoring.metrics import attribution_details, attribution_parity
 
 #: (name, model dtype, threads or None for --threads, cci.precision)
 VARIANTS = (("float32", "float32", None, "model"), ("float32_1thread", "float32", 1, "model"),
@@ -49,12 +50,6 @@ def half_precision_flags() -> list[str]:
     """The flags of this CPU that decide half precision's speed (empty where they cannot be read)."""
     return sorted(f for f in cpu_flags() if f in {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16",
                                                      "amx_tile"})
-
-
-def _spearman(a: list[float], b: list[float]) -> float:
-    ra = torch.tensor(a, dtype=torch.float64).argsort().argsort().double()
-    rb = torch.tensor(b, dtype=torch.float64).argsort().argsort().double()
-    return float(torch.corrcoef(torch.stack([ra, rb]))[0, 1])
 
 
 def _cases(n: int) -> list[dict]:
@@ -71,27 +66,6 @@ def _attribute(m: Mirage, case: dict, answer: str, precision: str = "model"):
     cfg = m.config.replace(aggregation={"keep_saliency": True}, cci={"precision": precision})
     res = m.attribute_item({**case, "output": answer}, config=cfg)
     return res, time.perf_counter() - t
-
-
-def _details(res) -> dict:
-    """What parity needs of one attribution, as plain JSON: CTI scores, selected tokens, citations, saliency rows."""
-    rows = dict(zip(res.saliency.answer_tokens, res.saliency.to_numpy().tolist())) if res.saliency else {}
-    return {"cti": [t.cti for t in res.tokens], "selected": [t.index for t in res.tokens if t.context_sensitive],
-            "citations": [s.mirage_citations for s in res.sentences],
-            "saliency": {str(i): row for i, row in rows.items()}}
-
-
-def _parity(base: dict, other: dict) -> dict:
-    """Parity of one attribution (``_details``) against the baseline's."""
-    rows_a, rows_b = base["saliency"], other["saliency"]
-    both = sorted(set(rows_a) & set(rows_b), key=int)
-    corr = [_spearman(rows_a[i], rows_b[i]) for i in both]
-    return {"max_cti_abs_diff": max(abs(x - y) for x, y in zip(base["cti"], other["cti"])),
-            "max_cti": max(abs(x) for x in base["cti"]),
-            "same_selected": base["selected"] == other["selected"],
-            "same_citations": base["citations"] == other["citations"],
-            "saliency_spearman_min": min(corr) if corr else None,
-            "saliency_spearman_mean": sum(corr) / len(corr) if corr else None}
 
 
 def _summary(parity: list[dict]) -> str:
@@ -150,8 +124,8 @@ def main() -> None:
         _attribute(m, cases[0], answers[0], precision)  # warm-up (kernel selection, allocator)
         runs = [_attribute(m, case, answer, precision) for case, answer in zip(cases, answers)]
         seconds = [s for _r, s in runs]
-        details[name] = [_details(r) for r, _s in runs]
-        parity = [_parity(b, d) for b, d in zip(details["float32"], details[name])]
+        details[name] = [attribution_details(r) for r, _s in runs]
+        parity = [attribution_parity(b, d) for b, d in zip(details["float32"], details[name])]
         results[name] = {"dtype": dtype, "cci_precision": precision, "threads": threads or args.threads,
                          "seconds": seconds,
                          "total_s": sum(seconds), "parity": parity}
@@ -173,7 +147,7 @@ def main() -> None:
     if other:  # each of the other run's variants against this run's float32 baseline, answer by answer
         out["cross_parity"] = {}
         for name, runs in other["variants"].items():
-            parity = [_parity(b, d) for b, d in zip(details["float32"], runs)]
+            parity = [attribution_parity(b, d) for b, d in zip(details["float32"], runs)]
             out["cross_parity"][name] = parity
             print(f"{other.get('machine')} {name:>13} vs this float32: {_summary(parity)}", flush=True)
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")

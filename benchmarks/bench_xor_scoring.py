@@ -38,8 +38,9 @@ from benchmarks import device_name
 from mirage import Mirage
 from mirage.data import resolve
 from mirage.attribution.models import dtype_name
+from mirage.runs.experiment import ExperimentConfig
 from mirage.runs.store import write_atomic
-from mirage.scoring.benchmarks import run_xor_attriqa
+from mirage.scoring.benchmarks import XorAttriQAOptions, run_xor_attriqa
 from mirage.scoring.xor_attriqa import load_xor_attriqa, score_item, score_item_batch, xor_attriqa_pipeline
 from mirage.scoring.xor_eval import SETTINGS
 
@@ -114,9 +115,11 @@ def main() -> None:
         for name, all_tokens, signals, groups, batch in runs:
             timers[name] = Timed()
             start = time.perf_counter()
-            report = run_xor_attriqa(m, test, out_dir=Path(tmp) / name, model_name=args.model, text=args.text,
-                                     calibrate_on=cal, limit=args.limit, all_tokens=all_tokens, signals=signals,
-                                     groups=groups, progress=timers[name], batch_items=batch)
+            experiment = ExperimentConfig("xor-attriqa", model=args.model, data=test, calibrate_on=cal,
+                                          text=args.text, limit=args.limit, pipeline=cfg)
+            options = XorAttriQAOptions(output=str(Path(tmp) / name), all_tokens=all_tokens, signals=signals,
+                                        groups=groups, batch_items=batch)
+            report = run_xor_attriqa(experiment, options, mirage=m, progress=timers[name])
             walls[name] = time.perf_counter() - start
             reports[name] = report.to_dict()
             rows = sum(1 for line in (Path(tmp) / name / "scores.jsonl").read_text().splitlines()

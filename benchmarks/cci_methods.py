@@ -8,7 +8,8 @@ scores on the calibration splits only.
 ``SCORES`` is a ``mirage score xor-attriqa`` store holding the calibration items' CTI scores and passage signals
 (the shipped ``scores.jsonl.gz`` of a view, with the ``run.json`` beside it that says its prompt). For every calibration item with two passages or more (the first
 ``--limit``), each method's CCI rows of the tokens MIRAGE-EX selects are computed into ``ROWS.METHOD.jsonl``
-(resumable, one store per method and settings: a re-run computes only what is missing; ``SCORES`` is never written),
+(:func:`mirage.scoring.xor_attriqa.method_rows`: resumable, one store per method and settings: a re-run computes
+only what is missing; ``SCORES`` is never written),
 with the method's seconds per item. Then, on the items where every method has the rows of the tokens that the
 stored CTI scores select (an item whose recomputed selection differs is left out and counted):
 
@@ -27,68 +28,30 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.learned_features import ONLY, _fit
-from mirage.config import CTIConfig, MirageConfig
+from mirage.config import CTIConfig
 from mirage.attribution.cti import select_tokens
 from mirage.likelihood.features import CCI_FEATURES
-from mirage.runs.store import ResumableJSONL, read_records, write_atomic
+from mirage.runs.progress import terminal_progress
+from mirage.runs.store import read_records, write_atomic
 from mirage.scoring.benchmarks import stored_xor_pipeline
 from mirage.scoring.xor_attriqa import (
     ItemScores,
     XorItem,
     concat_data,
     load_xor_attriqa,
-    row_record,
+    method_rows,
     scores_from_records,
 )
 from mirage.scoring.xor_eval import passage_features
 
 METHODS = ("saliency", "input_x_gradient", "integrated_gradients")
-
-
-def method_rows(items: Sequence[XorItem], path: Path, *, model: str, text: str, config: MirageConfig, method: str,
-                ig_steps: int, mirage: Any = None) -> dict[str, dict]:
-    """Per item key: the MIRAGE-EX tokens' CCI rows under ``method`` (``{"rows": {token: row}, "seconds": s,
-    "n_rows": n}``), computed with ``config`` (the scored store's pipeline) and that method into ``PATH.METHOD.jsonl``
-    beside ``path`` for the items it lacks (resumable; ``mirage``: the loaded model, else ``model`` is loaded only if
-    something is missing)."""
-    from tqdm.auto import tqdm
-
-    from mirage import Mirage
-    from mirage.scoring.xor_attriqa import score_item
-
-    settings = {"model": model, "text": text, "method": method, "stage": "ex-rows",
-                "prompt": dataclasses.asdict(config.prompt), "cti_metric": config.cti.metric}
-    if method == "integrated_gradients":
-        settings["ig_steps"] = ig_steps
-    name = path.with_name(f"{path.stem}.{method}{path.suffix}")
-    with ResumableJSONL(name, settings=settings) as store:
-        todo = [item for item in items if item.key not in store.done]
-        if todo:
-            mirage = mirage or Mirage.from_pretrained(model, config=config)
-            cfg = config.replace(cci={"method": method, "ig_steps": ig_steps})
-            for item in tqdm(todo, desc=method):
-                start = time.perf_counter()
-                sc = score_item(mirage, item, config=cfg, targets="selected")
-                seconds = time.perf_counter() - start
-                for t in sorted(sc.cci):
-                    store.write(row_record(sc.key, t, sc.cci[t]))
-                store.write({"key": sc.key, "seconds": seconds, "n_rows": len(sc.cci)})  # last: the item is done
-        out: dict[str, dict] = {}
-        for rec in store.records():
-            if "token" in rec:
-                out.setdefault(rec["item"], {"rows": {}})["rows"][int(rec["token"])] = rec["cci"]
-            elif "seconds" in rec:
-                out.setdefault(rec["key"], {"rows": {}}).update(seconds=rec["seconds"], n_rows=rec["n_rows"])
-        return {k: v for k, v in out.items() if "seconds" in v}
 
 
 def with_rows(scores: ItemScores, rows: dict[int, list[float]]) -> ItemScores:
@@ -152,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     multi = multi[: args.limit] if args.limit else multi
     config = stored_xor_pipeline(args.scores, args.model)  # the rows are computed as the store's own were
     by_method = {m: method_rows(multi, args.store, model=args.model, text=args.text, config=config, method=m,
-                                ig_steps=args.ig_steps) for m in args.methods}
+                                ig_steps=args.ig_steps, progress=terminal_progress) for m in args.methods}
     result = {"model": args.model, "text": args.text, "ig_steps": args.ig_steps, "limit": args.limit,
               **compare(multi, base, by_method)}
     d = result["default"]

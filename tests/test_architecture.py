@@ -125,6 +125,74 @@ def test_no_module_imports_private_names_of_another():
         "\n".join(found)
 
 
+def _test_file_findings(path: Path) -> list[str]:
+    """What a test file must not do: import a module of ``benchmarks/`` (scripts, run as commands), or import or use
+    an underscore name of a mirage module (``from mirage.x import _y``; ``x._y`` or ``monkeypatch.setattr(x, "_y",
+    …)`` on a mirage module it imported); dunders are allowed."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found, aliases = [], {}  # aliases: local name (or dotted name) → mirage module
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.endswith("__")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "benchmarks":
+                    found.append(f"{node.lineno}: import {alias.name}")
+                elif alias.name.split(".")[0] == "mirage":
+                    aliases[alias.asname or alias.name] = alias.name
+                    if alias.asname is None:  # ``import mirage.x.y`` binds ``mirage``, ``mirage.x`` … as names too
+                        parts = alias.name.split(".")
+                        aliases.update({".".join(parts[:k]): ".".join(parts[:k]) for k in range(1, len(parts))})
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            root = node.module.split(".")[0]
+            if root == "benchmarks":
+                found.append(f"{node.lineno}: from {node.module} import …")
+            elif root == "mirage":
+                for alias in node.names:
+                    if f"{node.module}.{alias.name}" in MODULES:
+                        aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    elif private(alias.name):
+                        found.append(f"{node.lineno}: from {node.module} import {alias.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private(node.attr) and ast.unparse(node.value) in aliases:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and ast.unparse(node.func).endswith(("setattr", "delattr", "getattr"))
+              and len(node.args) >= 2):
+            target, name = node.args[0], node.args[1]
+            if (isinstance(name, ast.Constant) and isinstance(name.value, str) and private(name.value)
+                    and ast.unparse(target) in aliases):
+                found.append(f"{node.lineno}: {ast.unparse(node.func)}({ast.unparse(target)}, {name.value!r}, …)")
+            if (isinstance(target, ast.Constant) and isinstance(target.value, str)
+                    and target.value.split(".")[0] == "mirage" and any(map(private, target.value.split(".")))):
+                found.append(f"{node.lineno}: {ast.unparse(node.func)}({target.value!r}, …)")
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    return [f"{where}:{line}" for line in sorted(found, key=lambda line: int(line.split(":")[0]))]
+
+
+def test_tests_use_only_the_public_library():
+    """Tests import no benchmark script (``benchmarks/`` runs as commands: a test that checks one runs it) and no
+    private name of mirage: what a test needs is public where its concept lives, or tested through what uses it."""
+    found = [line for path in sorted((ROOT / "tests").glob("*.py")) for line in _test_file_findings(path)]
+    assert not found, "tests reaching past the public library:\n" + "\n".join(found)
+
+
+def test_the_test_check_finds_what_it_forbids(tmp_path):
+    bad = tmp_path / "test_bad.py"
+    bad.write_text("import benchmarks.bench_scale\nfrom benchmarks.cci_methods import main\n"
+                   "from mirage.attribution.cci import _batched_gradients, __doc__\n"
+                   "import mirage.attribution.cci as cci\nfrom mirage.attribution import forward\n"
+                   "import mirage.attribution.models\n"
+                   "cci._native_16bit, cci.__name__, forward._run, mirage.attribution.models._x, cci.compute_cci\n"
+                   "def test(monkeypatch):\n    monkeypatch.setattr(cci, '_native_16bit', None)\n"
+                   "    monkeypatch.setattr('mirage.attribution.cci._x', None)\n"
+                   "    monkeypatch.setattr(cci, 'ok', 1)\n",
+                   encoding="utf-8")
+    found = [line.split(":", 1)[1] for line in _test_file_findings(bad)]
+    assert [line.split(":")[0] for line in found] == ["1", "2", "3", "7", "7", "7", "9", "10"], found
+
+
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import cycle, as the modules along it, or None."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done

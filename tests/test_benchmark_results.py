@@ -1,10 +1,13 @@
 """Shipped results of the benchmarks that need no model reproduce from what ships beside them: the commands of
-docs/benchmarks.md's studies, run on the stored stores, give the stored JSON (no model is loaded)."""
+docs/benchmarks.md's studies, run on the stored stores, give the stored JSON (no model is loaded). The scripts run as
+the commands they are (``python benchmarks/NAME.py``), never imported: tests import the library alone."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,16 @@ def _close(a, b, path="") -> list[str]:
     return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
+def run_script(script: str, argv: list[str]) -> int:
+    """Run ``benchmarks/SCRIPT`` with ``argv`` as a command from the repository root; its exit status (its output is
+    shown when it fails)."""
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *argv], cwd=ROOT, capture_output=True,
+                         text=True, check=False)
+    if run.returncode:
+        print(run.stdout, run.stderr, sep="\n")
+    return run.returncode
+
+
 def _calibration_splits() -> list[str]:
     """XOR-AttriQA's calibration splits, by name, from the data cache (the ``data_dir`` fixture)."""
     from mirage.data import resolve
@@ -33,16 +46,17 @@ def _calibration_splits() -> list[str]:
 def test_extra_signals_reproduce_from_the_shipped_stores(tmp_path, data_dir):
     """benchmarks/extra_signals.py (a second model's features, the yes/no judgment) on the calibration splits: the
     judge's values from ``judge_rows.jsonl.gz``, so ``--model`` is named but never loaded."""
-    from benchmarks.extra_signals import main
-
     judge = tmp_path / "judge.jsonl"
     judge.write_bytes(gzip.decompress((RESULTS / "xor_attriqa_smollm2_en" / "judge_rows.jsonl.gz").read_bytes()))
     en, native = RESULTS / "xor_attriqa_smollm2_en", RESULTS / "xor_attriqa_gemma3_native" / "learned"
     cal = ["--calibrate-on", *_calibration_splits()]
-    assert main([str(en / "scores.jsonl.gz"), *cal, "--other", str(native / "scores.jsonl.gz"), "--judge", str(judge),
-                 "--model", "smollm2-135m-instruct", "-o", str(tmp_path / "en.json")]) == 0
-    assert main([str(native / "scores.jsonl.gz"), "--text", "native", *cal, "--other", str(en / "scores.jsonl.gz"),
-                 "--other-text", "en", "-o", str(tmp_path / "native.json")]) == 0
+    assert run_script("extra_signals.py", [str(en / "scores.jsonl.gz"), *cal,
+                                           "--other", str(native / "scores.jsonl.gz"), "--judge", str(judge),
+                                           "--model", "smollm2-135m-instruct",
+                                           "-o", str(tmp_path / "en.json")]) == 0
+    assert run_script("extra_signals.py", [str(native / "scores.jsonl.gz"), "--text", "native", *cal, "--other",
+                                           str(en / "scores.jsonl.gz"), "--other-text", "en",
+                                           "-o", str(tmp_path / "native.json")]) == 0
     for got, shipped in ((tmp_path / "en.json", en / "extra_signals.json"),
                          (tmp_path / "native.json", native / "extra_signals.json")):
         assert not _close(json.loads(got.read_text()), json.loads(shipped.read_text())), shipped
@@ -56,16 +70,14 @@ def test_cci_methods_reproduce_from_the_shipped_rows(tmp_path, data_dir, view, m
     """benchmarks/cci_methods.py (saliency, input x gradient, integrated gradients as passage scores) on the
     calibration splits: each method's rows from ``cci_rows/`` (``--store``), so ``--model`` is named but never
     loaded."""
-    from benchmarks.cci_methods import main
-
     folder = RESULTS / store
     for method in methods:
         shipped = folder / "cci_rows" / f"rows.{method}.jsonl.gz"
         (tmp_path / f"rows.{method}.jsonl").write_bytes(gzip.decompress(shipped.read_bytes()))
     got = tmp_path / "cci_methods.json"
-    assert main([str(folder / "scores.jsonl.gz"), "--calibrate-on", *_calibration_splits(),
-                 "--model", model, "--text", view, "--store", str(tmp_path / "rows.jsonl"), "--methods", *methods,
-                 "--ig-steps", "8", "-o", str(got)]) == 0
+    assert run_script("cci_methods.py", [str(folder / "scores.jsonl.gz"), "--calibrate-on", *_calibration_splits(),
+                                         "--model", model, "--text", view, "--store", str(tmp_path / "rows.jsonl"),
+                                         "--methods", *methods, "--ig-steps", "8", "-o", str(got)]) == 0
     stored = json.loads((folder / "cci_methods.json").read_text())
     assert not _close(json.loads(got.read_text()), stored)
     assert stored["n_items"] == 110 and stored["n_items_left_out"] == 0  # every multi-passage calibration item

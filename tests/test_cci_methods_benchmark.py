@@ -1,5 +1,5 @@
-"""benchmarks/cci_methods.py on the real embedded model: each CCI method's rows of the MIRAGE-EX tokens, stored
-per method, resumable; saliency's are the scorer's own rows."""
+"""``mirage.scoring.xor_attriqa.method_rows`` (what benchmarks/cci_methods.py compares) on the real embedded model:
+each CCI method's rows of the MIRAGE-EX tokens, stored per method, resumable; saliency's are the scorer's own rows."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ DATA = Path(__file__).parent / "data" / "xor_attriqa_match"
 
 
 def test_each_method_scores_the_ex_tokens_and_a_rerun_computes_nothing(embedded_mirage, tmp_path, monkeypatch):
-    from benchmarks.cci_methods import method_rows, with_rows
+    import dataclasses
+
     from mirage import Mirage
     from mirage.config import CTIConfig
     from mirage.attribution.cti import select_tokens
-    from mirage.scoring.xor_attriqa import load_xor_attriqa, score_item, xor_attriqa_pipeline
+    from mirage.scoring.xor_attriqa import load_xor_attriqa, method_rows, score_item, xor_attriqa_pipeline
     from mirage.scoring.xor_eval import passage_features
 
     items = [it for it in load_xor_attriqa(DATA / "val.jsonl", text="en").items if len(it.passages) > 1][:2]
@@ -38,7 +39,7 @@ def test_each_method_scores_the_ex_tokens_and_a_rerun_computes_nothing(embedded_
             assert got["saliency"][item.key]["rows"][t] == pytest.approx(own.cci[t], rel=1e-4, abs=1e-7)
             for method in ("input_x_gradient", "integrated_gradients"):
                 assert got[method][item.key]["rows"][t] != pytest.approx(own.cci[t], rel=1e-2)
-        feats = passage_features(with_rows(own, got["input_x_gradient"][item.key]["rows"]))
+        feats = passage_features(dataclasses.replace(own, cci=dict(got["input_x_gradient"][item.key]["rows"])))
         assert len(feats) == len(item.passages) and all("ex_mass" in f for f in feats)
         assert sum(f["ex_mass"] for f in feats) == pytest.approx(1.0)
     assert sorted(p.name for p in tmp_path.iterdir()) == [

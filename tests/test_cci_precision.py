@@ -97,10 +97,10 @@ def test_autocast_runs_every_cci_path(fixture, method, request):
 
 def test_emulated_16_bit_arithmetic_warns(tiny_causal, monkeypatch):
     """A CPU without AMX/AVX512 bf16 runs autocast emulated, slower than float32: the user is told. Faked: this
-    machine's CPU may have the flags, so the check is replaced by one that says it has not."""
+    machine's CPU may have the flags, so the CPU's flags cci reads are replaced by a set without them."""
     from mirage.attribution import cci
 
-    monkeypatch.setattr(cci, "_native_16bit", lambda device, dtype: False)
+    monkeypatch.setattr(cci, "cpu_flags", lambda: {"avx2", "avx512f"})
     m = Mirage(tiny_causal)
     prep = m.prepare({"question": "Q?", "docs": [{"title": "T", "text": "Some text here."}]})
     from mirage.attribution.tokenization import tokenize_answer

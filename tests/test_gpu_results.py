@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.bench_precision import _cases, _details, _parity
+from mirage.data import resolve
 from mirage.runs.files import read_json
+from mirage.scoring.metrics import attribution_details, attribution_parity
 
 GPU = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "gpu"
 
@@ -30,10 +31,11 @@ def test_the_shipped_gpu_files_say_what_ran_them():
 def test_the_gpu_float32_attribution_matches_this_cpu(embedded_mirage, data_dir):  # the ELI5 questions: eli5-alce
     stored = read_json(GPU / "precision_gpu_details.json.gz")
     assert stored["device"].startswith("cuda")
-    case = _cases(2)[1]  # the 54-token answer of the three
+    item = json.loads(resolve("eli5-alce").read_text())[1]  # the 54-token answer of the three
+    case = {"question": item["question"], "docs": item["docs"][:5]}  # as benchmarks/bench_precision.py gives it
     cfg = embedded_mirage.config.replace(aggregation={"keep_saliency": True})
     res = embedded_mirage.attribute_item({**case, "output": stored["answers"][1]}, config=cfg)
-    parity = _parity(stored["variants"]["float32"][1], _details(res))
+    parity = attribution_parity(stored["variants"]["float32"][1], attribution_details(res))
     assert parity["same_selected"] and parity["same_citations"], parity
     assert parity["max_cti_abs_diff"] < 1e-3, parity
     assert parity["saliency_spearman_min"] > 0.999, parity

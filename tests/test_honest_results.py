@@ -50,8 +50,8 @@ def test_every_install_hint_names_the_distribution_and_an_existing_extra():
             assert not name or name in extras, f"{where}: extra [{name}] is not in pyproject.toml ({sorted(extras)})"
     # the hints that were wrong before: peft for the cite model, datasets for ALCE from the hub, nltk for punkt
     named = {(str(w), e) for w, _d, e in hints}
-    assert ("models.py", "embedded") in named and ("scoring/eli5.py", "datasets") in named
-    assert ("sentences.py", "punkt") in named
+    assert ("attribution/models.py", "embedded") in named and ("scoring/eli5.py", "datasets") in named
+    assert ("attribution/sentences.py", "punkt") in named
 
 
 def _setup_extras(with_test: bool) -> set[str]:
@@ -166,9 +166,9 @@ def test_a_checkpoint_whose_weights_do_not_fit_its_config_is_a_one_line_error(tm
     import subprocess
     import sys
 
-    from tests.test_model_errors import _write_checkpoint
+    from tests.test_model_errors import write_checkpoint
 
-    folder = _write_checkpoint(tmp_path / "ckpt")
+    folder = write_checkpoint(tmp_path / "ckpt")
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     config["intermediate_size"] = 48  # the safetensors hold 32
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")

@@ -59,7 +59,7 @@ def _write_tokenizer(folder):
     tok.save_pretrained(folder)
 
 
-def _write_checkpoint(folder, *, weights=True, tokenizer=True):
+def write_checkpoint(folder, *, weights=True, tokenizer=True):
     from transformers import LlamaForCausalLM
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -150,7 +150,7 @@ def test_bad_dtype_fails_before_anything_is_loaded(monkeypatch):
 
 def test_a_complete_local_folder_loads(tmp_path, monkeypatch):
     monkeypatch.setattr(models, "hub_reachable", _no_probe)
-    folder = _write_checkpoint(tmp_path / "tiny")
+    folder = write_checkpoint(tmp_path / "tiny")
     lm = load_model(folder, device="cpu")  # a pathlib.Path works too
     assert lm.name == str(folder) and lm.device == torch.device("cpu") and lm.dtype == torch.float32
     assert lm.context_window == 64 and not lm.is_encoder_decoder
@@ -159,7 +159,7 @@ def test_a_complete_local_folder_loads(tmp_path, monkeypatch):
 
 def test_a_folder_without_weights_names_the_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(models, "hub_reachable", _no_probe)
-    folder = _write_checkpoint(tmp_path / "no-weights", weights=False)
+    folder = write_checkpoint(tmp_path / "no-weights", weights=False)
     assert (folder / "config.json").exists()
     with pytest.raises(ModelLoadError) as err:
         load_model(str(folder), device="cpu")
@@ -171,7 +171,7 @@ def test_a_folder_without_weights_names_the_folder(tmp_path, monkeypatch):
 
 
 def test_a_folder_with_only_a_gguf_file_says_so(tmp_path):
-    folder = _write_checkpoint(tmp_path / "gguf-only", weights=False, tokenizer=False)
+    folder = write_checkpoint(tmp_path / "gguf-only", weights=False, tokenizer=False)
     (folder / "model.Q4.gguf").write_bytes(b"GGUF")
     with pytest.raises(ModelLoadError, match=r"weights are missing.*holds only model\.Q4\.gguf"):
         load_model(str(folder), device="cpu")
@@ -192,7 +192,7 @@ def test_a_file_instead_of_a_folder(tmp_path):
 
 @pytest.mark.parametrize("weights_file", ["model.safetensors", "pytorch_model.bin"])
 def test_corrupt_weights_are_a_model_load_error(tmp_path, weights_file):
-    folder = _write_checkpoint(tmp_path / "corrupt", weights=False)
+    folder = write_checkpoint(tmp_path / "corrupt", weights=False)
     (folder / weights_file).write_bytes(b"not a weights file" * 8)
     with pytest.raises(ModelLoadError, match=r"Cannot load model '.*corrupt' \(weights\): ") as err:
         load_model(str(folder), device="cpu")
@@ -200,7 +200,7 @@ def test_corrupt_weights_are_a_model_load_error(tmp_path, weights_file):
 
 
 def test_a_folder_without_tokenizer_files(tmp_path):
-    folder = _write_checkpoint(tmp_path / "no-tokenizer", tokenizer=False)
+    folder = write_checkpoint(tmp_path / "no-tokenizer", tokenizer=False)
     with pytest.raises(ModelLoadError, match=r"Cannot load model '.*no-tokenizer' \(tokenizer\): "):
         load_model(str(folder), device="cpu")
 
@@ -251,7 +251,7 @@ def _fake_hub_cache(root, repo_id, **kwargs):
     commit = "0123456789abcdef0123456789abcdef01234567"
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text(commit)
-    _write_checkpoint(repo / "snapshots" / commit, **kwargs)
+    write_checkpoint(repo / "snapshots" / commit, **kwargs)
     return root
 
 

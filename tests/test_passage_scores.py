@@ -223,12 +223,15 @@ def test_xor_scorer_computes_only_needed_rows_with_identical_results(embedded_mi
     """The default run (CCI rows of the tokens the settings select) and ``--all-tokens`` (every row, the behaviour
     before) give identical results for every setting; the default stores fewer rows; a re-run computes nothing, and
     a lost row is computed again alone."""
+    from mirage.runs.experiment import ExperimentConfig
     from mirage.runs.store import read_records
-    from mirage.scoring.benchmarks import run_xor_attriqa
+    from mirage.scoring.benchmarks import XorAttriQAOptions, run_xor_attriqa
+
+    experiment = ExperimentConfig.from_dict({"model": "smollm2-135m-instruct", "limit": 2, "data": {
+        "eval": [str(DATA / "val.jsonl")], "calibrate_on": [str(DATA / "train.jsonl")]}}, command="xor-attriqa")
 
     def run(out, **kw):
-        return run_xor_attriqa(embedded_mirage, [DATA / "val.jsonl"], out_dir=out, model_name="smollm2-135m-instruct",
-                               calibrate_on=[DATA / "train.jsonl"], limit=2, **kw)
+        return run_xor_attriqa(experiment, XorAttriQAOptions(output=str(out), **kw), mirage=embedded_mirage)
 
     every = run(tmp_path / "all", all_tokens=True)
     needed = run(tmp_path / "needed")
@@ -335,12 +338,16 @@ def test_learned_citation_rule_in_attribute(embedded_mirage, tmp_path):
 def test_group_passages_calibrates_on_answers_rebuilt_from_the_per_passage_release(embedded_mirage, tmp_path):
     """``--group-passages``: the learned classifier is fitted on the per-passage release's rows grouped by answer (7
     rows, 5 answers in the slice), not on each row alone; both runs share one store, and the setting is recorded."""
-    from mirage.scoring.benchmarks import run_xor_attriqa
+    from mirage.runs.experiment import ExperimentConfig
+    from mirage.scoring.benchmarks import XorAttriQAOptions, run_xor_attriqa
+
+    experiment = ExperimentConfig.from_dict({"model": "smollm2-135m-instruct", "data": {
+        "eval": [str(DATA / "val.jsonl")], "calibrate_on": [str(DATA.parent / "xor_attriqa_full" / "train.jsonl")]}},
+        command="xor-attriqa")
 
     def run(group):
-        return run_xor_attriqa(embedded_mirage, [DATA / "val.jsonl"], out_dir=tmp_path, groups=("learned",),
-                               model_name="smollm2-135m-instruct", group_passages=group,
-                               calibrate_on=[DATA.parent / "xor_attriqa_full" / "train.jsonl"])
+        options = XorAttriQAOptions(output=str(tmp_path), groups=("learned",), group_passages=group)
+        return run_xor_attriqa(experiment, options, mirage=embedded_mirage)
 
     grouped, single = run(True), run(False)
     assert grouped.settings["group_passages"] is True and single.settings["group_passages"] is False

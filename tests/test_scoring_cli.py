@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from mirage import cli
-from mirage.scoring.benchmarks import run_eli5
+from mirage.runs.experiment import ExperimentConfig
+from mirage.scoring.benchmarks import ELI5Options, XorAttriQAOptions, run_eli5
 from mirage.scoring.xor_eval import SETTINGS
 
 pytestmark = pytest.mark.slow
@@ -112,8 +113,9 @@ def test_xor_attriqa_refuses_a_directory_of_another_run(xor_run, capsys):
 
 
 def test_the_python_api_runs_the_commands_prompt_and_scripts_read_it_from_the_run(xor_run, tmp_path):
-    """``run_xor_attriqa`` without a config runs the pipeline ``mirage score xor-attriqa`` runs (the "standard"
-    prompt), so it resumes the command's run without computing anything; scripts that add rows to a stored run
+    """``run_xor_attriqa`` with the experiment ``ExperimentConfig.from_dict`` gives (no pipeline section) runs the
+    pipeline ``mirage score xor-attriqa`` runs (the "standard" prompt), so it resumes the command's run without
+    computing anything; scripts that add rows to a stored run
     (benchmarks/learned_features.py --fill, cci_methods.py) take its pipeline from the run's run.json."""
     import shutil
 
@@ -126,8 +128,10 @@ def test_the_python_api_runs_the_commands_prompt_and_scripts_read_it_from_the_ru
     def no_model():
         raise AssertionError("everything was stored: the model must not be needed")
 
-    report = run_xor_attriqa(no_model, [XOR_VAL], out_dir=out, model_name="smollm2-135m-instruct",
-                             calibrate_on=XOR_VAL, limit=2)
+    experiment = ExperimentConfig.from_dict({"model": "smollm2-135m-instruct", "limit": 2,
+                                             "data": {"eval": str(XOR_VAL), "calibrate_on": str(XOR_VAL)}},
+                                            command="xor-attriqa")
+    report = run_xor_attriqa(experiment, XorAttriQAOptions(output=str(out)), mirage=no_model)
     assert report is not None and report.counts["all"]["items"] == 2
     assert xor_attriqa_pipeline().prompt.name == "standard"
     stored = stored_xor_pipeline(out / "scores.jsonl", "smollm2-135m-instruct")
@@ -202,8 +206,8 @@ def test_eli5_with_an_nli_judge_scores_citation_quality(eli5_run, no_model):
     from mirage.config import MirageConfig
 
     cfg = MirageConfig().replace(generation={"max_new_tokens": 24})
-    report = run_eli5(None, ELI5, out_dir=out, model_name="smollm2-135m-instruct", config=cfg, ndocs=2, limit=1,
-                      judge=Everything())
+    experiment = ExperimentConfig("eli5", model="smollm2-135m-instruct", data=(str(ELI5),), limit=1, pipeline=cfg)
+    report = run_eli5(experiment, ELI5Options(output=str(out), ndocs=2), judge=Everything())
     mirage, self_ = report.mean["mirage"], report.mean["self"]
     # Every cited sentence is supported and every citation precise; uncited sentences count against recall.
     assert mirage["citation_precision"] == (100.0 if mirage["citations_per_sentence"] else 0.0)
@@ -216,27 +220,30 @@ def test_eli5_with_an_nli_judge_scores_citation_quality(eli5_run, no_model):
 def test_experiment_config_file_gives_the_defaults(monkeypatch, capsys, data_dir):
     """configs/xor_attriqa_cora_mgen.yaml: model, text, data and calibration split (named datasets, read from the data
     cache) come from the file; flags win."""
+    from mirage.data import resolve_all
     from mirage.scoring import benchmarks
 
     seen = {}
 
-    def fake_run(model, data, **kwargs):
-        seen.update(kwargs, data=data)
+    def fake_run(experiment, options, **kwargs):
+        seen.update(kwargs, experiment=experiment, options=options)
         raise SystemExit(0)
 
     monkeypatch.setattr(benchmarks, "run_xor_attriqa", fake_run)
     config = Path(__file__).resolve().parents[1] / "configs" / "xor_attriqa_cora_mgen.yaml"
     with pytest.raises(SystemExit):
         cli.main(["score", "xor-attriqa", "--config", str(config), "-o", "unused"])
-    assert seen["model_name"] == "gsarti/cora_mgen" and seen["text"] == "native"
-    assert [Path(p).name for p in seen["data"]] == ["fi.jsonl", "ru.jsonl"]
-    assert Path(seen["calibrate_on"][0]).name == "val.jsonl"
-    assert seen["config"].prompt.name == "cora_mgen" and seen["config"].prompt.chat_template is False
+    exp = seen["experiment"]
+    assert exp.model == "gsarti/cora_mgen" and exp.text == "native" and seen["options"].output == "unused"
+    assert [Path(p).name for p in resolve_all(exp.data)] == ["fi.jsonl", "ru.jsonl"]
+    assert Path(resolve_all(exp.calibrate_on)[0]).name == "val.jsonl"
+    assert exp.pipeline.prompt.name == "cora_mgen" and exp.pipeline.prompt.chat_template is False
     with pytest.raises(SystemExit):
         cli.main(["score", "xor-attriqa", str(XOR_VAL), "--config", str(config), "--model", "smollm2-135m-instruct",
                   "--text", "en", "--prompt", "standard", "-o", "unused"])
-    assert seen["model_name"] == "smollm2-135m-instruct" and seen["text"] == "en"
-    assert seen["data"] == [str(XOR_VAL)] and seen["config"].prompt.name == "standard"
+    exp = seen["experiment"]
+    assert exp.model == "smollm2-135m-instruct" and exp.text == "en"
+    assert exp.data == (str(XOR_VAL),) and exp.pipeline.prompt.name == "standard"
 
 
 def test_hf_nli_judges_load_from_a_path(tiny_judges):

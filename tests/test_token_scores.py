@@ -188,17 +188,17 @@ def test_batched_scoring_equals_one_item_at_a_time(embedded_mirage):
 def test_batched_scoring_takes_every_gradient_from_one_batched_graph(embedded_mirage, monkeypatch):
     """In one batch, CTI's with-documents logits and every item's CCI come from one padded differentiable pass: no
     CCI item by item, and one vmapped backward pass per target rank (the most targets of one item), not per target."""
-    import mirage.attribution.cci as cci_module
     import mirage.attribution.token_scores as ts
 
-    calls = []
-    real = cci_module._batched_gradients
+    calls = []  # (targets, items) of each vmapped backward pass; unbatched ones as (None, None)
+    real = torch.autograd.grad
 
-    def spy(values, inputs, from_gradient, chunk):
-        calls.append((values.shape[0], inputs.shape[0]))
-        return real(values, inputs, from_gradient, chunk)
+    def spy(outputs, inputs, *args, **kwargs):
+        batched = kwargs.get("is_grads_batched")
+        calls.append((kwargs["grad_outputs"].shape[0], inputs.shape[0]) if batched else (None, None))
+        return real(outputs, inputs, *args, **kwargs)
 
-    monkeypatch.setattr(cci_module, "_batched_gradients", spy)
+    monkeypatch.setattr(torch.autograd, "grad", spy)
     monkeypatch.setattr(ts, "compute_cci", lambda *a, **k: pytest.fail("CCI ran item by item"))
     prepared = [embedded_mirage.prepare(item) for item, _a in ITEMS]
     batch = embedded_mirage.score_batch(prepared, [a for _i, a in ITEMS], item_targets=["selected", "all", [0, 2]])

@@ -1,8 +1,15 @@
 """One call per benchmark: load the data, run the model item by item into a resumable file, evaluate, and write
 ``results.json`` and the plot into an output directory.
 
-    report = run_xor_attriqa(lambda: Mirage.from_pretrained("smollm2-135m-instruct"), ["fi.jsonl"], out_dir="out",
-                             model_name="smollm2-135m-instruct", calibrate_on="val.jsonl")
+    experiment = ExperimentConfig.from_dict({"model": "smollm2-135m-instruct",
+                                             "data": {"eval": ["fi.jsonl"], "calibrate_on": "val.jsonl"}},
+                                            command="xor-attriqa")
+    report = run_xor_attriqa(experiment, XorAttriQAOptions(output="out"))
+
+A runner takes the :class:`~mirage.runs.experiment.ExperimentConfig` (the model, data, text view, row limit,
+pipeline and dtype: what ``mirage score`` reads from ``--config`` and the flags) and a small frozen options class of
+the benchmark's own choices (:class:`XorAttriQAOptions`, :class:`ELI5Options`); ``mirage=`` gives an already loaded
+Mirage (or a function returning one), else the experiment's model is loaded when some item first needs it.
 
 Files in the output directory: ``run.json`` (what the stored model outputs depend on; a later run with other
 settings is refused rather than mixed in), ``scores.jsonl`` / ``answers.jsonl`` (one line per finished item, so a
@@ -11,17 +18,20 @@ killed run resumes where it stopped), ``results.json`` and the figure.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from mirage.config import MirageConfig
-from mirage.data import data_label
+from mirage.config import ConfigError, MirageConfig
+from mirage.data import data_label, resolve, resolve_all
 from mirage.runs.experiment import ExperimentConfig
 from mirage.data.inputs import BadRow, InputError
-from mirage.runs.lazy import resolve_mirage
+from mirage.runs.lazy import MirageSource, resolve_mirage
 from mirage.runs.progress import Progress
 from mirage.attribution.results import AttributionResult
 from mirage.runs.store import ResumableJSONL, content_key, write_atomic
@@ -42,6 +52,98 @@ from mirage.scoring.xor_eval import (
     evaluate,
     setting_groups,
 )
+
+
+@dataclass(frozen=True)
+class XorAttriQAOptions:
+    """What a ``mirage score xor-attriqa`` run chooses beyond its experiment: one field per flag of the command that
+    is not an :class:`~mirage.runs.experiment.ExperimentConfig` field. Plain JSON values (``dataclasses.asdict``)."""
+
+    #: Output directory: ``run.json``, the per-item stores (a re-run resumes), ``results.json``, ``pairs.jsonl`` and
+    #: ``sweep.png``.
+    output: str
+    #: One CTI threshold for the whole calibration split (``global``), or one per language (the reference code).
+    calibrate_by: CalibrateBy = "global"
+    #: Folder of ``<split>.nli-*.json`` baseline predictions (default: beside each data file).
+    nli_dir: str | None = None
+    #: Also check how much each citation set matters to the model (``faithfulness.jsonl``).
+    faithfulness: bool = False
+    #: Compute the CCI row of every answer token (the threshold-free ``mirage_raw`` ROC-AUC), not only the selected.
+    all_tokens: bool = False
+    #: Compute the passage signals (needed by the ``learned`` and ``passage_score`` settings).
+    signals: bool = True
+    #: The setting groups to compute (:data:`~mirage.scoring.xor_eval.SETTING_GROUPS`): ``ex``, ``cal``, ``likelihood``.
+    groups: tuple[str, ...] = SETTING_GROUPS
+    #: New items whose passes run in one padded batch (default: 8 on a GPU, 1 on a CPU).
+    batch_items: int | None = None
+    #: Rows of the per-passage release with the same question and answer become one item with all their passages.
+    group_passages: bool = False
+    #: The paper's Algorithm 1: keep the rows whose annotated answer the model reproduces, and attribute its own.
+    self_match: bool = False
+
+    def __post_init__(self) -> None:
+        _path_field(self, "output", required=True)
+        _path_field(self, "nli_dir")
+        if self.calibrate_by not in get_args(CalibrateBy):
+            raise ConfigError(f"calibrate_by must be one of {list(get_args(CalibrateBy))}, got {self.calibrate_by!r}.")
+        groups = (self.groups,) if isinstance(self.groups, str) else self.groups
+        if not isinstance(groups, Sequence) or not all(isinstance(g, str) for g in groups):
+            raise ConfigError(f"groups must be a list of setting groups, got {self.groups!r}.")
+        object.__setattr__(self, "groups", tuple(groups))
+        _optional_positive(self, "batch_items")
+
+
+@dataclass(frozen=True)
+class ELI5Options:
+    """What a ``mirage score eli5`` run chooses beyond its experiment (whose ``seeds``, ``limit`` and first ``data``
+    file it runs). Plain JSON values (``dataclasses.asdict``)."""
+
+    #: Output directory: ``run.json``, ``answers.jsonl`` (a re-run resumes), the judge's cache, ``results.json`` and
+    #: ``length_bins.png``.
+    output: str
+    #: Documents given to the model per question (None: all of the item's).
+    ndocs: int | None = 5
+    #: Citations judged per sentence (ALCE: 3).
+    at_most: int = 3
+    #: Also check how much each citation set matters to the model (``faithfulness.jsonl``).
+    faithfulness: bool = False
+
+    def __post_init__(self) -> None:
+        _path_field(self, "output", required=True)
+        _optional_positive(self, "ndocs")
+        _optional_positive(self, "at_most", optional=False)
+
+
+def _path_field(options: Any, name: str, *, required: bool = False) -> None:
+    """An options path as a string (a PathLike is converted); ConfigError naming the field otherwise."""
+    value = getattr(options, name)
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+        object.__setattr__(options, name, value)
+    if (value is None and not required) or (isinstance(value, str) and value):
+        return
+    raise ConfigError(f"{name} must be a path{'' if required else ' or null'}, got {value!r}.")
+
+
+def _optional_positive(options: Any, name: str, *, optional: bool = True) -> None:
+    value = getattr(options, name)
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be an integer >= 1{' or null' if optional else ''}, got {value!r}.")
+
+
+def _mirage_source(experiment: ExperimentConfig, mirage: MirageSource | None) -> MirageSource:
+    """The Mirage (or its loader) a runner was given, else the experiment's model, loaded once when first needed."""
+    return mirage if mirage is not None else functools.cache(experiment.load_mirage)
+
+
+def _check_command(experiment: ExperimentConfig, command: str) -> None:
+    if experiment.command != command:
+        raise ConfigError(f"this runner runs `{command}` experiments, got ExperimentConfig(command="
+                          f"{experiment.command!r}); build it with command={command!r}.")
+    if not experiment.data:
+        raise ConfigError(f"experiment.data: give the {command} data file(s).")
 
 
 def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
@@ -142,31 +244,16 @@ def _model_stages(model: Any, out: Path, outputs_for: Callable[[StoreFor], tuple
 
 
 def run_xor_attriqa(
-    model: Any,
-    data: Sequence[str | Path],
+    experiment: ExperimentConfig,
+    options: XorAttriQAOptions,
     *,
-    out_dir: str | Path,
-    model_name: str,
-    config: MirageConfig | None = None,
-    text: str = "en",
-    calibrate_on: str | Path | Sequence[str | Path] | None = None,
-    calibrate_by: CalibrateBy = "global",
-    nli_dir: str | Path | None = None,
-    limit: int | None = None,
-    faithfulness: bool = False,
-    all_tokens: bool = False,
-    signals: bool = True,
-    groups: Sequence[str] = SETTING_GROUPS,
+    mirage: MirageSource | None = None,
     progress: Progress | None = None,
     shard: Shard | None = None,
-    batch_items: int | None = None,
-    group_passages: bool = False,
-    dtype: str | None = None,
-    self_match: bool = False,
 ) -> XorAttriQAReport | None:
-    """Score XOR-AttriQA files (and the calibration files) and write ``results.json``, ``pairs.jsonl`` (one line per
-    (item, passage): every setting's score and citation, :func:`mirage.scoring.xor_eval.pair_records`) and
-    ``sweep.png``.
+    """Score the experiment's XOR-AttriQA files (``data``, and the ``calibrate_on`` files) and write, into
+    ``options.output``, ``results.json``, ``pairs.jsonl`` (one line per (item, passage): every setting's score and
+    citation, :func:`mirage.scoring.xor_eval.pair_records`) and ``sweep.png``.
 
     Only what the settings need is computed, item by item into ``scores.jsonl``: CTI of every answer token, the
     passage signals (leave-one-out, attention) and the CCI rows of the tokens MIRAGE-EX selects for every item; for
@@ -176,12 +263,14 @@ def run_xor_attriqa(
     the threshold-free ``mirage_raw`` ROC-AUC needs); without ``signals``, no passage signals, and so no ``learned``
 or ``passage_score`` setting. ``groups`` (:data:`~mirage.scoring.xor_eval.SETTING_GROUPS`) limits the settings, and
 so the work, to those asked for: ``learned`` alone computes no CCI row at all. A row already stored is never
-computed again.
+computed again. The options below are fields of :class:`XorAttriQAOptions`.
 
-    ``model``: a Mirage, or a function returning one (called only if some item still needs the model); its own
-    config is not used: ``config`` is the pipeline (default :func:`xor_attriqa_pipeline`, what the command runs).
-    ``calibrate_on``: one file or several (their items are pooled to calibrate the CTI thresholds and fit the
-    learned classifier). ``limit`` keeps the first N rows of each file, the calibration files included. With
+    ``experiment``: the model (its name is recorded), the data files or dataset names, the text view, the row limit
+    and the pipeline (``ExperimentConfig.from_dict({...}, command="xor-attriqa")`` gives the one the command runs,
+    :func:`xor_attriqa_pipeline`); its fingerprint guards the stored outputs. ``mirage``: a Mirage, or a function
+    returning one (called only if some item still needs the model; default: the experiment's model); its own config
+    is not used. ``calibrate_on``: one file or several (their items are pooled to calibrate the CTI thresholds and
+    fit the learned classifier). ``limit`` keeps the first N rows of each file, the calibration files included. With
     ``faithfulness``, each test answer is attributed as a whole (sentence citations by the config's CCI selector)
     and checked; results are kept in ``faithfulness.jsonl``. Under a launcher (``torchrun``, ``accelerate launch``;
     see :mod:`mirage.runs.sharding`) each rank scores its shard; rank 0 returns the report of all of them, other ranks
@@ -191,38 +280,41 @@ computed again.
     one item with all their passages, as a match row (:func:`mirage.scoring.xor_attriqa.group_by_answer`). On the
     calibration splits this gives 342 answers instead of the match release's 139, but the extra ones are answers the
     RAG system did not reproduce, with far fewer supporting passages: measured, they make the learned setting worse
-    on held-out match answers (``benchmarks/calibration_data.py``). ``dtype``: the dtype a lazily loaded model will
-    run in (default: a loaded Mirage's, else the device's default), which the run's fingerprint names unless float32.
-    ``self_match``: the paper's Algorithm 1: the scoring model first generates each answer (test and calibration
-    rows) with the scoring prompt, into ``matches.jsonl``; only the rows where it reproduces the annotated answer
+    on held-out match answers (``benchmarks/calibration_data.py``). The experiment's ``dtype``: the dtype a lazily
+    loaded model will run in (default: a loaded Mirage's, else the device's default), which the run's fingerprint
+    names unless float32 (as it names an adapter and a quantization). ``self_match``: the paper's Algorithm 1: the
+    scoring model first generates each answer (test and calibration rows) with the scoring prompt, into
+    ``matches.jsonl``; only the rows where it reproduces the annotated answer
     (:func:`mirage.scoring.xor_attriqa.same_answer`) are kept, and its own generation is attributed; results.json's
     ``settings.self_match`` has the rows checked and kept per language (an InputError when none is kept).
     """
-    cfg = config or xor_attriqa_pipeline()
-    out = Path(out_dir)
-    check_run(out, ExperimentConfig("xor-attriqa", model=model_name, pipeline=cfg,
-                                    dtype=_dtype(model, dtype)).fingerprint())
+    _check_command(experiment, "xor-attriqa")
+    model = _mirage_source(experiment, mirage)
+    cfg, model_name, text, limit = experiment.pipeline, experiment.model, experiment.text, experiment.limit
+    calibrate_by, all_tokens, batch_items = options.calibrate_by, options.all_tokens, options.batch_items
+    group_passages = options.group_passages
+    data, cal_files = resolve_all(experiment.data), resolve_all(experiment.calibrate_on)
+    out = Path(options.output)
+    check_run(out, replace(experiment, dtype=_dtype(model, experiment.dtype)).fingerprint())
 
     def load(path: str | Path) -> XorData:
-        return load_xor_attriqa(path, text=text, nli_dir=nli_dir, limit=limit, group=group_passages)
+        return load_xor_attriqa(path, text=text, nli_dir=options.nli_dir, limit=limit, group=group_passages)
 
     test = concat_data(load(p) for p in data)
-    cal_files = ([] if calibrate_on is None else [calibrate_on] if isinstance(calibrate_on, (str, Path))
-                 else list(calibrate_on))
     cal = concat_data(load(p) for p in cal_files) if cal_files else None
     match = None
-    if self_match:
+    if options.self_match:
         test, cal, match = _self_match(model, test, cal, out=out, model_name=model_name, cfg=cfg, progress=progress)
     by_key = {item.key: item for item in test.items}
     if not by_key:  # before any model is loaded
         require_scored(out, data, 0, test.bad_rows)
 
     try:
-        groups = setting_groups(groups)
+        groups = setting_groups(options.groups)
     except ValueError as err:
         raise InputError(str(err)) from None
     ex_rows = "ex" in groups
-    use_signals = signals and "likelihood" in groups
+    use_signals = options.signals and "likelihood" in groups
 
     def calibration_scores(store: Any) -> tuple[dict, list]:
         """Calibration items: MIRAGE-EX rows and signals, then, round by round, the rows the calibration search
@@ -272,7 +364,7 @@ computed again.
     done = _model_stages(
         model, out, outputs, lambda _scores: list(by_key),
         lambda m, key, _scores: m.attribute_item(by_key[key].rag_item(), config=cfg),
-        faithfulness=faithfulness, progress=progress, shard=shard)
+        faithfulness=options.faithfulness, progress=progress, shard=shard)
     if done is None:
         return None
     scores, failed, faith = done
@@ -332,29 +424,28 @@ def _slug(name: str) -> str:
 
 
 def run_eli5(
-    model: Any,
-    source: str | Path,
+    experiment: ExperimentConfig,
+    options: ELI5Options,
     *,
-    out_dir: str | Path,
-    model_name: str,
-    config: MirageConfig | None = None,
-    seeds: Sequence[int] = (42,),
-    ndocs: int | None = 5,
+    mirage: MirageSource | None = None,
     judge: M.NLIJudge | None = None,
-    at_most: int = 3,
-    limit: int | None = None,
-    faithfulness: bool = False,
     progress: Progress | None = None,
     shard: Shard | None = None,
-    dtype: str | None = None,
 ) -> ELI5Report | None:
-    """Generate, self-cite and attribute ALCE-format items for each seed; write ``results.json`` and
-    ``length_bins.png``. The judge's decisions are kept in ``judgments-<judge>.jsonl`` and reused; with
-    ``faithfulness``, each answer's faithfulness check is kept in ``faithfulness.jsonl`` and summarized. Sharded
-    like :func:`run_xor_attriqa` (rank 0 returns the report, other ranks None; ``dtype`` as there)."""
-    cfg = config or MirageConfig()
-    out = Path(out_dir)
-    check_run(out, ExperimentConfig("eli5", model=model_name, pipeline=cfg, dtype=_dtype(model, dtype)).fingerprint())
+    """Generate, self-cite and attribute the ALCE-format items of the experiment's first ``data`` file (its first
+    ``limit`` rows) for each of its :attr:`~mirage.runs.experiment.ExperimentConfig.generation_seeds`, with its
+    pipeline; write ``results.json`` and ``length_bins.png`` into ``options.output``. The ``judge``'s decisions
+    (ALCE citation quality; None: not judged) are kept in ``judgments-<judge>.jsonl`` and reused; with
+    ``options.faithfulness``, each answer's faithfulness check is kept in ``faithfulness.jsonl`` and summarized.
+    ``mirage`` and sharding as in :func:`run_xor_attriqa` (rank 0 returns the report, other ranks None; the dtype
+    as there)."""
+    _check_command(experiment, "eli5")
+    model = _mirage_source(experiment, mirage)
+    cfg, model_name, limit = experiment.pipeline, experiment.model, experiment.limit
+    seeds, ndocs, at_most = list(experiment.generation_seeds), options.ndocs, options.at_most
+    source = str(resolve(experiment.data[0]))
+    out = Path(options.output)
+    check_run(out, replace(experiment, dtype=_dtype(model, experiment.dtype)).fingerprint())
     data = load_alce(source, limit=limit)
     if not data.items:  # before any model is loaded
         require_scored(out, source, 0, data.bad_rows)
@@ -364,7 +455,7 @@ def run_eli5(
         model, out, lambda store_for: attribute_items(model, data.items, seeds=seeds, ndocs=ndocs, config=cfg,
                                                       store=store_for(out / "answers.jsonl"), progress=progress),
         lambda results: [k for k in order if k in results],  # data order, however the records were stored
-        lambda _m, key, results: results[key], faithfulness=faithfulness, progress=progress, shard=shard)
+        lambda _m, key, results: results[key], faithfulness=options.faithfulness, progress=progress, shard=shard)
     if done is None:
         return None
     results, failed, faith = done

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from mirage.config import ConfigError
-from mirage.data import resolve, resolve_all
 from mirage.runs.experiment import ExperimentConfig, add_experiment_args, non_negative_int, positive_int
 from mirage.runs.progress import terminal_progress
 
@@ -76,7 +75,7 @@ def _finish(args: argparse.Namespace, report: Any, table: Callable[[Any], str], 
 
 def cmd_xor_attriqa(args: argparse.Namespace) -> int:
     from mirage.config import preset_option
-    from mirage.scoring.benchmarks import run_xor_attriqa
+    from mirage.scoring.benchmarks import XorAttriQAOptions, run_xor_attriqa
     from mirage.scoring.tables import xor_table
 
     exp = ExperimentConfig.from_args(args, command="xor-attriqa")
@@ -87,17 +86,16 @@ def cmd_xor_attriqa(args: argparse.Namespace) -> int:
               "the old name will go.", file=sys.stderr)
         args.settings = ["likelihood" if s == "learned" else s for s in args.settings]
     calibrate_by = args.calibrate_by or preset_option(exp.pipeline.preset, "xor-attriqa", "calibrate_by", "global")
-    report = run_xor_attriqa(
-        _model_loader(exp), resolve_all(exp.data), out_dir=args.output, model_name=exp.model, config=exp.pipeline,
-        text=exp.text, calibrate_on=resolve_all(exp.calibrate_on) or None, calibrate_by=calibrate_by, nli_dir=args.nli_dir,
-        limit=exp.limit, faithfulness=args.faithfulness, all_tokens=args.all_tokens, groups=args.settings, progress=terminal_progress,
-        batch_items=args.batch_items, group_passages=args.group_passages, dtype=exp.dtype_name(),
-        self_match=args.self_match)
+    options = XorAttriQAOptions(
+        output=args.output, calibrate_by=calibrate_by, nli_dir=args.nli_dir, faithfulness=args.faithfulness,
+        all_tokens=args.all_tokens, groups=tuple(args.settings), batch_items=args.batch_items,
+        group_passages=args.group_passages, self_match=args.self_match)
+    report = run_xor_attriqa(exp, options, mirage=_model_loader(exp), progress=terminal_progress)
     return _finish(args, report, xor_table, "sweep.png")
 
 
 def cmd_eli5(args: argparse.Namespace) -> int:
-    from mirage.scoring.benchmarks import run_eli5
+    from mirage.scoring.benchmarks import ELI5Options, run_eli5
     from mirage.scoring.tables import eli5_table
 
     exp = ExperimentConfig.from_args(args, command="eli5")
@@ -109,10 +107,9 @@ def cmd_eli5(args: argparse.Namespace) -> int:
 
         print(f"loading NLI judge {exp.nli} …", file=sys.stderr)
         judge = HFNLIJudge.from_pretrained(exp.nli, device=exp.device)
-    report = run_eli5(
-        _model_loader(exp), str(resolve(exp.data[0])), out_dir=args.output, model_name=exp.model, config=exp.pipeline,
-        seeds=list(exp.generation_seeds), ndocs=args.ndocs, judge=judge, at_most=args.at_most_citations,
-        limit=exp.limit, faithfulness=args.faithfulness, progress=terminal_progress, dtype=exp.dtype_name())
+    options = ELI5Options(output=args.output, ndocs=args.ndocs, at_most=args.at_most_citations,
+                          faithfulness=args.faithfulness)
+    report = run_eli5(exp, options, mirage=_model_loader(exp), judge=judge, progress=terminal_progress)
     return _finish(args, report, eli5_table, "length_bins.png")
 
 

@@ -39,6 +39,7 @@ from mirage.config import MirageConfig
 from mirage.attribution.forward import answer_logits, token_probabilities
 from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.attribution.tokenization import tokenize_answer
+from mirage.scoring.metrics import mean_or_none
 
 if TYPE_CHECKING:
     from mirage.pipeline import Mirage, PreparedItem
@@ -154,10 +155,6 @@ def _fmt(value: float | None, width: int, digits: int = 3) -> str:
     return f"{'—':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 def summarize(results: Iterable[FaithfulnessResult]) -> FaithfulnessSummary:
     """Mean drop and keep per method over every sentence of ``results``; empty sets are counted, not averaged."""
     results = list(results)
@@ -181,9 +178,10 @@ def summarize(results: Iterable[FaithfulnessResult]) -> FaithfulnessSummary:
                 bucket["size"].append(float(len(score.docs)))
     order = [m for m in METHODS if m in per] + [m for m in per if m not in METHODS]
     methods = {
-        m: MethodSummary(n_sentences=len(per[m]["drop"]), n_empty=empty[m], mean_set_size=_mean(per[m]["size"]),
-                         drop=_mean(per[m]["drop"]), keep=_mean(per[m]["keep"]),
-                         drop_per_token=_mean(per[m]["dt"]), keep_per_token=_mean(per[m]["kt"]))
+        m: MethodSummary(n_sentences=len(per[m]["drop"]), n_empty=empty[m],
+                         mean_set_size=mean_or_none(per[m]["size"]),
+                         drop=mean_or_none(per[m]["drop"]), keep=mean_or_none(per[m]["keep"]),
+                         drop_per_token=mean_or_none(per[m]["dt"]), keep_per_token=mean_or_none(per[m]["kt"]))
         for m in order
     }
     return FaithfulnessSummary(n_results=len(results), n_sentences=n_sentences, methods=methods)

@@ -13,7 +13,10 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from mirage.attribution.results import AttributionResult
 
 # -- binary predictions against human labels ----------------------------------------------------------------------
 
@@ -116,6 +119,12 @@ def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
     from sklearn.metrics import roc_auc_score
 
     return float(roc_auc_score([int(bool(y)) for y in labels], [float(s) for s in scores]))
+
+
+def mean_or_none(values: Sequence[float]) -> float | None:
+    """The mean of ``values`` (a rate, for booleans); None for no values. Every value counts (see
+    :func:`mean_defined` to skip undefined ones)."""
+    return sum(values) / len(values) if values else None
 
 
 def mean_defined(values: Iterable[float | None]) -> float | None:
@@ -306,3 +315,39 @@ def citation_set_agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]
     both = groups["both"]
     return CitationSetAgreement(n_sentences=len(a), **groups, both_same_set=percent(exact, both),
                                 both_jaccard=percent(jac, both), both_pair_agreement=percent(same, pairs))
+
+
+# -- parity of two attributions of the same answer (another dtype, thread count or device) --------------------------
+
+
+def rank_correlation(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman's rank correlation of two equally long score rows (ranks by sort order; ties are not averaged)."""
+    import torch
+
+    ra = torch.tensor(a, dtype=torch.float64).argsort().argsort().double()
+    rb = torch.tensor(b, dtype=torch.float64).argsort().argsort().double()
+    return float(torch.corrcoef(torch.stack([ra, rb]))[0, 1])
+
+
+def attribution_details(res: AttributionResult) -> dict[str, Any]:
+    """What :func:`attribution_parity` compares of one attribution, as plain JSON: every answer token's CTI score,
+    the selected tokens, each sentence's citations and the saliency rows (kept with ``aggregation.keep_saliency``)."""
+    rows = dict(zip(res.saliency.answer_tokens, res.saliency.to_numpy().tolist())) if res.saliency else {}
+    return {"cti": [t.cti for t in res.tokens], "selected": [t.index for t in res.tokens if t.context_sensitive],
+            "citations": [s.mirage_citations for s in res.sentences],
+            "saliency": {str(i): row for i, row in rows.items()}}
+
+
+def attribution_parity(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """How closely an attribution of an answer (:func:`attribution_details`) agrees with a baseline's of the same
+    answer: the largest CTI difference (beside the largest CTI), whether the selected tokens and the citations are
+    the same, and the least and mean :func:`rank_correlation` of the saliency rows of the tokens both selected."""
+    rows_a, rows_b = base["saliency"], other["saliency"]
+    both = sorted(set(rows_a) & set(rows_b), key=int)
+    corr = [rank_correlation(rows_a[i], rows_b[i]) for i in both]
+    return {"max_cti_abs_diff": max(abs(x - y) for x, y in zip(base["cti"], other["cti"])),
+            "max_cti": max(abs(x) for x in base["cti"]),
+            "same_selected": base["selected"] == other["selected"],
+            "same_citations": base["citations"] == other["citations"],
+            "saliency_spearman_min": min(corr) if corr else None,
+            "saliency_spearman_mean": sum(corr) / len(corr) if corr else None}

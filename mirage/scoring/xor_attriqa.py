@@ -701,3 +701,45 @@ def match_counts(records: Sequence[MatchRecord]) -> dict[str, dict[str, int]]:
     if "all" in out:
         out["all"] = out.pop("all")
     return out
+
+
+def method_rows(items: Sequence[XorItem], path: str | Path, *, model: str, text: str, config: MirageConfig,
+                method: str, ig_steps: int, mirage: Any = None, progress: Progress | None = None) -> dict[str, dict]:
+    """Per item key: the CCI rows of the tokens MIRAGE-EX selects, under CCI ``method`` (``{"rows": {token: row},
+    "seconds": s, "n_rows": n}``), to compare CCI methods on the same tokens (``benchmarks/cci_methods.py``).
+    Computed with ``config`` (the scored store's pipeline, :func:`mirage.scoring.benchmarks.stored_xor_pipeline`)
+    and that method into ``PATH.METHOD.jsonl`` beside ``path`` for the items it lacks: resumable, one store per
+    method and settings. ``mirage``: the loaded Mirage, else ``model`` is loaded only if something is missing."""
+    import dataclasses
+    import time
+
+    from mirage.runs.store import ResumableJSONL
+
+    settings = {"model": model, "text": text, "method": method, "stage": "ex-rows",
+                "prompt": dataclasses.asdict(config.prompt), "cti_metric": config.cti.metric}
+    if method == "integrated_gradients":
+        settings["ig_steps"] = ig_steps
+    path = Path(path)
+    name = path.with_name(f"{path.stem}.{method}{path.suffix}")
+    with ResumableJSONL(name, settings=settings) as store:
+        todo = [item for item in items if item.key not in store.done]
+        if todo:
+            if mirage is None:
+                from mirage.pipeline import Mirage
+
+                mirage = Mirage.from_pretrained(model, config=config)
+            cfg = config.replace(cci={"method": method, "ig_steps": ig_steps})
+            for item in progress(todo, len(todo), method) if progress else todo:
+                start = time.perf_counter()
+                sc = score_item(mirage, item, config=cfg, targets="selected")
+                seconds = time.perf_counter() - start
+                for t in sorted(sc.cci):
+                    store.write(row_record(sc.key, t, sc.cci[t]))
+                store.write({"key": sc.key, "seconds": seconds, "n_rows": len(sc.cci)})  # last: the item is done
+        out: dict[str, dict] = {}
+        for rec in store.records():
+            if "token" in rec:
+                out.setdefault(rec["item"], {"rows": {}})["rows"][int(rec["token"])] = rec["cci"]
+            elif "seconds" in rec:
+                out.setdefault(rec["key"], {"rows": {}}).update(seconds=rec["seconds"], n_rows=rec["n_rows"])
+        return {k: v for k, v in out.items() if "seconds" in v}

@@ -46,10 +46,6 @@ if TYPE_CHECKING:
     from mirage.runs.progress import Progress
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 def _pair_scores(counts: metrics.BinaryCounts) -> dict[str, float | None]:
     """Agreement, precision, recall, F1 and balanced accuracy (%) of pair-level counts."""
     return {"agreement": metrics.agreement(counts), "precision": metrics.precision(counts),
@@ -295,7 +291,8 @@ def summarize_judge(answers: Sequence[dict[str, Any]], n_docs: Sequence[int], ru
         self_vs_labels=_pair_scores(metrics.BinaryCounts.of(self_lab, labels)),
         mirage_vs_labels=_pair_scores(metrics.BinaryCounts.of(mir_lab, labels)),
         first_vs_labels=_pair_scores(metrics.BinaryCounts.of(first_lab, labels)),
-        self_vs_mirage={"pair_agreement": agree, "kappa": kappa, "sentence_jaccard": _mean(jaccards)},
+        self_vs_mirage={"pair_agreement": agree, "kappa": kappa,
+                        "sentence_jaccard": metrics.mean_or_none(jaccards)},
         faithfulness=summarize(results).to_dict(), errors=errors)
 
 
@@ -352,7 +349,8 @@ def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, m
         sentences_cited=(sum(sum(bool(c) for c in a["citations"]) for a in answers) / n_sentences
                          if n_sentences else 0.0),
         invalid_citations=sum(a["invalid"] for a in answers),
-        precision=_mean([p for p, _r, _f in prf]), recall=_mean([r for _p, r, _f in prf]),
-        f1=_mean([f for _p, _r, f in prf]), exact_match=_mean(matches),
+        precision=metrics.mean_or_none([p for p, _r, _f in prf]),
+        recall=metrics.mean_or_none([r for _p, r, _f in prf]),
+        f1=metrics.mean_or_none([f for _p, _r, f in prf]), exact_match=metrics.mean_or_none(matches),
         seconds_per_answer=round(sum(a["seconds"] for a in answers) / n, 3) if n else 0.0,
         max_new_tokens=max_new_tokens, answers=answers, judge=summary, versions=library_versions())

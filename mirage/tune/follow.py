@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from mirage.bias.metrics import citation_set_prf
 from mirage.attribution.citations import parse_answer
 from mirage.runs.store import content_key
+from mirage.scoring.metrics import mean_or_none
 from mirage.attribution.serialization import JSONRecord
 from mirage.tune.data import TrainingExample, cite_sentences, filler_documents
 
@@ -106,14 +107,6 @@ def permutation_presentations(examples: Sequence[TrainingExample], *, k: int = 5
     return out
 
 
-def _rate(hits: Sequence[bool]) -> float | None:
-    return sum(hits) / len(hits) if hits else None
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 @dataclass
 class FollowSide(JSONRecord):
     """One citer's row of the permutation test: ``follow_rate`` over all presentations and ``per_position``
@@ -136,11 +129,13 @@ def side_of(citations: Sequence[set[int]], positions: Sequence[int], k: int) -> 
     hits = [follows(c, p) for c, p in zip(citations, positions)]
     prf = [citation_set_prf(c, [p]) for c, p in zip(citations, positions)]
     return FollowSide(
-        follow_rate=_rate(hits),
-        per_position=[_rate([h for h, p in zip(hits, positions) if p == pos]) for pos in range(1, k + 1)],
-        first_when_not_supporting=_rate([1 in c for c, p in zip(citations, positions) if p != 1]),
-        mean_cited=_mean([float(len(c)) for c in citations]),
-        precision=_mean([x[0] for x in prf]), recall=_mean([x[1] for x in prf]), f1=_mean([x[2] for x in prf]))
+        follow_rate=mean_or_none(hits),
+        per_position=[mean_or_none([h for h, p in zip(hits, positions) if p == pos])
+                      for pos in range(1, k + 1)],
+        first_when_not_supporting=mean_or_none([1 in c for c, p in zip(citations, positions) if p != 1]),
+        mean_cited=mean_or_none([float(len(c)) for c in citations]),
+        precision=mean_or_none([x[0] for x in prf]), recall=mean_or_none([x[1] for x in prf]),
+        f1=mean_or_none([x[2] for x in prf]))
 
 
 def random_side(n_cited: Sequence[int], positions: Sequence[int], k: int) -> FollowSide:
@@ -153,11 +148,12 @@ def random_side(n_cited: Sequence[int], positions: Sequence[int], k: int) -> Fol
     rec = [min(c, k) / k for c in n_cited]
     f1 = [2 * min(c, k) / (k * (min(c, k) + 1)) if c else 0.0 for c in n_cited]
     return FollowSide(
-        follow_rate=_mean(probs),
-        per_position=[_mean([q for q, p in zip(probs, positions) if p == pos]) for pos in range(1, k + 1)],
-        first_when_not_supporting=_mean([min(c, k) / k for c, p in zip(n_cited, positions) if p != 1]),
-        mean_cited=_mean([float(c) for c in n_cited]),
-        precision=_mean(prec), recall=_mean(rec), f1=_mean(f1))
+        follow_rate=mean_or_none(probs),
+        per_position=[mean_or_none([q for q, p in zip(probs, positions) if p == pos])
+                      for pos in range(1, k + 1)],
+        first_when_not_supporting=mean_or_none([min(c, k) / k for c, p in zip(n_cited, positions) if p != 1]),
+        mean_cited=mean_or_none([float(c) for c in n_cited]),
+        precision=mean_or_none(prec), recall=mean_or_none(rec), f1=mean_or_none(f1))
 
 
 @dataclass
