@@ -28,11 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mirage import Mirage
-from mirage.likelihood import signals as ps
-from mirage.data import resolve
-from mirage.scoring.xor_attriqa import SIGNALS, load_xor_attriqa, prepare_item, xor_attriqa_pipeline
 from mirage.attribution.serialization import library_versions
 from mirage.attribution.tokenization import tokenize_answer
+from mirage.data import resolve
+from mirage.likelihood import signals as ps
+from mirage.scoring.xor_attriqa import SIGNALS, load_xor_attriqa, prepare_item, xor_attriqa_pipeline
 
 
 def full_head(lm: Any, positions: Any, **kwargs: Any) -> Any:

@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import device_name
 from mirage import Mirage
-from mirage.data import resolve
 from mirage.attribution.models import dtype_name
+from mirage.data import resolve
 from mirage.runs.experiment import ExperimentConfig
 from mirage.runs.store import write_atomic
 from mirage.scoring.benchmarks import XorAttriQAOptions, run_xor_attriqa

@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.learned_features import ONLY, _fit
-from mirage.config import CTIConfig
 from mirage.attribution.cti import select_tokens
+from mirage.config import CTIConfig
 from mirage.likelihood.features import CCI_FEATURES
 from mirage.runs.progress import terminal_progress
 from mirage.runs.store import read_records, write_atomic

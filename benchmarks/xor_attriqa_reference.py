@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT))
 
 from mirage import Mirage
 from mirage.attribution.cci import select_context
-from mirage.config import CCIConfig, CTIConfig
 from mirage.attribution.cti import select_tokens
+from mirage.config import CCIConfig, CTIConfig
 from mirage.peers.inseq import run_reference
 from mirage.runs.store import read_records
 from mirage.scoring import metrics as M

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mirage.attribution.results import AttributionResult
 from mirage.config import AggregationConfig, CCIConfig, CTIConfig, GenerationConfig, MirageConfig, PromptConfig
 from mirage.data.inputs import Document, InputError, RAGItem
 from mirage.runs.lazy import lazy_exports
-from mirage.attribution.results import AttributionResult
 from mirage.version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from mirage.views.frames import read_results
     from mirage.pipeline import Mirage, attribute_dataset
+    from mirage.views.frames import read_results
 
 #: Names imported from their module on first access (they bring torch).
 _LAZY = {"Mirage": "pipeline", "attribute_dataset": "pipeline", "read_results": "views.frames"}

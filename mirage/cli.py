@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirage.config import ConfigError
-from mirage.runs.experiment import ExperimentConfig, add_experiment_args, non_negative_int
-from mirage.data.inputs import InputError, make_item, read_items
 from mirage.attribution.models import ModelLoadError
+from mirage.config import ConfigError
+from mirage.data.inputs import InputError, make_item, read_items
+from mirage.runs.experiment import ExperimentConfig, add_experiment_args, non_negative_int
 from mirage.runs.progress import terminal_progress
-from mirage.runs.store import StoreError, changed_ids, disk_error_message, drop_resolved, item_keys, read_records
 from mirage.runs.sharding import ShardedJSONL, ShardError, StoreFor, in_shards, report_share_done
+from mirage.runs.store import StoreError, changed_ids, disk_error_message, drop_resolved, item_keys, read_records
 
 if TYPE_CHECKING:
     from mirage.pipeline import Mirage

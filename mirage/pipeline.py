@@ -25,17 +25,17 @@ import torch
 
 from mirage.attribution.aggregation import aggregate, content_mask, saliency_matrix, tokens_by_sentence
 from mirage.attribution.citations import ParsedAnswer, parse_answer
-from mirage.config import ConfigError, MirageConfig
 from mirage.attribution.generation import Generated, generate_answer
-from mirage.data.inputs import InputError, RAGItem, make_item
-from mirage.likelihood.classifier import learned_citations, load_learned
 from mirage.attribution.models import LoadedModel, load_adapter, load_model, wrap_model
-from mirage.likelihood.signals import passage_signals
 from mirage.attribution.prompts import PreparedItem, Reservation, build_prompt, load_template, tokenize_prompt
 from mirage.attribution.results import AttributionResult, SentenceAttribution
 from mirage.attribution.serialization import library_versions
 from mirage.attribution.token_scores import TargetSpec, TokenScores, score_batch, score_tokens
 from mirage.attribution.tokenization import TokenizedAnswer, max_token_chars, tokenize_answer
+from mirage.config import ConfigError, MirageConfig
+from mirage.data.inputs import InputError, RAGItem, make_item
+from mirage.likelihood.classifier import learned_citations, load_learned
+from mirage.likelihood.signals import passage_signals
 from mirage.registry import CITATION_RULES
 
 if TYPE_CHECKING:

@@ -19,15 +19,15 @@ from mirage.attribution.aggregation import (
     rank_documents,
     sentence_of_token,
 )
-from mirage.bias.runner import mirage_citation_probabilities
 from mirage.attribution.cci import CCIScores
 from mirage.attribution.citations import parse_answer
-from mirage.config import AggregationConfig, CCIConfig
 from mirage.attribution.cti import CTIScores
-from mirage.scoring.faithfulness import faithfulness
 from mirage.attribution.prompts import BuiltPrompt
 from mirage.attribution.results import AnswerToken
 from mirage.attribution.tokenization import TokenizedAnswer, TokenizedPrompt, tokenize_answer
+from mirage.bias.runner import mirage_citation_probabilities
+from mirage.config import AggregationConfig, CCIConfig
+from mirage.scoring.faithfulness import faithfulness
 
 
 def test_cite_token_weights_documents_by_kept_saliency():

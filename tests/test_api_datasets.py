@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from mirage import Mirage, attribute_dataset
-from mirage.data.inputs import InputError
 from mirage.attribution.results import AttributionResult
+from mirage.data.inputs import InputError
 
 datasets = pytest.importorskip("datasets")
 

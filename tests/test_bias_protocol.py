@@ -71,7 +71,7 @@ def test_a_studys_flags_are_checked_as_mirage_bias_parses_them(tmp_path):
             check(*args)
     with pytest.raises(ConfigError, match="protocol study 's' .*unrecognized arguments: --metadta"):
         check("--metadta", "race")
-    with pytest.raises(ConfigError, match="protocol study 's' .*argument --k: invalid int value"):
+    with pytest.raises(ConfigError, match="protocol study 's' .*argument --k: .*'many'"):
         check("--k", "many")
 
 

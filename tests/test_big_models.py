@@ -15,9 +15,6 @@ import pytest
 import torch
 
 from mirage import Mirage
-from mirage.cli import main
-from mirage.config import ConfigError
-from mirage.runs.experiment import ExperimentConfig
 from mirage.attribution.models import (
     ModelLoadError,
     embedded_adapters,
@@ -26,6 +23,9 @@ from mirage.attribution.models import (
     rank_device_group,
     resolve_placement,
 )
+from mirage.cli import main
+from mirage.config import ConfigError
+from mirage.runs.experiment import ExperimentConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTER = embedded_adapters()["smollm2-135m-cite"].path  # the adapter mirage ships: a real `mirage tune` output
@@ -161,8 +161,8 @@ def test_ranks_each_with_a_device_map_share_one_run(tmp_path, example_items):
     """Data parallelism over split models (docs/scaling.md): two ranks started by hand (RANK/WORLD_SIZE,
     MIRAGE_SHARD_NO_SYNC=1), each loading the embedded model split by its own device map, attribute their shares;
     one more run without a launcher merges. Every item is attributed once, with the plain model's citations."""
-    from mirage.runs.store import item_keys
     from mirage.runs.sharding import Shard
+    from mirage.runs.store import item_keys
 
     xor = next(it for it in example_items if it["id"] == "xor-val-0")
     variants = [{**xor, "id": f"xor-{n}"} for n in range(16)]

@@ -14,8 +14,8 @@ def test_each_method_scores_the_ex_tokens_and_a_rerun_computes_nothing(embedded_
     import dataclasses
 
     from mirage import Mirage
-    from mirage.config import CTIConfig
     from mirage.attribution.cti import select_tokens
+    from mirage.config import CTIConfig
     from mirage.scoring.xor_attriqa import load_xor_attriqa, method_rows, score_item, xor_attriqa_pipeline
     from mirage.scoring.xor_eval import passage_features
 

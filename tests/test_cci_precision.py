@@ -11,10 +11,10 @@ import torch
 
 from mirage import Mirage, MirageConfig
 from mirage.attribution.cci import autocast_dtype, compute_cci, shares_cti_graph
+from mirage.attribution.forward import attribution_graph, model_inputs
 from mirage.cli import build_parser
 from mirage.config import CCIConfig, ConfigError
 from mirage.runs.experiment import ExperimentConfig
-from mirage.attribution.forward import attribution_graph, model_inputs
 from mirage.scoring.benchmarks import stored_xor_pipeline
 from mirage.scoring.xor_attriqa import xor_attriqa_pipeline
 

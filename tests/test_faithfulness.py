@@ -9,6 +9,8 @@ import pytest
 
 from mirage import Mirage, MirageConfig
 from mirage.attribution.aggregation import sentence_of_token
+from mirage.attribution.forward import answer_logits, token_probabilities
+from mirage.attribution.tokenization import tokenize_answer
 from mirage.scoring.faithfulness import (
     METHODS,
     FaithfulnessConfig,
@@ -19,8 +21,6 @@ from mirage.scoring.faithfulness import (
     random_set,
     summarize,
 )
-from mirage.attribution.forward import answer_logits, token_probabilities
-from mirage.attribution.tokenization import tokenize_answer
 
 QUESTION = "When was the Ikhwan party formed?"
 DOCS = [

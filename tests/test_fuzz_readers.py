@@ -119,8 +119,8 @@ def _read_all(iterator) -> None:
 def _json_readers(path: Path) -> list[tuple[str, object]]:
     """Every reader that takes one JSON or JSONL file, as (name, call)."""
     from mirage.data.inputs import make_item, read_items, read_jsonl, read_rows
-    from mirage.views.report import read_result_objects
     from mirage.runs.store import read_records
+    from mirage.views.report import read_result_objects
 
     def items() -> None:
         for index, raw in read_items(path):
@@ -171,8 +171,8 @@ def _try_store(root: Path, path: Path) -> None:
 
 
 def _try_template(root: Path, data: bytes) -> None:
-    from mirage.config import PromptConfig
     from mirage.attribution.prompts import load_template
+    from mirage.config import PromptConfig
 
     # one file per content: templates are cached by path, and a path's content never changes here
     path = root / f"template-{hashlib.sha256(data).hexdigest()[:16]}.yaml"

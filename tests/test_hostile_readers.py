@@ -121,10 +121,10 @@ def test_resume_and_view_survive_a_too_deep_line_in_the_output(tmp_path, capsys,
 def test_a_huge_document_is_cut_by_characters_before_it_is_tokenized(real_tokenizer, monkeypatch):
     """No text longer than what the window can hold reaches the tokenizer, and the cut is the one the whole
     document gets (a document well past the bound is cut to the same text as one just over it)."""
-    from mirage.config import PromptConfig
-    from mirage.data.inputs import Document
     from mirage.attribution.prompts import Reservation, build_prompt, load_template
     from mirage.attribution.tokenization import max_token_chars
+    from mirage.config import PromptConfig
+    from mirage.data.inputs import Document
 
     template = load_template(PromptConfig(name="selfcitation"))
     budget = Reservation(window=1024, tokens=100, field="generation.max_new_tokens")
@@ -155,9 +155,9 @@ def test_a_huge_document_is_cut_by_characters_before_it_is_tokenized(real_tokeni
 def test_a_huge_question_is_refused_before_it_is_tokenized(real_tokenizer, monkeypatch):
     """A question is never truncated: one longer than the window can hold is an InputError naming it, and the
     tokenizer never sees it."""
+    from mirage.attribution.prompts import Reservation, build_prompt, load_template
     from mirage.config import PromptConfig
     from mirage.data.inputs import Document
-    from mirage.attribution.prompts import Reservation, build_prompt, load_template
 
     def refuse(self, text, *args, **kwargs):
         raise AssertionError("the tokenizer was called")
@@ -310,8 +310,8 @@ def test_short_repr_and_json_repr_are_bounded():
 
 
 def test_yaml_files_of_templates_and_bias_prompts_refuse_aliases(tmp_path):
-    from mirage.config import ConfigError, PromptConfig
     from mirage.attribution.prompts import load_template
+    from mirage.config import ConfigError, PromptConfig
 
     path = tmp_path / "t.yaml"
     path.write_text('name: &n x\ninstruction: *n\ntemplate: "{Q} {D}"\ncontextless_template: "{Q}"\n'

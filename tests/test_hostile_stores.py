@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from mirage.cli import main
-from mirage.runs.store import ResumableJSONL, StoreError, read_records
 from mirage.runs.sharding import SHARD_FIELD, Shard, ShardedJSONL, consolidate, in_shards, shard_files, shard_path
+from mirage.runs.store import ResumableJSONL, StoreError, read_records
 from mirage.views.view import PAGE_MARKER
 
 ROOT = Path(__file__).resolve().parents[1]

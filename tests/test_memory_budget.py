@@ -13,8 +13,6 @@ import pytest
 import torch
 
 from mirage import Mirage
-from mirage.cli import main
-from mirage.runs.experiment import ExperimentConfig
 from mirage.attribution.forward import (
     MemoryBudgetError,
     backward_row_bytes,
@@ -25,6 +23,8 @@ from mirage.attribution.forward import (
     plan_graph,
 )
 from mirage.attribution.models import wrap_model
+from mirage.cli import main
+from mirage.runs.experiment import ExperimentConfig
 
 DATA = Path(__file__).parent / "data"
 

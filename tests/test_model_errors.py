@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from mirage.attribution import models
-from mirage.attribution.models import ModelLoadError, default_device, hub_reachable, load_model, resolve_device, resolve_dtype
+from mirage.attribution.models import (
+    ModelLoadError,
+    default_device,
+    hub_reachable,
+    load_model,
+    resolve_device,
+    resolve_dtype,
+)
 
 UNROUTABLE = "https://192.0.2.1"  # TEST-NET-1 (RFC 5737): never answers
 #: Seconds a load may take when the hub is unreachable: the 3 s probe plus a look in the local cache. Without the

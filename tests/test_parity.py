@@ -6,10 +6,10 @@ from scipy.stats import pearsonr
 
 from mirage import Mirage, MirageConfig
 from mirage.attribution.cci import compute_cci
-from mirage.config import CCIConfig
 from mirage.attribution.forward import answer_logits, model_inputs
-from mirage.peers.inseq import run_reference, sentence_citations
 from mirage.attribution.tokenization import tokenize_answer
+from mirage.config import CCIConfig
+from mirage.peers.inseq import run_reference, sentence_citations
 
 
 def _short(item, n_docs, words):

@@ -11,12 +11,12 @@ import pytest
 
 from mirage import Mirage
 from mirage.attribution.forward import answer_logits, token_probabilities
+from mirage.attribution.tokenization import tokenize_answer
 from mirage.likelihood.classifier import LearnedModel, fit_learned, load_learned
 from mirage.likelihood.features import FEATURES, matrix
 from mirage.likelihood.signals import passage_signals
 from mirage.scoring.xor_attriqa import ItemScores, scores_from_records
 from mirage.scoring.xor_eval import SETTINGS, passage_features
-from mirage.attribution.tokenization import tokenize_answer
 
 DATA = Path(__file__).parent / "data" / "xor_attriqa_match"
 QUESTION = "When was the Ikhwan party formed?"

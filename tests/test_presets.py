@@ -16,11 +16,11 @@ import torch
 from mirage import Mirage, MirageConfig
 from mirage.attribution.aggregation import cite_token, rank_documents
 from mirage.attribution.cci import compute_cci
-from mirage.config import PRESETS, AggregationConfig, CCIConfig, ConfigError, CTIConfig, preset_option
 from mirage.attribution.cti import select_tokens
-from mirage.runs.experiment import ExperimentConfig, add_experiment_args, pipeline_changes
 from mirage.attribution.forward import answer_logits, model_inputs
 from mirage.attribution.tokenization import tokenize_answer
+from mirage.config import PRESETS, AggregationConfig, CCIConfig, ConfigError, CTIConfig, preset_option
+from mirage.runs.experiment import ExperimentConfig, add_experiment_args, pipeline_changes
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Every pipeline field where the authors' scripts, inseq and mirage can differ (docs/fidelity.md).

@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 
 from mirage import InputError, Mirage, MirageConfig
-from mirage.config import PromptConfig
-from mirage.data.inputs import Document, make_item
 from mirage.attribution.prompts import Reservation, build_prompt, count_tokens, load_template, tokenize_prompt
 from mirage.attribution.tokenization import tokenize_answer
+from mirage.config import PromptConfig
+from mirage.data.inputs import Document, make_item
 
 QUESTION = "What is the capital of France?"
 SHORT = Document(title="France", text="Paris is the capital and largest city of France.")

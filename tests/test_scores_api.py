@@ -19,11 +19,11 @@ from mirage import AttributionResult, Mirage, MirageConfig
 from mirage.attribution.aggregation import aggregate, cite_token, content_mask
 from mirage.attribution.cci import CCIScores
 from mirage.attribution.citations import parse_answer
-from mirage.config import AggregationConfig, CCIConfig, ConfigError
 from mirage.attribution.cti import CTIScores
-from mirage.views.frames import read_results
 from mirage.attribution.results import SaliencyMatrix
 from mirage.attribution.tokenization import TokenizedAnswer, TokenizedPrompt
+from mirage.config import AggregationConfig, CCIConfig, ConfigError
+from mirage.views.frames import read_results
 
 # -- per-sentence document scores, through aggregate -------------------------------------------------------------------
 

@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mirage.attribution.citations import parse_answer
-from mirage.data.inputs import InputError, make_item
 from mirage.attribution.sentences import split_sentences
+from mirage.data.inputs import InputError, make_item
 
 
 def _sentences(text):

@@ -8,10 +8,10 @@ import torch
 
 from mirage import MirageConfig
 from mirage.attribution.cci import CCI_METHODS, register_cci_method
-from mirage.config import ConfigError
 from mirage.attribution.cti import CTI_METRICS, register_cti_metric
 from mirage.attribution.forward import answer_logits, token_probabilities
 from mirage.attribution.tokenization import tokenize_answer
+from mirage.config import ConfigError
 
 QUESTION = "When was the Ikhwan party formed?"
 DOCS = [

@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from mirage.attribution.citations import parse_answer
+from mirage.attribution.prompts import format_prompt, load_template
+from mirage.attribution.tokenization import encode_plain, tokenize_answer
 from mirage.config import ConfigError, MirageConfig
 from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
-from mirage.attribution.prompts import format_prompt, load_template
-from mirage.attribution.tokenization import encode_plain, tokenize_answer
 from mirage.tune.config import RewardSettings, TuneConfig
 from mirage.tune.data import (
     build_gold,
@@ -569,9 +569,9 @@ def test_the_judge_summary_counts_pairs_by_hand():
 
 @pytest.mark.slow
 def test_the_judged_evaluation_attributes_each_answer_and_resumes(embedded_mirage, monkeypatch, tmp_path):
-    from mirage.scoring.faithfulness import faithfulness
     from mirage.attribution.generation import Generated
     from mirage.runs.store import StoreError
+    from mirage.scoring.faithfulness import faithfulness
     from mirage.tune import evaluate
     from mirage.tune.data import TrainingExample
     from mirage.tune.evaluate import judge_config

@@ -15,11 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from mirage.attribution.prompts import format_prompt, load_template
 from mirage.bias.metrics import cited_docs
 from mirage.bias.protocol import BiasConfig, doc_sides
 from mirage.bias.records import BiasRecord
 from mirage.bias.results import BiasStudyResult
 from mirage.bias.tables import render_markdown
+from mirage.cli import main
+from mirage.config import PromptConfig
+from mirage.data.inputs import Document, InputError
+from mirage.runs.files import read_run_records
 from mirage.views.bias_report import (
     bias_report_html,
     bias_run_view,
@@ -33,11 +38,6 @@ from mirage.views.bias_report import (
     text_from_prompt,
     texts_from_prompts,
 )
-from mirage.cli import main
-from mirage.config import PromptConfig
-from mirage.data.inputs import Document, InputError
-from mirage.attribution.prompts import format_prompt, load_template
-from mirage.runs.files import read_run_records
 from mirage.views.scoring_report import read_eli5_answers
 from mirage.views.view import view_kind
 

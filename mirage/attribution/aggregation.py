@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from mirage.attribution.cci import CCIScores, select_context
 from mirage.attribution.citations import ParsedAnswer
-from mirage.config import AggregationConfig, CCIConfig
 from mirage.attribution.cti import CTIScores
 from mirage.attribution.results import (
     AnswerSpan,
@@ -22,6 +21,7 @@ from mirage.attribution.results import (
 )
 from mirage.attribution.sentences import sentence_index
 from mirage.attribution.tokenization import TokenizedAnswer, TokenizedPrompt
+from mirage.config import AggregationConfig, CCIConfig
 
 
 @dataclass(frozen=True)

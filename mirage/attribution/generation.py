@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mirage.config import GenerationConfig
 from mirage.attribution.models import LoadedModel
+from mirage.config import GenerationConfig
 
 
 @dataclass

@@ -10,9 +10,15 @@ from typing import Any
 
 import yaml
 
+from mirage.attribution.tokenization import (
+    TokenizedPrompt,
+    encode_prompt_text,
+    encode_text,
+    max_token_chars,
+    render_chat,
+)
 from mirage.config import ConfigError, PromptConfig, load_yaml
 from mirage.data.inputs import Document, InputError, RAGItem, short_repr
-from mirage.attribution.tokenization import TokenizedPrompt, encode_prompt_text, encode_text, max_token_chars, render_chat
 
 PROMPTS_DIR = Path(__file__).parents[1] / "configs" / "prompts"
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from mirage.attribution.cci import CCIRequest, CCIScores, compute_cci, compute_cci_batch, shares_cti_graph
-from mirage.config import MirageConfig
 from mirage.attribution.cti import CTIScores, compute_cti
 from mirage.attribution.forward import (
     AttributionGraph,
@@ -33,6 +32,7 @@ from mirage.attribution.forward import (
 from mirage.attribution.generation import Generated
 from mirage.attribution.models import LoadedModel
 from mirage.attribution.tokenization import TokenizedAnswer, TokenizedPrompt
+from mirage.config import MirageConfig
 
 Targets = Literal["selected", "all", "none"]
 #: What ``targets`` accepts: a named choice, answer indices, or a function of the CTI scores giving the indices.

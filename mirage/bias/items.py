@@ -21,7 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mirage.data.inputs import BadRow, Document, InputError, RawRow, json_kind, read_jsonl, read_rows, read_text, text_lines
+from mirage.data.inputs import (
+    BadRow,
+    Document,
+    InputError,
+    RawRow,
+    json_kind,
+    read_jsonl,
+    read_rows,
+    read_text,
+    text_lines,
+)
 from mirage.runs.store import write_atomic
 from mirage.scoring.rows import RowError
 from mirage.scoring.xor_attriqa import XorRow, clean_query, parse_xor_row  # noqa: F401 - clean_query: public here too

@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
+from mirage.bias.protocol import BIAS_CONFIG_DIR, BiasConfig, Metadata
 from mirage.config import ConfigError, load_yaml
 from mirage.data.inputs import Document
-from mirage.bias.protocol import BIAS_CONFIG_DIR, BiasConfig, Metadata
 
 _TEMPLATE_KEYS = ("name", "instruction", "template", "contextless_template", "doc_template")
 

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from mirage.bias.items import BiasItem, place_relevant
 from mirage.config import ConfigError
 from mirage.data.inputs import Document
-from mirage.bias.items import BiasItem, place_relevant
 
 #: texts → embeddings ``[n_texts, dim]``, L2-normalised. An embedder that embeds questions differently from
 #: documents (E5's ``query:`` prefix) also has a ``queries`` method of the same type, which :func:`rage_items` uses

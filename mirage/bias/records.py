@@ -7,9 +7,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from mirage.attribution.serialization import JSONRecord
 from mirage.data.inputs import InputError
 from mirage.runs.files import read_run_records, run_file
-from mirage.attribution.serialization import JSONRecord
 
 CitationSource = Literal["self", "mirage"]
 SOURCES: tuple[CitationSource, ...] = ("self", "mirage")

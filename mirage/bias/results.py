@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mirage.runs.store import write_atomic
 from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.bias.explanations import ExplanationAnalysis, analyse_explanations, label_words
 from mirage.bias.metrics import (
@@ -30,6 +29,7 @@ from mirage.bias.metrics import (
 from mirage.bias.prompts import load_prompts, mode_template
 from mirage.bias.protocol import BiasConfig, Metadata, Side, grid_modes
 from mirage.bias.records import SOURCES, BiasRecord, CitationSource
+from mirage.runs.store import write_atomic
 
 RESULT_FORMAT = 1
 

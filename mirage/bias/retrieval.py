@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mirage.attribution.serialization import JSONRecord
+from mirage.bias.items import BeirData, detect_format, load_beir_hub, read_beir
 from mirage.config import ConfigError
 from mirage.data.inputs import Document, InputError
 from mirage.runs.store import canonical_json, write_atomic
-from mirage.attribution.serialization import JSONRecord
-from mirage.bias.items import BeirData, detect_format, load_beir_hub, read_beir
 
 if TYPE_CHECKING:
     import numpy as np

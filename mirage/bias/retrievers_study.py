@@ -20,12 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mirage.config import ConfigError
-from mirage.data import data_label
-from mirage.runs.lazy import MirageSource, resolve_mirage
 from mirage.attribution.models import LoadedModel
-from mirage.runs.progress import Progress
-from mirage.runs.store import write_atomic
 from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.bias.metrics import Stat
 from mirage.bias.protocol import BiasConfig
@@ -41,6 +36,11 @@ from mirage.bias.retrieval import (
     write_run,
 )
 from mirage.bias.study import run_bias_study
+from mirage.config import ConfigError
+from mirage.data import data_label
+from mirage.runs.lazy import MirageSource, resolve_mirage
+from mirage.runs.progress import Progress
+from mirage.runs.store import write_atomic
 
 COMPARISON_FORMAT = 1
 

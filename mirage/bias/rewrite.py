@@ -8,14 +8,14 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from mirage.config import GenerationConfig
 from mirage.attribution.generation import generate_answer
-from mirage.data.inputs import Document
 from mirage.attribution.models import LoadedModel
-from mirage.runs.store import ResumableJSONL
 from mirage.attribution.tokenization import encode_chat, encode_plain
 from mirage.bias.items import BiasItem
 from mirage.bias.protocol import Rewrite
+from mirage.config import GenerationConfig
+from mirage.data.inputs import Document
+from mirage.runs.store import ResumableJSONL
 
 
 def rewrite_text(lm: LoadedModel, text: str, *, prompt: dict[str, Any], seed: int = 42) -> str:

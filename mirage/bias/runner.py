@@ -12,21 +12,21 @@ from typing import Any
 
 from mirage.attribution.aggregation import sentence_of_token
 from mirage.attribution.citations import citation_numbers, parse_answer
-from mirage.config import GenerationConfig, MirageConfig
 from mirage.attribution.forward import token_probabilities
 from mirage.attribution.generation import generate_answer
-from mirage.data.inputs import InputError
-from mirage.pipeline import Mirage, PreparedItem
-from mirage.runs.progress import Progress
 from mirage.attribution.prompts import format_prompt, load_template
 from mirage.attribution.results import AttributionResult
-from mirage.runs.store import ResumableJSONL, content_key, read_records
-from mirage.runs.sharding import owns
 from mirage.attribution.tokenization import encode_chat, encode_plain
 from mirage.bias.items import BiasItem
 from mirage.bias.prompts import BiasPrompts, labelled_docs, load_prompts, mode_template, write_template
 from mirage.bias.protocol import BiasConfig, Metadata, doc_labels, load_metadata
 from mirage.bias.records import BiasRecord
+from mirage.config import GenerationConfig, MirageConfig
+from mirage.data.inputs import InputError
+from mirage.pipeline import Mirage, PreparedItem
+from mirage.runs.progress import Progress
+from mirage.runs.sharding import owns
+from mirage.runs.store import ResumableJSONL, content_key, read_records
 
 
 def token_spans(tokenizer: Any, ids: Sequence[int], text: str) -> list[tuple[int, int]]:

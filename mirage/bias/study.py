@@ -16,14 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mirage.data import data_label
-from mirage.runs.experiment import ExperimentConfig
-from mirage.data.inputs import InputError
-from mirage.runs.lazy import MirageSource, resolve_mirage
 from mirage.attribution.models import LoadedModel
-from mirage.runs.progress import Progress
-from mirage.runs.store import ResumableJSONL, write_atomic
-from mirage.runs.sharding import in_shards
 from mirage.bias.items import (
     BiasItem,
     beir_items,
@@ -50,6 +43,13 @@ from mirage.bias.results import BiasStudyResult, summarize
 from mirage.bias.rewrite import rewrite_items
 from mirage.bias.runner import BiasStudy, reusable_records
 from mirage.bias.tables import plot_cab, render_markdown
+from mirage.data import data_label
+from mirage.data.inputs import InputError
+from mirage.runs.experiment import ExperimentConfig
+from mirage.runs.lazy import MirageSource, resolve_mirage
+from mirage.runs.progress import Progress
+from mirage.runs.sharding import in_shards
+from mirage.runs.store import ResumableJSONL, write_atomic
 
 #: RAGE candidates drawn from a BEIR corpus (embedding millions of documents is not what a bias study needs).
 RAGE_POOL_SIZE = 20000
@@ -175,8 +175,8 @@ def summarize_run(run_dir: str | Path, *, compare: Sequence[BiasStudyResult] = (
     """Summarize a run folder again from its generations, generating nothing (after the summary's code changed, or
     to summarize a stopped run): its ``results.json`` says the study's settings; ``results.json``, ``tables.md``
     and ``cab.png`` are rewritten."""
-    from mirage.runs.files import read_json, run_file
     from mirage.bias.records import read_generations
+    from mirage.runs.files import read_json, run_file
 
     run_dir = Path(run_dir)
     path = run_file(run_dir, "results.json")

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mirage.config import ConfigError
-from mirage.runs.lazy import MirageSource
-from mirage.runs.store import write_atomic
 from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.bias.metrics import METRICS, Effect
 from mirage.bias.protocol import BiasConfig
 from mirage.bias.results import BiasStudyResult, SourceSummary
 from mirage.bias.study import run_bias_study
+from mirage.config import ConfigError
+from mirage.runs.lazy import MirageSource
+from mirage.runs.store import write_atomic
 
 SWEEP_FORMAT = 1
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from mirage.attribution.serialization import JSONRecord
 from mirage.config import ConfigError
 from mirage.likelihood.features import document_features, matrix
-from mirage.attribution.serialization import JSONRecord
 
 #: Inverse regularisation strengths tried.
 C_GRID: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)

@@ -37,13 +37,13 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from mirage.attribution.prompts import BuiltPrompt
+from mirage.attribution.tokenization import encode_prompt_text, tokenize_answer
 from mirage.data.inputs import BadRow, InputError
 from mirage.runs.lazy import resolve_mirage
 from mirage.runs.progress import Progress
-from mirage.attribution.prompts import BuiltPrompt
 from mirage.runs.store import ResumableJSONL
 from mirage.scoring.xor_attriqa import XorItem, prepare_item
-from mirage.attribution.tokenization import encode_prompt_text, tokenize_answer
 
 #: ContextCiter's default number of ablations (context-cite 0.0.4; a test checks the installed default).
 CONTEXTCITE_NUM_ABLATIONS = 64

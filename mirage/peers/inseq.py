@@ -54,8 +54,8 @@ from typing import Any
 import torch
 
 from mirage.attribution.aggregation import cite_sentences, cite_token
-from mirage.config import CCIConfig
 from mirage.attribution.results import AttributionResult
+from mirage.config import CCIConfig
 
 
 @dataclass

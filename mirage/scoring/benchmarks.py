@@ -27,16 +27,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, get_args
 
+from mirage.attribution.results import AttributionResult
+from mirage.attribution.serialization import library_versions
 from mirage.config import ConfigError, MirageConfig
 from mirage.data import data_label, resolve, resolve_all
-from mirage.runs.experiment import ExperimentConfig
 from mirage.data.inputs import BadRow, InputError
+from mirage.runs.experiment import ExperimentConfig
 from mirage.runs.lazy import MirageSource, resolve_mirage
 from mirage.runs.progress import Progress
-from mirage.attribution.results import AttributionResult
-from mirage.runs.store import ResumableJSONL, content_key, write_atomic
-from mirage.attribution.serialization import library_versions
 from mirage.runs.sharding import Shard, StoreFor, in_shards, owns
+from mirage.runs.store import ResumableJSONL, content_key, write_atomic
 from mirage.scoring import metrics as M
 from mirage.scoring.eli5 import ELI5Report, attribute_items, evaluate_eli5, load_alce, load_judgments
 from mirage.scoring.xor_attriqa import XorData, concat_data, load_xor_attriqa, score_items, xor_attriqa_pipeline

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mirage.checks import int_flag
 from mirage.config import ConfigError
 from mirage.runs.experiment import ExperimentConfig, add_experiment_args, non_negative_int, positive_int
 from mirage.runs.progress import terminal_progress
@@ -173,12 +174,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                         "MIRAGE and compare the two. Writes DIR/results.json and "
                                         "DIR/length_bins.png.")
     eli5.add_argument("data", nargs="?", help="ALCE-format JSON/JSONL file, or hf:OWNER/REPO/FILE (needs datasets)")
-    eli5.add_argument("--seeds", type=int, nargs="+", help="generation seeds (default: the config's seed)")
-    eli5.add_argument("--ndocs", type=int, default=5, help="documents given to the model (default 5)")
+    eli5.add_argument("--seeds", type=int_flag, nargs="+", help="generation seeds (default: the config's seed)")
+    eli5.add_argument("--ndocs", type=int_flag, default=5, help="documents given to the model (default 5)")
     eli5.add_argument("--nli", help="Hugging Face NLI judge for ALCE citation quality "
                                     "(the paper: google/t5_xxl_true_nli_mixture)")
     eli5.add_argument("--faithfulness", action="store_true",
                       help="also score how much each citation set matters to the model (mirage.scoring.faithfulness)")
-    eli5.add_argument("--at-most-citations", type=int, default=3, help="citations judged per sentence (ALCE: 3)")
+    eli5.add_argument("--at-most-citations", type=int_flag, default=3, help="citations judged per sentence (ALCE: 3)")
     _add_run_args(eli5, skip={"--seed"})
     eli5.set_defaults(func=_run(cmd_eli5))

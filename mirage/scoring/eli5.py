@@ -15,14 +15,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mirage.attribution.results import AttributionResult
+from mirage.attribution.serialization import JSONRecord
 from mirage.config import MirageConfig
 from mirage.data.inputs import InputError
 from mirage.runs.lazy import resolve_mirage
 from mirage.runs.progress import Progress
-from mirage.attribution.results import AttributionResult
-from mirage.runs.store import ResumableJSONL, content_key
-from mirage.attribution.serialization import JSONRecord
 from mirage.runs.sharding import owns
+from mirage.runs.store import ResumableJSONL, content_key
 from mirage.scoring import metrics as M
 from mirage.scoring.rows import BadRow, RawRow, RowError, parse_rows, read_rows, require
 

@@ -35,15 +35,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mirage.attribution.aggregation import sentence_of_token
-from mirage.config import MirageConfig
 from mirage.attribution.forward import answer_logits, token_probabilities
 from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.attribution.tokenization import tokenize_answer
+from mirage.config import MirageConfig
 from mirage.scoring.metrics import mean_or_none
 
 if TYPE_CHECKING:
-    from mirage.pipeline import Mirage, PreparedItem
     from mirage.attribution.results import AttributionResult
+    from mirage.pipeline import Mirage, PreparedItem
 
 #: Citation sets scored per sentence, in display order. ``random_*`` is a random set as large as the named one.
 METHODS: tuple[str, ...] = ("selfcitation", "random_selfcitation", "mirage", "random_mirage")

@@ -26,14 +26,14 @@ from typing import Any, Literal
 
 from mirage.attribution.aggregation import content_mask
 from mirage.attribution.citations import parse_answer
+from mirage.attribution.serialization import JSONRecord
+from mirage.attribution.tokenization import tokenize_answer
 from mirage.config import MirageConfig
 from mirage.data.inputs import InputError
 from mirage.runs.lazy import resolve_mirage
 from mirage.runs.progress import Progress
-from mirage.runs.store import content_key
-from mirage.attribution.serialization import JSONRecord
 from mirage.runs.sharding import owns
-from mirage.attribution.tokenization import tokenize_answer
+from mirage.runs.store import content_key
 from mirage.scoring.rows import BadRow, RawRow, RowError, parse_rows, read_rows, require
 
 TextView = Literal["en", "native"]

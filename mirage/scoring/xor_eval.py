@@ -18,11 +18,11 @@ from typing import Any, Literal
 
 from mirage.attribution.aggregation import doc_scores
 from mirage.attribution.cci import select_context
-from mirage.config import CCIConfig, ConfigError, ContextView, CTIConfig, MirageConfig
 from mirage.attribution.cti import select_tokens
+from mirage.attribution.serialization import JSONRecord
+from mirage.config import CCIConfig, ConfigError, ContextView, CTIConfig, MirageConfig
 from mirage.likelihood.classifier import LearnedModel, fit_learned
 from mirage.likelihood.features import ALL_TOKEN_FEATURES, FEATURES, document_features, matrix
-from mirage.attribution.serialization import JSONRecord
 from mirage.scoring import metrics as M
 from mirage.scoring.rows import BadRow
 from mirage.scoring.xor_attriqa import NLI_FILES, ItemScores, XorItem

@@ -23,7 +23,14 @@ from mirage.runs.lazy import lazy_exports
 if TYPE_CHECKING:
     from mirage.tune.adapters import AdapterError, AdapterInfo, apply_adapter, export_adapter, load_tuned, save_adapter
     from mirage.tune.config import LoraSettings, RewardSettings, TrainSettings, TuneConfig
-    from mirage.tune.data import TrainingExample, build_gold, internals_examples, read_examples, shuffle_documents, write_examples
+    from mirage.tune.data import (
+        TrainingExample,
+        build_gold,
+        internals_examples,
+        read_examples,
+        shuffle_documents,
+        write_examples,
+    )
     from mirage.tune.evaluate import CitationEval, JudgeSummary, evaluate_citations
     from mirage.tune.grpo import RewardRun, train_reward
     from mirage.tune.reward import CitationJudge, RewardTerms

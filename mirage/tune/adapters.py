@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirage.config import PromptConfig
 from mirage.attribution.models import (  # the base-model fingerprint is the core's: load_model(adapter=...) checks it too
     LoadedModel,
     ModelLoadError,
@@ -29,8 +28,9 @@ from mirage.attribution.models import (  # the base-model fingerprint is the cor
     weight_digest,
     weight_fingerprint,
 )
-from mirage.runs.store import write_atomic
 from mirage.attribution.serialization import JSONRecord, library_versions
+from mirage.config import PromptConfig
+from mirage.runs.store import write_atomic
 
 if TYPE_CHECKING:
     import torch

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mirage.checks import int_flag
 from mirage.config import ConfigError, MirageConfig, PromptConfig
 from mirage.data import resolve_all
 from mirage.runs.experiment import add_device_args, loading_args, non_negative_int, positive_int
@@ -341,7 +342,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     data.add_argument("--group-passages", action="store_true",
                       help="gold: XOR-AttriQA's per-passage release, its rows that answer one question with one "
                            "answer grouped into one item")
-    data.add_argument("--seed", type=int, default=0, help="seed of --shuffle-docs and --spread-positions (default 0)")
+    data.add_argument("--seed", type=int_flag, default=0, help="seed of --shuffle-docs and --spread-positions (default 0)")
     data.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device_args(data)
     data.add_argument("-o", "--output", required=True, help="training set to write (JSONL)")

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mirage.attribution.citations import parse_answer
+from mirage.attribution.sentences import split_sentences
+from mirage.attribution.serialization import JSONRecord
 from mirage.config import MirageConfig
 from mirage.data.inputs import BadRow, InputError, RawRow, read_rows, read_text
 from mirage.runs.progress import Progress
@@ -39,8 +41,6 @@ from mirage.runs.store import ResumableJSONL, content_key, write_atomic
 from mirage.scoring.eli5 import parse_alce_row
 from mirage.scoring.rows import RowError, require
 from mirage.scoring.xor_attriqa import TextView, clean_query, load_xor_attriqa
-from mirage.attribution.sentences import split_sentences
-from mirage.attribution.serialization import JSONRecord
 
 if TYPE_CHECKING:
     from mirage.pipeline import Mirage

@@ -29,16 +29,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirage.bias.metrics import citation_set_prf, exact_match
 from mirage.attribution.citations import parse_answer
-from mirage.config import ConfigError, MirageConfig
-from mirage.scoring.faithfulness import FaithfulnessResult, FaithfulnessSummary, faithfulness, summarize
 from mirage.attribution.generation import generate_answer
+from mirage.attribution.serialization import JSONRecord, library_versions
+from mirage.bias.metrics import citation_set_prf, exact_match
+from mirage.config import ConfigError, MirageConfig
 from mirage.data.inputs import InputError
 from mirage.likelihood.classifier import shipped_model_path
 from mirage.runs.store import ResumableJSONL, content_key, settings_differences
 from mirage.scoring import metrics
-from mirage.attribution.serialization import JSONRecord, library_versions
+from mirage.scoring.faithfulness import FaithfulnessResult, FaithfulnessSummary, faithfulness, summarize
 from mirage.tune.data import TrainingExample
 
 if TYPE_CHECKING:

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirage.bias.metrics import citation_set_prf
 from mirage.attribution.citations import parse_answer
+from mirage.attribution.serialization import JSONRecord
+from mirage.bias.metrics import citation_set_prf
 from mirage.runs.store import content_key
 from mirage.scoring.metrics import mean_or_none
-from mirage.attribution.serialization import JSONRecord
 from mirage.tune.data import TrainingExample, cite_sentences, filler_documents
 
 if TYPE_CHECKING:

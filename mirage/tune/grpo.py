@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mirage.attribution.models import LoadedModel, load_model
+from mirage.attribution.prompts import format_prompt, load_template
+from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.config import MirageConfig
 from mirage.data.inputs import InputError
-from mirage.attribution.models import LoadedModel, load_model
 from mirage.pipeline import Mirage
-from mirage.attribution.prompts import format_prompt, load_template
 from mirage.runs.store import write_atomic
-from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.tune.adapters import apply_adapter, check_base, read_adapter_info, save_adapter
 from mirage.tune.config import TuneConfig
 from mirage.tune.data import TrainingExample

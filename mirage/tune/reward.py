@@ -29,12 +29,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mirage.bias.metrics import citation_set_prf
 from mirage.attribution.citations import ParsedAnswer, parse_answer
-from mirage.config import MirageConfig
-from mirage.scoring.faithfulness import faithfulness
-from mirage.data.inputs import InputError
 from mirage.attribution.serialization import JSONRecord
+from mirage.bias.metrics import citation_set_prf
+from mirage.config import MirageConfig
+from mirage.data.inputs import InputError
+from mirage.scoring.faithfulness import faithfulness
 from mirage.tune.config import RewardSettings
 
 if TYPE_CHECKING:

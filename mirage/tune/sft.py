@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirage.config import ConfigError, MirageConfig
-from mirage.data.inputs import InputError
 from mirage.attribution.models import LoadedModel, load_model
-from mirage.pipeline import Mirage
-from mirage.runs.store import write_atomic
 from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.attribution.tokenization import tokenize_answer
+from mirage.config import ConfigError, MirageConfig
+from mirage.data.inputs import InputError
+from mirage.pipeline import Mirage
+from mirage.runs.store import write_atomic
 from mirage.tune.adapters import AdapterError, save_adapter
 from mirage.tune.config import TuneConfig
 from mirage.tune.data import TrainingExample, read_examples

@@ -26,16 +26,16 @@ from typing import Any
 
 from markupsafe import Markup
 
+from mirage.attribution.citations import parse_answer
+from mirage.attribution.prompts import PromptTemplate, load_template
 from mirage.bias.metrics import QueryMetrics, cited_docs, query_metrics
 from mirage.bias.records import BiasRecord, CitationSource
 from mirage.bias.results import BiasStudyResult
 from mirage.bias.tables import render_markdown
-from mirage.attribution.citations import parse_answer
 from mirage.config import ConfigError, PromptConfig
 from mirage.data.inputs import InputError, make_item, parse_json, read_text, short_repr
-from mirage.attribution.prompts import PromptTemplate, load_template
-from mirage.views.report import doc_color, record_problem, template_asset, template_env
 from mirage.runs.files import figure_uri, read_json, read_run_records, run_file
+from mirage.views.report import doc_color, record_problem, template_asset, template_env
 
 #: The files of a bias run folder that the view reads (each may be gzipped), see :mod:`mirage.bias.study`.
 GENERATIONS = "generations.jsonl"

@@ -36,8 +36,8 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from mirage.data.inputs import InputError, RawRow, json_kind, json_repr, read_jsonl, short_repr
 from mirage.attribution.results import AnswerSpan, AnswerToken, AttributionResult, ContextCue, SentenceAttribution
+from mirage.data.inputs import InputError, RawRow, json_kind, json_repr, read_jsonl, short_repr
 from mirage.runs.store import item_keys, write_atomic
 
 #: Context cues listed per answer span when hovering it.

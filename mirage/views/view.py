@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from mirage.views.bias_report import GENERATIONS, bias_report_html, bias_run_view
 from mirage.data.inputs import InputError
-from mirage.views.report import write_report
 from mirage.runs.files import run_file
 from mirage.runs.store import StoreError, write_atomic
+from mirage.views.bias_report import GENERATIONS, bias_report_html, bias_run_view
+from mirage.views.report import write_report
 from mirage.views.scoring_report import ANSWERS, eli5_report_html
 
 ViewKind = Literal["results", "bias", "eli5"]

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mirage.attribution.serialization import JSONRecord
 from mirage.data.inputs import InputError
 from mirage.runs.store import write_atomic
-from mirage.attribution.serialization import JSONRecord
 
 #: The first line of every page ``mirage report`` writes; a README.md without it is the user's and is never rewritten.
 MARK = "<!-- Written by `mirage report` from this folder's results; edit the results, not this page. -->"

@@ -167,8 +167,8 @@ def _eli5_command(s: Mapping[str, Any]) -> str:
 
 
 def _eli5_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
-    from mirage.scoring.faithfulness import FaithfulnessSummary
     from mirage.scoring.eli5 import ELI5Report
+    from mirage.scoring.faithfulness import FaithfulnessSummary
     from mirage.scoring.tables import eli5_table
 
     report = ELI5Report.from_dict(_results(run_dir) or {})
