@@ -43,10 +43,10 @@ from mirage.checks import (
 )
 
 #: The built-in CTI metrics, CTI selectors, CCI methods (and citation rules, below); ``cti.metric`` / ``cti.selector``
-#: / ``cci.method`` / ``aggregation.rule`` take any name registered in :data:`mirage.attribution.cti.CTI_METRICS` /
-#: :data:`mirage.attribution.cti.CTI_SELECTORS` / :data:`mirage.attribution.cci.CCI_METHODS` /
-#: :data:`mirage.registry.CITATION_RULES`, these included (a built-in name is accepted without importing those
-#: modules, which bring torch).
+#: / ``cci.method`` / ``aggregation.rule`` take any name registered in :data:`mirage.registry.CTI_METRICS` /
+#: :data:`mirage.registry.CTI_SELECTORS` / :data:`mirage.registry.CCI_METHODS` /
+#: :data:`mirage.registry.CITATION_RULES`, these included (a built-in name is accepted before the stages that
+#: register the built-ins are imported: they bring torch).
 CTIMetric = Literal["kl_noctx_ctx", "kl_ctx_noctx", "js", "prob_diff"]
 CTISelector = Literal["std", "threshold"]
 CCIMethod = Literal["saliency", "input_x_gradient", "integrated_gradients"]
@@ -77,21 +77,9 @@ RULE_ALIASES = {"learned": "likelihood"}
 def _registry(kind: str) -> Mapping[str, Any]:
     """The registry of CTI metrics (``kind`` "metric"), CTI selectors ("selector"), CCI methods ("method") or
     citation rules ("rule"), imported when first needed (a built-in name is checked without it)."""
-    if kind == "metric":
-        from mirage.attribution.cti import CTI_METRICS
+    from mirage.registry import CCI_METHODS, CITATION_RULES, CTI_METRICS, CTI_SELECTORS
 
-        return CTI_METRICS
-    if kind == "selector":
-        from mirage.attribution.cti import CTI_SELECTORS
-
-        return CTI_SELECTORS
-    if kind == "method":
-        from mirage.attribution.cci import CCI_METHODS
-
-        return CCI_METHODS
-    from mirage.registry import CITATION_RULES
-
-    return CITATION_RULES
+    return {"metric": CTI_METRICS, "selector": CTI_SELECTORS, "method": CCI_METHODS, "rule": CITATION_RULES}[kind]
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """Named implementations of one pipeline concept, so a user adds one without editing the stage's code.
 
-The CTI metrics (:data:`mirage.attribution.cti.CTI_METRICS`), the CTI selectors
-(:data:`mirage.attribution.cti.CTI_SELECTORS`), the CCI methods (:data:`mirage.attribution.cci.CCI_METHODS`) and the
-citation rules (:data:`CITATION_RULES`) are registries; the configuration accepts any registered name for
-``cti.metric`` / ``cti.selector`` / ``cci.method`` / ``aggregation.rule``.
+The CTI metrics (:data:`CTI_METRICS`), the CTI selectors (:data:`CTI_SELECTORS`), the CCI methods
+(:data:`CCI_METHODS`) and the citation rules (:data:`CITATION_RULES`) are registries; the configuration accepts any
+registered name for ``cti.metric`` / ``cti.selector`` / ``cci.method`` / ``aggregation.rule``. The registries live
+here, and the stages that define the built-ins (:mod:`mirage.attribution.cti`, :mod:`mirage.attribution.cci`,
+:mod:`mirage.pipeline`) register them on import, so that the configuration checks a name without importing those
+stages and no stage's types depend on the configuration in a cycle.
 """
 
 from __future__ import annotations
@@ -44,6 +46,18 @@ def did_you_mean(word: str, choices: Iterable[str], *, n: int = 2) -> str:
     close = difflib.get_close_matches(word, list(choices), n=n, cutoff=0.6)
     return f"did you mean {' or '.join(map(repr, close))}?" if close else ""
 
+
+#: The CTI metrics by name: ``metric(logp_ctx, logp_noctx, answer_ids) -> scores`` (see
+#: :data:`mirage.attribution.cti.CTIMetricFn`; :func:`mirage.attribution.cti.register_cti_metric` adds one).
+CTI_METRICS: Registry[Callable[..., Any]] = Registry("CTI metric")
+
+#: The CTI selectors by name: ``selector(scores, cfg) -> (selected, threshold)`` (see
+#: :data:`mirage.attribution.cti.CTISelectorFn`; :func:`mirage.attribution.cti.register_cti_selector` adds one).
+CTI_SELECTORS: Registry[Callable[..., Any]] = Registry("CTI selector")
+
+#: The CCI methods by name (see :class:`mirage.attribution.cci.CCIMethodSpec`;
+#: :func:`mirage.attribution.cci.register_cci_method` adds one).
+CCI_METHODS: Registry[Any] = Registry("CCI method")
 
 #: The citation rules by name: ``rule(inputs) -> sentences``, given a :class:`mirage.pipeline.CitationInputs` (the
 #: item, its answer, its token scores and the sentences with the reference rule's citations), the answer's sentences

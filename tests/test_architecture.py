@@ -216,10 +216,8 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-#: Cycles closed only by type-only imports that another change of #40 part 5 removes (``config`` checks metric and
-#: method names against the registries of ``cti`` and ``cci``, whose functions are annotated with ``config``'s
-#: classes): listed so that any other cycle fails, and checked to still be one so that the entry goes when it does.
-KNOWN_TYPE_ONLY_CYCLES = [{"mirage.attribution.cci", "mirage.config", "mirage.attribution.cti"}]
+#: Cycles closed only by type-only imports that are known and accepted (none): any cycle fails.
+KNOWN_TYPE_ONLY_CYCLES: list[set[str]] = []
 
 
 def test_import_graph_has_no_cycle():

@@ -54,7 +54,7 @@ from mirage.attribution.forward import (
     out_of_memory_error,
 )
 from mirage.attribution.models import LoadedModel, cpu_flags
-from mirage.registry import Registry
+from mirage.registry import CCI_METHODS
 
 if TYPE_CHECKING:
     from mirage.config import CCIConfig
@@ -104,8 +104,7 @@ def _gradient_x_input(grad: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
     return grad * inputs
 
 
-#: The CCI methods by name (see :class:`CCIMethodSpec`).
-CCI_METHODS: Registry[CCIMethodSpec] = Registry("CCI method")
+# The built-in CCI methods (:data:`mirage.registry.CCI_METHODS`; see :class:`CCIMethodSpec`).
 CCI_METHODS.register("saliency", CCIMethodSpec(_saliency, from_gradient=_gradient))
 CCI_METHODS.register("input_x_gradient", CCIMethodSpec(_input_x_gradient, from_gradient=_gradient_x_input))
 CCI_METHODS.register("integrated_gradients", CCIMethodSpec(_integrated_gradients))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from mirage.attribution.forward import token_probabilities
-from mirage.registry import Registry
+from mirage.registry import CTI_METRICS, CTI_SELECTORS
 
 if TYPE_CHECKING:
     from mirage.config import CTIConfig
@@ -73,8 +73,7 @@ def prob_diff(logp_ctx: torch.Tensor, logp_noctx: torch.Tensor, answer_ids: torc
     return (logp_ctx.gather(-1, idx).exp() - logp_noctx.gather(-1, idx).exp()).squeeze(-1)
 
 
-#: The CTI metrics by name (see :data:`CTIMetricFn`).
-CTI_METRICS: Registry[CTIMetricFn] = Registry("CTI metric")
+# The built-in CTI metrics, in the registry (:data:`mirage.registry.CTI_METRICS`; see :data:`CTIMetricFn`).
 CTI_METRICS.register("kl_noctx_ctx", kl_noctx_ctx)
 CTI_METRICS.register("kl_ctx_noctx", kl_ctx_noctx)
 CTI_METRICS.register("js", js)
@@ -135,8 +134,7 @@ def select_threshold(values: torch.Tensor, cfg: CTIConfig) -> tuple[tuple[int, .
     return _at_least(values, threshold), threshold
 
 
-#: The CTI selectors by name (see :data:`CTISelectorFn`).
-CTI_SELECTORS: Registry[CTISelectorFn] = Registry("CTI selector")
+# The built-in CTI selectors (:data:`mirage.registry.CTI_SELECTORS`; see :data:`CTISelectorFn`).
 CTI_SELECTORS.register("std", select_std)
 CTI_SELECTORS.register("threshold", select_threshold)
 
