@@ -571,7 +571,27 @@ def _scale_page(results: dict[str, Any]) -> str:
     if same:
         lines += ["", "## The budget changes no score", ""]
         lines += [f"- {line}" for line in same]
+    within = _scale_within_budget(results["points"])
+    if within:
+        lines += ["", "## Peak memory against the budget", "",
+                  "The point's peak (resident memory of its process on a CPU, weights and interpreter included) "
+                  "divided by its budget.", "", "| model | answer | prompt tokens | budget | peak / budget | within |",
+                  "|---|---:|---:|---|---:|---|"]
+        lines += within
     return "\n".join(lines) + "\n"
+
+
+def _scale_within_budget(points: list[dict[str, Any]]) -> list[str]:
+    """One table row per finished point run under a budget: its peak over the budget."""
+    from mirage.attribution.models import parse_size
+
+    rows = []
+    for p in points:
+        if p["status"] == "ok" and p["budget"] is not None:
+            ratio = p["peak_bytes"] / parse_size(p["budget"])
+            rows.append(f"| {p['model']} | {p['answer']} | {p['prompt_tokens']} | {p['budget']} | {ratio:.3f} | "
+                        f"{'yes' if ratio <= 1 else 'no'} |")
+    return rows
 
 
 def _scale_same_citations(points: list[dict[str, Any]]) -> list[str]:
