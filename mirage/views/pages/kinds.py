@@ -574,8 +574,8 @@ def _scale_page(results: dict[str, Any]) -> str:
     within = _scale_within_budget(results["points"])
     if within:
         lines += ["", "## Peak memory against the budget", "",
-                  "The point's peak (resident memory of its process on a CPU, weights and interpreter included) "
-                  "divided by its budget.", "", "| model | answer | prompt tokens | budget | peak / budget | within |",
+                  ("The point's peak (resident memory of its process on a CPU, weights and interpreter included) "
+                   "divided by its budget."), "", "| model | answer | prompt tokens | budget | peak / budget | within |",
                   "|---|---:|---:|---|---:|---|"]
         lines += within
     return "\n".join(lines) + "\n"
