@@ -258,3 +258,17 @@ def refuse_batched_grad(monkeypatch):
         monkeypatch.setattr(torch.autograd, "grad", no_vmap)
 
     return apply
+
+
+@pytest.fixture
+def registries():
+    """Whatever a test registers in mirage's registries (CTI metrics and selectors, CCI methods, citation rules) is
+    gone afterwards."""
+    from mirage.registry import CCI_METHODS, CITATION_RULES, CTI_METRICS, CTI_SELECTORS
+
+    every = (CTI_METRICS, CTI_SELECTORS, CCI_METHODS, CITATION_RULES)
+    saved = [dict(registry) for registry in every]
+    yield
+    for registry, entries in zip(every, saved):
+        registry.clear()
+        registry.update(entries)

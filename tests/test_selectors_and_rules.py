@@ -10,7 +10,6 @@ from mirage import MirageConfig
 from mirage.attribution.cti import CTI_SELECTORS, register_cti_selector, select_tokens
 from mirage.config import AggregationConfig, ConfigError, CTIConfig
 from mirage.pipeline import CitationInputs, register_citation_rule
-from mirage.registry import CITATION_RULES
 
 QUESTION = "When was the Ikhwan party formed?"
 DOCS = [
@@ -18,16 +17,6 @@ DOCS = [
     {"title": "Weather", "text": "Rain fell in the north of the country during the spring of that year."},
 ]
 ANSWER = "The Ikhwan was formed in 1913 by Ibn Saud. It settled the tribes."
-
-
-@pytest.fixture
-def registries():
-    """Whatever a test registers is gone afterwards."""
-    saved = dict(CTI_SELECTORS), dict(CITATION_RULES)
-    yield
-    for registry, entries in zip((CTI_SELECTORS, CITATION_RULES), saved):
-        registry.clear()
-        registry.update(entries)
 
 
 def _last_token(scores, cfg):

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from mirage import MirageConfig
-from mirage.attribution.cci import CCI_METHODS, register_cci_method
-from mirage.attribution.cti import CTI_METRICS, register_cti_metric
+from mirage.attribution.cci import register_cci_method
+from mirage.attribution.cti import register_cti_metric
 from mirage.attribution.forward import answer_logits, token_probabilities
 from mirage.attribution.tokenization import tokenize_answer
 from mirage.config import ConfigError
@@ -19,16 +19,6 @@ DOCS = [
     {"title": "Weather", "text": "Rain fell in the north of the country during the spring of that year."},
 ]
 ANSWER = "The Ikhwan was formed in 1913 by Ibn Saud."
-
-
-@pytest.fixture
-def registries():
-    """Whatever a test registers is gone afterwards."""
-    saved = dict(CTI_METRICS), dict(CCI_METHODS)
-    yield
-    for registry, entries in zip((CTI_METRICS, CCI_METHODS), saved):
-        registry.clear()
-        registry.update(entries)
 
 
 @pytest.fixture(scope="module")
