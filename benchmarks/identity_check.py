@@ -19,6 +19,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,11 @@ def _records(path: Path) -> list[Any]:
     return [json.loads(text)]
 
 
+def _portable(text: str) -> str:
+    """A recorded value without the machine's absolute paths: each becomes ``…/`` and its last name."""
+    return re.sub(r"(?<![^\"\s])/(?:[\w.-]+/)+([\w.-]+)", r"…/\1", text)
+
+
 def _subset_equal(before: Any, after: Any, where: str, added: list[str], differ: list[str]) -> None:
     """Every value ``before`` holds is equal in ``after``; keys only ``after`` has are listed in ``added``."""
     if isinstance(before, dict) and isinstance(after, dict):
@@ -63,7 +69,7 @@ def _subset_equal(before: Any, after: Any, where: str, added: list[str], differ:
             else:
                 _subset_equal(before[key], after[key], f"{where}/{key}", added, differ)
     elif before != after:
-        differ.append(f"{where}: {json.dumps(before)[:80]} -> {json.dumps(after)[:80]}")
+        differ.append(_portable(f"{where}: {json.dumps(before)[:80]} -> {json.dumps(after)[:80]}"))
 
 
 def compare(before_dir: Path, after_dir: Path) -> dict[str, Any]:

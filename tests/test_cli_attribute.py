@@ -116,7 +116,7 @@ def test_invalid_items_are_reported_once_without_loading_the_model(tmp_path, mon
 def test_negative_limit_is_an_argument_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["attribute", "x.json", "-o", str(tmp_path / "o.jsonl"), "--limit", "-1"])
-    assert exit_.value.code == 2 and "negative" in capsys.readouterr().err
+    assert exit_.value.code == 2 and "must be an integer >= 0, got '-1'" in capsys.readouterr().err
 
 
 def test_resume_keys_items_by_content_and_refuses_other_settings(tmp_path, xor_item, capsys):
