@@ -41,6 +41,7 @@ from mirage.checks import (
     show,
     string,
 )
+from mirage.registry import CCI_METHODS, CITATION_RULES, CTI_METRICS, CTI_SELECTORS
 
 #: The built-in CTI metrics, CTI selectors, CCI methods (and citation rules, below); ``cti.metric`` / ``cti.selector``
 #: / ``cci.method`` / ``aggregation.rule`` take any name registered in :data:`mirage.registry.CTI_METRICS` /
@@ -72,14 +73,6 @@ ContextView = Literal["all", "content"]
 CitationRule = Literal["reference", "likelihood"]
 #: Old names of ``aggregation.rule`` values, still accepted with a DeprecationWarning.
 RULE_ALIASES = {"learned": "likelihood"}
-
-
-def _registry(kind: str) -> Mapping[str, Any]:
-    """The registry of CTI metrics (``kind`` "metric"), CTI selectors ("selector"), CCI methods ("method") or
-    citation rules ("rule"), imported when first needed (a built-in name is checked without it)."""
-    from mirage.registry import CCI_METHODS, CITATION_RULES, CTI_METRICS, CTI_SELECTORS
-
-    return {"metric": CTI_METRICS, "selector": CTI_SELECTORS, "method": CCI_METHODS, "rule": CITATION_RULES}[kind]
 
 
 @dataclass(frozen=True)
@@ -155,13 +148,13 @@ class CTIConfig:
         "later": True})
 
     def __post_init__(self) -> None:
-        setfield(self, "cti.metric", registered, registry=lambda: _registry("metric"), builtin=CTIMetric,
+        setfield(self, "cti.metric", registered, registry=CTI_METRICS, builtin=CTIMetric,
                  how="mirage.attribution.cti.register_cti_metric")
         setfield(self, "cti.std_kind", literal, choices=StdKind)
         setfield(self, "cti.threshold_floor", literal, choices=ThresholdFloor)
         if self.selector is None:
             object.__setattr__(self, "selector", "std" if self.threshold is None else "threshold")
-        setfield(self, "cti.selector", registered, registry=lambda: _registry("selector"), builtin=CTISelector,
+        setfield(self, "cti.selector", registered, registry=CTI_SELECTORS, builtin=CTISelector,
                  how="mirage.attribution.cti.register_cti_selector")
         setfield(self, "cti.std_k", number)
         setfield(self, "cti.threshold", number, optional=True, hint="or null with selector='std'")
@@ -208,7 +201,7 @@ class CCIConfig:
         "later": True})
 
     def __post_init__(self) -> None:
-        setfield(self, "cci.method", registered, registry=lambda: _registry("method"), builtin=CCIMethod,
+        setfield(self, "cci.method", registered, registry=CCI_METHODS, builtin=CCIMethod,
                  how="mirage.attribution.cci.register_cci_method")
         setfield(self, "cci.target", literal, choices=CCITarget)
         setfield(self, "cci.percent_rule", literal, choices=PercentRule)
@@ -270,7 +263,7 @@ class AggregationConfig:
             warnings.warn(f"aggregation.rule={self.rule!r} is now called {RULE_ALIASES[self.rule]!r} (the "
                           "passage-likelihood classifier); the old name will go.", DeprecationWarning, stacklevel=3)
             object.__setattr__(self, "rule", RULE_ALIASES[self.rule])
-        setfield(self, "aggregation.rule", registered, registry=lambda: _registry("rule"), builtin=CitationRule,
+        setfield(self, "aggregation.rule", registered, registry=CITATION_RULES, builtin=CitationRule,
                  how="mirage.pipeline.register_citation_rule")
         setfield(self, "aggregation.ranking", literal, choices=DocRanking)
         setfield(self, "aggregation.learned_model", string, optional=True, path=True)
