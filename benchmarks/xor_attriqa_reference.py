@@ -22,7 +22,7 @@ from mirage import Mirage
 from mirage.attribution.cci import select_context
 from mirage.attribution.cti import select_tokens
 from mirage.config import CCIConfig, CTIConfig
-from mirage.peers.inseq import run_reference
+from mirage.peers.inseq import fit_to_prompt_context, run_reference
 from mirage.runs.store import read_records
 from mirage.scoring import metrics as M
 from mirage.scoring.benchmarks import stored_xor_pipeline
@@ -70,17 +70,9 @@ def main() -> int:
             # which are mirage's context positions: map them to passages with mirage's own token-to-document map.
             docs = list(prep.tokens.context_docs)
             row = {"file": item.file, "line": item.line, "labels": list(item.labels), "notes": list(ref.notes)}
-            extra = len(ref.context_tokens) - len(docs)
-            if extra > 0 and ref.context_tokens[: len(docs)] == m.lm.tokenizer.convert_ids_to_tokens(
-                    [prep.tokens.ids[p] for p in prep.tokens.context_positions]):
-                # inseq's context ends with a token mirage leaves out because it straddles the documents block's end
-                # (mirage.attribution.prompts.tokenize_prompt): compare on mirage's context tokens.
-                row["notes"].append(f"last {extra} inseq context token(s) straddle the block's end; not compared")
-                ref.context_tokens = ref.context_tokens[: len(docs)]
-                ref.cci_scores = {t: v[: len(docs)] for t, v in ref.cci_scores.items()}
-                ref.scored = (ref.scored[0], min(ref.scored[1], len(docs)))
+            row["notes"] += fit_to_prompt_context(ref, m.lm.tokenizer.convert_ids_to_tokens(
+                [prep.tokens.ids[p] for p in prep.tokens.context_positions]))
             if len(docs) != len(ref.context_tokens):
-                row["notes"].append(f"{len(ref.context_tokens)} inseq context tokens, {len(docs)} in the prompt")
                 rows.append(row)
                 continue
             view = build_views([item], stored, selections)[0]

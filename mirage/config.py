@@ -68,7 +68,7 @@ DocRanking = Literal["shares", "saliency"]
 CCIPrecision = Literal["model", "bfloat16", "float16"]
 #: ``cci.top_percent`` when neither it nor ``cci.top_k`` is set.
 DEFAULT_TOP_PERCENT = 5.0
-PromptName = Literal["selfcitation", "standard", "cora_mgen"]  # the built-in templates (configs/prompts)
+PromptName = Literal["selfcitation", "standard", "short", "cora_mgen"]  # the built-in templates (configs/prompts)
 ContextView = Literal["all", "content"]
 CitationRule = Literal["reference", "likelihood"]
 #: Old names of ``aggregation.rule`` values, still accepted with a DeprecationWarning.
@@ -80,8 +80,8 @@ class PromptConfig:
     """Which prompt template (``configs/prompts/<name>.yaml``) builds the RAG prompt."""
 
     name: str = field(default="selfcitation", metadata={
-        "flag": "--prompt", "help": "prompt template: selfcitation (ALCE, asks for [n] citations), standard, or "
-        "cora_mgen (CORA mGEN's input format, for encoder-decoders)"})
+        "flag": "--prompt", "help": "prompt template: selfcitation (ALCE, asks for [n] citations), standard, short "
+        "(a one-line instruction), or cora_mgen (CORA mGEN's input format, for encoder-decoders)"})
     #: Path of a custom template YAML; overrides ``name``.
     path: str | None = None
     #: Use the tokenizer's chat template: None = as the model registry / tokenizer says.

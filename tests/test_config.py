@@ -104,8 +104,9 @@ def test_setting_one_selector_clears_the_other():
 
 #: Every pipeline flag with its config field and help text, as the commands have always offered them.
 PIPELINE_FLAGS = {
-    "--prompt": ("prompt", "name", ("prompt template: selfcitation (ALCE, asks for [n] citations), standard, or "
-                                    "cora_mgen (CORA mGEN's input format, for encoder-decoders)")),
+    "--prompt": ("prompt", "name", ("prompt template: selfcitation (ALCE, asks for [n] citations), standard, short "
+                                    "(a one-line instruction), or cora_mgen (CORA mGEN's input format, for "
+                                    "encoder-decoders)")),
     "--max-new-tokens": ("generation", "max_new_tokens", "tokens to generate when an item has no output"),
     "--sample": ("generation", "do_sample", "sample answers (seeds then differ) instead of greedy"),
     "--temperature": ("generation", "temperature", "sampling temperature"),

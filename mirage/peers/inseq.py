@@ -126,8 +126,11 @@ def _esc(s: str) -> str:
     return s.replace("{", "{{").replace("}", "}}")
 
 
-def build_inseq_args(prompt: str, contextless_prompt: str, context: str, answer: str, tokenizer, std_k: float):
-    """The keyword arguments of ``AttributeContextArgs`` that reproduce (prompt, contextless_prompt, answer)."""
+def build_inseq_args(prompt: str, contextless_prompt: str, context: str, answer: str, tokenizer, std_k: float,
+                     logprob: bool = True):
+    """The keyword arguments of ``AttributeContextArgs`` that reproduce (prompt, contextless_prompt, answer).
+    ``logprob``: CCI's target ``contrast_prob_diff`` on log-probabilities (the ELI5 scripts') or on probabilities
+    (``False``: the authors' XOR-AttriQA script, the paper's Eq. 2)."""
     if prompt.count(context) != 1:
         raise ValueError("context must occur exactly once in prompt")
     i = prompt.index(context)
@@ -160,7 +163,7 @@ def build_inseq_args(prompt: str, contextless_prompt: str, context: str, answer:
         output_template="{current}",
         attributed_fn="contrast_prob_diff",
         attribution_method="saliency",
-        attribution_kwargs={"logprob": True},
+        attribution_kwargs={"logprob": True} if logprob else {},
         context_sensitivity_metric="kl_divergence",
         context_sensitivity_std_threshold=std_k,
         decoder_input_output_separator="",
@@ -208,13 +211,15 @@ def _tokenization_notes(tokenizer, prompt, context, answer, out, inseq_out) -> l
 
 
 def run_reference(
-    model, tokenizer, *, prompt: str, contextless_prompt: str, context: str, answer: str, std_k: float = 1.0
+    model, tokenizer, *, prompt: str, contextless_prompt: str, context: str, answer: str, std_k: float = 1.0,
+    logprob: bool = True,
 ) -> ReferenceOutput:
-    """Run inseq's MIRAGE procedure (CTI kl_divergence + CCI saliency of contrast_prob_diff) on loaded objects."""
+    """Run inseq's MIRAGE procedure (CTI kl_divergence + CCI saliency of contrast_prob_diff) on loaded objects;
+    ``logprob=False`` attributes p(y) − p(y_nc) instead of log p(y) − log p(y_nc)."""
     _, attribute_context_with_model, AttributeContextArgs, get_scores_threshold = _import_inseq()
     saved_sides = (tokenizer.padding_side, tokenizer.truncation_side)
     inseq_model = _inseq_model(model, tokenizer)
-    kwargs = build_inseq_args(prompt, contextless_prompt, context, answer, tokenizer, std_k)
+    kwargs = build_inseq_args(prompt, contextless_prompt, context, answer, tokenizer, std_k, logprob)
     args = AttributeContextArgs(model_name_or_path=model.config.name_or_path or "model", **kwargs)
     saved_filters = warnings.filters[:]
     inseq_logger = logging.getLogger("inseq")
@@ -259,6 +264,24 @@ def run_reference(
             n_scores, n_ctx = len(c.input_context_scores), len(out.context_tokens)
             out.notes.append(f"CCI step {c.cti_idx}: {n_scores} scores for {n_ctx} context tokens")
     return out
+
+
+def fit_to_prompt_context(ref: ReferenceOutput, prompt_context_tokens: Sequence[str]) -> list[str]:
+    """Fit ``ref``'s context to the context tokens mirage attributes (``prompt_context_tokens``: the tokens at the
+    prompt's context positions), in place, and return what was done or what still differs (empty: the same tokens).
+    inseq's context may end with a token mirage leaves out because it straddles the documents block's end
+    (:func:`mirage.attribution.prompts.tokenize_prompt`): it is dropped from the comparison."""
+    n = len(prompt_context_tokens)
+    extra = len(ref.context_tokens) - n
+    notes = []
+    if extra > 0 and list(ref.context_tokens[:n]) == list(prompt_context_tokens):
+        notes.append(f"last {extra} inseq context token(s) straddle the block's end; not compared")
+        ref.context_tokens = ref.context_tokens[:n]
+        ref.cci_scores = {t: v[:n] for t, v in ref.cci_scores.items()}
+        ref.scored = (ref.scored[0], min(ref.scored[1], n))
+    if len(ref.context_tokens) != n:
+        notes.append(f"{len(ref.context_tokens)} inseq context tokens, {n} in the prompt")
+    return notes
 
 
 def sentence_citations(res: AttributionResult, context_docs: Sequence[int],
