@@ -1,13 +1,14 @@
 """Parity of ``--preset authors`` with the authors' XOR-AttriQA scoring, re-implemented here on inseq's outputs.
 
     python benchmarks/authors_parity.py benchmarks/results/xor_attriqa_val_authors xor-attriqa-match:val \
-        --out benchmarks/results/fidelity_val/parity.json [--limit N] [--model NAME]
+        --out benchmarks/results/fidelity/parity_val40.json [--limit N] [--model NAME]
 
 RUN_DIR is a ``mirage score xor-attriqa --preset authors`` run on the same rows: its ``pairs.jsonl`` holds mirage's
 per-passage citations, its ``results.json`` the calibrated CTI thresholds, its ``run.json`` the prompt. For each
 item, inseq's ``attribute_context`` runs as the authors' ``sec4_alignment/attribute-mirage.py`` runs it (CCI of
 ``contrast_prob_diff`` without ``logprob``, CCI for every token at or above the answer's mean CTI, ranked by CTI), and
-the scoring of their ``MIRAGE_match.py`` is applied to its outputs, written here from the script's description:
+the scoring of their ``MIRAGE_match.py`` is applied to its outputs (:mod:`mirage.peers.authors`, written from the
+script's description):
 
 * MIRAGE-EX: ``n`` = the tokens with ``score >= np.mean + np.std`` (population std); MIRAGE-CAL: ``n`` = the tokens at
   or above the calibrated threshold (mirage's, per language and selection, from the run's ``results.json``). The
@@ -19,8 +20,8 @@ the scoring of their ``MIRAGE_match.py`` is applied to its outputs, written here
 * Top-5 %: keep scores ``>= 0.95·max + 0.05·min`` over all passages' scores concatenated; top-3: ``>= np.sort(s)[-3]``
   (ties kept). A passage is cited when its kept scores, summed over the rows, are non-zero.
 
-Writes the share of (item, passage) pairs predicted the same, per setting, the items where any pair differs and why
-(CTI selections, context tokens), and how both score against the labels.
+Writes the share of (item, passage) pairs predicted the same, per setting, and how both score against the labels
+(OUT); per item, its CTI selection and the settings where a pair differs (OUT with ``.items.jsonl``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from mirage import Mirage
 from mirage.attribution.aggregation import content_mask
 from mirage.data import resolve
+from mirage.peers.authors import authors_citations, ex_threshold, ranked_by_cti
 from mirage.peers.inseq import fit_to_prompt_context, run_reference
 from mirage.runs.store import read_records
 from mirage.scoring import metrics as M
@@ -47,29 +49,6 @@ from mirage.scoring.benchmarks import stored_xor_pipeline
 from mirage.scoring.xor_attriqa import load_xor_attriqa, prepare_item
 
 SETTINGS = ("ex_top3", "ex_top5pct", "cal_top3", "cal_top5pct")
-
-
-def kept_sum(passages: list[np.ndarray], top: int) -> np.ndarray:
-    """Per passage, the sum of its scores kept by the script's rule: ``top > 0`` the top-``top`` of all passages'
-    scores (ties kept), ``top < 0`` the range rule for ``-top`` %."""
-    allscores = np.concatenate(passages)
-    if top < 0:
-        threshold = (1 + top / 100) * np.max(allscores) - top / 100 * np.min(allscores)
-    else:
-        threshold = np.sort(allscores)[-top]
-    return np.array([np.where(p < threshold, 0.0, p).sum() for p in passages])
-
-
-def authors_citations(cti: list[float], ranked_rows: list[list[float]], threshold: float, passages_of: list[int],
-                      n_passages: int, top: int) -> list[bool]:
-    """The script's citations of one answer: ``ranked_rows`` are the CCI rows of the tokens at or above the mean CTI,
-    strongest CTI first; ``passages_of[j]`` the passage of content token j (-1: scaffolding)."""
-    n = int(np.sum(np.array(cti) >= threshold))
-    total = np.zeros(n_passages)
-    for row in ranked_rows[:n]:
-        values = np.array(row)
-        total += kept_sum([values[[j for j, d in enumerate(passages_of) if d == p]] for p in range(n_passages)], top)
-    return [bool(v) for v in total]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,10 +94,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         content = content_mask(prep.tokens, prep.prompt.user_spans)
         passages_of = [d if c else -1 for d, c in zip(prep.tokens.context_docs, content)]
-        ranked = sorted(ref.selected, key=lambda i: -abs(ref.cti_scores[i]))  # inseq's order (a stable sort)
-        rows = [ref.cci_scores[i] for i in ranked]
+        rows = [ref.cci_scores[i] for i in ranked_by_cti(ref.selected, ref.cti_scores)]
         cti = np.array(ref.cti_scores)
-        ex = float(np.mean(cti) + std_k * np.std(cti))
+        ex = ex_threshold(ref.cti_scores, std_k)
         row["cti_ex_threshold"] = ex
         row["ex_tokens"] = int(np.sum(cti >= ex))
         for setting in SETTINGS:
@@ -155,9 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     out = {"command": "python benchmarks/authors_parity.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "model": model, "run": run.name, "items": len(items),
            "items_skipped": sum(1 for r in items if "skipped" in r),
-           "seconds": round(time.perf_counter() - started, 1), "summary": summary, "per_item": items}
+           "seconds": round(time.perf_counter() - started, 1), "summary": summary,
+           "per_item": Path(args.out).with_suffix(".items.jsonl").name}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    Path(args.out).with_suffix(".items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
     for setting, entry in summary.items():
         print(setting, json.dumps(entry))
     return 0

@@ -7,6 +7,11 @@ top-5 % with agreement, F1, balanced accuracy and ROC-AUC, and each measure's ch
 A folder's label is its name after the longest prefix all names share (``default``, ``authors``, …); what a run
 changed is read from its own settings (preset, CTI spread and floor, CCI target, context, calibration by), so the
 table says what each row is without trusting its name.
+
+With the folders' ``pairs.jsonl``, each change also gets a 95 % interval from a paired bootstrap over the items both
+runs scored (``--bootstrap`` resamples, seed 0): F1 and balanced accuracy pooled over all pairs (not averaged over
+languages as the table's figures), so an interval that holds 0 says the change is within what the items' sampling
+moves.
 """
 
 from __future__ import annotations
@@ -17,6 +22,11 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mirage.scoring.metrics import item_counts, paired_bootstrap
 
 SETTINGS = ("ex_top3", "ex_top5pct", "cal_top3", "cal_top5pct")
 MEASURES = ("agreement", "f1", "balanced_accuracy", "roc_auc")
@@ -48,11 +58,21 @@ def rows_of(folder: Path, label: str, split: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _pair_counts(folder: Path) -> dict[str, dict[str, tuple[int, int, int, int]]]:
+    """Per setting, per item key: its (TP, FP, FN, TN), from the folder's ``pairs.jsonl`` (empty without one)."""
+    path = folder / "pairs.jsonl"
+    if not path.is_file():
+        return {}
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {setting: item_counts(records, setting) for setting in SETTINGS}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", help="run folders; the first is the one the others are compared with")
     parser.add_argument("--split", default="avg", help="which split's figures (default avg: over the languages)")
     parser.add_argument("--out", required=True, help="the JSON file to write")
+    parser.add_argument("--bootstrap", type=int, default=2000, help="paired bootstrap resamples (0: none)")
     args = parser.parse_args(argv)
     folders = [Path(f) for f in args.folders]
     prefix = os.path.commonprefix([f.name for f in folders])
@@ -64,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         for measure in MEASURES:
             ref = base[row["setting"]][measure]
             row[f"{measure}_change"] = None if row[measure] is None or ref is None else round(row[measure] - ref, 2)
+    pairs = {str(f): _pair_counts(f) for f in folders} if args.bootstrap else {}
+    if pairs:
+        for row, folder in zip(rows, [f for f in folders for _ in SETTINGS]):
+            base = pairs[str(folders[0])].get(row["setting"], {})
+            change = paired_bootstrap(base, pairs[str(folder)].get(row["setting"], {}), resamples=args.bootstrap)
+            if change and folder != folders[0]:
+                row.update(change)
     out = {"command": "python benchmarks/compare_xor_runs.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "split": args.split, "folders": [str(f) for f in folders], "rows": rows}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")

@@ -10,7 +10,7 @@
 
 A page asks for generated text with a marker on a line of its own, e.g. ``<!-- mirage:cli -->``,
 ``<!-- mirage:config -->``, ``<!-- mirage:cost attribute -->``, ``<!-- mirage:bench attribution -->``,
-``<!-- mirage:headline -->``. ``tests/test_docs_site.py`` builds the site and reads these pages back.
+``<!-- mirage:headline -->``, ``<!-- mirage:compare fidelity/fields_val.json -->``. ``tests/test_docs_site.py`` builds the site and reads these pages back.
 """
 
 from __future__ import annotations
@@ -468,6 +468,37 @@ def headline_table(link_prefix: str = "benchmarks/results/") -> str:
     return table(["setting", "model, text", "agreement %", "F1 %", "balanced accuracy %", "ROC-AUC"], rows)
 
 
+def compare_table(rel: str) -> str:
+    """Runs side by side (``benchmarks/compare_xor_runs.py``'s JSON): per run and setting, what the run changed,
+    F1, balanced accuracy, ROC-AUC and agreement, each with its change from the first run, and the paired bootstrap's
+    95 % interval of the pooled changes where the runs wrote ``pairs.jsonl``."""
+    data = _read(rel)
+    fields = ("std_kind", "threshold_floor", "cci_target", "context", "calibrate_by", "prompt")
+    base = {f: data["rows"][0].get(f) for f in fields}
+
+    def changed(row: dict) -> str:
+        diff = [f"{f}: {row.get(f)}" for f in fields if row.get(f) != base[f]]
+        return ", ".join(diff) if diff else "–"
+
+    def with_change(row: dict, measure: str) -> str:
+        value, change = row.get(measure), row.get(f"{measure}_change")
+        return _num(value) + ("" if change is None or row["run"] == data["rows"][0]["run"] else f" ({change:+.1f})")
+
+    def interval(row: dict, measure: str) -> str:
+        ci = row.get(f"pooled_{measure}_change_ci95")
+        return "–" if not ci else f"{row[f'pooled_{measure}_change']:+.1f} [{ci[0]:+.1f}, {ci[1]:+.1f}]"
+
+    head = ("run", "changes", "setting", "F1", "balanced accuracy", "ROC-AUC", "agreement",
+            "pooled F1 change [95 %]", "pooled bal. acc. change [95 %]")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in data["rows"]:
+        lines.append("| " + " | ".join([row["run"], changed(row), row["setting"],
+                                         *(with_change(row, m) for m in ("f1", "balanced_accuracy", "roc_auc",
+                                                                         "agreement")),
+                                         interval(row, "f1"), interval(row, "balanced_accuracy")]) + " |")
+    return "\n".join(lines) + f"\n\nFrom {_source(rel)} (split `{data['split']}`; changes from `{data['rows'][0]['run']}`)."
+
+
 # ------------------------------------------------------------------------------------------------------ the notebooks
 def _sources(path: Path) -> list[str]:
     return [c["source"] if isinstance(c["source"], str) else "".join(c["source"])
@@ -495,6 +526,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "protocol": protocol_overview,
     "tune": tune_tables,
     "text": results_text,
+    "compare": compare_table,
 }
 
 

@@ -1,6 +1,7 @@
 """The learned passage classifier: a regularised logistic regression over the per-document features
 (:mod:`mirage.likelihood.features`), fitted on calibration files only and applied unchanged to test files; and the
-learned citation rule of ``mirage attribute`` (``aggregation.rule: learned``) that applies it per sentence.
+passage-likelihood citation rule of ``mirage attribute`` (``aggregation.rule: likelihood``, formerly ``learned``)
+that applies it per sentence.
 
     model = fit_learned(X_cal, y_cal, groups=item_ids, names=FEATURES)
     model.predict_proba(X_test); model.predict(X_test)
@@ -174,7 +175,7 @@ def load_learned(path: str | None, model_name: str) -> LearnedModel:
         shipped = shipped_model_path(model_name)
         if shipped is None:
             raise ConfigError(
-                f"aggregation.rule='learned' needs a classifier fitted for {model_name!r}; none ships with mirage "
+                f"aggregation.rule='likelihood' needs a classifier fitted for {model_name!r}; none ships with mirage "
                 "(shipped: " + (", ".join(sorted(p.stem for p in SHIPPED_DIR.glob("*.json"))) or "none") + "). Fit "
                 "one with `mirage score xor-attriqa TEST… --calibrate-on train.jsonl val.jsonl --model "
                 f"{model_name} -o DIR` and set aggregation.learned_model=DIR/learned.json.")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -108,6 +108,52 @@ def balanced_accuracy(c: BinaryCounts) -> float | None:
     with warnings.catch_warnings():  # a class with no pair: scikit-learn warns and averages the other's recall
         warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
         return _as_percent(balanced_accuracy_score(labels, predictions, sample_weight=weights))
+
+
+def item_counts(records: Iterable[Mapping[str, Any]], setting: str) -> dict[str, tuple[int, int, int, int]]:
+    """Per item key, the (TP, FP, FN, TN) of ``setting``'s citations against the labels, from ``pairs.jsonl``
+    records (:func:`mirage.scoring.xor_eval.pair_records`); pairs where the setting cited nothing recorded are
+    skipped."""
+    out: dict[str, list[int]] = {}
+    for rec in records:
+        cited = (rec.get("settings", {}).get(setting) or {}).get("cited")
+        if cited is None:
+            continue
+        slot = (0 if cited else 2) if rec["label"] else (1 if cited else 3)
+        out.setdefault(rec["key"], [0, 0, 0, 0])[slot] += 1
+    return {key: (c[0], c[1], c[2], c[3]) for key, c in out.items()}
+
+
+def paired_bootstrap(base: Mapping[str, Sequence[int]], other: Mapping[str, Sequence[int]], *, resamples: int = 2000,
+                     seed: int = 0) -> dict[str, Any] | None:
+    """The change in F1 and balanced accuracy (%, pooled over all pairs) from ``base`` to ``other``, per-item
+    (TP, FP, FN, TN) counts (:func:`item_counts`), on the items both scored, with 95 % percentile intervals from
+    ``resamples`` resamples of those items (the same items for both: paired). None when they share no item."""
+    import numpy as np
+
+    keys = sorted(set(base) & set(other))
+    if not keys:
+        return None
+    a = np.array([base[k] for k in keys], dtype=float)
+    b = np.array([other[k] for k in keys], dtype=float)
+
+    def pooled(counts: Any) -> tuple[Any, Any]:
+        tp, fp, fn, tn = np.moveaxis(counts, -1, 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return 100 * 2 * tp / (2 * tp + fp + fn), 100 * (tp / (tp + fn) + tn / (tn + fp)) / 2
+
+    idx = np.random.default_rng(seed).integers(0, len(keys), size=(resamples, len(keys)))
+    out: dict[str, Any] = {"items": len(keys)}
+    for name, base_value, other_value, base_draws, other_draws in zip(
+            ("f1", "balanced_accuracy"), pooled(a.sum(0)), pooled(b.sum(0)), pooled(a[idx].sum(1)),
+            pooled(b[idx].sum(1))):
+        diffs = other_draws - base_draws
+        diffs = diffs[np.isfinite(diffs)]
+        point = float(other_value - base_value)
+        out[f"pooled_{name}_change"] = round(point, 2) if math.isfinite(point) else None
+        out[f"pooled_{name}_change_ci95"] = ([round(float(np.percentile(diffs, q)), 2) for q in (2.5, 97.5)]
+                                             if len(diffs) else None)
+    return out
 
 
 def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
