@@ -316,15 +316,20 @@ def test_a_full_disk_mid_run_keeps_every_finished_result_and_says_so(tmp_path, i
 
 def test_ctrl_c_is_one_line_exit_130_and_the_same_command_resumes(tmp_path, items, attributed_a, capsys,
                                                                   one_thread):
-    """A real SIGINT to a real ``mirage attribute`` process, sent once it has written a result. Eight more short
-    items behind the four keep the process busy for seconds after that result, so the signal cannot arrive after
-    the run has ended (with C and D alone, one CI run saw the process finish and exit 0 before the signal took
-    effect)."""
-    more = [{**items[2 + i % 2], "id": f"E{i}"} for i in range(8)]
-    src, out = _resume_from(attributed_a, tmp_path, items + more)
+    """A real SIGINT to a real ``mirage attribute`` process, sent once it has written a result. The child starts with
+    SIGINT at its default, as under a terminal: a suite launched in the background (``cmd &`` in a script, ``nohup``)
+    inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler, so the child would run on."""
+    src, out = _resume_from(attributed_a, tmp_path, items)
     args = ["attribute", str(src), "-o", str(out), "--quiet"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "mirage.cli", *args], env=env, stderr=subprocess.PIPE, text=True)
+    saved = signal.getsignal(signal.SIGINT)
+    if saved == signal.SIG_IGN:  # an ignored signal stays ignored across exec; a handled one resets to the default
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "mirage.cli", *args], env=env, stderr=subprocess.PIPE,
+                                text=True)
+    finally:
+        signal.signal(signal.SIGINT, saved)
     try:
         while proc.poll() is None and len(read_records(out)) < 2:
             time.sleep(0.02)
@@ -336,6 +341,6 @@ def test_ctrl_c_is_one_line_exit_130_and_the_same_command_resumes(tmp_path, item
     line = _one_line_error(err)
     assert "interrupted" in line and "run the same command again to resume" in line
     done = [r["id"] for r in read_records(out)]
-    assert done[:2] == ["A", "B"] and len(done) < 12
+    assert done[:2] == ["A", "B"] and len(done) < 4
     assert main(args) == 0
-    assert [r["id"] for r in read_records(out)] == ["A", "B", "C", "D", *(it["id"] for it in more)]
+    assert [r["id"] for r in read_records(out)] == ["A", "B", "C", "D"]
