@@ -15,8 +15,7 @@ script's description):
   CCI rows of the first ``n`` ranked tokens are used; an answer with ``n = 0`` cites nothing.
 * Each row's context scores lose the scaffolding tokens, then split into passages; the script finds ``<i>``
   markers (CORA's prompt), mirage's ``standard`` prompt writes ``Document [i]:``, so the passages here are the
-  document-content tokens of each passage (:func:`mirage.attribution.aggregation.content_mask` and the prompt's
-  token-to-document map).
+  document-content tokens of each passage (:func:`mirage.peers.authors.passage_of_tokens`).
 * Top-5 %: keep scores ``>= 0.95·max + 0.05·min`` over all passages' scores concatenated; top-3: ``>= np.sort(s)[-3]``
   (ties kept). A passage is cited when its kept scores, summed over the rows, are non-zero.
 
@@ -39,9 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mirage import Mirage
-from mirage.attribution.aggregation import content_mask
 from mirage.data import resolve
-from mirage.peers.authors import authors_citations, ex_threshold, ranked_by_cti
+from mirage.peers.authors import authors_citations, ex_threshold, passage_of_tokens, ranked_by_cti
 from mirage.peers.inseq import fit_to_prompt_context, run_reference
 from mirage.runs.store import read_records
 from mirage.scoring import metrics as M
@@ -85,15 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         answer, prep = prepare_item(m, item, config=cfg)
         ref = run_reference(m.lm.model, tok, prompt=prep.prompt.text, contextless_prompt=prep.prompt.contextless_text,
                             context=prep.prompt.context, answer=answer, std_k=0.0, logprob=False)
-        notes = list(ref.notes) + fit_to_prompt_context(
-            ref, tok.convert_ids_to_tokens([prep.tokens.ids[p] for p in prep.tokens.context_positions]))
+        notes = list(ref.notes) + fit_to_prompt_context(ref, tok, prep.tokens)
         row: dict[str, Any] = {"key": item.key, "lang": item.lang, "notes": notes}
         items.append(row)
         if len(ref.context_tokens) != len(prep.tokens.context_docs):
             row["skipped"] = "context tokens differ"
             continue
-        content = content_mask(prep.tokens, prep.prompt.user_spans)
-        passages_of = [d if c else -1 for d, c in zip(prep.tokens.context_docs, content)]
+        passages_of = passage_of_tokens(prep)
         rows = [ref.cci_scores[i] for i in ranked_by_cti(ref.selected, ref.cti_scores)]
         cti = np.array(ref.cti_scores)
         ex = ex_threshold(ref.cti_scores, std_k)

@@ -26,6 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from mirage.runs.store import read_records
 from mirage.scoring.metrics import item_counts, paired_bootstrap
 
 SETTINGS = ("ex_top3", "ex_top5pct", "cal_top3", "cal_top5pct")
@@ -60,11 +61,8 @@ def rows_of(folder: Path, label: str, split: str) -> list[dict[str, Any]]:
 
 def _pair_counts(folder: Path) -> dict[str, dict[str, tuple[int, int, int, int]]]:
     """Per setting, per item key: its (TP, FP, FN, TN), from the folder's ``pairs.jsonl`` (empty without one)."""
-    path = folder / "pairs.jsonl"
-    if not path.is_file():
-        return {}
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return {setting: item_counts(records, setting) for setting in SETTINGS}
+    records = read_records(folder / "pairs.jsonl")
+    return {setting: item_counts(records, setting) for setting in SETTINGS} if records else {}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,13 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         for measure in MEASURES:
             ref = base[row["setting"]][measure]
             row[f"{measure}_change"] = None if row[measure] is None or ref is None else round(row[measure] - ref, 2)
-    pairs = {str(f): _pair_counts(f) for f in folders} if args.bootstrap else {}
-    if pairs:
-        for row, folder in zip(rows, [f for f in folders for _ in SETTINGS]):
-            base = pairs[str(folders[0])].get(row["setting"], {})
-            change = paired_bootstrap(base, pairs[str(folder)].get(row["setting"], {}), resamples=args.bootstrap)
-            if change and folder != folders[0]:
-                row.update(change)
+    if args.bootstrap:
+        base_counts = _pair_counts(folders[0])
+        for i, folder in enumerate(folders[1:], start=1):
+            counts = _pair_counts(folder)
+            for row in rows[i * len(SETTINGS):(i + 1) * len(SETTINGS)]:
+                change = paired_bootstrap(base_counts.get(row["setting"], {}), counts.get(row["setting"], {}),
+                                          resamples=args.bootstrap)
+                row.update(change or {})
     out = {"command": "python benchmarks/compare_xor_runs.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "split": args.split, "folders": [str(f) for f in folders], "rows": rows}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")

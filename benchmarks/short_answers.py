@@ -17,7 +17,6 @@ two-token answer has a mirage citation (the run used the sample std).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from collections import Counter
@@ -29,18 +28,13 @@ sys.path.insert(0, str(ROOT))
 
 from mirage.attribution.cti import select_tokens
 from mirage.config import CTIConfig
+from mirage.runs.store import read_records
 
 BUCKETS = ("1", "2", "3", "4-5", "6+")
 
 
 def _bucket(n: int) -> str:
     return "1" if n == 1 else "2" if n == 2 else "3" if n == 3 else "4-5" if n <= 5 else "6+"
-
-
-def _lines(path: Path) -> list[dict[str, Any]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def xor_counts(folder: Path) -> list[dict[str, Any]]:
@@ -50,7 +44,7 @@ def xor_counts(folder: Path) -> list[dict[str, Any]]:
         raise SystemExit(f"{folder}: no scores.jsonl(.gz); give a mirage score xor-attriqa run folder.")
     rules = {kind: CTIConfig(std_kind=kind) for kind in ("sample", "population")}
     counts: dict[str, Counter] = {b: Counter() for b in BUCKETS}
-    for rec in _lines(store):
+    for rec in read_records(store):
         if "cti" not in rec or not rec["cti"]:
             continue
         c = counts[_bucket(len(rec["cti"]))]
@@ -62,7 +56,7 @@ def xor_counts(folder: Path) -> list[dict[str, Any]]:
 
 def bias_counts(folder: Path) -> dict[str, Any]:
     """One- and two-token answers of a bias-study run, and how many of the two-token ones mirage cited."""
-    rows = _lines(folder / "generations.jsonl.gz")
+    rows = read_records(folder / "generations.jsonl.gz")
     sizes = Counter(r.get("n_answer_tokens") for r in rows if r.get("error") is None)
     two = [r for r in rows if r.get("n_answer_tokens") == 2 and r.get("error") is None]
     return {"answers": sum(sizes.values()), "one_token": sizes.get(1, 0), "two_token": len(two),

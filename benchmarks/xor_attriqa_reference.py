@@ -70,8 +70,7 @@ def main() -> int:
             # which are mirage's context positions: map them to passages with mirage's own token-to-document map.
             docs = list(prep.tokens.context_docs)
             row = {"file": item.file, "line": item.line, "labels": list(item.labels), "notes": list(ref.notes)}
-            row["notes"] += fit_to_prompt_context(ref, m.lm.tokenizer.convert_ids_to_tokens(
-                [prep.tokens.ids[p] for p in prep.tokens.context_positions]))
+            row["notes"] += fit_to_prompt_context(ref, m.lm.tokenizer, prep.tokens)
             if len(docs) != len(ref.context_tokens):
                 rows.append(row)
                 continue

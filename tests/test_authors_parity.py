@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mirage.peers.authors import authors_citations, ex_threshold, kept_sums, ranked_by_cti
+from mirage.peers.authors import authors_citations, ex_threshold, kept_sums, passage_of_tokens, ranked_by_cti
 from mirage.scoring import metrics as M
 
 DATA = Path(__file__).parent / "data" / "xor_attriqa_match"
@@ -55,7 +55,6 @@ def test_the_authors_preset_cites_what_their_script_does_on_inseqs_outputs(smoll
     """mirage's ``score xor-attriqa --preset authors`` (its own CTI, CCI and aggregation) and the script's rule on
     inseq's ``attribute_context`` run as the authors ran it, on the same rows: the same citation for every pair."""
     from mirage import Mirage
-    from mirage.attribution.aggregation import content_mask
     from mirage.cli import main
     from mirage.peers.inseq import fit_to_prompt_context, run_reference
     from mirage.scoring.benchmarks import stored_xor_pipeline
@@ -73,11 +72,9 @@ def test_the_authors_preset_cites_what_their_script_does_on_inseqs_outputs(smoll
         ref = run_reference(smollm2.model, smollm2.tokenizer, prompt=prep.prompt.text,
                             contextless_prompt=prep.prompt.contextless_text, context=prep.prompt.context,
                             answer=answer, std_k=0.0, logprob=False)
-        fit_to_prompt_context(ref, smollm2.tokenizer.convert_ids_to_tokens(
-            [prep.tokens.ids[p] for p in prep.tokens.context_positions]))
+        fit_to_prompt_context(ref, smollm2.tokenizer, prep.tokens)
         assert len(ref.context_tokens) == len(prep.tokens.context_docs)
-        content = content_mask(prep.tokens, prep.prompt.user_spans)
-        passage_of = [d if c else -1 for d, c in zip(prep.tokens.context_docs, content)]
+        passage_of = passage_of_tokens(prep)
         rows = [ref.cci_scores[i] for i in ranked_by_cti(ref.selected, ref.cti_scores)]
         assert np.mean(ref.cti_scores) <= min(ref.cti_scores[i] for i in ref.selected) + 1e-6
         for setting, top in (("ex_top3", 3), ("ex_top5pct", -5)):

@@ -1,7 +1,8 @@
 """The MIRAGE authors' XOR-AttriQA scoring (``sec4_alignment/MIRAGE_match.py`` of ``Betswish/MIRAGE-reproduce``),
 re-implemented from its description on the outputs of inseq's ``attribute_context``
 (:func:`mirage.peers.inseq.run_reference`), as an independent check of ``--preset authors``. Nothing of mirage's
-own selection or aggregation is used here; numpy only, as the script.
+own selection or aggregation is used here (numpy only, as the script), except which context tokens are a passage's
+content (:func:`passage_of_tokens`).
 
 What the script does with one answer's inseq outputs (inseq run with ``context_sensitivity_std_threshold=0``, so
 with CCI rows for every token at or above the answer's mean CTI, ranked by CTI, strongest first):
@@ -18,8 +19,12 @@ with CCI rows for every token at or above the answer's mean CTI, ranked by CTI, 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mirage.attribution.prompts import PreparedItem
 
 
 def kept_sums(passages: Sequence[Sequence[float]], top: int) -> np.ndarray:
@@ -57,3 +62,14 @@ def authors_citations(cti: Sequence[float], ranked_rows: Sequence[Sequence[float
 def ranked_by_cti(selected: Sequence[int], cti: Sequence[float]) -> list[int]:
     """inseq's order of the tokens it attributes: by |CTI| descending, ties in token order (a stable sort)."""
     return sorted(selected, key=lambda i: -abs(cti[i]))
+
+
+def passage_of_tokens(prep: PreparedItem) -> list[int]:
+    """Per context token of mirage's prompt, its passage (0-based), or -1 for the prompt's scaffolding
+    (``Document [i]:``, newlines): the script splits passages at CORA's ``<i>`` markers, which mirage's prompts do
+    not have; these are the tokens ``aggregation.context: content`` keeps."""
+    from mirage.attribution.aggregation import content_mask
+
+    content = content_mask(prep.tokens, prep.prompt.user_spans)
+    return [d if c else -1 for d, c in zip(prep.tokens.context_docs, content)]
+

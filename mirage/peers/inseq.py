@@ -49,13 +49,16 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from mirage.attribution.aggregation import cite_sentences, cite_token
 from mirage.attribution.results import AttributionResult
 from mirage.config import CCIConfig
+
+if TYPE_CHECKING:
+    from mirage.attribution.tokenization import TokenizedPrompt
 
 
 @dataclass
@@ -266,11 +269,12 @@ def run_reference(
     return out
 
 
-def fit_to_prompt_context(ref: ReferenceOutput, prompt_context_tokens: Sequence[str]) -> list[str]:
-    """Fit ``ref``'s context to the context tokens mirage attributes (``prompt_context_tokens``: the tokens at the
-    prompt's context positions), in place, and return what was done or what still differs (empty: the same tokens).
+def fit_to_prompt_context(ref: ReferenceOutput, tokenizer: Any, tokens: TokenizedPrompt) -> list[str]:
+    """Fit ``ref``'s context to the context tokens mirage attributes (the tokens at ``tokens``' context positions), in
+    place, and return what was done or what still differs (empty: the same tokens).
     inseq's context may end with a token mirage leaves out because it straddles the documents block's end
     (:func:`mirage.attribution.prompts.tokenize_prompt`): it is dropped from the comparison."""
+    prompt_context_tokens = tokenizer.convert_ids_to_tokens([tokens.ids[p] for p in tokens.context_positions])
     n = len(prompt_context_tokens)
     extra = len(ref.context_tokens) - n
     notes = []
