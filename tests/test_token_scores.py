@@ -175,10 +175,16 @@ def test_batched_scoring_equals_one_item_at_a_time(embedded_mirage):
         embedded_mirage.score_batch([embedded_mirage.prepare(ITEMS[0][0])], ["x"], targets="some")
 
 
-def test_batched_scoring_takes_every_gradient_from_one_batched_graph(embedded_mirage, monkeypatch):
+@pytest.mark.parametrize("free_bytes", [1 << 40, 0], ids=["room-for-all-targets", "no-free-memory"])
+def test_batched_scoring_takes_every_gradient_from_one_batched_graph(embedded_mirage, monkeypatch, free_bytes):
     """In one batch, CTI's with-documents logits and every item's CCI come from one padded differentiable pass: no
-    CCI item by item, and one vmapped backward pass per target rank (the most targets of one item), not per target."""
+    CCI item by item, and one vmapped backward pass per target rank (the most targets of one item), not per target.
+    The free memory the chunking reads is pinned (a CI machine's varies): with room, every rank in one vmapped pass;
+    with none, one rank per pass, never fewer than one."""
+    import mirage.attribution.cci as cci
     import mirage.attribution.token_scores as ts
+
+    monkeypatch.setattr(cci, "_free_memory_bytes", lambda device: free_bytes)
 
     calls = []  # (targets, items) of each vmapped backward pass; unbatched ones as (None, None)
     real = torch.autograd.grad
@@ -194,7 +200,10 @@ def test_batched_scoring_takes_every_gradient_from_one_batched_graph(embedded_mi
     batch = embedded_mirage.score_batch(prepared, [a for _i, a in ITEMS], item_targets=["selected", "all", [0, 2]])
     n_targets = [len(b.cci.selected) for b in batch]
     assert n_targets[1] == len(batch[1].cti.scores) and n_targets[2] == 2
-    assert calls == [(max(n_targets), len(ITEMS))]
+    if free_bytes:
+        assert calls == [(max(n_targets), len(ITEMS))]
+    else:
+        assert calls == [(1, len(ITEMS))] * max(n_targets)
     assert sum(n_targets) > max(n_targets)  # fewer backward passes than targets
 
 
