@@ -7,11 +7,13 @@ Shapes: ``n_answer`` answer tokens, ``vocab`` vocabulary entries, ``seq`` input 
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.utils.checkpoint
@@ -62,12 +64,30 @@ def _run(
     return causal_pass(lm, positions, **kwargs).logits
 
 
-def causal_pass(lm: LoadedModel, positions: Sequence[int], **kwargs: object) -> object:
+def _cache_keyword(model: Any) -> str:
+    """The keyword the model's forward takes a key/value cache by: ``cache`` (transformers 5.2x on), else
+    ``past_key_values`` (earlier releases; the new ones still take it, with a deprecation warning per call)."""
+    try:
+        return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    except (TypeError, ValueError):
+        return "past_key_values"
+
+
+def returned_cache(out: Any) -> Any:
+    """The key/value cache a forward pass returned (``cache`` or, before transformers 5.2x, ``past_key_values``)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else getattr(out, "past_key_values", None)
+
+
+def causal_pass(lm: LoadedModel, positions: Sequence[int], *, past: Any = None, **kwargs: object) -> Any:
     """One pass of a causal model whose output's ``logits`` are ``[batch, len(positions), vocab]``, those at
     ``positions`` only: the output head runs on those rows alone where the model takes ``logits_to_keep`` (a
-    large vocabulary's head over every prompt position costs more than the layers), else it is sliced. Other
-    outputs (``past_key_values``, ``attentions``) are the model's own. ``positions`` empty: the head runs on
+    large vocabulary's head over every prompt position costs more than the layers), else it is sliced. ``past``:
+    a key/value cache to extend, passed under the keyword this transformers release takes. Other outputs (the
+    cache: :func:`returned_cache`, ``attentions``) are the model's own. ``positions`` empty: the head runs on
     one row, whose logits the caller does not want."""
+    if past is not None:
+        kwargs[_cache_keyword(lm.model)] = past
     keep = torch.tensor(list(positions) or [0], device=lm.device)
     try:
         out = lm.model(**kwargs, logits_to_keep=keep)

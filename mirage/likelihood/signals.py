@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from mirage.attribution.forward import causal_pass, model_inputs, token_probabilities
+from mirage.attribution.forward import causal_pass, model_inputs, returned_cache, token_probabilities
 from mirage.attribution.serialization import JSONRecord
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def _score_after(lm: Any, cache: Any, ids: Sequence[int], shared: int, answer_id
     extended by the pass)."""
     suffix = torch.tensor([list(ids[shared:]) + list(answer_ids[:-1])], device=lm.device)
     first = len(ids) - shared - 1  # suffix position predicting the first answer token
-    logits = causal_pass(lm, range(first, first + len(answer_ids)), input_ids=suffix, past_key_values=cache,
+    logits = causal_pass(lm, range(first, first + len(answer_ids)), input_ids=suffix, past=cache,
                          use_cache=True).logits[0]
     return token_probabilities(logits.float(), answer_ids, log=True)
 
@@ -118,8 +118,8 @@ def _score_after(lm: Any, cache: Any, ids: Sequence[int], shared: int, answer_id
 def _prefix_cache(lm: Any, full_ids: Sequence[int], prompts: Sequence[Sequence[int]]) -> Any:
     """The key/value cache of what ``full_ids`` shares with every prompt (at least its first token)."""
     shared = min(min(_common_prefix(full_ids, ids_j), len(ids_j) - 1) for ids_j in prompts)
-    return causal_pass(lm, [], input_ids=torch.tensor([list(full_ids[:max(shared, 1)])], device=lm.device),
-                       use_cache=True).past_key_values
+    return returned_cache(causal_pass(lm, [], input_ids=torch.tensor([list(full_ids[:max(shared, 1)])],
+                                                                   device=lm.device), use_cache=True))
 
 
 def _score_prompts(lm: Any, cache: Any, full_ids: Sequence[int], prompts: Sequence[Sequence[int]],
@@ -216,7 +216,7 @@ def passage_signals(lm: LoadedModel, prepared: PreparedItem, answer_ids: Sequenc
             if attention and getattr(out, "attentions", None):
                 docs_of = list(prepared.tokens.context_docs)
                 attn = _doc_attention(out.attentions, positions, prepared.tokens.context_positions, docs_of, n_docs)
-            cache = out.past_key_values
+            cache = returned_cache(out)
             del out
         scored = []
         try:
