@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from mirage.attribution.models import ModelLoadError
 from mirage.config import ConfigError
-from mirage.data.inputs import InputError, make_item, read_items
+from mirage.data.inputs import InputError, NothingToScore, make_item, read_items
 from mirage.runs.experiment import ExperimentConfig, add_experiment_args, non_negative_int
 from mirage.runs.progress import terminal_progress
 from mirage.runs.sharding import ShardedJSONL, ShardError, StoreFor, in_shards, report_share_done
@@ -355,6 +355,10 @@ def main(argv: list[str] | None = None) -> int:
             record_run(args.output, argv)
         return status
     except (ConfigError, InputError, ModelLoadError, ShardError, StoreError) as err:
+        if isinstance(err, NothingToScore) and isinstance(getattr(args, "output", None), str):
+            from mirage.views.pages import record_run
+
+            record_run(args.output, argv)  # what the run found before it stopped gets its page
         print(f"mirage: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # the disk: full, read-only, not allowed (a store keeps what it wrote before)

@@ -104,8 +104,15 @@ def test_self_match_keeps_the_rows_the_model_reproduces(tmp_path, capsys):
     (record,) = _lines(out / "matches.jsonl")
     row = json.loads(XOR_VAL.read_text().splitlines()[0])
     assert record["annotated"] == row["prediction_en"] == "yes"
+    assert (record["file"], record["line"]) == (XOR_VAL.name, 1)  # the file's name, no folder of this machine
     assert record["generated"] and record["kept"] is same_answer(record["generated"], record["annotated"]) is False
     assert not (out / "results.json").exists()
+    counts = json.loads((out / "self_match.json").read_text())
+    assert counts["test"]["all"] == {"rows": 1, "kept": 0} and counts["calibration"] is None
+    assert counts["model"] == "smollm2-135m-instruct" and counts["generation"]["do_sample"] is False
+    page = (out / "README.md").read_text()  # the folder still gets its page, from self_match.json
+    assert "# Self-match check: smollm2-135m-instruct" in page and "| test | all | 1 | 0 | 0.0 |" in page
+    assert "--self-match" in json.loads((out / "provenance.json").read_text())["command"]
 
     own = tmp_path / "own.jsonl"
     own.write_text(json.dumps({**row, "prediction_en": record["generated"]}) + "\n")

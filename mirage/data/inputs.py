@@ -27,6 +27,11 @@ class InputError(ValueError):
         self.field = field
 
 
+class NothingToScore(InputError):
+    """A run that stopped before scoring because its input left nothing to score, after writing what it found (the
+    self-match counts): the command still records the run folder and writes its page."""
+
+
 @dataclass(frozen=True)
 class Document:
     """A retrieved document."""

@@ -31,7 +31,7 @@ from mirage.attribution.results import AttributionResult
 from mirage.attribution.serialization import library_versions
 from mirage.config import ConfigError, MirageConfig
 from mirage.data import data_label, resolve, resolve_all
-from mirage.data.inputs import BadRow, InputError
+from mirage.data.inputs import BadRow, InputError, NothingToScore
 from mirage.runs.experiment import ExperimentConfig
 from mirage.runs.lazy import MirageSource, resolve_mirage
 from mirage.runs.progress import Progress
@@ -392,10 +392,15 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     return report
 
 
+#: The rows each split's self-match check kept, per language (written before scoring, also when none is kept).
+SELF_MATCH_FILE = "self_match.json"
+
+
 def _self_match(model: Any, test: XorData, cal: XorData | None, *, out: Path, model_name: str, cfg: MirageConfig,
                 progress: Progress | None) -> tuple[XorData, XorData | None, dict[str, Any]]:
     """The test and calibration data cut to the rows the model reproduces (their answers its own generations), and
-    the counts per split; the generations go to (and resume from) ``out/matches.jsonl``."""
+    the counts per split (also into ``out/self_match.json``, before any scoring); the generations go to (and resume
+    from) ``out/matches.jsonl``."""
     import dataclasses
 
     from mirage.scoring.xor_attriqa import match_counts, match_generation_config, match_items, self_matched
@@ -408,11 +413,13 @@ def _self_match(model: Any, test: XorData, cal: XorData | None, *, out: Path, mo
         records = match_items(model, [*test.items, *cal_items], config=cfg, store=store, progress=progress)
     n = len(test.items)
     counts = {"test": match_counts(records[:n]), "calibration": match_counts(records[n:]) if cal is not None else None}
+    write_atomic(out / SELF_MATCH_FILE, json.dumps({**settings, **counts}, indent=2, ensure_ascii=False) + "\n")
     kept = counts["test"].get("all", {}).get("kept", 0)
     if not kept:
         rows = counts["test"].get("all", {}).get("rows", 0)
-        raise InputError(f"self-match kept 0 of the {rows} test row(s): the model reproduced no annotated answer "
-                         f"(each generation is in {out / 'matches.jsonl'}); nothing to score.")
+        raise NothingToScore(f"self-match kept 0 of the {rows} test row(s): the model reproduced no annotated answer "
+                         f"(the counts are in {out / SELF_MATCH_FILE}, each generation in "
+                         f"{out / 'matches.jsonl'}); nothing to score.")
     test = XorData(items=tuple(self_matched(test.items, records[:n])), bad_rows=test.bad_rows)
     if cal is not None:
         cal = XorData(items=tuple(self_matched(cal.items, records[n:])), bad_rows=cal.bad_rows)

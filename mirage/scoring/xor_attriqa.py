@@ -637,7 +637,8 @@ def same_answer(generated: str, annotated: str) -> bool:
 @dataclass
 class MatchRecord(JSONRecord):
     """One row's match check: the annotated answer, the scoring model's own generation (same prompt as scoring) and
-    whether it reproduced the annotation (:func:`same_answer`)."""
+    whether it reproduced the annotation (:func:`same_answer`). ``file``: the row's file name without its folder
+    (a run folder records no path of the machine it ran on), ``line`` its line there."""
 
     key: str
     file: str
@@ -677,7 +678,7 @@ def match_items(model: Any | Callable[[], Any], items: Sequence[XorItem], *, con
         iterable: Iterable[XorItem] = todo if progress is None else progress(todo, len(todo), "self-match")
         for item in iterable:
             generated = generate_own_answer(mirage, item, config=config)
-            rec = MatchRecord(key=item.key, file=item.file, line=item.line, lang=item.lang, annotated=item.answer,
+            rec = MatchRecord(key=item.key, file=Path(item.file).name, line=item.line, lang=item.lang, annotated=item.answer,
                               generated=generated.strip(), kept=same_answer(generated, item.answer))
             done[item.key] = rec
             if store is not None:

@@ -124,6 +124,9 @@ def _xor_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
     s = report.settings
     counts = report.counts.get("all", {})
     tables = [fenced(xor_table(report))]
+    if s.get("self_match"):
+        tables.append("Self-match (the paper's Algorithm 1): only the rows where the model generated the annotated "
+                      "answer were scored, its own generation attributed:\n\n" + _self_match_table(s["self_match"]))
     if report.faithfulness:
         tables.append(fenced(FaithfulnessSummary.from_dict(report.faithfulness).to_text()))
     features = report.features or {}
@@ -138,7 +141,7 @@ def _xor_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
         f"{counts.get('supporting', 0)} supporting; languages {', '.join(report.languages)}. Written by "
         "`mirage score xor-attriqa` (`results.json`).",
         ["## Tables\n\n" + "\n\n".join(tables), plots_section(run_dir),
-         settings_section({k: v for k, v in s.items() if k != "config"}),
+         settings_section({k: v for k, v in s.items() if k not in ("config", "self_match")}),
          settings_section(s.get("config", {}), "Pipeline"), data_section(run_dir, _xor_data(run_dir)),
          versions_section(report.versions), command_section(run_dir, _xor_command(s)), *tail(run_dir)])
 
@@ -185,7 +188,7 @@ def _eli5_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
     return page(f"ELI5 (ALCE): {s.get('model')}", "Self-citations beside MIRAGE's citations. Written by "
                 "`mirage score eli5` (`results.json`).",
                 ["## Tables\n\n" + "\n\n".join(tables), plots_section(run_dir),
-                 settings_section({k: v for k, v in s.items() if k != "config"}),
+                 settings_section({k: v for k, v in s.items() if k not in ("config", "self_match")}),
                  settings_section(s.get("config", {}), "Pipeline"), data_section(run_dir, _eli5_data(run_dir)),
                  versions_section(report.versions), command_section(run_dir, _eli5_command(s)), *tail(run_dir)])
 
@@ -645,6 +648,32 @@ def _follow_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> s
                 [*sections, *tail(run_dir)])
 
 
+# -- the self-match check ----------------------------------------------------------------------------------------------
+
+
+def _self_match_table(counts: Mapping[str, Any]) -> str:
+    """Rows checked and kept per split and language (``self_match.json``, or results.json's ``settings.self_match``)."""
+    rows = []
+    for split in ("test", "calibration"):
+        for lang, c in (counts.get(split) or {}).items():
+            share = 100 * c["kept"] / c["rows"] if c.get("rows") else None
+            rows.append((split, lang, c.get("rows"), c.get("kept"), cell(share, 1)))
+    return md_table(["split", "language", "rows", "kept", "kept %"], rows)
+
+
+def _self_match_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    from mirage.scoring.benchmarks import SELF_MATCH_FILE
+
+    data = read_json(run_dir / SELF_MATCH_FILE)
+    return page(f"Self-match check: {data.get('model')}",
+                "The paper's Algorithm 1 (`mirage score xor-attriqa --self-match`): the scoring model generates each "
+                "answer with the scoring prompt, and a row is kept where its generation is the annotated answer "
+                "(the authors' exact string test). No `results.json`: no test row was kept, so nothing was scored; "
+                "each generation is in `matches.jsonl`.",
+                ["## Rows kept\n\n" + _self_match_table(data),
+                 settings_section({k: v for k, v in data.items() if k not in ("test", "calibration")}), *tail(run_dir)])
+
+
 #: The built-in kinds, in the order they are tried (the benchmark-JSON folder last: it takes any JSON).
 BUILTIN: tuple[PageKind, ...] = (
     PageKind("xor-attriqa", _has_keys("agreement", "counts", "settings"), _xor_data, _xor_render),
@@ -661,6 +690,8 @@ BUILTIN: tuple[PageKind, ...] = (
     PageKind("bench-scale", _is_scale, lambda d: _as_list(((_results(d) or {}).get("settings") or {}).get("docs")),
              _scale_render),
     PageKind("tune-follow", lambda d: bool(_follow_files(d)), _none, _follow_render),
+    PageKind("self-match", lambda d: (d / "self_match.json").is_file() and not (d / RESULTS).is_file(), _none,
+             _self_match_render),
     PageKind("benchmark-json", _is_bench, _none, _bench_render),
 )
 
