@@ -10,7 +10,7 @@
 
 A page asks for generated text with a marker on a line of its own, e.g. ``<!-- mirage:cli -->``,
 ``<!-- mirage:config -->``, ``<!-- mirage:cost attribute -->``, ``<!-- mirage:bench attribution -->``,
-``<!-- mirage:headline -->``, ``<!-- mirage:compare fidelity/fields_val.json -->``. ``tests/test_docs_site.py`` builds the site and reads these pages back.
+``<!-- mirage:headline -->``, ``<!-- mirage:compare fidelity/fields_val.json -->``, ``<!-- mirage:self-match self_match -->``. ``tests/test_docs_site.py`` builds the site and reads these pages back.
 """
 
 from __future__ import annotations
@@ -499,6 +499,23 @@ def compare_table(rel: str) -> str:
     return "\n".join(lines) + f"\n\nFrom {_source(rel)} (split `{data['split']}`; changes from `{data['rows'][0]['run']}`)."
 
 
+def self_match_table(rel: str) -> str:
+    """The self-match checks below ``rel`` (each run folder's ``self_match.json``, ``mirage score xor-attriqa
+    --self-match``): per model, prompt and data, the test rows checked and kept."""
+    rows = []
+    for path in sorted((RESULTS / rel).glob("*/self_match.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        names = ", ".join(map(str, data.get("data") or [])) or "–"
+        total = (data.get("test") or {}).get("all", {})
+        langs = ", ".join(f"{lang} {c['kept']}/{c['rows']}" for lang, c in (data.get("test") or {}).items()
+                          if lang != "all")
+        folder = path.parent.relative_to(RESULTS).as_posix()
+        rows.append([f"[`{path.parent.name}`]({RESULTS_URI}/{folder}/README.md)", data.get("model"),
+                     (data.get("prompt") or {}).get("name"), names, total.get("rows"), total.get("kept"), langs])
+    return (table(["run", "model", "prompt", "data", "rows", "kept", "kept per language"], rows)
+            + f"\n\nFrom the `self_match.json` of each folder in {_source(rel)}.")
+
+
 # ------------------------------------------------------------------------------------------------------ the notebooks
 def _sources(path: Path) -> list[str]:
     return [c["source"] if isinstance(c["source"], str) else "".join(c["source"])
@@ -527,6 +544,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "tune": tune_tables,
     "text": results_text,
     "compare": compare_table,
+    "self-match": self_match_table,
 }
 
 

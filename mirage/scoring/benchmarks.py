@@ -304,7 +304,9 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     cal = concat_data(load(p) for p in cal_files) if cal_files else None
     match = None
     if options.self_match:
-        test, cal, match = _self_match(model, test, cal, out=out, model_name=model_name, cfg=cfg, progress=progress)
+        labels = {"data": [data_label(p) for p in data], "calibrate_on": [data_label(p) for p in cal_files] or None}
+        test, cal, match = _self_match(model, test, cal, out=out, model_name=model_name, cfg=cfg, labels=labels,
+                                       progress=progress)
     by_key = {item.key: item for item in test.items}
     if not by_key:  # before any model is loaded
         require_scored(out, data, 0, test.bad_rows)
@@ -397,10 +399,10 @@ SELF_MATCH_FILE = "self_match.json"
 
 
 def _self_match(model: Any, test: XorData, cal: XorData | None, *, out: Path, model_name: str, cfg: MirageConfig,
-                progress: Progress | None) -> tuple[XorData, XorData | None, dict[str, Any]]:
+                labels: dict[str, Any], progress: Progress | None) -> tuple[XorData, XorData | None, dict[str, Any]]:
     """The test and calibration data cut to the rows the model reproduces (their answers its own generations), and
-    the counts per split (also into ``out/self_match.json``, before any scoring); the generations go to (and resume
-    from) ``out/matches.jsonl``."""
+    the counts per split (also into ``out/self_match.json``, with the data ``labels``, before any scoring); the
+    generations go to (and resume from) ``out/matches.jsonl``."""
     import dataclasses
 
     from mirage.scoring.xor_attriqa import match_counts, match_generation_config, match_items, self_matched
@@ -413,7 +415,8 @@ def _self_match(model: Any, test: XorData, cal: XorData | None, *, out: Path, mo
         records = match_items(model, [*test.items, *cal_items], config=cfg, store=store, progress=progress)
     n = len(test.items)
     counts = {"test": match_counts(records[:n]), "calibration": match_counts(records[n:]) if cal is not None else None}
-    write_atomic(out / SELF_MATCH_FILE, json.dumps({**settings, **counts}, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(out / SELF_MATCH_FILE, json.dumps({**settings, **labels, **counts}, indent=2, ensure_ascii=False)
+                 + "\n")
     kept = counts["test"].get("all", {}).get("kept", 0)
     if not kept:
         rows = counts["test"].get("all", {}).get("rows", 0)

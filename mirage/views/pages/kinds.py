@@ -671,7 +671,9 @@ def _self_match_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) 
                 "(the authors' exact string test). No `results.json`: no test row was kept, so nothing was scored; "
                 "each generation is in `matches.jsonl`.",
                 ["## Rows kept\n\n" + _self_match_table(data),
-                 settings_section({k: v for k, v in data.items() if k not in ("test", "calibration")}), *tail(run_dir)])
+                 settings_section({k: v for k, v in data.items() if k not in ("test", "calibration")}),
+                 data_section(run_dir, [*_as_list(data.get("data")), *_as_list(data.get("calibrate_on"))]),
+                 *tail(run_dir)])
 
 
 #: The built-in kinds, in the order they are tried (the benchmark-JSON folder last: it takes any JSON).
@@ -690,8 +692,9 @@ BUILTIN: tuple[PageKind, ...] = (
     PageKind("bench-scale", _is_scale, lambda d: _as_list(((_results(d) or {}).get("settings") or {}).get("docs")),
              _scale_render),
     PageKind("tune-follow", lambda d: bool(_follow_files(d)), _none, _follow_render),
-    PageKind("self-match", lambda d: (d / "self_match.json").is_file() and not (d / RESULTS).is_file(), _none,
-             _self_match_render),
+    PageKind("self-match", lambda d: (d / "self_match.json").is_file() and not (d / RESULTS).is_file(),
+             lambda d: [*_as_list(read_json(d / "self_match.json").get("data")),
+                        *_as_list(read_json(d / "self_match.json").get("calibrate_on"))], _self_match_render),
     PageKind("benchmark-json", _is_bench, _none, _bench_render),
 )
 
