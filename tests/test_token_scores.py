@@ -181,8 +181,8 @@ def test_batched_scoring_takes_every_gradient_from_one_batched_graph(embedded_mi
     CCI item by item, and one vmapped backward pass per target rank (the most targets of one item), not per target.
     The free memory the chunking reads is pinned (a CI machine's varies): with room, every rank in one vmapped pass;
     with none, one rank per pass, never fewer than one."""
-    import mirage.attribution.cci as cci
     import mirage.attribution.token_scores as ts
+    from mirage.attribution import cci
 
     monkeypatch.setattr(cci, "_free_memory_bytes", lambda device: free_bytes)
 

@@ -31,6 +31,7 @@ from mirage.tune.data import (
     internals_examples,
     read_examples,
     shuffle_documents,
+    spread_positions,
     write_examples,
     xor_examples,
 )
@@ -361,6 +362,23 @@ def test_a_rerun_resumes_and_other_settings_are_refused(sft_run):
     assert again.resumed_from.endswith("checkpoint-1") and again.steps == 1
 
 
+def test_runs_recorded_before_a_field_existed_still_resume(tmp_path):
+    """A run folder written before the reward's permutation term existed: an SFT run resumes whatever the reward
+    settings (it never reads them), a reward run resumes under the behaviour it had (no permutation term)."""
+    from mirage.tune.sft import RUN_FILE, check_run_dir
+
+    cfg = TuneConfig(data=("gold.jsonl",))
+    old = cfg.to_dict()
+    del old["reward"]["permutation"]
+    for stage in ("sft", "reward"):
+        (tmp_path / stage).mkdir()
+        (tmp_path / stage / RUN_FILE).write_text(json.dumps({"stage": stage, "config": old}))
+    check_run_dir(tmp_path / "sft", cfg.replace(reward={"permutation": 0.9, "beta": 0.5}), "sft")
+    check_run_dir(tmp_path / "reward", cfg.replace(reward={"permutation": 0.0}), "reward")
+    with pytest.raises(ConfigError, match="other settings .*reward"):
+        check_run_dir(tmp_path / "reward", cfg, "reward")      # the term now on: not the run's settings
+
+
 # -- the reward -------------------------------------------------------------------------------------------------------
 
 
@@ -377,7 +395,7 @@ def test_reward_terms_by_hand():
     parsed = parse_answer("Paris is big [1]. It rains a lot [7]. Sun.", 2)
     assert format_score(parsed) == pytest.approx(1 / 3 * 1 / 2)
     assert format_score(parse_answer("Paris [1][2].", 2)) == 1.0 and format_score(parse_answer("", 2)) == 0.0
-    weights = RewardSettings().weights                                  # 1, .5, .5, .5
+    weights = RewardSettings().weights                                  # 1, .5, .5, .5, .5
     terms = {"rage": 0.5, "agreement": None, "faithfulness": 0.2, "format": 1.0}
     assert combine(terms, weights) == pytest.approx((0.5 * 1 + 0.2 * 0.5 + 1.0 * 0.5) / 2.0)
     assert combine(terms, {**weights, "rage": 0.0}) == pytest.approx((0.1 + 0.5) / 1.0)
@@ -385,9 +403,47 @@ def test_reward_terms_by_hand():
 
 def test_reward_settings_are_checked():
     with pytest.raises(ConfigError, match="every term weight"):
-        RewardSettings(rage=0, agreement=0, faithfulness=0, format=0)
+        RewardSettings(rage=0, agreement=0, faithfulness=0, format=0, permutation=0)
+    with pytest.raises(ConfigError, match=r"reward\.permutation"):
+        RewardSettings(permutation=-1)
     with pytest.raises(ConfigError, match=r"reward\.num_generations must be an integer >= 2, got 1\."):
         RewardSettings(num_generations=1)
+
+
+def test_the_permutation_term_pays_for_citing_the_same_passage_wherever_it_stands():
+    from mirage.tune.reward import permutation_scores, presentation_of
+
+    a, b, c = ({"title": t, "text": f"{t} text"} for t in "ABC")
+    first = presentation_of("q", [a, b, c])
+    moved = presentation_of("q", [b, a, c])     # A now second
+    other = presentation_of("another q", [b, a, c])
+    # answers 0/1: the same passage A ([1] then [2]); 2/3: always [1] (A, then B); 4: another question; 5: the same
+    # order as answer 0 (nothing to compare with but answer 1's order)
+    presentations = [first, moved, first, moved, other, first]
+    cited = [[1], [2], [1], [1], [1], [1, 3]]
+    scores = permutation_scores(presentations, cited)
+    # answer 0 against the answers in the other order (1: A, 3: B); answer 5 ({A, C}) likewise
+    assert scores[0] == pytest.approx((1 + 0) / 2) and scores[5] == pytest.approx((1 / 2 + 0) / 2)
+    assert scores[1] == pytest.approx((1 + 1 + 1 / 2) / 3)          # A against answers 0, 2 (A), 5 ({A, C})
+    assert scores[3] == pytest.approx((0 + 0 + 0) / 3)              # B, while the others in order 1 cite A or {A, C}
+    assert scores[4] is None                                         # no other presentation of its question
+    assert permutation_scores([first, moved], [[], []]) == [1.0, 1.0]  # both cite nothing: consistent
+    assert permutation_scores([first, moved], [[9], [1]]) == [0.0, 0.0]  # a missing document cites nothing
+
+
+def test_reward_batches_hold_every_presentation_of_a_question():
+    from mirage.tune.grpo import permutation_batching, presentation_groups
+
+    examples, _ = build_gold([XOR / "train.jsonl", XOR / "val.jsonl"])
+    spread = spread_positions(examples, k=3)                         # each question in 3 orders
+    groups = presentation_groups(spread, seed=0)
+    assert sorted(len(g) for g in groups) == [3, 3, 3]
+    assert all(len({spread[i].question for i in g}) == 1 for g in groups)
+    order, batch = permutation_batching(groups, RewardSettings(num_generations=4), per_step=8)
+    assert sorted(order) == list(range(len(spread))) and batch == 24   # lcm(3 questions' orders x 4 answers, 8)
+    assert [spread[i].question for i in order] == [spread[g[0]].question for g in groups for _ in g]
+    assert permutation_batching(groups, RewardSettings(permutation=0), per_step=8) == (None, None)
+    assert permutation_batching(presentation_groups(examples), RewardSettings(), per_step=8) == (None, None)
 
 
 SHORT_ITEM = {
@@ -494,7 +550,9 @@ def test_one_reward_step_runs_end_to_end_from_the_sft_adapter(sft_run, tmp_path)
     cfg = cfg.replace(adapter=sft.adapter_dir,
                       train={"batch_size": 2, "gradient_accumulation_steps": 1, "learning_rate": 0.05},
                       reward={"num_generations": 2, "max_completion_length": 6, "beta": 0.1})
-    run = train_reward(cfg, tmp_path / "reward", lm=copy.deepcopy(pristine), examples=examples[:1], progress=False)
+    with pytest.warns(UserWarning, match="the term never applies"):  # one question, in one order
+        run = train_reward(cfg, tmp_path / "reward", lm=copy.deepcopy(pristine), examples=examples[:1],
+                           progress=False)
     assert run.steps == 1 and run.start_adapter == sft.adapter_dir and run.n_prompts == 1
     (logged,) = run.curve
     assert 0.0 <= logged["reward"] <= 1.0 and "kl" in logged
@@ -518,6 +576,35 @@ def test_one_reward_step_runs_end_to_end_from_the_sft_adapter(sft_run, tmp_path)
     torch.testing.assert_close(_logits(apply_adapter(copy.deepcopy(pristine), saved).model, ids), after)
     with pytest.raises(AdapterError, match="not a checkpoint of a mirage tune run"):
         checkpoint_adapter(tmp_path / "reward" / "adapter", tmp_path / "bad", lm=copy.deepcopy(pristine))
+
+
+def test_a_reward_step_judges_every_order_of_a_question_together(sft_run, tmp_path, monkeypatch):
+    """With a question in two document orders, trl samples and the judge scores both presentations' answers in one
+    call (no shuffling, a generation batch of whole questions), so every answer gets the permutation term."""
+    from mirage.tune.grpo import train_reward
+    from mirage.tune.reward import CitationJudge
+
+    _sft, _trained, pristine, cfg, examples = sft_run
+    spread = spread_positions(examples[:1], k=2, pool=examples)
+    assert len(spread) == 2 and spread[0].docs != spread[1].docs
+    calls = []
+    real = CitationJudge.score_batch
+
+    def spy(self, items, answers):
+        scored = real(self, items, answers)
+        calls.append([(item["docs"][0]["text"], terms.permutation) for item, terms in zip(items, scored)])
+        return scored
+
+    monkeypatch.setattr(CitationJudge, "score_batch", spy)
+    cfg = cfg.replace(train={"batch_size": 2, "gradient_accumulation_steps": 1, "learning_rate": 0.05},
+                      reward={"num_generations": 2, "max_completion_length": 6, "agreement": 0.0,
+                              "faithfulness": 0.0})
+    run = train_reward(cfg, tmp_path / "reward", lm=copy.deepcopy(pristine), examples=spread, progress=False)
+    assert run.questions == 1 and run.n_prompts == 2 and run.generation_batch_size == 4
+    (batch,) = calls                                   # one generation batch: both orders, two answers each
+    assert len(batch) == 4 and len({first for first, _p in batch}) == 2
+    assert all(p is not None and 0.0 <= p <= 1.0 for _f, p in batch)
+    assert "frac_reward_zero_std" in run.curve[0]
 
 
 def test_citation_evaluation_counts_what_the_answers_cite(tiny_causal, monkeypatch):

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from mirage.checks import fail as _fail
 from mirage.checks import integer, number, paths, positive, probability, seed, setfield, string
@@ -93,6 +93,7 @@ class RewardSettings:
     agreement: float = 0.5
     faithfulness: float = 0.5
     format: float = 0.5
+    permutation: float = 0.5
     faithfulness_scale: float = 1.0
     beta: float = 0.04
     num_generations: int = 4
@@ -100,21 +101,22 @@ class RewardSettings:
     temperature: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("rage", "agreement", "faithfulness", "format", "beta"):
+        for name in (*self.TERMS, "beta"):
             setfield(self, f"reward.{name}", number, minimum=0)
-        if not any(getattr(self, name) for name in ("rage", "agreement", "faithfulness", "format")):
-            raise ConfigError("reward: every term weight (rage, agreement, faithfulness, format) is 0; give one a "
-                              "positive weight.")
+        if not any(getattr(self, name) for name in self.TERMS):
+            raise ConfigError(f"reward: every term weight ({', '.join(self.TERMS)}) is 0; give one a positive weight.")
         setfield(self, "reward.faithfulness_scale", positive)
         setfield(self, "reward.num_generations", integer, minimum=2)
         setfield(self, "reward.max_completion_length", integer, minimum=1)
         setfield(self, "reward.temperature", positive)
 
+    #: The reward's terms (:mod:`mirage.tune.reward`), each a weight field.
+    TERMS: ClassVar[tuple[str, ...]] = ("rage", "agreement", "faithfulness", "format", "permutation")
+
     @property
     def weights(self) -> dict[str, float]:
         """The term weights by term name."""
-        return {"rage": self.rage, "agreement": self.agreement, "faithfulness": self.faithfulness,
-                "format": self.format}
+        return {name: getattr(self, name) for name in self.TERMS}
 
 
 _SECTIONS = {"prompt": PromptConfig, "lora": LoraSettings, "train": TrainSettings, "reward": RewardSettings}

@@ -14,13 +14,23 @@ The starting point is the SFT adapter (``adapter``), trained further; the KL ref
 check run on the model the tuning started from. Without ``adapter`` a fresh LoRA adapter starts on the base model.
 Each prompt is mirage's inference prompt: for a chat model, the user message mirage builds (trl applies the same chat
 template), otherwise the plain prompt text.
+
+The reward's permutation term compares the answers to one question presented in other document orders, so those
+presentations must be judged in the same call: where the data has them (``mirage tune data --spread-positions K``),
+the rows go in question order, unshuffled, and each generation batch holds whole questions
+(:func:`permutation_batching`).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
+import os
+import random
 import time
+import warnings
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +44,10 @@ from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
 from mirage.runs.store import write_atomic
 from mirage.tune.adapters import apply_adapter, check_base, read_adapter_info, save_adapter
-from mirage.tune.config import TuneConfig
+from mirage.tune.config import RewardSettings, TuneConfig
 from mirage.tune.data import TrainingExample
 from mirage.tune.evaluate import judge_config
-from mirage.tune.reward import CitationJudge
+from mirage.tune.reward import CitationJudge, presentation_of
 from mirage.tune.sft import (
     check_run_dir,
     last_checkpoint,
@@ -69,6 +79,32 @@ def prompt_of(mirage: Mirage, example: TrainingExample) -> str | list[dict[str, 
     return [*system, {"role": "user", "content": content}]
 
 
+def presentation_groups(examples: Sequence[TrainingExample], *, seed: int = 0) -> list[list[int]]:
+    """The examples' indices grouped by question and documents (whatever their order: the presentations
+    :func:`mirage.tune.data.spread_positions` and :func:`~mirage.tune.data.shuffle_documents` make of one item), the
+    groups in a seeded shuffled order, each group's members in file order."""
+    groups: dict[Any, list[int]] = {}
+    for i, ex in enumerate(examples):
+        question, docs = presentation_of(ex.question, ex.docs)
+        groups.setdefault((question, frozenset(docs)), []).append(i)
+    out = list(groups.values())
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def permutation_batching(groups: Sequence[Sequence[int]], settings: RewardSettings, per_step: int
+                         ) -> tuple[list[int] | None, int | None]:
+    """How to feed the data so the permutation term has something to compare: the rows in group order and a
+    generation batch of whole groups (the most common group size ``g``: ``lcm(g * num_generations, per_step)``
+    answers, ``per_step`` the global batch size), or ``(None, None)`` (trl's shuffled order and batch) where the
+    term is weighted 0 or no question is presented in more than one order."""
+    sizes = Counter(len(g) for g in groups)
+    g = max(sizes, key=lambda n: (sizes[n], n)) if sizes else 1
+    if settings.permutation <= 0 or g < 2:
+        return None, None
+    return [i for group in groups for i in group], math.lcm(g * settings.num_generations, per_step)
+
+
 def reward_dataset(mirage: Mirage, examples: Sequence[TrainingExample]) -> datasets.Dataset:
     """The prompts with the columns the judge reads: ``question``, ``docs``, ``supporting``."""
     import datasets as hf_datasets
@@ -81,8 +117,11 @@ def reward_dataset(mirage: Mirage, examples: Sequence[TrainingExample]) -> datas
 @dataclass
 class RewardRun(JSONRecord):
     """What a ``train_reward`` run did: the adapter it wrote and the one it started from, its steps, the logged
-    curve (``reward``, ``reward_std``, ``kl``, ``loss`` per step), wall time, peak memory and the checkpoint it
-    resumed from."""
+    curve per step (``reward``; ``reward_std``, the spread of the rewards, and ``frac_reward_zero_std``, the share
+    of prompts whose answers all got the same reward and so teach nothing; ``kl``, ``loss``), wall time, peak
+    memory and the checkpoint it resumed from; ``questions``: the distinct questions among the prompts (each
+    presented in one or more document orders), ``generation_batch_size``: the answers sampled and judged together
+    (whole questions' presentations when the permutation term applies)."""
 
     output_dir: str
     adapter_dir: str
@@ -97,10 +136,12 @@ class RewardRun(JSONRecord):
     resumed_from: str | None
     config: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
+    questions: int | None = None
+    generation_batch_size: int | None = None
 
 
 def _curve(log_history: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
-    keys = ("step", "reward", "reward_std", "kl", "loss", "completions/mean_length")
+    keys = ("step", "reward", "reward_std", "frac_reward_zero_std", "kl", "loss", "completions/mean_length")
     return [{k.split("/")[-1]: float(entry[k]) for k in keys if entry.get(k) is not None}
             for entry in log_history if "reward" in entry]
 
@@ -132,15 +173,24 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
         check_base(read_adapter_info(cfg.adapter), lm, cfg.adapter)
         start = apply_adapter(start, cfg.adapter, merge=True)
     judge = CitationJudge(Mirage(start, config=mirage_cfg), reward, config=judge_config(mirage_cfg, lm.name))
-    dataset = reward_dataset(Mirage(lm, config=mirage_cfg), examples)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    groups = presentation_groups(examples, seed=cfg.train.seed)
+    order, generation_batch = permutation_batching(groups, reward, cfg.train.batch_size * world)
+    if reward.permutation > 0 and order is None:
+        warnings.warn("reward.permutation: no question of the data is presented in more than one document order "
+                      "(build it with mirage tune data --spread-positions K), so the term never applies.",
+                      stacklevel=2)
+    dataset = reward_dataset(Mirage(lm, config=mirage_cfg), examples if order is None else
+                             [examples[i] for i in order])
     transformers.set_seed(cfg.train.seed)
     if cfg.adapter:
         model = PeftModel.from_pretrained(lm.model, cfg.adapter, is_trainable=True)
     else:
         model = get_peft_model(lm.model, lora_config(cfg))
+    batching = {} if order is None else {"shuffle_dataset": False, "generation_batch_size": generation_batch}
     args = GRPOConfig(**trainer_arguments(cfg, out, lm, progress=progress), beta=reward.beta,
                       num_generations=reward.num_generations, max_completion_length=reward.max_completion_length,
-                      temperature=reward.temperature)
+                      temperature=reward.temperature, **batching)
     trainer = GRPOTrainer(model=model, reward_funcs=judge, args=args, train_dataset=dataset,
                           processing_class=copy.deepcopy(lm.tokenizer))
     if not progress:
@@ -155,6 +205,7 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
     save_adapter(model, adapter_dir, base_name=lm.name, prompt=cfg.prompt, stage="reward", training=training)
     run = RewardRun(output_dir=str(out), adapter_dir=str(adapter_dir), start_adapter=cfg.adapter, base_model=lm.name,
                     n_prompts=len(dataset), skipped=bad, steps=trainer.state.global_step,
+                    questions=len(groups), generation_batch_size=args.generation_batch_size,
                     curve=_curve(trainer.state.log_history), runtime_s=round(runtime, 2), peak_rss_mb=peak_rss_mb(),
                     resumed_from=resume, config=cfg.to_dict(), versions=library_versions())
     write_atomic(out / RESULT_FILE, json.dumps(run.to_dict(), indent=1) + "\n")

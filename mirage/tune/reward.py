@@ -13,6 +13,12 @@ Four terms, each in [0, 1], combined by the weights of :class:`~mirage.tune.conf
   ``1 - exp(-max(0, drop) / scale)``; an uncited sentence scores 0 (:func:`faithfulness_score`).
 - ``format``: the share of sentences that cite at least one document, times the share of cited ids that name an
   existing document (:func:`format_score`).
+- ``permutation``: do the citations move with the documents? Among the answers scored together (trl scores a whole
+  generation batch in one call), those to the same question and documents presented in another order: the mean
+  Jaccard index of the documents this answer cites and those each of them cites, documents compared by content,
+  not number (:func:`permutation_scores`). A positional citer (``[1]`` whatever stands first) scores low, an answer
+  citing the same passage wherever it stands scores 1. None where no other order of the question was scored in the
+  same call (:meth:`CitationJudge.score` alone never has one).
 
 The reward is the weighted mean of the terms that apply (:func:`combine`): a term that is None (no labels) or
 weighted 0 is left out and the others' weights renormalised. An answer that is empty once its marks are removed
@@ -41,7 +47,38 @@ if TYPE_CHECKING:
     from mirage.pipeline import Mirage
 
 #: The reward's terms, in the order of the config's weights.
-TERMS = ("rage", "agreement", "faithfulness", "format")
+TERMS = RewardSettings.TERMS
+
+#: A presentation of a question: its text and its documents' contents in the order shown.
+Presentation = tuple[str, tuple[str, ...]]
+
+
+def presentation_of(question: str, docs: Sequence[Mapping[str, str]]) -> Presentation:
+    """The question and its documents' contents (title and text) in the order they are shown."""
+    return question, tuple(f"{d.get('title', '')}\n{d.get('text', '')}" for d in docs)
+
+
+def permutation_scores(presentations: Sequence[Presentation], cited: Sequence[Iterable[int]]) -> list[float | None]:
+    """Per answer ``i``: the mean over the answers ``j`` to the same question and the same documents in another
+    order of the Jaccard index of the documents they cite, compared by content (``cited[i]``: 1-based numbers into
+    ``presentations[i]``'s documents; 1 when both cite nothing); None where no such ``j`` exists. Numbers beyond
+    the documents are ignored (the format term counts them)."""
+    def cited_docs(i: int) -> frozenset[str]:
+        docs = presentations[i][1]
+        return frozenset(docs[n - 1] for n in cited[i] if 1 <= n <= len(docs))
+
+    sets = [cited_docs(i) for i in range(len(presentations))]
+    groups: dict[tuple[str, frozenset[str]], list[int]] = {}
+    for i, (question, docs) in enumerate(presentations):
+        groups.setdefault((question, frozenset(docs)), []).append(i)
+    out: list[float | None] = [None] * len(presentations)
+    for members in groups.values():
+        for i in members:
+            others = [j for j in members if presentations[j][1] != presentations[i][1]]
+            if others:
+                out[i] = sum(1.0 if not sets[i] | sets[j] else len(sets[i] & sets[j]) / len(sets[i] | sets[j])
+                             for j in others) / len(others)
+    return out
 
 
 def rage_score(cited: Iterable[int], supporting: Iterable[int] | None) -> float | None:
@@ -115,6 +152,11 @@ class RewardTerms(JSONRecord):
     self_citations: list[list[int]] = field(default_factory=list)
     mirage_citations: list[list[int]] | None = None
     error: str | None = None
+    permutation: float | None = None
+
+    def terms(self) -> dict[str, float | None]:
+        """The terms by name (:data:`TERMS`)."""
+        return {name: getattr(self, name) for name in TERMS}
 
 
 class CitationJudge:
@@ -167,15 +209,24 @@ class CitationJudge:
         return RewardTerms(**terms, total=combine(terms, weights), self_citations=self_citations,
                            mirage_citations=mirage_citations, error=error)
 
+    def score_batch(self, items: Sequence[Mapping[str, Any]], answers: Sequence[str]) -> list[RewardTerms]:
+        """:meth:`score` of each answer, with the ``permutation`` term computed across the batch
+        (:func:`permutation_scores`; weighted 0, it is not computed) and each total recombined with it."""
+        scored = [self.score(item, answer) for item, answer in zip(items, answers)]
+        if self.settings.weights["permutation"] > 0:
+            presentations = [presentation_of(item["question"], item["docs"]) for item in items]
+            cited = [[d for ids in terms.self_citations for d in ids] for terms in scored]
+            for terms, value in zip(scored, permutation_scores(presentations, cited)):
+                terms.permutation = value
+                terms.total = combine(terms.terms(), self.settings.weights)
+        return scored
+
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], *, question: Sequence[str],
                  docs: Sequence[list[dict[str, str]]], supporting: Sequence[list[int] | None] | None = None,
                  **_: Any) -> list[float]:
-        """trl's reward-function interface: one reward per completion; the dataset's ``question``, ``docs`` and
-        ``supporting`` columns come as keyword lists, one entry per completion."""
-        rewards = []
-        for i, completion in enumerate(completions):
-            text = completion if isinstance(completion, str) else completion[-1]["content"]
-            item = {"question": question[i], "docs": docs[i],
-                    "supporting": supporting[i] if supporting is not None else None}
-            rewards.append(self.score(item, text).total)
-        return rewards
+        """trl's reward-function interface: one reward per completion (:meth:`score_batch`); the dataset's
+        ``question``, ``docs`` and ``supporting`` columns come as keyword lists, one entry per completion."""
+        texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+        items = [{"question": question[i], "docs": docs[i],
+                  "supporting": supporting[i] if supporting is not None else None} for i in range(len(texts))]
+        return [terms.total for terms in self.score_batch(items, texts)]

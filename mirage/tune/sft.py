@@ -147,13 +147,30 @@ def require_training_libraries() -> None:
                           "pip install 'mirage-rag[tune]' (or pip install trl peft).")
 
 
+#: Fields added to a tune config after runs were recorded without them, and the value that gives the behaviour of
+#: those runs (a run resumes under it): before the permutation term existed, the reward had none.
+_ADDED_FIELDS = {("reward", "permutation"): 0.0}
+
+
+def _run_settings(config: dict[str, Any], stage: str) -> dict[str, Any]:
+    """What a run's checkpoints depend on: the config without its device, and without the reward section for the
+    SFT stage (which never reads it); fields recorded before they existed get their old behaviour
+    (:data:`_ADDED_FIELDS`)."""
+    config = {k: v for k, v in config.items() if k != "device" and not (stage == "sft" and k == "reward")}
+    for (section, name), old in _ADDED_FIELDS.items():
+        if isinstance(config.get(section), dict) and name not in config[section]:
+            config[section] = {**config[section], name: old}
+    return {"stage": stage, "config": config}
+
+
 def check_run_dir(output_dir: Path, cfg: TuneConfig, stage: str) -> None:
     """Record the run's settings in ``DIR/run.json``, or refuse when the folder holds a run of other settings (its
     checkpoints would be resumed under the wrong ones)."""
-    settings = {"stage": stage, "config": {k: v for k, v in cfg.to_dict().items() if k not in ("device",)}}
+    settings = _run_settings(cfg.to_dict(), stage)
     path = output_dir / RUN_FILE
     if path.exists():
-        stored = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        stored = _run_settings(raw.get("config", {}), raw.get("stage"))
         if stored != settings:
             changed = sorted(k for k in set(stored.get("config", {})) | set(settings["config"])
                              if stored.get("config", {}).get(k) != settings["config"].get(k))
