@@ -115,6 +115,7 @@ def test_self_match_keeps_the_rows_the_model_reproduces(tmp_path, capsys):
     page = (out / "README.md").read_text()  # the folder still gets its page, from self_match.json
     assert "# Self-match check: smollm2-135m-instruct" in page and "| test | all | 1 | 0 | 0.0 |" in page
     assert "--self-match" in json.loads((out / "provenance.json").read_text())["command"]
+    assert "## Command" in page and "--self-match" in page.split("## Command", 1)[1]
 
     own = tmp_path / "own.jsonl"
     own.write_text(json.dumps({**row, "prediction_en": record["generated"]}) + "\n")

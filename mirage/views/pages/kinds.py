@@ -673,7 +673,7 @@ def _self_match_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) 
                 ["## Rows kept\n\n" + _self_match_table(data),
                  settings_section({k: v for k, v in data.items() if k not in ("test", "calibration")}),
                  data_section(run_dir, [*_as_list(data.get("data")), *_as_list(data.get("calibrate_on"))]),
-                 *tail(run_dir)])
+                 command_section(run_dir), *tail(run_dir)])
 
 
 #: The built-in kinds, in the order they are tried (the benchmark-JSON folder last: it takes any JSON).
