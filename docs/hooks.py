@@ -471,7 +471,8 @@ def headline_table(link_prefix: str = "benchmarks/results/") -> str:
 def compare_table(rel: str) -> str:
     """Runs side by side (``benchmarks/compare_xor_runs.py``'s JSON): per run and setting, what the run changed,
     F1, balanced accuracy, ROC-AUC and agreement, each with its change from the first run, and the paired bootstrap's
-    95 % interval of the pooled changes where the runs wrote ``pairs.jsonl``."""
+    95 % interval of the pooled changes where the runs wrote ``pairs.jsonl``; settings the runs did not compute are
+    left out."""
     data = _read(rel)
     fields = ("std_kind", "threshold_floor", "cci_target", "context", "calibrate_by", "prompt")
     base = {f: data["rows"][0].get(f) for f in fields}
@@ -492,6 +493,8 @@ def compare_table(rel: str) -> str:
             "pooled F1 change [95 %]", "pooled bal. acc. change [95 %]")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in data["rows"]:
+        if all(row.get(m) is None for m in ("f1", "balanced_accuracy", "roc_auc", "agreement")):
+            continue  # a setting the runs did not compute (--settings ex)
         lines.append("| " + " | ".join([row["run"], changed(row), row["setting"],
                                          *(with_change(row, m) for m in ("f1", "balanced_accuracy", "roc_auc",
                                                                          "agreement")),
