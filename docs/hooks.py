@@ -504,18 +504,13 @@ def compare_table(rel: str) -> str:
 
 def self_match_table(rel: str) -> str:
     """The self-match checks below ``rel`` (each run folder's ``self_match.json``, ``mirage score xor-attriqa
-    --self-match``): per model, prompt and data, the test rows checked and kept."""
-    rows = []
-    for path in sorted((RESULTS / rel).glob("*/self_match.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
-        names = ", ".join(map(str, data.get("data") or [])) or "–"
-        total = (data.get("test") or {}).get("all", {})
-        langs = ", ".join(f"{lang} {c['kept']}/{c['rows']}" for lang, c in (data.get("test") or {}).items()
-                          if lang != "all")
-        folder = path.parent.relative_to(RESULTS).as_posix()
-        rows.append([f"[`{path.parent.name}`]({RESULTS_URI}/{folder}/README.md)", data.get("model"),
-                     (data.get("prompt") or {}).get("name"), names, total.get("rows"), total.get("kept"), langs])
-    return (table(["run", "model", "prompt", "data", "rows", "kept", "kept per language"], rows)
+    --self-match``): per model, prompt and data, the test rows checked and kept (the folder page's table)."""
+    from mirage.views.pages.kinds import self_match_overview
+
+    def link(run: Path) -> str:
+        return f"{RESULTS_URI}/{run.relative_to(RESULTS).as_posix()}/README.md"
+
+    return (self_match_overview(RESULTS / rel, link)
             + f"\n\nFrom the `self_match.json` of each folder in {_source(rel)}.")
 
 

@@ -47,6 +47,8 @@ def test_folders_are_told_apart_by_their_results():
                      "tune_smollm2_sft": "tune", "gpu": "benchmark-json"}
     assert page_kind(RESULTS / "bias_smollm2_protocol" / "sweep_k") == "bias-sweep"
     assert page_kind(RESULTS / "bias_smollm2_hai" / "prompts") is None
+    assert page_kind(RESULTS / "self_match") == "self-match-checks"  # folders of checks that kept nothing
+    assert page_kind(RESULTS / "self_match" / "smollm2-135m-instruct_val") == "self-match"
 
 
 def test_documents_cited_counts_answers_per_document_and_per_set_size():

@@ -661,6 +661,33 @@ def _self_match_table(counts: Mapping[str, Any]) -> str:
     return md_table(["split", "language", "rows", "kept", "kept %"], rows)
 
 
+def self_match_overview(folder: Path, link: Callable[[Path], str]) -> str:
+    """Every self-match check in ``folder``'s run folders (their ``self_match.json``), one row each: the run (linked
+    by ``link(run_folder)``), model, prompt, data, test rows checked and kept, and per language."""
+    rows = []
+    for path in sorted(folder.glob("*/self_match.json")):
+        data = read_json(path)
+        test = data.get("test") or {}
+        total = test.get("all", {})
+        langs = ", ".join(f"{lang} {c['kept']}/{c['rows']}" for lang, c in test.items() if lang != "all")
+        rows.append((f"[`{path.parent.name}`]({link(path.parent)})", data.get("model"),
+                     (data.get("prompt") or {}).get("name"), ", ".join(_as_list(data.get("data"))) or "–",
+                     total.get("rows"), total.get("kept"), langs))
+    return md_table(["run", "model", "prompt", "data", "rows", "kept", "kept per language"], rows)
+
+
+def _has_self_match_checks(run_dir: Path) -> bool:
+    return not (run_dir / "self_match.json").is_file() and any(run_dir.glob("*/self_match.json"))
+
+
+def _self_match_checks_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    return page("Self-match checks",
+                "Each run folder below ran `mirage score xor-attriqa --self-match` (the paper's Algorithm 1) on one "
+                "split: the test rows whose annotated answer the scoring model generated itself, kept to be scored.",
+                ["## Rows kept\n\n" + self_match_overview(run_dir, lambda d: f"{d.name}/README.md"),
+                 *tail(run_dir)])
+
+
 def _self_match_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
     from mirage.scoring.benchmarks import SELF_MATCH_FILE
 
@@ -692,6 +719,7 @@ BUILTIN: tuple[PageKind, ...] = (
     PageKind("bench-scale", _is_scale, lambda d: _as_list(((_results(d) or {}).get("settings") or {}).get("docs")),
              _scale_render),
     PageKind("tune-follow", lambda d: bool(_follow_files(d)), _none, _follow_render),
+    PageKind("self-match-checks", _has_self_match_checks, _none, _self_match_checks_render),
     PageKind("self-match", lambda d: (d / "self_match.json").is_file() and not (d / RESULTS).is_file(),
              lambda d: [*_as_list(read_json(d / "self_match.json").get("data")),
                         *_as_list(read_json(d / "self_match.json").get("calibrate_on"))], _self_match_render),
