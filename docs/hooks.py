@@ -511,7 +511,7 @@ def self_match_table(rel: str) -> str:
         return f"{RESULTS_URI}/{run.relative_to(RESULTS).as_posix()}/README.md"
 
     return (self_match_overview(RESULTS / rel, link)
-            + f"\n\nFrom the `self_match.json` of each folder in {_source(rel)}.")
+            + f"\n\nFrom the `self_match.json` of each folder in [`{rel}`]({RESULTS_URI}/{rel}/README.md).")
 
 
 # ------------------------------------------------------------------------------------------------------ the notebooks
