@@ -111,7 +111,7 @@ def test_self_match_keeps_the_rows_the_model_reproduces(tmp_path, capsys):
     counts = json.loads((out / "self_match.json").read_text())
     assert counts["test"]["all"] == {"rows": 1, "kept": 0} and counts["calibration"] is None
     assert counts["model"] == "smollm2-135m-instruct" and counts["generation"]["do_sample"] is False
-    assert counts["data"] == [data_label(XOR_VAL)] and counts["calibrate_on"] is None
+    assert counts["data"] == [data_label(XOR_VAL)] and counts["calibrate_on"] is None and counts["text"] == "en"
     page = (out / "README.md").read_text()  # the folder still gets its page, from self_match.json
     assert "# Self-match check: smollm2-135m-instruct" in page and "| test | all | 1 | 0 | 0.0 |" in page
     assert "--self-match" in json.loads((out / "provenance.json").read_text())["command"]

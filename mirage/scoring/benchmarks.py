@@ -304,7 +304,8 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     cal = concat_data(load(p) for p in cal_files) if cal_files else None
     match = None
     if options.self_match:
-        labels = {"data": [data_label(p) for p in data], "calibrate_on": [data_label(p) for p in cal_files] or None}
+        labels = {"text": text, "data": [data_label(p) for p in data],
+                  "calibrate_on": [data_label(p) for p in cal_files] or None}
         test, cal, match = _self_match(model, test, cal, out=out, model_name=model_name, cfg=cfg, labels=labels,
                                        progress=progress)
     by_key = {item.key: item for item in test.items}

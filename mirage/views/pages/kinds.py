@@ -663,17 +663,17 @@ def _self_match_table(counts: Mapping[str, Any]) -> str:
 
 def self_match_overview(folder: Path, link: Callable[[Path], str]) -> str:
     """Every self-match check in ``folder``'s run folders (their ``self_match.json``), one row each: the run (linked
-    by ``link(run_folder)``), model, prompt, data, test rows checked and kept, and per language."""
+    by ``link(run_folder)``), model, text view, prompt, data, test rows checked and kept, and per language."""
     rows = []
     for path in sorted(folder.glob("*/self_match.json")):
         data = read_json(path)
         test = data.get("test") or {}
         total = test.get("all", {})
         langs = ", ".join(f"{lang} {c['kept']}/{c['rows']}" for lang, c in test.items() if lang != "all")
-        rows.append((f"[`{path.parent.name}`]({link(path.parent)})", data.get("model"),
+        rows.append((f"[`{path.parent.name}`]({link(path.parent)})", data.get("model"), data.get("text", "–"),
                      (data.get("prompt") or {}).get("name"), ", ".join(_as_list(data.get("data"))) or "–",
                      total.get("rows"), total.get("kept"), langs))
-    return md_table(["run", "model", "prompt", "data", "rows", "kept", "kept per language"], rows)
+    return md_table(["run", "model", "text", "prompt", "data", "rows", "kept", "kept per language"], rows)
 
 
 def _has_self_match_checks(run_dir: Path) -> bool:
