@@ -410,8 +410,8 @@ def test_reward_settings_are_checked():
         RewardSettings(num_generations=1)
 
 
-def test_the_permutation_term_pays_for_citing_the_same_passage_wherever_it_stands():
-    from mirage.tune.reward import permutation_scores, presentation_of
+def test_the_permutation_term_pays_for_citing_the_same_passage_wherever_it_stands(tiny_causal):
+    from mirage.tune.reward import CitationJudge, permutation_scores, presentation_of
 
     a, b, c = ({"title": t, "text": f"{t} text"} for t in "ABC")
     first = presentation_of("q", [a, b, c])
@@ -429,6 +429,16 @@ def test_the_permutation_term_pays_for_citing_the_same_passage_wherever_it_stand
     assert scores[4] is None                                         # no other presentation of its question
     assert permutation_scores([first, moved], [[], []]) == [1.0, 1.0]  # both cite nothing: consistent
     assert permutation_scores([first, moved], [[9], [1]]) == [0.0, 0.0]  # a missing document cites nothing
+    # in the judge, an empty answer scores 0 here too, however consistent its (absent) citations
+    judge = CitationJudge(Mirage(tiny_causal), RewardSettings(agreement=0.0, faithfulness=0.0))  # no model pass
+    docs = [a, b, c]
+    items = [{"question": "q", "docs": docs, "supporting": None}, {"question": "q", "docs": [b, a, c],
+                                                                     "supporting": None}]
+    empty, cited_a = judge.score_batch(items, ["[1]", "Paris [2]."])
+    assert empty.permutation == 0.0 and empty.total == 0.0
+    assert cited_a.permutation == 0.0 and cited_a.format == 1.0  # A against an answer citing nothing
+    both = judge.score_batch(items, ["Paris [1].", "Paris [2]."])
+    assert [t.permutation for t in both] == [1.0, 1.0] and both[0].total == pytest.approx((1.0 * .5 + 1.0 * .5) / 1.0)
 
 
 def test_reward_batches_hold_every_presentation_of_a_question():

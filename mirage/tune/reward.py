@@ -1,6 +1,6 @@
 """The reward of a sampled answer for the citation-tuning reward stage, with mirage as the judge.
 
-Four terms, each in [0, 1], combined by the weights of :class:`~mirage.tune.config.RewardSettings`:
+Five terms, each in [0, 1], combined by the weights of :class:`~mirage.tune.config.RewardSettings`:
 
 - ``rage``: RAGE's (citation precision + citation recall) / 2 of the answer's cited documents (the union over its
   sentences) against the documents human annotators marked as supporting it (:func:`rage_score`; precision and
@@ -216,8 +216,10 @@ class CitationJudge:
         if self.settings.weights["permutation"] > 0:
             presentations = [presentation_of(item["question"], item["docs"]) for item in items]
             cited = [[d for ids in terms.self_citations for d in ids] for terms in scored]
-            for terms, value in zip(scored, permutation_scores(presentations, cited)):
-                terms.permutation = value
+            values = permutation_scores(presentations, cited)
+            for terms, value, item, answer in zip(scored, values, items, answers):
+                empty = not parse_answer(answer, len(item["docs"])).text.strip()
+                terms.permutation = 0.0 if empty else value  # an empty answer scores 0 on every term
                 terms.total = combine(terms.terms(), self.settings.weights)
         return scored
 
