@@ -184,7 +184,7 @@ def test_batched_scoring_takes_every_gradient_from_one_batched_graph(embedded_mi
     import mirage.attribution.token_scores as ts
     from mirage.attribution import cci
 
-    monkeypatch.setattr(cci, "_free_memory_bytes", lambda device: free_bytes)
+    monkeypatch.setattr(cci, "free_memory", lambda device: free_bytes)
 
     calls = []  # (targets, items) of each vmapped backward pass; unbatched ones as (None, None)
     real = torch.autograd.grad

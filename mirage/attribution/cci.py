@@ -32,7 +32,6 @@ Shapes: result scores ``[n_selected, n_context]``.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -47,6 +46,7 @@ from mirage.attribution.forward import (
     backward_row_bytes,
     budget_room,
     embed,
+    free_memory,
     frozen_parameters,
     graph_bytes,
     graph_from_embeds,
@@ -131,16 +131,6 @@ class CCIScores:
     scores: tuple[tuple[float, ...], ...]
 
 
-def _free_memory_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-        return int(free)
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 4 * 2**30
-
-
 def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int, rows: int = 1, *, whole_graph: bool = False) -> int:
     """Targets per backward pass that fit in about half the free memory (estimate of activations per row; ``rows``:
     the sequences of ``seq_len`` positions in the graph). Under a memory budget (``lm.memory_budget``): as many as
@@ -156,7 +146,7 @@ def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int, rows: int = 1
     sizes = lm.sizes
     width = torch.finfo(lm.dtype).bits // 8
     per_row = rows * sizes.layers * seq_len * (24 * sizes.hidden * width + sizes.heads * seq_len * 4)
-    budget = _free_memory_bytes(lm.device) // 2
+    budget = free_memory(lm.device) // 2
     return max(1, min(n_targets, 64, budget // max(1, per_row)))
 
 
