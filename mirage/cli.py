@@ -339,6 +339,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _record_run(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    """A run folder (``-o DIR``) gets its provenance and results page."""
+    if isinstance(getattr(args, "output", None), str):
+        from mirage.views.pages import record_run
+
+        record_run(args.output, argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mirage`` command."""
     argv = sys.argv[1:] if argv is None else argv
@@ -349,16 +357,12 @@ def main(argv: list[str] | None = None) -> int:
         warnings.filterwarnings("default", module="mirage")
     try:
         status = args.func(args)
-        if status == 0 and isinstance(getattr(args, "output", None), str):  # a run folder gets its results page
-            from mirage.views.pages import record_run
-
-            record_run(args.output, argv)
+        if status == 0:
+            _record_run(args, argv)
         return status
     except (ConfigError, InputError, ModelLoadError, ShardError, StoreError) as err:
-        if isinstance(err, NothingToScore) and isinstance(getattr(args, "output", None), str):
-            from mirage.views.pages import record_run
-
-            record_run(args.output, argv)  # what the run found before it stopped gets its page
+        if isinstance(err, NothingToScore):
+            _record_run(args, argv)  # what the run found before it stopped gets its page
         print(f"mirage: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # the disk: full, read-only, not allowed (a store keeps what it wrote before)

@@ -302,10 +302,10 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
 
     test = concat_data(load(p) for p in data)
     cal = concat_data(load(p) for p in cal_files) if cal_files else None
+    labels = {"text": text, "data": [data_label(p) for p in data],
+              "calibrate_on": [data_label(p) for p in cal_files] or None}
     match = None
     if options.self_match:
-        labels = {"text": text, "data": [data_label(p) for p in data],
-                  "calibrate_on": [data_label(p) for p in cal_files] or None}
         test, cal, match = _self_match(model, test, cal, out=out, model_name=model_name, cfg=cfg, labels=labels,
                                        progress=progress)
     by_key = {item.key: item for item in test.items}
@@ -373,8 +373,7 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     scores, failed, faith = done
     bad = list(test.bad_rows) + (list(cal.bad_rows) if cal else []) + failed
     require_scored(out, data, sum(key in scores for key in by_key), list(test.bad_rows) + failed)
-    settings = {"model": model_name, "text": text, "data": [data_label(p) for p in data],
-                "calibrate_on": [data_label(p) for p in cal_files] or None, "calibrate_by": calibrate_by,
+    settings = {"model": model_name, **labels, "calibrate_by": calibrate_by,
                 "limit": limit, "group_passages": group_passages, "all_tokens": all_tokens, "signals": use_signals,
                 "groups": list(groups), "config": cfg.to_dict()}
     if match is not None:
@@ -421,9 +420,9 @@ def _self_match(model: Any, test: XorData, cal: XorData | None, *, out: Path, mo
     kept = counts["test"].get("all", {}).get("kept", 0)
     if not kept:
         rows = counts["test"].get("all", {}).get("rows", 0)
-        raise NothingToScore(f"self-match kept 0 of the {rows} test row(s): the model reproduced no annotated answer "
-                         f"(the counts are in {out / SELF_MATCH_FILE}, each generation in "
-                         f"{out / 'matches.jsonl'}); nothing to score.")
+        raise NothingToScore(f"self-match kept 0 of the {rows} test row(s): the model reproduced no annotated "
+                             f"answer (the counts are in {out / SELF_MATCH_FILE}, each generation in "
+                             f"{out / 'matches.jsonl'}); nothing to score.")
     test = XorData(items=tuple(self_matched(test.items, records[:n])), bad_rows=test.bad_rows)
     if cal is not None:
         cal = XorData(items=tuple(self_matched(cal.items, records[n:])), bad_rows=cal.bad_rows)

@@ -47,7 +47,7 @@ from mirage.tune.adapters import apply_adapter, check_base, read_adapter_info, s
 from mirage.tune.config import RewardSettings, TuneConfig
 from mirage.tune.data import TrainingExample
 from mirage.tune.evaluate import judge_config
-from mirage.tune.reward import CitationJudge, presentation_of
+from mirage.tune.reward import CitationJudge, presentation_of, question_key
 from mirage.tune.sft import (
     check_run_dir,
     last_checkpoint,
@@ -83,10 +83,9 @@ def presentation_groups(examples: Sequence[TrainingExample], *, seed: int = 0) -
     """The examples' indices grouped by question and documents (whatever their order: the presentations
     :func:`mirage.tune.data.spread_positions` and :func:`~mirage.tune.data.shuffle_documents` make of one item), the
     groups in a seeded shuffled order, each group's members in file order."""
-    groups: dict[Any, list[int]] = {}
+    groups: dict[tuple[str, frozenset[str]], list[int]] = {}
     for i, ex in enumerate(examples):
-        question, docs = presentation_of(ex.question, ex.docs)
-        groups.setdefault((question, frozenset(docs)), []).append(i)
+        groups.setdefault(question_key(presentation_of(ex.question, ex.docs)), []).append(i)
     out = list(groups.values())
     random.Random(seed).shuffle(out)
     return out

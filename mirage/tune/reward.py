@@ -58,6 +58,12 @@ def presentation_of(question: str, docs: Sequence[Mapping[str, str]]) -> Present
     return question, tuple(f"{d.get('title', '')}\n{d.get('text', '')}" for d in docs)
 
 
+def question_key(presentation: Presentation) -> tuple[str, frozenset[str]]:
+    """What the presentations of one question share, whatever the order of its documents."""
+    question, docs = presentation
+    return question, frozenset(docs)
+
+
 def permutation_scores(presentations: Sequence[Presentation], cited: Sequence[Iterable[int]]) -> list[float | None]:
     """Per answer ``i``: the mean over the answers ``j`` to the same question and the same documents in another
     order of the Jaccard index of the documents they cite, compared by content (``cited[i]``: 1-based numbers into
@@ -69,8 +75,8 @@ def permutation_scores(presentations: Sequence[Presentation], cited: Sequence[It
 
     sets = [cited_docs(i) for i in range(len(presentations))]
     groups: dict[tuple[str, frozenset[str]], list[int]] = {}
-    for i, (question, docs) in enumerate(presentations):
-        groups.setdefault((question, frozenset(docs)), []).append(i)
+    for i, presentation in enumerate(presentations):
+        groups.setdefault(question_key(presentation), []).append(i)
     out: list[float | None] = [None] * len(presentations)
     for members in groups.values():
         for i in members:

@@ -31,6 +31,8 @@ from mirage.views.pages.core import (
 )
 
 RESULTS = "results.json"
+#: A self-match check's counts (``mirage.scoring.benchmarks.SELF_MATCH_FILE``).
+SELF_MATCH = "self_match.json"
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,7 @@ def _eli5_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
     return page(f"ELI5 (ALCE): {s.get('model')}", "Self-citations beside MIRAGE's citations. Written by "
                 "`mirage score eli5` (`results.json`).",
                 ["## Tables\n\n" + "\n\n".join(tables), plots_section(run_dir),
-                 settings_section({k: v for k, v in s.items() if k not in ("config", "self_match")}),
+                 settings_section({k: v for k, v in s.items() if k != "config"}),
                  settings_section(s.get("config", {}), "Pipeline"), data_section(run_dir, _eli5_data(run_dir)),
                  versions_section(report.versions), command_section(run_dir, _eli5_command(s)), *tail(run_dir)])
 
@@ -665,7 +667,7 @@ def self_match_overview(folder: Path, link: Callable[[Path], str]) -> str:
     """Every self-match check in ``folder``'s run folders (their ``self_match.json``), one row each: the run (linked
     by ``link(run_folder)``), model, text view, prompt, data, test rows checked and kept, and per language."""
     rows = []
-    for path in sorted(folder.glob("*/self_match.json")):
+    for path in sorted(folder.glob(f"*/{SELF_MATCH}")):
         data = read_json(path)
         test = data.get("test") or {}
         total = test.get("all", {})
@@ -677,7 +679,16 @@ def self_match_overview(folder: Path, link: Callable[[Path], str]) -> str:
 
 
 def _has_self_match_checks(run_dir: Path) -> bool:
-    return not (run_dir / "self_match.json").is_file() and any(run_dir.glob("*/self_match.json"))
+    return not (run_dir / SELF_MATCH).is_file() and any(run_dir.glob(f"*/{SELF_MATCH}"))
+
+
+def _is_self_match(run_dir: Path) -> bool:
+    return (run_dir / SELF_MATCH).is_file() and not (run_dir / RESULTS).is_file()
+
+
+def _self_match_data(run_dir: Path) -> list[str]:
+    data = read_json(run_dir / SELF_MATCH)
+    return [*_as_list(data.get("data")), *_as_list(data.get("calibrate_on"))]
 
 
 def _self_match_checks_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
@@ -689,9 +700,7 @@ def _self_match_checks_render(run_dir: Path, tail: Callable[[Path], list[str | N
 
 
 def _self_match_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
-    from mirage.scoring.benchmarks import SELF_MATCH_FILE
-
-    data = read_json(run_dir / SELF_MATCH_FILE)
+    data = read_json(run_dir / SELF_MATCH)
     return page(f"Self-match check: {data.get('model')}",
                 "The paper's Algorithm 1 (`mirage score xor-attriqa --self-match`): the scoring model generates each "
                 "answer with the scoring prompt, and a row is kept where its generation is the annotated answer "
@@ -699,8 +708,7 @@ def _self_match_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) 
                 "each generation is in `matches.jsonl`.",
                 ["## Rows kept\n\n" + _self_match_table(data),
                  settings_section({k: v for k, v in data.items() if k not in ("test", "calibration")}),
-                 data_section(run_dir, [*_as_list(data.get("data")), *_as_list(data.get("calibrate_on"))]),
-                 command_section(run_dir), *tail(run_dir)])
+                 data_section(run_dir, _self_match_data(run_dir)), command_section(run_dir), *tail(run_dir)])
 
 
 #: The built-in kinds, in the order they are tried (the benchmark-JSON folder last: it takes any JSON).
@@ -720,9 +728,7 @@ BUILTIN: tuple[PageKind, ...] = (
              _scale_render),
     PageKind("tune-follow", lambda d: bool(_follow_files(d)), _none, _follow_render),
     PageKind("self-match-checks", _has_self_match_checks, _none, _self_match_checks_render),
-    PageKind("self-match", lambda d: (d / "self_match.json").is_file() and not (d / RESULTS).is_file(),
-             lambda d: [*_as_list(read_json(d / "self_match.json").get("data")),
-                        *_as_list(read_json(d / "self_match.json").get("calibrate_on"))], _self_match_render),
+    PageKind("self-match", _is_self_match, _self_match_data, _self_match_render),
     PageKind("benchmark-json", _is_bench, _none, _bench_render),
 )
 
