@@ -295,10 +295,15 @@ def test_one_sft_step_runs_end_to_end(sft_run):
 def test_the_adapter_round_trips_with_the_same_logits(sft_run, real_tokenizer):
     from mirage.tune.adapters import apply_adapter, read_adapter_info
 
-    run, trained, pristine, _cfg, _ = sft_run
+    run, trained, pristine, _cfg, examples = sft_run
     info = read_adapter_info(run.adapter_dir)
     assert info.base_model == "tiny-causal" and info.stage == "sft" and info.prompt["name"] == "selfcitation"
     assert info.training["lora"]["r"] == 2
+    # the questions it saw, by question whatever their documents: what tune eval/follow leave out
+    from mirage.tune.data import question_digest
+
+    assert info.training["questions"] == sorted({question_digest(ex.question) for ex in examples})
+    assert len(info.training["questions"]) == 3
     ids = real_tokenizer("Document [1]: Paris is in France. Answer: Paris [1]")["input_ids"]
     expected = _logits(trained.model, ids)
     assert not torch.allclose(expected, _logits(pristine.model, ids), atol=1e-4)  # the step changed the model
@@ -568,6 +573,9 @@ def test_one_reward_step_runs_end_to_end_from_the_sft_adapter(sft_run, tmp_path)
     assert 0.0 <= logged["reward"] <= 1.0 and "kl" in logged
     info = read_adapter_info(run.adapter_dir)
     assert info.stage == "reward" and info.base_model == "tiny-causal"
+    # trained on one question, from an adapter trained on three: it has seen all three
+    assert info.training["questions"] == read_adapter_info(sft.adapter_dir).training["questions"]
+    assert len(info.training["questions"]) == 3
     assert not (Path(run.adapter_dir) / "ref").exists()              # trl's frozen reference is not saved
     ids = pristine.tokenizer("Answer: 1986 [1]")["input_ids"]
     after = _logits(apply_adapter(copy.deepcopy(pristine), run.adapter_dir).model, ids)
@@ -582,6 +590,7 @@ def test_one_reward_step_runs_end_to_end_from_the_sft_adapter(sft_run, tmp_path)
     step1 = read_adapter_info(saved)
     assert (step1.stage, step1.base_model, step1.training["steps"], step1.training["checkpoint"]) == (
         "reward", "tiny-causal", 1, "checkpoint-1")
+    assert "questions" not in step1.training  # its data was given in memory, not as files it could read again
     assert not (saved / "ref").exists()
     torch.testing.assert_close(_logits(apply_adapter(copy.deepcopy(pristine), saved).model, ids), after)
     with pytest.raises(AdapterError, match="not a checkpoint of a mirage tune run"):

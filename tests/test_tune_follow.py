@@ -170,3 +170,28 @@ def test_tune_data_spread_positions_command(tmp_path):
     assert rows and len(rows) % 3 == 0
     assert all(len(r["docs"]) == 3 for r in rows)
     assert {r["supporting"][0] for r in rows} == {1, 2, 3}
+
+
+@pytest.mark.slow
+def test_eval_leaves_out_the_questions_the_adapter_was_trained_on(tmp_path, one_thread):
+    """An adapter records the questions it saw (mirage-adapter.json's training.questions): tune eval and follow
+    leave them out, so a model is never judged on its training questions. Here a copy of the shipped adapter is
+    told it saw the slice's first two questions (with other documents, as spread training data presents them)."""
+    import shutil
+
+    from mirage.tune.data import question_digest
+
+    rows = xor_examples(VAL, for_evaluation=True)[0]
+    adapter = tmp_path / "adapter"
+    shutil.copytree(ADAPTER, adapter)
+    info = json.loads((adapter / "mirage-adapter.json").read_text())
+    info["training"]["questions"] = [question_digest(ex.question) for ex in rows[:2]]
+    (adapter / "mirage-adapter.json").write_text(json.dumps(info))
+    out = tmp_path / "eval.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "mirage", "tune", "eval", str(VAL), "--adapter", str(adapter), "--max-new-tokens", "2",
+         "--quiet", "-o", str(out)], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert run.returncode == 0, run.stderr
+    assert f"2 of {len(rows)} rows ask a question of the training data (the adapter's)" in run.stderr
+    answered = [json.loads(line)["id"] for line in out.with_name("eval.answers.jsonl").read_text().splitlines()]
+    assert answered == [ex.id for ex in rows[2:]]

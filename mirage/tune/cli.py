@@ -180,23 +180,37 @@ def _eval_mirage(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _eval_examples(args: argparse.Namespace, *, usable: Callable[[list[TrainingExample]], list[TrainingExample]]
-                   | None = None) -> list[TrainingExample]:
+                   | None = None, announce: bool = True) -> list[TrainingExample]:
     """The XOR-AttriQA rows ``tune eval`` and ``tune follow`` answer: each file's (``--limit-each``), less the rows
-    of the ``--exclude`` training sets, then (of those ``usable`` keeps) the first ``--limit``."""
-    from mirage.tune.data import read_examples, xor_examples
+    whose question the model was trained on (the questions ``--adapter`` records, and those of the ``--exclude``
+    training sets, with any documents in any order), then (of those ``usable`` keeps) the first ``--limit``."""
+    from mirage.tune.adapters import read_adapter_info
+    from mirage.tune.data import question_digest, read_examples, xor_examples
 
     examples = []
     for path in resolve_all(args.data):
         found, skipped, _ = xor_examples(path, text=args.text, for_evaluation=True)
         examples += found[: args.limit_each] if args.limit_each is not None else found
         _print_bad([str(b) for b in skipped])
-    if args.exclude:
-        trained = set()
-        for path in args.exclude:
-            trained |= {_item_key(ex) for ex in read_examples(path)[0]}
+    trained: set[str] = set()
+    sources = []
+    if getattr(args, "adapter", None):
+        recorded = read_adapter_info(args.adapter).training.get("questions")
+        if recorded is not None:
+            trained |= set(recorded)
+            sources.append("the adapter's")
+        elif announce:
+            print(f"{args.adapter} records no training questions (saved before mirage recorded them): rows it was "
+                  "trained on are left out only through --exclude.", file=sys.stderr)
+    for path in args.exclude or []:
+        trained |= {question_digest(ex.question) for ex in read_examples(path)[0]}
+        sources.append(str(path))
+    if sources:
         n_before = len(examples)
-        examples = [ex for ex in examples if _item_key(ex) not in trained]
-        print(f"{n_before - len(examples)} of {n_before} rows are in the training set(s) and left out.", file=sys.stderr)
+        examples = [ex for ex in examples if question_digest(ex.question) not in trained]
+        if announce:
+            print(f"{n_before - len(examples)} of {n_before} rows ask a question of the training data "
+                  f"({', '.join(sources)}) and are left out.", file=sys.stderr)
     if usable is not None:
         examples = usable(examples)
     if args.limit is not None:
@@ -228,7 +242,7 @@ def cmd_follow(args: argparse.Namespace) -> int:
 
     _require_peft(args)
     examples = _eval_examples(args, usable=single_supporting)
-    pool = _eval_examples(argparse.Namespace(**{**vars(args), "limit": None}))  # fillers: every row read
+    pool = _eval_examples(argparse.Namespace(**{**vars(args), "limit": None}), announce=False)  # fillers
     mirage, base = _eval_mirage(args)
     judge = judge_config(mirage.config, base) if args.judge else None
     out = Path(args.output)
@@ -276,11 +290,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _item_key(example: TrainingExample) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """What the model sees of an item: its question and documents."""
-    return example.question, tuple((d.get("title", ""), d["text"]) for d in example.docs)
-
-
 def _add_eval_args(ev: argparse.ArgumentParser) -> None:
     """The arguments ``tune eval`` and ``tune follow`` share: the rows, the model, the answers."""
     ev.add_argument("data", nargs="+", help="XOR-AttriQA JSONL files")
@@ -290,7 +299,8 @@ def _add_eval_args(ev: argparse.ArgumentParser) -> None:
     ev.add_argument("--text", choices=["en", "native"], default="en", help="XOR-AttriQA text view (default en)")
     ev.add_argument("--max-new-tokens", type=positive_int, default=48, help="answer length (48)")
     ev.add_argument("--exclude", nargs="+", metavar="FILE",
-                    help="training set(s): rows whose question and documents are in them are left out")
+                    help="training set(s): rows whose question is in them (with any documents) are left out, as "
+                         "are the questions --adapter records it was trained on")
     ev.add_argument("--limit", type=non_negative_int, help="only the first N rows (after --exclude)")
     ev.add_argument("--limit-each", type=non_negative_int, metavar="N", help="only the first N rows of each file")
     ev.add_argument("--judge", action="store_true",

@@ -104,6 +104,19 @@ class BuildReport(JSONRecord):
 # -- refusing the evaluation ------------------------------------------------------------------------------------------
 
 
+def question_digest(question: str) -> str:
+    """The key of a question, whatever its documents or their order: :func:`~mirage.runs.store.content_key` of its
+    whitespace-normalised text. An adapter records the keys of the questions it was trained on
+    (:func:`trained_questions`), and ``mirage tune eval``/``follow`` leave those questions out."""
+    return content_key(" ".join(question.split()))
+
+
+def trained_questions(examples: Iterable[TrainingExample], earlier: Iterable[str] = ()) -> list[str]:
+    """The sorted :func:`question_digest` of every question in ``examples`` and of ``earlier`` (the keys an adapter
+    trained further was already trained on)."""
+    return sorted({question_digest(ex.question) for ex in examples} | set(earlier))
+
+
 def split_name(path: str | Path) -> str:
     """The split a data file holds, as :func:`mirage.scoring.xor_attriqa.load_xor_attriqa` names it (the file name
     up to its first dot)."""

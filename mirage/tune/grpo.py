@@ -45,11 +45,12 @@ from mirage.pipeline import Mirage
 from mirage.runs.store import write_atomic
 from mirage.tune.adapters import apply_adapter, check_base, read_adapter_info, save_adapter
 from mirage.tune.config import RewardSettings, TuneConfig
-from mirage.tune.data import TrainingExample
+from mirage.tune.data import TrainingExample, trained_questions
 from mirage.tune.evaluate import judge_config
 from mirage.tune.reward import CitationJudge, presentation_of, question_key
 from mirage.tune.sft import (
     check_run_dir,
+    earlier_questions,
     last_checkpoint,
     lora_config,
     peak_rss_mb,
@@ -200,7 +201,8 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
     runtime = time.perf_counter() - t0
     model.eval()
     adapter_dir = out / "adapter"
-    training = {**cfg.to_dict(), "prompts": len(dataset), "steps": trainer.state.global_step}
+    training = {**cfg.to_dict(), "prompts": len(dataset), "steps": trainer.state.global_step,
+                "questions": trained_questions(examples, earlier_questions(cfg))}
     save_adapter(model, adapter_dir, base_name=lm.name, prompt=cfg.prompt, stage="reward", training=training)
     run = RewardRun(output_dir=str(out), adapter_dir=str(adapter_dir), start_adapter=cfg.adapter, base_model=lm.name,
                     n_prompts=len(dataset), skipped=bad, steps=trainer.state.global_step,

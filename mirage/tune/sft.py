@@ -31,7 +31,7 @@ from mirage.pipeline import Mirage
 from mirage.runs.store import write_atomic
 from mirage.tune.adapters import AdapterError, save_adapter
 from mirage.tune.config import TuneConfig
-from mirage.tune.data import TrainingExample, read_examples
+from mirage.tune.data import TrainingExample, read_examples, trained_questions
 
 if TYPE_CHECKING:
     import datasets
@@ -207,9 +207,22 @@ def checkpoint_adapter(checkpoint: str | Path, dest: str | Path, *, lm: LoadedMo
     if lm is None:
         lm = load_model(cfg.model, dtype=cfg.dtype, use_chat_template=cfg.prompt.chat_template)
     model = PeftModel.from_pretrained(lm.model, str(checkpoint))
-    save_adapter(model, dest, base_name=lm.name, prompt=cfg.prompt, stage=stored["stage"],
-                 training={**cfg.to_dict(), "steps": step, "checkpoint": checkpoint.name})
+    training = {**cfg.to_dict(), "steps": step, "checkpoint": checkpoint.name}
+    try:  # the questions it saw, where the run's data files can still be read from here
+        training["questions"] = trained_questions(read_training_data(cfg.data)[0], earlier_questions(cfg))
+    except (ConfigError, InputError, OSError, AdapterError):
+        pass
+    save_adapter(model, dest, base_name=lm.name, prompt=cfg.prompt, stage=stored["stage"], training=training)
     return Path(dest)
+
+
+def earlier_questions(cfg: TuneConfig) -> list[str]:
+    """The questions the adapter a run starts from (``cfg.adapter``) was trained on, as its info records them."""
+    if not cfg.adapter:
+        return []
+    from mirage.tune.adapters import read_adapter_info
+
+    return list(read_adapter_info(cfg.adapter).training.get("questions", []))
 
 
 def finished_run(output_dir: Path) -> SFTRun | None:
@@ -310,7 +323,8 @@ def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None
     runtime = time.perf_counter() - t0
     model.eval()
     adapter_dir = out / "adapter"
-    training = {**cfg.to_dict(), "examples": len(dataset), "steps": trainer.state.global_step}
+    training = {**cfg.to_dict(), "examples": len(dataset), "steps": trainer.state.global_step,
+                "questions": trained_questions(examples, earlier_questions(cfg))}
     save_adapter(model, adapter_dir, base_name=lm.name, prompt=cfg.prompt, stage="sft", training=training)
     run = SFTRun(output_dir=str(out), adapter_dir=str(adapter_dir), base_model=lm.name, n_examples=len(examples),
                  n_train=len(dataset), skipped=bad, too_long=too_long, steps=trainer.state.global_step,
