@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                 value = M.BINARY_METRICS[measure](c)
                 entry[f"{who}_{measure}"] = None if value is None else round(value, 2)
         summary[setting] = entry
-    out = {"command": "python benchmarks/authors_parity.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    out = {"command": "python benchmarks/authors_parity.py " + shlex.join(sys.argv[1:] if argv is None else argv),
            "model": model, "run": run.name, "items": len(items),
            "items_skipped": sum(1 for r in items if "skipped" in r),
            "seconds": round(time.perf_counter() - started, 1), "summary": summary,

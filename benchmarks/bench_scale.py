@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import subprocess
 import sys
 import time
@@ -81,6 +82,50 @@ CPU_PLAN = {"models": [EMBEDDED, "llama-3.2-1b"], "prompts": [1024, 2048, 4096, 
             "budget": "3GB", "point_timeout": 1500}
 GPU_PLAN = {"models": ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b"], "prompts": [1024, 4096, 16384, 32768],
             "answers": [16, 64, 128], "budget": None, "point_timeout": 240}
+
+
+# -- the arithmetic a point does ----------------------------------------------------------------------------------------
+
+
+def model_shape(name: str) -> dict[str, Any]:
+    """The sizes the FLOP count needs: ``SHAPES[name]``, or the embedded model's own ``config.json``."""
+    if name in SHAPES:
+        return SHAPES[name]
+    from mirage.attribution.models import embedded_checkpoint
+
+    return json.loads((embedded_checkpoint(name) / "config.json").read_text(encoding="utf-8"))
+
+
+def attribution_flops(shape: dict[str, Any], point: dict[str, Any]) -> float:
+    """Floating-point operations of a point's attribution, counted from the model's sizes and the passes it ran:
+    the forward pass over prompt and answer that CTI and CCI share, the contextless forward pass (question and
+    answer: about 60 + answer tokens), one backward pass per selected token (the inputs' gradients only, the
+    weights frozen: one matrix product per linear layer, two for attention's), and with checkpointing one more
+    forward pass per backward pass (``targets per pass`` targets share it). Attention is causal (half the score
+    matrix). A model, not a measurement: it says how much of the growth with the prompt is the arithmetic itself."""
+    import math
+    import re
+
+    h, layers = shape["hidden_size"], shape["num_hidden_layers"]
+    heads, kv = shape["num_attention_heads"], shape.get("num_key_value_heads") or shape["num_attention_heads"]
+    hd = shape.get("head_dim") or h // heads
+    inter, vocab = shape.get("intermediate_size") or 4 * h, shape["vocab_size"]
+    linear = 2 * (2 * h * heads * hd + 2 * h * kv * hd + 3 * h * inter)  # per token per layer
+
+    def forward(n: int, att: float = 1.0) -> float:
+        return layers * (n * linear + att * 2 * heads * hd * n * n)
+
+    a = point["answer_tokens"]
+    n = point["prompt_tokens"] + a
+    selected = point["n_selected"]
+    heads_logits = 2 * 2 * h * vocab * a  # the answer positions' logits, with and without the documents
+    backward = forward(n, att=2.0)
+    total = forward(n) + forward(60 + a) + heads_logits + selected * backward
+    passes = point.get("passes", {})
+    if passes.get("checkpointing") == "on":
+        per_pass = re.search(r"(\d+) target\(s\) per pass", passes.get("cci_backward", ""))
+        total += math.ceil(selected / int(per_pass.group(1) if per_pass else 1)) * forward(n)
+    return total
 
 
 # -- one point, in its own process --------------------------------------------------------------------------------------
@@ -350,7 +395,10 @@ def write_results(out: Path, points: list[dict[str, Any]], args: argparse.Namesp
     device = torch.device(args.device)
     from benchmarks import device_name
 
-    results = {"benchmark": "bench_scale", "command": " ".join(["python", "benchmarks/bench_scale.py", *sys.argv[1:]]),
+    for p in points:  # derived from the record alone, so points measured before the count existed get it too
+        if p["status"] == "ok" and "flops" not in p:
+            p["flops"] = attribution_flops(model_shape(p["model"]), p)
+    results = {"benchmark": "bench_scale", "command": shlex.join(["python", "benchmarks/bench_scale.py", *sys.argv[1:]]),
                "machine": {"device": device_name(device), "cpus": os.cpu_count(), "threads": args.threads,
                            "python": platform.python_version(), "torch": torch.__version__},
                "settings": {"models": args.models, "prompts": args.prompts, "answers": args.answers,
@@ -369,7 +417,8 @@ def write_results(out: Path, points: list[dict[str, Any]], args: argparse.Namesp
 
 def growth(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (model, answer, budget): the exponent k of attribution time ~ prompt^k between the shortest and the
-    longest finished prompt (wall-clock and CPU time), and of peak memory."""
+    longest finished prompt (wall-clock and CPU time), of peak memory, and of the arithmetic
+    (:func:`attribution_flops`): the exponent the time would have at a constant speed per operation."""
     import math
 
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -389,7 +438,8 @@ def growth(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
         rows.append({"model": model, "answer": answer, "budget": budget, "from": a["prompt_tokens"],
                      "to": b["prompt_tokens"], "time_exponent": k("attribution_s"),
-                     "cpu_exponent": k("attribution_cpu_s"), "memory_exponent": k("peak_bytes")})
+                     "cpu_exponent": k("attribution_cpu_s"), "memory_exponent": k("peak_bytes"),
+                     **({"flop_exponent": k("flops")} if "flops" in a and "flops" in b else {})})
     return rows
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 change = paired_bootstrap(base_counts.get(row["setting"], {}), counts.get(row["setting"], {}),
                                           resamples=args.bootstrap)
                 row.update(change or {})
-    out = {"command": "python benchmarks/compare_xor_runs.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    out = {"command": "python benchmarks/compare_xor_runs.py " + shlex.join(sys.argv[1:] if argv is None else argv),
            "split": args.split, "folders": [str(f) for f in folders], "rows": rows}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     for row in rows:

@@ -20,6 +20,7 @@ import gzip
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                       "same_citations_after": row.get("same_citations")})
     bench_same = compare_bench(sides["before"]["bench"], sides["after"]["bench"])
     result = {
-        "command": "python benchmarks/identity_check.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python benchmarks/identity_check.py " + shlex.join(sys.argv[1:] if argv is None else argv),
         "before": sides["before"]["commit"], "after": sides["after"]["commit"],
         "identical": all(f["same_values"] for o in outputs.values() for f in o["files"].values()) and bench_same,
         "outputs": outputs, "bench_outputs_identical": bench_same, "bench": bench,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections import Counter
 from pathlib import Path
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="the JSON file to write")
     args = parser.parse_args(argv)
     out: dict[str, Any] = {
-        "command": "python benchmarks/short_answers.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+        "command": "python benchmarks/short_answers.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
     for folder in map(Path, args.xor):
         out[f"xor:{folder.name}"] = xor_counts(folder)
     for folder in map(Path, args.bias):

@@ -81,3 +81,27 @@ def test_cci_methods_reproduce_from_the_shipped_rows(tmp_path, data_dir, view, m
     stored = json.loads((folder / "cci_methods.json").read_text())
     assert not _close(json.loads(got.read_text()), stored)
     assert stored["n_items"] == 110 and stored["n_items_left_out"] == 0  # every multi-passage calibration item
+
+
+def test_the_scaling_results_reproduce_from_their_points(tmp_path, data_dir):
+    """``benchmarks/results/scale_cpu``: its recorded ``--collect`` command, run on a copy of its points, writes the
+    same results (growth exponents and each point's operation count included) and the same page; only the machine
+    it is collected on and the output folder differ."""
+    import shlex
+    import shutil
+
+    shipped = RESULTS / "scale_cpu"
+    stored = json.loads((shipped / "results.json").read_text())
+    argv = shlex.split(stored["command"])[2:]
+    assert "--collect" in argv  # collected from points measured by earlier runs: no point runs here
+    out = tmp_path / "scale_cpu"
+    out.mkdir()
+    shutil.copy(shipped / "points.jsonl", out / "points.jsonl")
+    argv[argv.index("--out") + 1] = str(out)
+    assert run_script("bench_scale.py", argv) == 0
+    got = json.loads((out / "results.json").read_text())
+    for key in ("command", "machine"):
+        got.pop(key), stored.pop(key)
+    assert _close(got, stored) == []
+    assert [p["flops"] for p in got["points"] if p["status"] == "ok"]
+    assert all(g["flop_exponent"] > 1 for g in got["growth"] if g["model"] == "smollm2-135m-instruct")

@@ -567,11 +567,25 @@ def _scale_page(results: dict[str, Any]) -> str:
               ("Exponent k of `time ~ prompt^k` between the shortest and the longest finished prompt. CCI's time "
                "is proportional to the number of tokens CTI selects, which differs from prompt to prompt (see "
                "`selected`)."), "",
-              "| model | answer | budget | prompts | attribution time k (cpu k) | peak memory k |",
-              "|---|---:|---|---|---:|---:|"]
+              "| model | answer | budget | prompts | attribution time k (cpu k) | arithmetic k | peak memory k |",
+              "|---|---:|---|---|---:|---:|---:|"]
     for g in results["growth"]:
+        flop_k = f"{g['flop_exponent']:.2f}" if "flop_exponent" in g else "-"
         lines.append(f"| {g['model']} | {g['answer']} | {g['budget'] or '-'} | {g['from']}-{g['to']} | "
-                     f"{g['time_exponent']:.2f} ({g['cpu_exponent']:.2f}) | {g['memory_exponent']:.2f} |")
+                     f"{g['time_exponent']:.2f} ({g['cpu_exponent']:.2f}) | {flop_k} | {g['memory_exponent']:.2f} |")
+    counted = [p for p in results["points"] if p["status"] == "ok" and p.get("flops")]
+    if counted:
+        lines += ["", "## Time per operation", "",
+                  ("The arithmetic of each point (`flops`: counted from the model's sizes and the passes it ran, by "
+                   "`benchmarks/bench_scale.py`'s `attribution_flops`; a count, not a measurement) and the CPU "
+                   "seconds it took per 10^12 operations. Where that rate stays flat as the prompt grows, the growth "
+                   "of the time is the arithmetic's (attention's share grows with the prompt), not overhead."), "",
+                  "| model | answer | budget | prompt tokens | selected | TFLOP | cpu s per TFLOP |",
+                  "|---|---:|---|---:|---:|---:|---:|"]
+        lines += [f"| {p['model']} | {p['answer']} | {p['budget'] or '-'} | {p['prompt_tokens']} | "
+                  f"{p['n_selected']} | {p['flops'] / 1e12:.2f} | {p['attribution_cpu_s'] / (p['flops'] / 1e12):.1f} |"
+                  for p in sorted(counted, key=lambda r: (r["model"], r["answer"], str(r["budget"]),
+                                                          r["prompt_tokens"]))]
     same = _scale_same_citations(results["points"])
     if same:
         lines += ["", "## The budget changes no score", ""]
