@@ -48,13 +48,29 @@ def _rows(path: Path) -> list[dict]:
 # -- the data builder -------------------------------------------------------------------------------------------------
 
 
+def test_gold_keeps_each_answer_once_when_the_match_subset_and_the_full_release_are_both_given():
+    """The match subset's rows are rows of the per-passage release too: given both, each (question, answer) is one
+    example, from the first file, and the report counts the others."""
+    from mirage.tune.data import question_digest
+
+    full = ROOT / "tests" / "data" / "xor_attriqa_full" / "train.jsonl"
+    alone, _ = build_gold([full], keep_unsupported=True, group_passages=True)
+    both, report = build_gold([XOR / "train.jsonl", full], keep_unsupported=True, group_passages=True)
+    match = build_gold([XOR / "train.jsonl"], keep_unsupported=True, group_passages=True)[0]
+    assert report.left_out["duplicate"] == len(match) + len(alone) - len(both) > 0
+    assert both[: len(match)] == match  # the first file's examples are the ones kept
+    keys = [(question_digest(ex.question), parse_answer(ex.output, len(ex.docs)).text) for ex in both]
+    assert len(set(keys)) == len(keys)
+    assert "left out (duplicate)" in report.to_text()
+
+
 def test_gold_citations_land_on_the_annotated_passages():
     examples, report = build_gold([XOR / "train.jsonl", XOR / "val.jsonl"])
     rows = {f"xor-{split}-{i}": row for split in ("train", "val")
             for i, row in enumerate(_rows(XOR / f"{split}.jsonl"), start=1)}
     supported = {k for k, row in rows.items() if any(row["ais"])}
     assert {ex.id for ex in examples} == supported and len(supported) == 3
-    assert report.left_out == {"unsupported": len(rows) - len(supported)} and report.bad_rows == []
+    assert report.left_out == {"unsupported": len(rows) - len(supported), "duplicate": 0} and report.bad_rows == []
     for ex in examples:
         row = rows[ex.id]
         gold = [i + 1 for i, label in enumerate(row["ais"]) if label]

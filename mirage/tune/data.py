@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirage.attribution.citations import parse_answer
+from mirage.attribution.citations import parse_answer, strip_citations
 from mirage.attribution.sentences import split_sentences
 from mirage.attribution.serialization import JSONRecord
 from mirage.config import MirageConfig
@@ -88,7 +88,8 @@ class TrainingExample(JSONRecord):
 class BuildReport(JSONRecord):
     """What a builder produced: examples per source, the malformed rows it skipped (``FILE:LINE: reason``) and the
     usable rows it left out on purpose, with why (``unsupported``: no passage labelled as supporting;
-    ``uncited``: mirage cited nothing in the generated answer)."""
+    ``uncited``: mirage cited nothing in the generated answer; ``duplicate``: the same question and answer as an
+    example already kept)."""
 
     counts: dict[str, int]
     bad_rows: list[str]
@@ -516,7 +517,9 @@ def build_gold(xor_files: Sequence[str | Path] = (), eli5_prompt_files: Sequence
                text: TextView = "en", keep_unsupported: bool = False,
                group_passages: bool = False) -> tuple[list[TrainingExample], BuildReport]:
     """The gold training set: :func:`xor_examples` of each XOR-AttriQA file, then :func:`eli5_demo_examples` of
-    each ALCE prompt file, with the report of what was kept, left out and skipped."""
+    each ALCE prompt file, with the report of what was kept, left out and skipped. A question answered with the
+    same answer in an earlier file (the match subset's rows are rows of the per-passage release too) is kept once,
+    from the first file, and counted as ``duplicate``."""
     if not xor_files and not eli5_prompt_files:
         raise InputError("no data given; give XOR-AttriQA train/val files and/or ALCE's eli5_alce_prompt.json.")
     for path in xor_files:
@@ -524,10 +527,17 @@ def build_gold(xor_files: Sequence[str | Path] = (), eli5_prompt_files: Sequence
     examples: list[TrainingExample] = []
     bad: list[BadRow] = []
     unsupported = 0
+    seen: set[tuple[str, str]] = set()
+    duplicates = 0
     for path in xor_files:
         found, skipped, n_unsupported = xor_examples(path, text=text, keep_unsupported=keep_unsupported,
                                                      group_passages=group_passages)
-        examples += found
+        for ex in found:  # the match subset's rows are also in the per-passage release: one example per answer
+            key = (question_digest(ex.question), " ".join(strip_citations(ex.output)[0].split()))
+            duplicates += key in seen
+            if key not in seen:
+                seen.add(key)
+                examples.append(ex)
         bad += skipped
         unsupported += n_unsupported
     for path in eli5_prompt_files:
@@ -535,5 +545,5 @@ def build_gold(xor_files: Sequence[str | Path] = (), eli5_prompt_files: Sequence
         examples += found
         bad += skipped
     counts = {source: sum(ex.source == source for ex in examples) for source in SOURCES[:2]}
-    left_out = {"unsupported": 0 if keep_unsupported else unsupported}
+    left_out = {"unsupported": 0 if keep_unsupported else unsupported, "duplicate": duplicates}
     return examples, BuildReport(counts=counts, bad_rows=[str(b) for b in bad], left_out=left_out)
