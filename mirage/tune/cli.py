@@ -179,19 +179,12 @@ def _eval_mirage(args: argparse.Namespace) -> tuple[Any, str]:
     return mirage, base
 
 
-def _eval_examples(args: argparse.Namespace, *, usable: Callable[[list[TrainingExample]], list[TrainingExample]]
-                   | None = None, announce: bool = True) -> list[TrainingExample]:
-    """The XOR-AttriQA rows ``tune eval`` and ``tune follow`` answer: each file's (``--limit-each``), less the rows
-    whose question the model was trained on (the questions ``--adapter`` records, and those of the ``--exclude``
-    training sets, with any documents in any order), then (of those ``usable`` keeps) the first ``--limit``."""
+def _leave_out_trained(args: argparse.Namespace, examples: list[TrainingExample]) -> list[TrainingExample]:
+    """``examples`` less those whose question ``--adapter`` records it was trained on or an ``--exclude`` file
+    holds, with the count said on stderr."""
     from mirage.tune.adapters import read_adapter_info
-    from mirage.tune.data import question_digest, read_examples, xor_examples
+    from mirage.tune.data import question_digest, read_examples
 
-    examples = []
-    for path in resolve_all(args.data):
-        found, skipped, _ = xor_examples(path, text=args.text, for_evaluation=True)
-        examples += found[: args.limit_each] if args.limit_each is not None else found
-        _print_bad([str(b) for b in skipped])
     trained: set[str] = set()
     sources = []
     if getattr(args, "adapter", None):
@@ -199,7 +192,7 @@ def _eval_examples(args: argparse.Namespace, *, usable: Callable[[list[TrainingE
         if recorded is not None:
             trained |= set(recorded)
             sources.append("the adapter's")
-        elif announce:
+        else:
             print(f"{args.adapter} records no training questions (saved before mirage recorded them): rows it was "
                   "trained on are left out only through --exclude.", file=sys.stderr)
     for path in args.exclude or []:
@@ -208,9 +201,26 @@ def _eval_examples(args: argparse.Namespace, *, usable: Callable[[list[TrainingE
     if sources:
         n_before = len(examples)
         examples = [ex for ex in examples if question_digest(ex.question) not in trained]
-        if announce:
-            print(f"{n_before - len(examples)} of {n_before} rows ask a question of the training data "
-                  f"({', '.join(sources)}) and are left out.", file=sys.stderr)
+        print(f"{n_before - len(examples)} of {n_before} rows ask a question of the training data "
+              f"({', '.join(sources)}) and are left out.", file=sys.stderr)
+    return examples
+
+
+def _eval_examples(args: argparse.Namespace, *, usable: Callable[[list[TrainingExample]], list[TrainingExample]]
+                   | None = None, leave_out_trained: bool = True) -> list[TrainingExample]:
+    """The XOR-AttriQA rows ``tune eval`` and ``tune follow`` answer: each file's (``--limit-each``), less the rows
+    whose question the model was trained on (the questions ``--adapter`` records, and those of the ``--exclude``
+    training sets, with any documents in any order; kept with ``leave_out_trained=False``), then (of those ``usable``
+    keeps) the first ``--limit``."""
+    from mirage.tune.data import xor_examples
+
+    examples = []
+    for path in resolve_all(args.data):
+        found, skipped, _ = xor_examples(path, text=args.text, for_evaluation=True)
+        examples += found[: args.limit_each] if args.limit_each is not None else found
+        _print_bad([str(b) for b in skipped])
+    if leave_out_trained:
+        examples = _leave_out_trained(args, examples)
     if usable is not None:
         examples = usable(examples)
     if args.limit is not None:
@@ -242,7 +252,8 @@ def cmd_follow(args: argparse.Namespace) -> int:
 
     _require_peft(args)
     examples = _eval_examples(args, usable=single_supporting)
-    pool = _eval_examples(argparse.Namespace(**{**vars(args), "limit": None}), announce=False)  # fillers
+    # fillers: every row read, so that an item's presentations are the same whichever model is judged
+    pool = _eval_examples(argparse.Namespace(**{**vars(args), "limit": None}), leave_out_trained=False)
     mirage, base = _eval_mirage(args)
     judge = judge_config(mirage.config, base) if args.judge else None
     out = Path(args.output)
