@@ -105,11 +105,35 @@ def test_real_xor_val_rows_are_presented():
         assert len(p.docs) == 5 and len({d["text"] for d in p.docs}) == 5
 
 
+def _unseen_copy(tmp_path: Path) -> Path:
+    """The shipped adapter with an empty record of training questions: it was trained on XOR-AttriQA val's supported
+    answers, so tune eval/follow leave every usable row of the val slice out (as they should); the tests of the
+    commands' mechanics judge it on them anyway."""
+    import shutil
+
+    adapter = tmp_path / "adapter"
+    shutil.copytree(ADAPTER, adapter)
+    info = json.loads((adapter / "mirage-adapter.json").read_text())
+    info["training"]["questions"] = []
+    (adapter / "mirage-adapter.json").write_text(json.dumps(info))
+    return adapter
+
+
+def test_the_shipped_adapter_leaves_out_the_val_questions_it_was_trained_on():
+    from mirage.tune.adapters import read_adapter_info
+    from mirage.tune.data import question_digest
+
+    seen = set(read_adapter_info(ADAPTER).training["questions"])
+    usable = single_supporting(xor_examples(VAL, for_evaluation=True)[0])
+    assert usable and all(question_digest(ex.question) in seen for ex in usable)
+
+
 @pytest.mark.slow
 def test_follow_command_on_the_shipped_adapter(tmp_path, one_thread):
     out = tmp_path / "follow.json"
+    adapter = _unseen_copy(tmp_path)
     run = subprocess.run(
-        [sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--adapter", str(ADAPTER),
+        [sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--adapter", str(adapter),
          "--limit", "2", "--k", "3", "--quiet", "-o", str(out)], capture_output=True, text=True, cwd=ROOT, check=False)
     assert run.returncode == 0, run.stderr
     report = FollowReport.from_dict(json.loads(out.read_text()))
@@ -124,7 +148,7 @@ def test_follow_command_on_the_shipped_adapter(tmp_path, one_thread):
     assert "| self-citation |" in run.stderr
     # a rerun reuses every answer
     again = subprocess.run(
-        [sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--adapter", str(ADAPTER),
+        [sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--adapter", str(adapter),
          "--limit", "2", "--k", "3", "--quiet", "-o", str(out)], capture_output=True, text=True, cwd=ROOT, check=False)
     assert again.returncode == 0, again.stderr
     assert FollowReport.from_dict(json.loads(out.read_text())).to_dict() == report.to_dict()
@@ -177,13 +201,10 @@ def test_eval_leaves_out_the_questions_the_adapter_was_trained_on(tmp_path, one_
     """An adapter records the questions it saw (mirage-adapter.json's training.questions): tune eval and follow
     leave them out, so a model is never judged on its training questions. Here a copy of the shipped adapter is
     told it saw the slice's first two questions (with other documents, as spread training data presents them)."""
-    import shutil
-
     from mirage.tune.data import question_digest
 
     rows = xor_examples(VAL, for_evaluation=True)[0]
-    adapter = tmp_path / "adapter"
-    shutil.copytree(ADAPTER, adapter)
+    adapter = _unseen_copy(tmp_path)
     info = json.loads((adapter / "mirage-adapter.json").read_text())
     info["training"]["questions"] = [question_digest(ex.question) for ex in rows[:2]]
     (adapter / "mirage-adapter.json").write_text(json.dumps(info))
@@ -195,3 +216,13 @@ def test_eval_leaves_out_the_questions_the_adapter_was_trained_on(tmp_path, one_
     assert f"2 of {len(rows)} rows ask a question of the training data (the adapter's)" in run.stderr
     answered = [json.loads(line)["id"] for line in out.with_name("eval.answers.jsonl").read_text().splitlines()]
     assert answered == [ex.id for ex in rows[2:]]
+
+
+def test_follow_on_rows_the_adapter_was_all_trained_on_says_so_in_one_line():
+    """The shipped adapter saw every supported answer of the val slice: nothing is left to judge, and the command
+    says which field and what to do, before loading any model."""
+    run = subprocess.run([sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--adapter", str(ADAPTER), "-o",
+                          "unused.json"], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    assert "no row of" in run.stderr and "was not trained on" in run.stderr and "fi,ru" in run.stderr
+    assert not (ROOT / "unused.json").exists()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from mirage.checks import int_flag
 from mirage.config import ConfigError, MirageConfig, PromptConfig
 from mirage.data import resolve_all
+from mirage.data.inputs import InputError
 from mirage.runs.experiment import add_device_args, loading_args, non_negative_int, positive_int
 from mirage.runs.progress import terminal_progress
 from mirage.runs.store import write_atomic
@@ -234,6 +235,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     _require_peft(args)
     examples = _eval_examples(args)
+    if not examples:
+        raise InputError(f"data: no row of {' '.join(args.data)} is left to answer (every question is one the model "
+                         "was trained on, or --limit is 0); judge it on a split it did not see.")
     mirage, base = _eval_mirage(args)
     judge = judge_config(mirage.config, base) if args.judge else None
     out = Path(args.output)
@@ -252,6 +256,10 @@ def cmd_follow(args: argparse.Namespace) -> int:
 
     _require_peft(args)
     examples = _eval_examples(args, usable=single_supporting)
+    if not examples:
+        raise InputError(f"data: no row of {' '.join(args.data)} has exactly one supporting passage and a question "
+                         "the model was not trained on; judge it on a split it did not see (e.g. "
+                         "xor-attriqa-match:fi,ru).")
     # fillers: every row read, so that an item's presentations are the same whichever model is judged
     pool = _eval_examples(argparse.Namespace(**{**vars(args), "limit": None}), leave_out_trained=False)
     mirage, base = _eval_mirage(args)
