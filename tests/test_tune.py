@@ -372,6 +372,57 @@ def test_an_adapter_for_another_base_model_is_refused(sft_run, real_tokenizer, t
         read_adapter_info(bare)
 
 
+def test_full_fine_tuning_saves_a_model_folder_that_loads_by_path_and_is_judged_on_unseen_rows(sft_run, tmp_path):
+    """train.method full: every weight trained (none frozen), saved as a model folder with mirage's record (the
+    base model's name and the questions it saw); load_model takes the folder, with the trained logits; tune eval
+    --model FOLDER leaves out the rows whose question it was trained on; the reward stage refuses the method."""
+    from mirage.attribution.models import load_model
+    from mirage.tune.adapters import training_record
+    from mirage.tune.data import question_digest
+    from mirage.tune.grpo import train_reward
+    from mirage.tune.sft import train_sft
+
+    _run, _trained, pristine, cfg, examples = sft_run
+    full_cfg = cfg.replace(train={"method": "full", "learning_rate": 0.01})
+    model = copy.deepcopy(pristine)
+    run = train_sft(full_cfg, tmp_path / "full", lm=model, examples=examples, progress=False)
+    folder = Path(run.adapter_dir)
+    assert folder == tmp_path / "full" / "model" and (folder / "config.json").is_file()
+    assert not (tmp_path / "full" / "adapter").exists()
+    record = training_record(folder)
+    assert record["train"]["method"] == "full" and record["steps"] == 1
+    assert record["questions"] == sorted({question_digest(ex.question) for ex in examples})
+    info = json.loads((folder / "mirage-adapter.json").read_text())
+    assert info["base_model"] == "tiny-causal" and info["stage"] == "sft"
+    ids = model.tokenizer("Answer: 1986 [1]")["input_ids"]
+    trained = _logits(model.model, ids)
+    assert not torch.allclose(trained, _logits(pristine.model, ids), atol=1e-4)  # the weights moved
+    loaded = load_model(str(folder), dtype="float32")
+    torch.testing.assert_close(_logits(loaded.model, ids), trained)
+    # a rerun finds the finished run
+    again = train_sft(full_cfg, tmp_path / "full", lm=copy.deepcopy(pristine), examples=examples, progress=False)
+    assert again.steps == 1 and again.runtime_s == 0.0
+    # judged only on rows whose question it did not see
+    val = [ex for ex in xor_examples(XOR / "val.jsonl", for_evaluation=True)[0]]
+    seen = sum(question_digest(ex.question) in set(record["questions"]) for ex in val)
+    assert 0 < seen < len(val)
+    out = tmp_path / "eval.json"
+    ran = subprocess.run([sys.executable, "-m", "mirage", "tune", "eval", str(XOR / "val.jsonl"), "--model",
+                          str(folder), "--max-new-tokens", "2", "--quiet", "-o", str(out)],
+                         capture_output=True, text=True, cwd=ROOT, check=False)
+    assert ran.returncode == 0, ran.stderr
+    assert f"{seen} of {len(val)} rows ask a question of the training data (the model's)" in ran.stderr
+    assert len(out.with_name("eval.answers.jsonl").read_text().splitlines()) == len(val) - seen
+    from mirage.tune.adapters import AdapterError
+    from mirage.tune.sft import checkpoint_adapter
+
+    (checkpoint,) = (tmp_path / "full" / "checkpoints").iterdir()
+    with pytest.raises(AdapterError, match="full fine-tuning run: a model folder already"):
+        checkpoint_adapter(checkpoint, tmp_path / "nothing", lm=copy.deepcopy(pristine))
+    with pytest.raises(ConfigError, match="train.method"):
+        train_reward(full_cfg, tmp_path / "reward", lm=copy.deepcopy(pristine), examples=examples, progress=False)
+
+
 def test_a_rerun_resumes_and_other_settings_are_refused(sft_run):
     from mirage.tune.sft import train_sft
 

@@ -81,6 +81,42 @@ def save_adapter(model: Any, directory: str | Path, *, base_name: str, prompt: P
     return info
 
 
+def save_tuned_model(lm: LoadedModel, directory: str | Path, *, base: AdapterInfo, prompt: PromptConfig | None = None,
+                     stage: str = "sft", training: dict[str, Any] | None = None) -> Path:
+    """Save a fully fine-tuned model (``lm``, every weight trained) as a model folder ``load_model`` takes by path
+    (weights, config and tokenizer), with the same ``mirage-adapter.json`` record an adapter has: ``base`` is the
+    base model's record taken before training (its name and fingerprint), completed here with the prompt, stage
+    and training settings (the questions it saw among them, :func:`training_record`)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    lm.model.save_pretrained(str(directory))
+    lm.tokenizer.save_pretrained(str(directory))
+    info = dataclasses.replace(base, prompt=dataclasses.asdict(prompt or PromptConfig()), stage=stage,
+                               training=training or {}, versions=library_versions())
+    write_atomic(directory / ADAPTER_INFO, json.dumps(info.to_dict(), indent=1, ensure_ascii=False) + "\n")
+    return directory
+
+
+def base_record(lm: LoadedModel) -> AdapterInfo:
+    """The record of ``lm`` as the base of a fine-tuning run (its name, architecture and weight fingerprint), taken
+    before training changes its weights."""
+    return AdapterInfo(base_model=lm.name, architecture=architecture(lm.model), digest=weight_digest(lm.model),
+                       weights=weight_fingerprint(lm.model))
+
+
+def training_record(folder: str | Path) -> dict[str, Any] | None:
+    """The ``training`` settings mirage recorded with a tuned model: an adapter folder's, or a fully fine-tuned
+    model folder's (``mirage tune sft`` with ``train.method: full``); None for a folder without a record (a model
+    mirage did not tune, or a name)."""
+    meta = Path(folder) / ADAPTER_INFO
+    if not meta.is_file():
+        return None
+    try:
+        return dict(json.loads(meta.read_text(encoding="utf-8")).get("training") or {})
+    except (ValueError, AttributeError) as err:
+        raise AdapterError(f"{meta} cannot be read ({err}); save the model again.") from err
+
+
 def export_adapter(directory: str | Path, dest: str | Path, *, dtype: str = "float16") -> Path:
     """Copy the adapter folder ``directory`` to ``dest`` with its LoRA weights stored in ``dtype`` (fp16 halves an
     fp32 adapter; they are cast back to the model's dtype when applied), for shipping; returns ``dest``."""

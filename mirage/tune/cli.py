@@ -118,15 +118,18 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from mirage.tune.sft import train_sft
 
     cfg = TuneConfig.from_yaml(args.config)
+    train = {**({"max_steps": args.max_steps} if args.max_steps else {}),
+             **({"method": args.method} if args.method else {})}
     cfg = cfg.replace(model=args.model, data=args.data or None, device=args.device, dtype=args.dtype,
-                      train={"max_steps": args.max_steps} if args.max_steps else None)
+                      train=train or None)
     run = train_sft(cfg, args.output, progress=not args.quiet)
     _print_bad(run.skipped)
     for row in run.too_long:
         print(f"left out (too long): {row}", file=sys.stderr)
     print(f"{run.n_train} of {run.n_examples} examples, {run.steps} steps, final loss "
           f"{run.loss_curve[-1]['loss'] if run.loss_curve else float('nan'):.3f}, {run.runtime_s:.0f} s, peak "
-          f"{run.peak_rss_mb:.0f} MB; adapter in {run.adapter_dir}", file=sys.stderr)
+          f"{run.peak_rss_mb:.0f} MB; {'model' if cfg.train.method == 'full' else 'adapter'} in {run.adapter_dir}",
+          file=sys.stderr)
     return 0
 
 
@@ -181,20 +184,22 @@ def _eval_mirage(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _leave_out_trained(args: argparse.Namespace, examples: list[TrainingExample]) -> list[TrainingExample]:
-    """``examples`` less those whose question ``--adapter`` records it was trained on or an ``--exclude`` file
-    holds, with the count said on stderr."""
-    from mirage.tune.adapters import read_adapter_info
+    """``examples`` less those whose question the tuned model records it was trained on (``--adapter``, or a
+    ``--model`` folder of a full fine-tuning run) or an ``--exclude`` file holds, with the count said on stderr."""
+    from mirage.tune.adapters import read_adapter_info, training_record
     from mirage.tune.data import question_digest, read_examples
 
     trained: set[str] = set()
     sources = []
-    if getattr(args, "adapter", None):
-        recorded = read_adapter_info(args.adapter).training.get("questions")
-        if recorded is not None:
-            trained |= set(recorded)
-            sources.append("the adapter's")
+    tuned = getattr(args, "adapter", None) or getattr(args, "model", None)
+    record = read_adapter_info(args.adapter).training if getattr(args, "adapter", None) else \
+        training_record(tuned) if tuned else None
+    if record is not None:  # a model mirage tuned: an adapter, or a fully fine-tuned model's folder
+        if record.get("questions") is not None:
+            trained |= set(record["questions"])
+            sources.append(f"{'the adapter' if getattr(args, 'adapter', None) else 'the model'}'s")
         else:
-            print(f"{args.adapter} records no training questions (saved before mirage recorded them): rows it was "
+            print(f"{tuned} records no training questions (saved before mirage recorded them): rows it was "
                   "trained on are left out only through --exclude.", file=sys.stderr)
     for path in args.exclude or []:
         trained |= {question_digest(ex.question) for ex in read_examples(path)[0]}
@@ -387,6 +392,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     sft.add_argument("--model", help="base model: an embedded name, a Hugging Face id or a local folder")
     sft.add_argument("--data", nargs="+", metavar="FILE", help="training set(s) (default: the config's data)")
     sft.add_argument("--max-steps", type=positive_int, help="stop after N optimisation steps")
+    sft.add_argument("--method", choices=["lora", "full"],
+                     help="train a LoRA adapter (DIR/adapter) or every weight (DIR/model, a model folder --model "
+                          "takes); default: the config's train.method, lora")
     sft.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device_args(sft, placement=False)  # training: one device
     sft.add_argument("-o", "--output", required=True, help="run folder")

@@ -52,7 +52,9 @@ class TrainSettings:
     """The optimisation: ``epochs`` (or ``max_steps``, which wins when set), ``learning_rate``, ``batch_size`` per
     step times ``gradient_accumulation_steps``, ``max_length`` (tokens of prompt + answer: longer examples are left
     out and reported, never cut), ``seed``, how often the loss is logged and a checkpoint saved (the last
-    ``save_total_limit`` are kept; a run resumes from the newest)."""
+    ``save_total_limit`` are kept; a run resumes from the newest), and ``method``: ``lora`` (an adapter, the
+    ``lora`` section) or ``full`` (every weight of the model trained, saved as a whole model folder; the SFT stage
+    only)."""
 
     epochs: float = 1.0
     max_steps: int | None = None
@@ -67,8 +69,14 @@ class TrainSettings:
     warmup_ratio: float = 0.0
     weight_decay: float = 0.0
     lr_scheduler: str = "linear"
+    method: str = "lora"
+
+    #: What ``method`` may be.
+    METHODS: ClassVar[tuple[str, ...]] = ("lora", "full")
 
     def __post_init__(self) -> None:
+        if self.method not in self.METHODS:
+            _fail("train.method", f"one of {', '.join(self.METHODS)}", self.method)
         setfield(self, "train.epochs", positive)
         setfield(self, "train.max_steps", integer, minimum=1, optional=True)
         setfield(self, "train.learning_rate", positive)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from mirage.attribution.models import LoadedModel, load_model
 from mirage.attribution.prompts import format_prompt, load_template
 from mirage.attribution.serialization import JSONRecord, library_versions
-from mirage.config import MirageConfig
+from mirage.config import ConfigError, MirageConfig
 from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
 from mirage.runs.store import write_atomic
@@ -160,6 +160,9 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
     out = Path(output_dir)
     if lm is not None:
         cfg = cfg.replace(model=lm.name)
+    if cfg.train.method != "lora":
+        raise ConfigError("train.method: the reward stage trains a LoRA adapter (method lora); to start it from a "
+                          "fully fine-tuned model, give that model's folder as model (DIR/model).")
     check_run_dir(out, cfg, "reward")
     bad: list[str] = []
     if examples is None:

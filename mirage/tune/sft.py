@@ -29,7 +29,7 @@ from mirage.config import ConfigError, MirageConfig
 from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
 from mirage.runs.store import write_atomic
-from mirage.tune.adapters import AdapterError, save_adapter
+from mirage.tune.adapters import ADAPTER_INFO, AdapterError, base_record, save_adapter, save_tuned_model
 from mirage.tune.config import TuneConfig
 from mirage.tune.data import TrainingExample, read_examples, trained_questions
 
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     import datasets
 
 RUN_FILE = "run.json"
+#: Where a full fine-tuning run (``train.method: full``) saves its model, beside the adapter folder a LoRA run saves.
+TUNED_MODEL_DIR = "model"
 RESULT_FILE = "sft.json"
 
 
@@ -99,7 +101,8 @@ def build_dataset(mirage: Mirage, examples: Sequence[TrainingExample], *, max_le
 
 @dataclass
 class SFTRun(JSONRecord):
-    """What a ``train_sft`` run did: where the adapter is, the examples it used (``skipped``: malformed rows;
+    """What a ``train_sft`` run did: where the adapter is (``adapter_dir``; with ``train.method: full``, the model
+    folder ``DIR/model``), the examples it used (``skipped``: malformed rows;
     ``too_long``: over ``max_length``), its steps, its loss curve (``{"step", "epoch", "loss", "learning_rate"}``
     per log), the wall time of this invocation, its peak resident memory, and the checkpoint it resumed from."""
 
@@ -148,8 +151,9 @@ def require_training_libraries() -> None:
 
 
 #: Fields added to a tune config after runs were recorded without them, and the value that gives the behaviour of
-#: those runs (a run resumes under it): before the permutation term existed, the reward had none.
-_ADDED_FIELDS = {("reward", "permutation"): 0.0}
+#: those runs (a run resumes under it): before the permutation term existed, the reward had none; before full
+#: fine-tuning existed, every run trained a LoRA adapter.
+_ADDED_FIELDS = {("reward", "permutation"): 0.0, ("train", "method"): "lora"}
 
 
 def _run_settings(config: dict[str, Any], stage: str) -> dict[str, Any]:
@@ -198,11 +202,15 @@ def checkpoint_adapter(checkpoint: str | Path, dest: str | Path, *, lm: LoadedMo
     checkpoint = Path(checkpoint)
     run_dir = checkpoint.parent.parent
     state, record = checkpoint / "trainer_state.json", run_dir / RUN_FILE
-    if not state.is_file() or not (checkpoint / "adapter_config.json").is_file() or not record.is_file():
+    if not state.is_file() or not record.is_file() or not ((checkpoint / "adapter_config.json").is_file()
+                                                           or (checkpoint / "config.json").is_file()):
         raise AdapterError(f"{checkpoint} is not a checkpoint of a mirage tune run (DIR/checkpoints/checkpoint-N "
                            f"with its trainer_state.json and adapter, and DIR/{RUN_FILE}).")
     stored = json.loads(record.read_text(encoding="utf-8"))
     cfg = TuneConfig.from_dict(stored["config"])
+    if cfg.train.method == "full":
+        raise AdapterError(f"{checkpoint} is a checkpoint of a full fine-tuning run: a model folder already, which "
+                           "--model (and load_model) take by path; there is no adapter to export.")
     step = int(json.loads(state.read_text(encoding="utf-8"))["global_step"])
     if lm is None:
         lm = load_model(cfg.model, dtype=cfg.dtype, use_chat_template=cfg.prompt.chat_template)
@@ -229,7 +237,9 @@ def finished_run(output_dir: Path) -> SFTRun | None:
     """The record of a run that finished in ``output_dir`` (its adapter saved after the newest checkpoint's step),
     or None. Resuming a finished run trains no further (the trainer would take one more step)."""
     record, resume = output_dir / RESULT_FILE, last_checkpoint(output_dir / "checkpoints")
-    if not record.is_file() or resume is None or not (output_dir / "adapter" / "adapter_config.json").is_file():
+    saved = ((output_dir / "adapter" / "adapter_config.json").is_file()
+             or (output_dir / TUNED_MODEL_DIR / ADAPTER_INFO).is_file())
+    if not record.is_file() or resume is None or not saved:
         return None
     run = SFTRun.from_dict(json.loads(record.read_text(encoding="utf-8")))
     state = json.loads((Path(resume) / "trainer_state.json").read_text(encoding="utf-8"))
@@ -280,9 +290,12 @@ def peak_rss_mb() -> float:
 def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None = None,
               examples: Sequence[TrainingExample] | None = None, progress: bool = True) -> SFTRun:
     """Fine-tune a LoRA adapter on the cited answers of ``cfg.data`` (or ``examples``) and save it to
-    ``DIR/adapter`` (:func:`mirage.tune.adapters.save_adapter`), the run's record to ``DIR/sft.json``.
+    ``DIR/adapter`` (:func:`mirage.tune.adapters.save_adapter`), the run's record to ``DIR/sft.json``. With
+    ``train.method: full`` every weight is trained instead and the model saved to ``DIR/model``
+    (:func:`mirage.tune.adapters.save_tuned_model`: ``load_model``, ``--model`` and ``tune eval`` take that path).
 
-    ``lm``: a model already loaded (its modules get the adapter injected, in place); by default ``cfg.model`` is
+    ``lm``: a model already loaded (its modules get the adapter injected, or with ``full`` its weights trained, in
+    place); by default ``cfg.model`` is
     loaded on ``cfg.device`` in ``cfg.dtype`` (fp32 on a CPU). Resumes from the newest checkpoint in
     ``DIR/checkpoints``. ``progress``: the trainer's progress bar.
     """
@@ -310,7 +323,13 @@ def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None
         raise InputError(f"every training example is longer than train.max_length={cfg.train.max_length} tokens; "
                          "raise it.")
     transformers.set_seed(cfg.train.seed)  # the adapter's initial weights too
-    model = get_peft_model(lm.model, lora_config(cfg))
+    full = cfg.train.method == "full"
+    if full:  # every weight trained, in place: the base model's record is taken before
+        base = base_record(lm)
+        model = lm.model
+        model.requires_grad_(True)
+    else:
+        model = get_peft_model(lm.model, lora_config(cfg))
     args = SFTConfig(**trainer_arguments(cfg, out, lm, progress=progress), max_length=cfg.train.max_length,
                      completion_only_loss=True, packing=False)
     # trl sets the tokenizer's pad token when it has none: give it a copy, never the caller's
@@ -322,10 +341,15 @@ def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None
     result = trainer.train(resume_from_checkpoint=resume)
     runtime = time.perf_counter() - t0
     model.eval()
-    adapter_dir = out / "adapter"
     training = {**cfg.to_dict(), "examples": len(dataset), "steps": trainer.state.global_step,
                 "questions": trained_questions(examples, earlier_questions(cfg))}
-    save_adapter(model, adapter_dir, base_name=lm.name, prompt=cfg.prompt, stage="sft", training=training)
+    if full:
+        model.requires_grad_(False)
+        adapter_dir = out / TUNED_MODEL_DIR
+        save_tuned_model(lm, adapter_dir, base=base, prompt=cfg.prompt, stage="sft", training=training)
+    else:
+        adapter_dir = out / "adapter"
+        save_adapter(model, adapter_dir, base_name=lm.name, prompt=cfg.prompt, stage="sft", training=training)
     run = SFTRun(output_dir=str(out), adapter_dir=str(adapter_dir), base_model=lm.name, n_examples=len(examples),
                  n_train=len(dataset), skipped=bad, too_long=too_long, steps=trainer.state.global_step,
                  epochs=float(trainer.state.epoch or 0.0), train_loss=result.training_loss,
