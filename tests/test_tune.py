@@ -414,9 +414,9 @@ def test_full_fine_tuning_saves_a_model_folder_that_loads_by_path_and_is_judged_
     assert f"{seen} of {len(val)} rows ask a question of the training data (the model's)" in ran.stderr
     assert len(out.with_name("eval.answers.jsonl").read_text().splitlines()) == len(val) - seen
     from mirage.tune.adapters import AdapterError
-    from mirage.tune.sft import checkpoint_adapter
+    from mirage.tune.sft import checkpoint_adapter, last_checkpoint
 
-    (checkpoint,) = (tmp_path / "full" / "checkpoints").iterdir()
+    checkpoint = last_checkpoint(tmp_path / "full" / "checkpoints")
     with pytest.raises(AdapterError, match="full fine-tuning run: a model folder already"):
         checkpoint_adapter(checkpoint, tmp_path / "nothing", lm=copy.deepcopy(pristine))
     with pytest.raises(ConfigError, match="train.method"):
