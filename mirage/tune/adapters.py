@@ -72,11 +72,15 @@ def save_adapter(model: Any, directory: str | Path, *, base_name: str, prompt: P
     adapters = list(getattr(model, "peft_config", {}) or {})
     # the trained adapter only: a reward stage also holds a frozen "ref" copy (trl's KL reference)
     model.save_pretrained(str(directory), selected_adapters=["default"] if "default" in adapters else None)
-    base = model.get_base_model()
-    info = AdapterInfo(base_model=base_name, architecture=architecture(base), digest=weight_digest(base),
-                       weights=weight_fingerprint(base),
-                       prompt=dataclasses.asdict(prompt or PromptConfig()), stage=stage, training=training or {},
-                       versions=library_versions())
+    return _write_info(directory, base_record(model.get_base_model(), base_name), prompt, stage, training)
+
+
+def _write_info(directory: Path, base: AdapterInfo, prompt: PromptConfig | None, stage: str,
+                training: dict[str, Any] | None) -> AdapterInfo:
+    """``base`` completed with the prompt, stage, training settings and library versions, written to
+    ``directory``'s ``mirage-adapter.json``."""
+    info = dataclasses.replace(base, prompt=dataclasses.asdict(prompt or PromptConfig()), stage=stage,
+                               training=training or {}, versions=library_versions())
     write_atomic(directory / ADAPTER_INFO, json.dumps(info.to_dict(), indent=1, ensure_ascii=False) + "\n")
     return info
 
@@ -91,17 +95,15 @@ def save_tuned_model(lm: LoadedModel, directory: str | Path, *, base: AdapterInf
     directory.mkdir(parents=True, exist_ok=True)
     lm.model.save_pretrained(str(directory))
     lm.tokenizer.save_pretrained(str(directory))
-    info = dataclasses.replace(base, prompt=dataclasses.asdict(prompt or PromptConfig()), stage=stage,
-                               training=training or {}, versions=library_versions())
-    write_atomic(directory / ADAPTER_INFO, json.dumps(info.to_dict(), indent=1, ensure_ascii=False) + "\n")
+    _write_info(directory, base, prompt, stage, training)
     return directory
 
 
-def base_record(lm: LoadedModel) -> AdapterInfo:
-    """The record of ``lm`` as the base of a fine-tuning run (its name, architecture and weight fingerprint), taken
-    before training changes its weights."""
-    return AdapterInfo(base_model=lm.name, architecture=architecture(lm.model), digest=weight_digest(lm.model),
-                       weights=weight_fingerprint(lm.model))
+def base_record(model: torch.nn.Module, name: str) -> AdapterInfo:
+    """The record of ``model`` (loaded by ``name``) as the base of a fine-tuning run: its name, architecture and
+    weight fingerprint (a full fine-tuning run takes it before training changes the weights)."""
+    return AdapterInfo(base_model=name, architecture=architecture(model), digest=weight_digest(model),
+                       weights=weight_fingerprint(model))
 
 
 def training_record(folder: str | Path) -> dict[str, Any] | None:

@@ -186,18 +186,17 @@ def _eval_mirage(args: argparse.Namespace) -> tuple[Any, str]:
 def _leave_out_trained(args: argparse.Namespace, examples: list[TrainingExample]) -> list[TrainingExample]:
     """``examples`` less those whose question the tuned model records it was trained on (``--adapter``, or a
     ``--model`` folder of a full fine-tuning run) or an ``--exclude`` file holds, with the count said on stderr."""
-    from mirage.tune.adapters import read_adapter_info, training_record
+    from mirage.tune.adapters import training_record
     from mirage.tune.data import question_digest, read_examples
 
     trained: set[str] = set()
     sources = []
-    tuned = getattr(args, "adapter", None) or getattr(args, "model", None)
-    record = read_adapter_info(args.adapter).training if getattr(args, "adapter", None) else \
-        training_record(tuned) if tuned else None
+    tuned = args.adapter or args.model
+    record = training_record(tuned) if tuned else None
     if record is not None:  # a model mirage tuned: an adapter, or a fully fine-tuned model's folder
         if record.get("questions") is not None:
             trained |= set(record["questions"])
-            sources.append(f"{'the adapter' if getattr(args, 'adapter', None) else 'the model'}'s")
+            sources.append(f"{'the adapter' if args.adapter else 'the model'}'s")
         else:
             print(f"{tuned} records no training questions (saved before mirage recorded them): rows it was "
                   "trained on are left out only through --exclude.", file=sys.stderr)
@@ -212,12 +211,8 @@ def _leave_out_trained(args: argparse.Namespace, examples: list[TrainingExample]
     return examples
 
 
-def _eval_examples(args: argparse.Namespace, *, usable: Callable[[list[TrainingExample]], list[TrainingExample]]
-                   | None = None, leave_out_trained: bool = True) -> list[TrainingExample]:
-    """The XOR-AttriQA rows ``tune eval`` and ``tune follow`` answer: each file's (``--limit-each``), less the rows
-    whose question the model was trained on (the questions ``--adapter`` records, and those of the ``--exclude``
-    training sets, with any documents in any order; kept with ``leave_out_trained=False``), then (of those ``usable``
-    keeps) the first ``--limit``."""
+def _read_eval_rows(args: argparse.Namespace) -> list[TrainingExample]:
+    """Every XOR-AttriQA row ``tune eval`` and ``tune follow`` read: each file's (``--limit-each``)."""
     from mirage.tune.data import xor_examples
 
     examples = []
@@ -225,8 +220,16 @@ def _eval_examples(args: argparse.Namespace, *, usable: Callable[[list[TrainingE
         found, skipped, _ = xor_examples(path, text=args.text, for_evaluation=True)
         examples += found[: args.limit_each] if args.limit_each is not None else found
         _print_bad([str(b) for b in skipped])
-    if leave_out_trained:
-        examples = _leave_out_trained(args, examples)
+    return examples
+
+
+def _eval_examples(args: argparse.Namespace, rows: list[TrainingExample], *,
+                   usable: Callable[[list[TrainingExample]], list[TrainingExample]] | None = None
+                   ) -> list[TrainingExample]:
+    """The rows ``tune eval`` and ``tune follow`` answer, of those read (:func:`_read_eval_rows`): less the rows
+    whose question the model was trained on (the questions ``--adapter`` records, and those of the ``--exclude``
+    training sets, with any documents in any order), then (of those ``usable`` keeps) the first ``--limit``."""
+    examples = _leave_out_trained(args, rows)
     if usable is not None:
         examples = usable(examples)
     if args.limit is not None:
@@ -239,7 +242,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from mirage.tune.evaluate import evaluate_citations, judge_config
 
     _require_peft(args)
-    examples = _eval_examples(args)
+    examples = _eval_examples(args, _read_eval_rows(args))
     if not examples:
         raise InputError(f"data: no row of {' '.join(args.data)} is left to answer (every question is one the model "
                          "was trained on, or --limit is 0); judge it on a split it did not see.")
@@ -260,13 +263,12 @@ def cmd_follow(args: argparse.Namespace) -> int:
     from mirage.tune.follow import evaluate_follow, single_supporting
 
     _require_peft(args)
-    examples = _eval_examples(args, usable=single_supporting)
+    pool = _read_eval_rows(args)  # fillers: every row read, so an item's presentations are the same for any model
+    examples = _eval_examples(args, pool, usable=single_supporting)
     if not examples:
         raise InputError(f"data: no row of {' '.join(args.data)} has exactly one supporting passage and a question "
                          "the model was not trained on; judge it on a split it did not see (e.g. "
                          "xor-attriqa-match:fi,ru).")
-    # fillers: every row read, so that an item's presentations are the same whichever model is judged
-    pool = _eval_examples(argparse.Namespace(**{**vars(args), "limit": None}), leave_out_trained=False)
     mirage, base = _eval_mirage(args)
     judge = judge_config(mirage.config, base) if args.judge else None
     out = Path(args.output)

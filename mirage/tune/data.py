@@ -534,10 +534,11 @@ def build_gold(xor_files: Sequence[str | Path] = (), eli5_prompt_files: Sequence
                                                      group_passages=group_passages)
         for ex in found:  # the match subset's rows are also in the per-passage release: one example per answer
             key = (question_digest(ex.question), " ".join(strip_citations(ex.output)[0].split()))
-            duplicates += key in seen
-            if key not in seen:
-                seen.add(key)
-                examples.append(ex)
+            if key in seen:
+                duplicates += 1
+                continue
+            seen.add(key)
+            examples.append(ex)
         bad += skipped
         unsupported += n_unsupported
     for path in eli5_prompt_files:

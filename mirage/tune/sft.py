@@ -29,7 +29,14 @@ from mirage.config import ConfigError, MirageConfig
 from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
 from mirage.runs.store import write_atomic
-from mirage.tune.adapters import ADAPTER_INFO, AdapterError, base_record, save_adapter, save_tuned_model
+from mirage.tune.adapters import (
+    ADAPTER_INFO,
+    AdapterError,
+    base_record,
+    read_adapter_info,
+    save_adapter,
+    save_tuned_model,
+)
 from mirage.tune.config import TuneConfig
 from mirage.tune.data import TrainingExample, read_examples, trained_questions
 
@@ -228,8 +235,6 @@ def earlier_questions(cfg: TuneConfig) -> list[str]:
     """The questions the adapter a run starts from (``cfg.adapter``) was trained on, as its info records them."""
     if not cfg.adapter:
         return []
-    from mirage.tune.adapters import read_adapter_info
-
     return list(read_adapter_info(cfg.adapter).training.get("questions", []))
 
 
@@ -325,7 +330,7 @@ def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None
     transformers.set_seed(cfg.train.seed)  # the adapter's initial weights too
     full = cfg.train.method == "full"
     if full:  # every weight trained, in place: the base model's record is taken before
-        base = base_record(lm)
+        base = base_record(lm.model, lm.name)
         model = lm.model
         model.requires_grad_(True)
     else:
