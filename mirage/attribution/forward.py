@@ -7,6 +7,9 @@ Shapes: ``n_answer`` answer tokens, ``vocab`` vocabulary entries, ``seq`` input 
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import inspect
 import os
 from collections.abc import Iterator, Sequence
@@ -432,19 +435,67 @@ class GraphPlan:
 
 
 #: The share of a memory budget kept free of planned tensors: the allocator's fragmentation and the passes'
-#: temporaries (a 7.7k-token prompt under a 3 GB budget peaked 3 % above it with none kept; see docs/scaling.md).
+#: temporaries (see docs/scaling.md).
 BUDGET_HEADROOM = 0.1
+
+
+#: Under a CPU memory budget, blocks of at least this many bytes are mapped from the system for each allocation and
+#: returned to it when freed (glibc's ``M_MMAP_THRESHOLD``, fixed), so that resident memory follows the live tensors.
+CPU_MMAP_THRESHOLD = 128 * 1024
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+
+
+@functools.cache
+def _glibc() -> Any | None:
+    """The C library where it is glibc (it has ``mallopt`` and ``malloc_trim``), else None."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt, libc.malloc_trim  # noqa: B018 - both must exist
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+@functools.cache
+def _fix_mmap_threshold() -> bool:
+    libc = _glibc()
+    return libc is not None and libc.mallopt(_M_MMAP_THRESHOLD, CPU_MMAP_THRESHOLD) == 1
+
+
+def return_freed_memory(device: torch.device) -> str:
+    """Make the process's resident memory, which a CPU budget is counted against, follow its live tensors, and say
+    how (recorded as ``versions["allocator"]``). glibc keeps freed blocks below a threshold that grows with the
+    blocks freed (to 32 MB), so a pass's freed activations stay resident and the next pass's peak lands on top of
+    them, over the budget (docs/scaling.md). Here, for the whole process and from the
+    first budgeted pass on, blocks of :data:`CPU_MMAP_THRESHOLD` or more are returned when freed, and what is
+    free is trimmed now (before a pass is planned). Not on a GPU (its budget counts allocated memory) and not
+    without glibc (the budget then also counts memory the allocator keeps)."""
+    if device.type != "cpu":
+        return f"{device.type}: allocated memory counted" if device.type == "cuda" else f"{device.type}: unchanged"
+    libc = _glibc()
+    if libc is None:
+        return "not glibc: resident memory includes freed blocks the allocator keeps"
+    fixed = _fix_mmap_threshold()
+    libc.malloc_trim(0)
+    return (f"glibc: blocks of {CPU_MMAP_THRESHOLD // 1024} KiB or more returned when freed, free memory trimmed "
+            f"before each pass" if fixed else "glibc: free memory trimmed before each pass")
+
+
+def _in_use_under_budget(lm: LoadedModel) -> int:
+    """Bytes in use where ``lm``'s budget is counted, its allocator first made to give back what is free."""
+    lm.passes["allocator"] = return_freed_memory(lm.device)
+    return memory_in_use(lm.device)
 
 
 def budget_room(lm: LoadedModel) -> int:
     """Bytes the memory budget leaves for new tensors now (its headroom kept; negative when over)."""
-    return int((lm.memory_budget or 0) * (1 - BUDGET_HEADROOM)) - memory_in_use(lm.device)
+    return int((lm.memory_budget or 0) * (1 - BUDGET_HEADROOM)) - _in_use_under_budget(lm)
 
 
 def _limit(lm: LoadedModel) -> tuple[int, str]:
     """Bytes a new pass may use now, and what limits it (for messages)."""
     if lm.memory_budget is not None:
-        used = memory_in_use(lm.device)
+        used = _in_use_under_budget(lm)
         return int(lm.memory_budget * (1 - BUDGET_HEADROOM)) - used, (
             f"the memory budget {format_size(lm.memory_budget)} ({format_size(used)} already in use, "
             f"{BUDGET_HEADROOM:.0%} kept free)")
