@@ -75,6 +75,9 @@ def test_results_tables_and_plot(study):
             assert 0 <= mode.precision <= 1 and 0 <= mode.recall <= 1 and mode.n == 2
     tables = (study / "tables.md").read_text()
     assert "## Self-citation" in tables and "## MIRAGE" in tables and "### Attribution bias (CAB)" in tables
+    # does each citation set follow the relevant document: the vanilla answers, one per question
+    assert result.follow is not None and result.follow.k == 3 and result.follow.n_answers == 2
+    assert "## Does the citation follow the relevant document?" in tables
     assert (study / "cab.png").stat().st_size > 1000
     assert len(list((study / "prompts").glob("*.yaml"))) == 2  # vanilla and informed templates
 

@@ -338,3 +338,29 @@ def test_rewrite_text_generates_with_the_model(tiny_causal):
     assert isinstance(text, str)
     assert rewrite_text(tiny_causal, "The tower is in Paris.", prompt={"instruction": "Rewrite.", "template":
                                                                        "{INST}\n{P}", "max_new_tokens": 4}) == text
+
+
+def test_follow_summary_by_the_relevant_documents_position():
+    """The permutation test's measure on a study's vanilla answers: a citer of [1] follows only where the relevant
+    document is first; hand-computed on four questions, the relevant document at positions 1, 2, 3 and 3."""
+    from mirage.bias.results import follow_summary
+
+    placed = [(1, [1]), (2, [1]), (3, [3, 1]), (3, [1, 2, 3])]  # (relevant position, cited)
+    vanilla = [rec(f"q{i}", "vanilla", cited, relevant=(pos,)) for i, (pos, cited) in enumerate(placed)]
+    vanilla[3].mirage_citations = [[3]]
+    others = [rec("q0", "informed", [2], relevant=(1,)), rec("q9", "vanilla", [1], relevant=(1, 2))]
+    follow = follow_summary(vanilla + others)  # other modes and two-relevant questions are not counted
+    assert follow is not None and follow.k == 4 and follow.n_answers == 4
+    own = follow.self_citation
+    assert own.follow_rate == pytest.approx(0.5)  # q0 (alone at 1) and q2 (3 and one other); q3 cites three
+    assert own.per_position == [1.0, 0.0, 0.5, None]
+    assert own.first_when_not_supporting == pytest.approx(1.0) and own.mean_cited == pytest.approx(7 / 4)
+    assert follow.mirage.follow_rate == pytest.approx(0.75)
+    # the random citer of the same counts: 1/4, 1/4, 2/4 and (three cited) 0
+    assert follow.random.follow_rate == pytest.approx((0.25 + 0.25 + 0.5 + 0) / 4)
+    cfg = BiasConfig(modes=("vanilla",), baseline_draws=5)
+    result = summarize(vanilla, cfg=cfg, metadata=load_metadata(cfg), model="m", data="d", mirage_config={})
+    assert BiasStudyResult.from_dict(json.loads(result.to_json())).follow == follow
+    md = render_markdown(result)
+    assert "## Does the citation follow the relevant document?" in md and "| self-citation | 50.0 | 100.0 | 0.0 |" in md
+    assert follow_summary(others[:1]) is None

@@ -4,6 +4,7 @@ for the self-citations and once for mirage's citations; a dataclass that round-t
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from mirage.bias.prompts import load_prompts, mode_template
 from mirage.bias.protocol import BiasConfig, Metadata, Side, grid_modes
 from mirage.bias.records import SOURCES, BiasRecord, CitationSource
 from mirage.runs.store import write_atomic
+from mirage.tune.follow import FollowSide, random_side, side_of
 
 RESULT_FORMAT = 1
 
@@ -84,6 +86,52 @@ class SourceSummary:
 
 
 @dataclass
+class BiasFollow(JSONRecord):
+    """Whether each citation set follows the relevant document wherever the study put it (the permutation test's
+    measure, :mod:`mirage.tune.follow`): the ``vanilla`` answers of questions with exactly one relevant document
+    among ``k`` (the study's most common number), by that document's position. ``random`` cites as many documents
+    as the model did (self-citation), uniformly; ``mirage`` leaves out the answers mirage could not attribute."""
+
+    k: int
+    n_answers: int
+    self_citation: FollowSide
+    random: FollowSide
+    mirage: FollowSide | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BiasFollow:
+        sides = {name: FollowSide.from_dict(data[name]) if data.get(name) is not None else None
+                 for name in ("self_citation", "random", "mirage")}
+        return cls(**{**cls.known_fields(data), **sides})
+
+    def rows(self) -> list[tuple[str, FollowSide]]:
+        """The citers of the table: self-citation, MIRAGE, random."""
+        rows = [("self-citation", self.self_citation)]
+        if self.mirage is not None:
+            rows.append(("MIRAGE", self.mirage))
+        return [*rows, ("random (self-citation's count)", self.random)]
+
+
+def follow_summary(records: Sequence[BiasRecord]) -> BiasFollow | None:
+    """The :class:`BiasFollow` of a study's records; None where no ``vanilla`` answer has exactly one relevant
+    document."""
+    usable = [r for r in records if r.mode == "vanilla" and len(r.relevant) == 1 and r.n_docs >= 2]
+    if not usable:
+        return None
+    counts = Counter(r.n_docs for r in usable)
+    k = max(counts, key=lambda n: (counts[n], n))
+    usable = [r for r in usable if r.n_docs == k]
+    positions = [int(r.relevant[0]) for r in usable]
+    own = [{d for sentence in r.self_citations for d in sentence} for r in usable]
+    attributed = [(r, p) for r, p in zip(usable, positions) if r.error is None]
+    return BiasFollow(
+        k=k, n_answers=len(usable), self_citation=side_of(own, positions, k),
+        random=random_side([len(c) for c in own], positions, k),
+        mirage=side_of([{d for sentence in r.mirage_citations for d in sentence} for r, _ in attributed],
+                       [p for _, p in attributed], k) if attributed else None)
+
+
+@dataclass
 class BiasStudyResult(JSONRecord):
     """Everything a study table shows, and what reproduces it."""
 
@@ -102,6 +150,8 @@ class BiasStudyResult(JSONRecord):
     #: the fewest and the most documents a question of the study had (``config["k"]`` is what was asked: items
     #: built from data with fewer documents, or prepared items, have their own number); None in older results
     documents: list[int] | None = None
+    #: does each citation set follow the relevant document (:func:`follow_summary`)? None in older results
+    follow: BiasFollow | None = None
 
     def documents_text(self) -> str:
         """How many documents the questions had: ``"5"``, ``"3–10"``; the asked ``k`` for older results."""
@@ -116,6 +166,8 @@ class BiasStudyResult(JSONRecord):
         data["sources"] = {k: SourceSummary.from_dict(v) for k, v in data["sources"].items()}
         if data.get("explanations") is not None:
             data["explanations"] = ExplanationAnalysis.from_dict(data["explanations"])
+        if data.get("follow") is not None:
+            data["follow"] = BiasFollow.from_dict(data["follow"])
         return cls(**data)
 
     def save(self, path: str | Path) -> None:
@@ -217,7 +269,8 @@ def summarize(records: Sequence[BiasRecord], *, cfg: BiasConfig, metadata: Metad
         explanations=analyse_explanations(records, label_words=label_words(meta)) if explained else None,
         config=json.loads(json.dumps(cfg.to_dict())), mirage_config=json.loads(json.dumps(mirage_config)),
         n_items=n_items, omega=cfg.omega, sources=by_source, versions=library_versions(),
-        documents=[min(r.n_docs for r in records), max(r.n_docs for r in records)] if records else None)
+        documents=[min(r.n_docs for r in records), max(r.n_docs for r in records)] if records else None,
+        follow=follow_summary(records) if "self" in sources else None)
 
 
 def answer_defects(records: Sequence[BiasRecord], cfg: BiasConfig, metadata: Metadata) -> dict[str, Defect | None]:

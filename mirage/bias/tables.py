@@ -10,6 +10,7 @@ from mirage.bias.explanations import render_explanations
 from mirage.bias.metrics import METRICS, Effect, Stat
 from mirage.bias.protocol import BiasConfig, doc_sides
 from mirage.bias.results import BiasStudyResult, SourceSummary
+from mirage.tune.follow import follow_table
 
 SOURCE_TITLES = {"self": "Self-citation (what the model says it cites)",
                  "mirage": "MIRAGE (what the model uses, from its internals)"}
@@ -194,6 +195,14 @@ def render_markdown(result: BiasStudyResult) -> str:
         "",
         side_by_side(result),
     ]
+    if result.follow is not None:
+        f = result.follow
+        out += ["", "## Does the citation follow the relevant document?", "",
+                (f"The vanilla answers of the questions with one relevant document among {f.k} ({f.n_answers} "
+                 "answers), by the position the study gave that document (random per question): an answer follows "
+                 "when its citations include the relevant document and at most one other. A citer that cites "
+                 "document 1 whatever it read follows at position 1 only. Rates in %."),
+                "", follow_table(f.rows(), f.k)]
     for key, source in result.sources.items():
         out += ["", f"## {SOURCE_TITLES.get(key, key)}", "", "### Attribution quality per mode", "",
                 quality_table(result, source), "", "### Mode against mode (paired t-tests)", "",

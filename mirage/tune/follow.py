@@ -156,6 +156,23 @@ def random_side(n_cited: Sequence[int], positions: Sequence[int], k: int) -> Fol
         precision=mean_or_none(prec), recall=mean_or_none(rec), f1=mean_or_none(f1))
 
 
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.1f}"
+
+
+def follow_table(rows: Sequence[tuple[str, FollowSide]], k: int) -> str:
+    """Citers' :class:`FollowSide` rows as a markdown table (rates in %), positions 1…``k``."""
+    head = ["citer", "follows", *[f"pos {p}" for p in range(1, k + 1)], "[1] when not supporting", "docs cited",
+            "P", "R", "F1"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, side in rows:
+        cited = "—" if side.mean_cited is None else f"{side.mean_cited:.2f}"
+        cells = [name, _pct(side.follow_rate), *[_pct(v) for v in side.per_position],
+                 _pct(side.first_when_not_supporting), cited, _pct(side.precision), _pct(side.recall), _pct(side.f1)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 @dataclass
 class FollowReport(JSONRecord):
     """The permutation test of one model (see the module's docstring): ``k`` positions, ``n_items`` items with
@@ -195,22 +212,12 @@ class FollowReport(JSONRecord):
 
     def to_markdown(self) -> str:
         """The permutation test as a markdown table (rates in %)."""
-        def pct(v: float | None) -> str:
-            return "—" if v is None else f"{100 * v:.1f}"
-
-        head = ["citer", "follows", *[f"pos {p}" for p in range(1, self.k + 1)], "[1] when not supporting",
-                "docs cited", "P", "R", "F1"]
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for name, side in self.rows():
-            cited = "—" if side.mean_cited is None else f"{side.mean_cited:.2f}"
-            cells = [name, pct(side.follow_rate), *[pct(v) for v in side.per_position],
-                     pct(side.first_when_not_supporting), cited, pct(side.precision), pct(side.recall), pct(side.f1)]
-            lines.append("| " + " | ".join(cells) + " |")
+        lines = [follow_table(self.rows(), self.k)]
         q = self.quality
         lines.append("")
         lines.append(f"{self.model}: {self.n_items} items x {self.k} positions = {self.n_presentations} answers; "
-                     f"answers cited {pct(q.get('answers_cited'))} %, sentences cited {pct(q.get('sentences_cited'))} "
-                     f"%, exact match {pct(q.get('exact_match'))} %.")
+                     f"answers cited {_pct(q.get('answers_cited'))} %, sentences cited {_pct(q.get('sentences_cited'))} "
+                     f"%, exact match {_pct(q.get('exact_match'))} %.")
         return "\n".join(lines)
 
 
