@@ -37,7 +37,9 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
+from mirage.attribution.serialization import JSONRecord
 from mirage.bias.records import BiasRecord, CitationSource
+from mirage.scoring.metrics import mean_or_none
 
 METRICS = ("precision", "recall")
 
@@ -423,3 +425,70 @@ def random_baseline(aligned: Mapping[str, Sequence[BiasRecord]], source: Citatio
         keep = ok["informed"] & ok["counterfactual"]
         cab_base = {m: omega * mean(inf[m] - cf[m], keep) for m in METRICS}
     return quality, cas_base, cab_base
+
+
+# -- does a citation follow the supporting document? (the permutation test's measure) ------------------------------
+
+
+def follows(cited: Iterable[int], position: int) -> bool:
+    """Whether a citation set follows the supporting passage at ``position`` (1-based): it cites ``position`` and
+    at most one other document."""
+    cited_set = set(cited)
+    return position in cited_set and len(cited_set) <= 2
+
+
+def random_follow_probability(n_cited: int, k: int) -> float:
+    """The chance that ``n_cited`` documents drawn uniformly from ``k`` follow a given supporting passage: it is
+    among them with probability ``n_cited / k``, and a set of more than two never follows."""
+    if k < 1 or not 0 <= n_cited <= k:
+        raise ValueError(f"need 0 <= n_cited <= k and k >= 1, got n_cited={n_cited}, k={k}")
+    return n_cited / k if 1 <= n_cited <= 2 else 0.0
+
+
+@dataclass
+class FollowSide(JSONRecord):
+    """One citer's row of the permutation test: ``follow_rate`` over all presentations and ``per_position``
+    (position 1…k), ``first_when_not_supporting`` (the share of presentations whose supporting passage is not
+    first in which document 1 is cited), the mean number of documents cited, and precision/recall/F1 of the cited
+    set against the supporting passage (means over presentations)."""
+
+    follow_rate: float | None
+    per_position: list[float | None]
+    first_when_not_supporting: float | None
+    mean_cited: float | None
+    precision: float | None
+    recall: float | None
+    f1: float | None
+
+
+def side_of(citations: Sequence[set[int]], positions: Sequence[int], k: int) -> FollowSide:
+    """The :class:`FollowSide` of a citer whose cited sets are ``citations`` on presentations whose supporting
+    passage sits at ``positions``."""
+    hits = [follows(c, p) for c, p in zip(citations, positions)]
+    prf = [citation_set_prf(c, [p]) for c, p in zip(citations, positions)]
+    return FollowSide(
+        follow_rate=mean_or_none(hits),
+        per_position=[mean_or_none([h for h, p in zip(hits, positions) if p == pos])
+                      for pos in range(1, k + 1)],
+        first_when_not_supporting=mean_or_none([1 in c for c, p in zip(citations, positions) if p != 1]),
+        mean_cited=mean_or_none([float(len(c)) for c in citations]),
+        precision=mean_or_none([x[0] for x in prf]), recall=mean_or_none([x[1] for x in prf]),
+        f1=mean_or_none([x[2] for x in prf]))
+
+
+def random_side(n_cited: Sequence[int], positions: Sequence[int], k: int) -> FollowSide:
+    """The expected :class:`FollowSide` of a random citer that cites, for each presentation, as many documents as
+    the model did (``n_cited``), drawn uniformly from the ``k`` (exact expectations, no sampling)."""
+    probs = [random_follow_probability(min(c, k), k) for c in n_cited]
+    # E[precision] = 1/k for a non-empty set (each cited document is the supporting one with chance 1/k);
+    # E[recall] = c/k; F1 = 2/(c+1) when the supporting passage is among the c, else 0: E[F1] = 2c/(k(c+1)).
+    prec = [1 / k if c else 0.0 for c in n_cited]
+    rec = [min(c, k) / k for c in n_cited]
+    f1 = [2 * min(c, k) / (k * (min(c, k) + 1)) if c else 0.0 for c in n_cited]
+    return FollowSide(
+        follow_rate=mean_or_none(probs),
+        per_position=[mean_or_none([q for q, p in zip(probs, positions) if p == pos])
+                      for pos in range(1, k + 1)],
+        first_when_not_supporting=mean_or_none([min(c, k) / k for c, p in zip(n_cited, positions) if p != 1]),
+        mean_cited=mean_or_none([float(c) for c in n_cited]),
+        precision=mean_or_none(prec), recall=mean_or_none(rec), f1=mean_or_none(f1))

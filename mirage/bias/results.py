@@ -16,6 +16,7 @@ from mirage.bias.metrics import (
     METRICS,
     Defect,
     Effect,
+    FollowSide,
     ModeSummary,
     align,
     answer_defect,
@@ -24,6 +25,8 @@ from mirage.bias.metrics import (
     contrast_effect,
     mode_tests,
     random_baseline,
+    random_side,
+    side_of,
     sound_pairs,
     summarize_mode,
 )
@@ -31,7 +34,6 @@ from mirage.bias.prompts import load_prompts, mode_template
 from mirage.bias.protocol import BiasConfig, Metadata, Side, grid_modes
 from mirage.bias.records import SOURCES, BiasRecord, CitationSource
 from mirage.runs.store import write_atomic
-from mirage.tune.follow import FollowSide, random_side, side_of
 
 RESULT_FORMAT = 1
 

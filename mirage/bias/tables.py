@@ -7,10 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from mirage.bias.explanations import render_explanations
-from mirage.bias.metrics import METRICS, Effect, Stat
+from mirage.bias.metrics import METRICS, Effect, FollowSide, Stat
 from mirage.bias.protocol import BiasConfig, doc_sides
 from mirage.bias.results import BiasStudyResult, SourceSummary
-from mirage.tune.follow import follow_table
 
 SOURCE_TITLES = {"self": "Self-citation (what the model says it cites)",
                  "mirage": "MIRAGE (what the model uses, from its internals)"}
@@ -260,3 +259,20 @@ def plot_cab(results: Sequence[BiasStudyResult]) -> Any:
     ax.set_title("Attribution bias (CAB): informed vs counterfactual labels; * p < 0.05, ** p < 0.01", fontsize=9)
     ax.legend(fontsize=7, ncols=2)
     return fig
+
+
+def _rate(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.1f}"
+
+
+def follow_table(rows: Sequence[tuple[str, FollowSide]], k: int) -> str:
+    """Citers' :class:`FollowSide` rows as a markdown table (rates in %), positions 1…``k``."""
+    head = ["citer", "follows", *[f"pos {p}" for p in range(1, k + 1)], "[1] when not supporting", "docs cited",
+            "P", "R", "F1"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, side in rows:
+        cited = "—" if side.mean_cited is None else f"{side.mean_cited:.2f}"
+        cells = [name, _rate(side.follow_rate), *[_rate(v) for v in side.per_position],
+                 _rate(side.first_when_not_supporting), cited, _rate(side.precision), _rate(side.recall), _rate(side.f1)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -21,6 +21,8 @@ The report sets beside the model, on the very same presentations:
 Beside the follow rates: self-citation precision/recall/F1 against the (moved) supporting passage and cite-[1]'s
 on the same presentations, and the quality of the answers (exact match of the reference answer, answers and
 sentences cited) from :func:`mirage.tune.evaluate.evaluate_citations`, which generates and stores the answers.
+The measure itself (``follows``, ``FollowSide``, ``side_of``, ``random_side``) lives in :mod:`mirage.bias.metrics`,
+where the bias study reads its answers with it too, and its table in :func:`mirage.bias.tables.follow_table`.
 """
 
 from __future__ import annotations
@@ -33,9 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 from mirage.attribution.citations import parse_answer
 from mirage.attribution.serialization import JSONRecord
-from mirage.bias.metrics import citation_set_prf
+from mirage.bias.metrics import (  # noqa: F401 - follows, random_follow_probability: public here too
+    FollowSide,
+    follows,
+    random_follow_probability,
+    random_side,
+    side_of,
+)
+from mirage.bias.tables import follow_table
 from mirage.runs.store import content_key
-from mirage.scoring.metrics import mean_or_none
 from mirage.tune.data import TrainingExample, cite_sentences, filler_documents
 
 if TYPE_CHECKING:
@@ -43,21 +51,6 @@ if TYPE_CHECKING:
     from mirage.pipeline import Mirage
     from mirage.runs.progress import Progress
     from mirage.tune.evaluate import CitationEval
-
-
-def follows(cited: Iterable[int], position: int) -> bool:
-    """Whether a citation set follows the supporting passage at ``position`` (1-based): it cites ``position`` and
-    at most one other document."""
-    cited_set = set(cited)
-    return position in cited_set and len(cited_set) <= 2
-
-
-def random_follow_probability(n_cited: int, k: int) -> float:
-    """The chance that ``n_cited`` documents drawn uniformly from ``k`` follow a given supporting passage: it is
-    among them with probability ``n_cited / k``, and a set of more than two never follows."""
-    if k < 1 or not 0 <= n_cited <= k:
-        raise ValueError(f"need 0 <= n_cited <= k and k >= 1, got n_cited={n_cited}, k={k}")
-    return n_cited / k if 1 <= n_cited <= 2 else 0.0
 
 
 def single_supporting(examples: Iterable[TrainingExample]) -> list[TrainingExample]:
@@ -108,72 +101,6 @@ def permutation_presentations(examples: Sequence[TrainingExample], *, k: int = 5
 
 
 @dataclass
-class FollowSide(JSONRecord):
-    """One citer's row of the permutation test: ``follow_rate`` over all presentations and ``per_position``
-    (position 1…k), ``first_when_not_supporting`` (the share of presentations whose supporting passage is not
-    first in which document 1 is cited), the mean number of documents cited, and precision/recall/F1 of the cited
-    set against the supporting passage (means over presentations)."""
-
-    follow_rate: float | None
-    per_position: list[float | None]
-    first_when_not_supporting: float | None
-    mean_cited: float | None
-    precision: float | None
-    recall: float | None
-    f1: float | None
-
-
-def side_of(citations: Sequence[set[int]], positions: Sequence[int], k: int) -> FollowSide:
-    """The :class:`FollowSide` of a citer whose cited sets are ``citations`` on presentations whose supporting
-    passage sits at ``positions``."""
-    hits = [follows(c, p) for c, p in zip(citations, positions)]
-    prf = [citation_set_prf(c, [p]) for c, p in zip(citations, positions)]
-    return FollowSide(
-        follow_rate=mean_or_none(hits),
-        per_position=[mean_or_none([h for h, p in zip(hits, positions) if p == pos])
-                      for pos in range(1, k + 1)],
-        first_when_not_supporting=mean_or_none([1 in c for c, p in zip(citations, positions) if p != 1]),
-        mean_cited=mean_or_none([float(len(c)) for c in citations]),
-        precision=mean_or_none([x[0] for x in prf]), recall=mean_or_none([x[1] for x in prf]),
-        f1=mean_or_none([x[2] for x in prf]))
-
-
-def random_side(n_cited: Sequence[int], positions: Sequence[int], k: int) -> FollowSide:
-    """The expected :class:`FollowSide` of a random citer that cites, for each presentation, as many documents as
-    the model did (``n_cited``), drawn uniformly from the ``k`` (exact expectations, no sampling)."""
-    probs = [random_follow_probability(min(c, k), k) for c in n_cited]
-    # E[precision] = 1/k for a non-empty set (each cited document is the supporting one with chance 1/k);
-    # E[recall] = c/k; F1 = 2/(c+1) when the supporting passage is among the c, else 0: E[F1] = 2c/(k(c+1)).
-    prec = [1 / k if c else 0.0 for c in n_cited]
-    rec = [min(c, k) / k for c in n_cited]
-    f1 = [2 * min(c, k) / (k * (min(c, k) + 1)) if c else 0.0 for c in n_cited]
-    return FollowSide(
-        follow_rate=mean_or_none(probs),
-        per_position=[mean_or_none([q for q, p in zip(probs, positions) if p == pos])
-                      for pos in range(1, k + 1)],
-        first_when_not_supporting=mean_or_none([min(c, k) / k for c, p in zip(n_cited, positions) if p != 1]),
-        mean_cited=mean_or_none([float(c) for c in n_cited]),
-        precision=mean_or_none(prec), recall=mean_or_none(rec), f1=mean_or_none(f1))
-
-
-def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:.1f}"
-
-
-def follow_table(rows: Sequence[tuple[str, FollowSide]], k: int) -> str:
-    """Citers' :class:`FollowSide` rows as a markdown table (rates in %), positions 1…``k``."""
-    head = ["citer", "follows", *[f"pos {p}" for p in range(1, k + 1)], "[1] when not supporting", "docs cited",
-            "P", "R", "F1"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, side in rows:
-        cited = "—" if side.mean_cited is None else f"{side.mean_cited:.2f}"
-        cells = [name, _pct(side.follow_rate), *[_pct(v) for v in side.per_position],
-                 _pct(side.first_when_not_supporting), cited, _pct(side.precision), _pct(side.recall), _pct(side.f1)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-@dataclass
 class FollowReport(JSONRecord):
     """The permutation test of one model (see the module's docstring): ``k`` positions, ``n_items`` items with
     exactly one supporting passage, ``n_presentations = k * n_items`` answers; the model's self-citations
@@ -212,12 +139,15 @@ class FollowReport(JSONRecord):
 
     def to_markdown(self) -> str:
         """The permutation test as a markdown table (rates in %)."""
+        def pct(v: float | None) -> str:
+            return "—" if v is None else f"{100 * v:.1f}"
+
         lines = [follow_table(self.rows(), self.k)]
         q = self.quality
         lines.append("")
         lines.append(f"{self.model}: {self.n_items} items x {self.k} positions = {self.n_presentations} answers; "
-                     f"answers cited {_pct(q.get('answers_cited'))} %, sentences cited {_pct(q.get('sentences_cited'))} "
-                     f"%, exact match {_pct(q.get('exact_match'))} %.")
+                     f"answers cited {pct(q.get('answers_cited'))} %, sentences cited {pct(q.get('sentences_cited'))} "
+                     f"%, exact match {pct(q.get('exact_match'))} %.")
         return "\n".join(lines)
 
 
