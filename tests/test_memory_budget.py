@@ -21,6 +21,7 @@ from mirage.attribution.forward import (
     graph_bytes,
     memory_in_use,
     plan_graph,
+    return_freed_memory,
 )
 from mirage.attribution.models import wrap_model
 from mirage.cli import main
@@ -43,6 +44,13 @@ ANSWER = ("Startups are valued on expected future profits: investors buy a share
 def _fresh(lm, **changes):
     """A LoadedModel sharing the session's weights with its own settings (the fixture is never changed)."""
     return dataclasses.replace(lm, passes={"attention": lm.passes["attention"]}, batched_backward=None, **changes)
+
+
+def _in_use(lm) -> int:
+    """Memory in use as the planner counts it under a budget: after the allocator gave back what is free (an
+    earlier test's freed memory would otherwise count here and not there)."""
+    return_freed_memory(lm.device)
+    return memory_in_use(lm.device)
 
 
 def _saved_bytes(lm, ids, *, checkpoint: bool) -> int:
@@ -83,7 +91,7 @@ def test_plan_graph_checkpoints_under_a_budget_and_refuses_in_one_line_when_even
     full = graph_bytes(smollm2, seq, checkpoint=False)
     light = graph_bytes(smollm2, seq, checkpoint=True)
     row = backward_row_bytes(smollm2, seq)
-    now = memory_in_use(smollm2.device)
+    now = _in_use(smollm2)
     roomy = _fresh(smollm2, memory_budget=now + full + 4 * row + 2**30)
     assert plan_graph(roomy, seq).checkpoint is False and roomy.passes["checkpointing"] == "off"
     tight = _fresh(smollm2, memory_budget=int((now + light + 3 * row) / 0.9) + 2**28)
@@ -106,9 +114,9 @@ def test_a_budget_changes_how_the_passes_run_not_the_scores(smollm2, one_thread)
     base = plain.attribute("How are startups valued so highly without profits?", docs, answer=ANSWER)
     prep = plain.prepare({"question": "How are startups valued so highly without profits?", "docs": docs})
     seq = len(prep.tokens.ids) + 40
-    budget = int((memory_in_use(smollm2.device) + graph_bytes(smollm2, seq, checkpoint=True)
+    budget = int((_in_use(smollm2) + graph_bytes(smollm2, seq, checkpoint=True)
                   + 3 * backward_row_bytes(smollm2, seq) + 300 * 2**20) / 0.9)  # 10 % of a budget is kept free
-    assert budget - memory_in_use(smollm2.device) < graph_bytes(smollm2, seq, checkpoint=False)
+    assert budget - _in_use(smollm2) < graph_bytes(smollm2, seq, checkpoint=False)
     limited = Mirage(_fresh(smollm2, memory_budget=budget))
     res = limited.attribute("How are startups valued so highly without profits?", docs, answer=ANSWER)
     assert res.versions["checkpointing"] == "on" and base.versions["checkpointing"] == "off"
@@ -128,7 +136,7 @@ def test_cci_batches_shrink_with_the_budget(smollm2):
 
     seq = 3000
     row = backward_row_bytes(smollm2, seq)
-    now = memory_in_use(smollm2.device)
+    now = _in_use(smollm2)
     assert auto_batch_size(_fresh(smollm2, memory_budget=int((now + 40 * row) / 0.9) + 2**28), seq, 64) >= 30
     assert auto_batch_size(_fresh(smollm2, memory_budget=now + 3 * row), seq, 64) <= 3
     assert auto_batch_size(_fresh(smollm2, memory_budget=now // 2), seq, 64) == 1  # never fewer than one
