@@ -197,7 +197,8 @@ class CCIConfig:
         "saliency is approximate", "later": True})
     target: CCITarget = field(default="logprob", metadata={
         "flag": "--cci-target", "help": "attributed quantity: logprob (log p(y) - log p(y_nc); inseq, the authors' "
-        "ELI5 script; default) or prob (p(y) - p(y_nc); the paper's Eq. 2, the authors' XOR-AttriQA script)",
+        "ELI5 script; the default) or prob (p(y) - p(y_nc); the paper's Eq. 2, the authors' XOR-AttriQA script; "
+        "the default of mirage score xor-attriqa)",
         "later": True})
 
     def __post_init__(self) -> None:
@@ -305,7 +306,8 @@ class MirageConfig:
     def from_dict(cls, data: Mapping[str, Any] | None, *, benchmark: str | None = None) -> MirageConfig:
         """Build from a nested dict; unknown sections or keys and non-mapping sections are errors naming them.
         A ``preset`` key starts from that preset (for ``benchmark`` where it differs by benchmark,
-        :meth:`from_preset`); the sections given override its fields."""
+        :meth:`from_preset`); the sections given override its fields. Without a preset, the fields not given take
+        ``benchmark``'s defaults where it has its own (:data:`BENCHMARK_DEFAULTS`), mirage's elsewhere."""
         if data is None:
             data = {}
         if not isinstance(data, Mapping):
@@ -316,8 +318,12 @@ class MirageConfig:
             for key in sections:
                 _build_section(key, {})  # unknown sections are errors before the preset is applied
             return cls.from_preset(data["preset"], benchmark=benchmark).replace(**sections)
-        kwargs = {key: _build_section(key, value) for key, value in data.items() if key != "preset"}
-        return cls(**kwargs)
+        given = {key: value for key, value in data.items() if key != "preset"}
+        for key, defaults in BENCHMARK_DEFAULTS.get(benchmark or "", {}).items():
+            section = given.get(key, {})
+            if isinstance(section, Mapping):  # anything else is refused by _build_section, naming the section
+                given[key] = {**defaults, **section}
+        return cls(**{key: _build_section(key, value) for key, value in given.items()})
 
     @classmethod
     def from_preset(cls, name: str, *, benchmark: str | None = None) -> MirageConfig:
@@ -422,6 +428,36 @@ PRESETS: dict[str, dict[str | None, dict[str, dict[str, Any]]]] = {
                "aggregation": {"context": "all", "ranking": "shares", "max_citations": 3, "rule": "reference"}},
     },
 }
+#: Where mirage's default differs by benchmark (fields neither given nor set by a preset): ``mirage score
+#: xor-attriqa`` attributes p(y) - p(y_nc), the paper's Eq. 2 and the authors' XOR-AttriQA script, chosen on the
+#: ``train`` / ``val`` splits (docs/fidelity.md, "The default, and why"); ELI5 and general use keep log p(y) - log
+#: p(y_nc), the authors' ELI5 script and inseq's reference adapter.
+BENCHMARK_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {"xor-attriqa": {"cci": {"target": "prob"}}}
+#: Defaults that changed after runs were published: (benchmark, section, field, the value before). A run that
+#: recorded the value before gets it back as a flag on its results page, so that its recorded command still
+#: reproduces it (:func:`flags_for_changed_defaults`); a run that predates the field had the value before.
+CHANGED_DEFAULTS: tuple[tuple[str, str, str, Any], ...] = (("xor-attriqa", "cci", "target", "logprob"),)
+
+
+def flags_for_changed_defaults(benchmark: str, config: Mapping[str, Any], command: str | None = None) -> list[str]:
+    """The flags that give a run's recorded ``config`` (``MirageConfig.to_dict()`` as results store it) the values
+    of :data:`CHANGED_DEFAULTS` it ran with, where they are not today's defaults for ``benchmark`` and ``command``
+    (the recorded command line, if any) neither names the flag nor a preset."""
+    if command is not None and "--preset" in command.split():
+        return []
+    today = MirageConfig.from_dict({}, benchmark=benchmark)
+    flags = {(section, f.name): f.metadata.get("flag") for section, cls in _SECTIONS.items() for f in fields(cls)}
+    out: list[str] = []
+    for bench, section, name, before in CHANGED_DEFAULTS:
+        value = config.get(section, {}).get(name, before)
+        flag = flags[(section, name)]
+        if bench != benchmark or value == getattr(getattr(today, section), name):
+            continue
+        if command is None or flag not in command.split():
+            out += [flag, str(value)]
+    return out
+
+
 #: Command options (not pipeline fields) a preset changes for one benchmark: ``authors`` calibrates MIRAGE-CAL's
 #: CTI threshold per language, as the authors' ``MIRAGE_match.py`` does.
 PRESET_OPTIONS: dict[tuple[str, str], dict[str, Any]] = {("authors", "xor-attriqa"): {"calibrate_by": "language"}}

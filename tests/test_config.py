@@ -129,8 +129,9 @@ PIPELINE_FLAGS = {
                                              "under autocast, faster on GPUs and CPUs with AMX/AVX512-BF16; CTI and "
                                              "the selected tokens stay exact, saliency is approximate")),
     "--cci-target": ("cci", "target", ("attributed quantity: logprob (log p(y) - log p(y_nc); inseq, the authors' "
-                                       "ELI5 script; default) or prob (p(y) - p(y_nc); the paper's Eq. 2, the "
-                                       "authors' XOR-AttriQA script)")),
+                                       "ELI5 script; the default) or prob (p(y) - p(y_nc); the paper's Eq. 2, "
+                                       "the authors' XOR-AttriQA script; the default of mirage score "
+                                       "xor-attriqa)")),
     "--max-citations": ("aggregation", "max_citations", "at most N documents cited per sentence (default 3)"),
     "--context": ("aggregation", "context", ("context tokens to attribute to: all (reference, default) or content "
                                              "(document titles and texts, not the prompt's scaffolding)")),

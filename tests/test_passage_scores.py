@@ -296,6 +296,53 @@ def test_xor_scorer_computes_only_needed_rows_with_identical_results(embedded_mi
     assert calls == [[lost["token"]]]
 
 
+def test_a_run_starts_from_another_runs_stored_outputs(embedded_mirage, tmp_path, monkeypatch):
+    """``--reuse-from``: a run that changes only how the stored rows are aggregated starts from the other run's store
+    and runs no model pass, with the results of the same run from scratch; a store of other settings (another CCI
+    target) is refused, naming what differs; a store that already holds records is left as it is."""
+    import dataclasses
+
+    import mirage.scoring.xor_attriqa as xa
+    from mirage.config import ConfigError
+    from mirage.runs.experiment import ExperimentConfig
+    from mirage.runs.store import read_records
+    from mirage.scoring.benchmarks import XorAttriQAOptions, run_xor_attriqa
+
+    experiment = ExperimentConfig.from_dict({"model": "smollm2-135m-instruct", "limit": 2, "data": {
+        "eval": [str(DATA / "val.jsonl")], "calibrate_on": [str(DATA / "train.jsonl")]}}, command="xor-attriqa")
+    content = dataclasses.replace(experiment, pipeline=experiment.pipeline.replace(aggregation={"context": "content"}))
+
+    def run(exp, out, **kw):
+        return run_xor_attriqa(exp, XorAttriQAOptions(output=str(out), groups=("ex",), **kw),
+                               mirage=embedded_mirage)
+
+    run(experiment, tmp_path / "first")
+    fresh = run(content, tmp_path / "fresh").to_dict()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a stored row was computed again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(xa, "score_item", refuse)
+        patch.setattr(xa, "score_item_batch", refuse)
+        reused = run(content, tmp_path / "reused", reuse_from=str(tmp_path / "first"))
+    for part in ("agreement", "f1", "balanced_accuracy", "roc_auc", "calibration"):
+        assert reused.to_dict()[part] == fresh[part], part
+    assert reused.settings["reuse_from"] == str(tmp_path / "first")
+    assert read_records(tmp_path / "reused" / "scores.jsonl") == read_records(tmp_path / "first" / "scores.jsonl")
+    # resumed: its own store is kept, whatever --reuse-from names
+    before = (tmp_path / "reused" / "scores.jsonl").read_bytes()
+    run(content, tmp_path / "reused", reuse_from=str(tmp_path / "fresh"))
+    assert (tmp_path / "reused" / "scores.jsonl").read_bytes() == before
+    logprob = dataclasses.replace(experiment, pipeline=experiment.pipeline.replace(cci={"target": "logprob"}))
+    with pytest.raises(ConfigError, match="cci_target"):
+        run(logprob, tmp_path / "other", reuse_from=str(tmp_path / "first"))
+    with pytest.raises(ConfigError, match="no run.json"):
+        run(experiment, tmp_path / "third", reuse_from=str(tmp_path))
+    with pytest.raises(ConfigError, match="self-match"):
+        XorAttriQAOptions(output="o", reuse_from="x", self_match=True)
+
+
 def _only_gain_model(path: Path) -> Path:
     """A classifier that cites a document when, alone, it makes the sentence more likely than no document does."""
     model = LearnedModel(features=["only_gain"], mean=[0.0], scale=[1.0], coef=[5.0], intercept=0.0, threshold=0.5,

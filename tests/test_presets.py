@@ -224,6 +224,37 @@ def test_defaults_are_unchanged_and_the_inseq_preset():
     assert "std_kind" not in default.to_dict()["cti"] and "target" not in default.to_dict()["cci"]
 
 
+def test_xor_attriqa_attributes_the_probability_by_default(tmp_path):
+    """``mirage score xor-attriqa``'s own default is the paper's Eq. 2 (p(y) - p(y_nc)); every other use keeps
+    log p(y) - log p(y_nc); a file, a flag or a preset still sets it; a run recorded under the old default gets the
+    flag that reproduces it."""
+    from mirage.config import flags_for_changed_defaults
+
+    assert ExperimentConfig.from_dict({}, command="xor-attriqa").pipeline.cci.target == "prob"
+    assert ExperimentConfig.from_dict({}, command="eli5").pipeline.cci.target == "logprob"
+    assert ExperimentConfig.from_dict({}, command="bias").pipeline.cci.target == "logprob"
+    assert MirageConfig.from_dict({"cci": {"top_k": 3}}, benchmark="xor-attriqa").cci.target == "prob"
+    assert MirageConfig.from_dict({"cci": {"target": "logprob"}}, benchmark="xor-attriqa").cci.target == "logprob"
+    assert MirageConfig.from_dict({"preset": "inseq"}, benchmark="xor-attriqa").cci.target == "logprob"
+    with pytest.raises(ConfigError, match="cci"):
+        MirageConfig.from_dict({"cci": 3}, benchmark="xor-attriqa")
+    parser = argparse.ArgumentParser()
+    add_experiment_args(parser)
+    args = parser.parse_args(["--cci-target", "logprob"])
+    assert ExperimentConfig.from_args(args, command="xor-attriqa").pipeline.cci.target == "logprob"
+    # the stores of the two targets are kept apart, so a re-run never mixes them
+    prob = ExperimentConfig.from_dict({}, command="xor-attriqa").fingerprint()
+    logprob = ExperimentConfig.from_args(args, command="xor-attriqa").fingerprint()
+    assert prob["cci_target"] == "prob" and "cci_target" not in logprob
+    old = "mirage score xor-attriqa xor-attriqa-match:val -o DIR"
+    assert flags_for_changed_defaults("xor-attriqa", {"cci": {}}, old) == ["--cci-target", "logprob"]
+    assert flags_for_changed_defaults("xor-attriqa", {"cci": {"target": "logprob"}}) == ["--cci-target", "logprob"]
+    assert flags_for_changed_defaults("xor-attriqa", {"cci": {"target": "prob"}}, old) == []
+    assert flags_for_changed_defaults("xor-attriqa", {"cci": {}}, old + " --cci-target logprob") == []
+    assert flags_for_changed_defaults("xor-attriqa", {"cci": {}}, old + " --preset inseq") == []
+    assert flags_for_changed_defaults("eli5", {"cci": {}}, old) == []
+
+
 def test_preset_in_yaml_and_on_the_command_line(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("preset: authors\ncci:\n  target: logprob\n")

@@ -90,8 +90,8 @@ class SourceSummary:
 @dataclass
 class BiasFollow(JSONRecord):
     """Whether each citation set follows the relevant document wherever the study put it (the permutation test's
-    measure, :mod:`mirage.tune.follow`): the ``vanilla`` answers of questions with exactly one relevant document
-    among ``k`` (the study's most common number), by that document's position. ``random`` cites as many documents
+    measure, :func:`mirage.bias.metrics.follows`): the ``vanilla`` answers of questions with exactly one relevant
+    document among ``k`` (the study's most common number), by that document's position. ``random`` cites as many documents
     as the model did (self-citation), uniformly; ``mirage`` leaves out the answers mirage could not attribute."""
 
     k: int

@@ -80,10 +80,18 @@ class XorAttriQAOptions:
     group_passages: bool = False
     #: The paper's Algorithm 1: keep the rows whose annotated answer the model reproduces, and attribute its own.
     self_match: bool = False
+    #: Another run's folder whose stored model outputs (same model, prompt and CCI target: the same ``run.json``)
+    #: this run starts from while its own store is empty: settings that only select and aggregate (presets, CTI
+    #: spreads, calibration) then cost only the rows they add.
+    reuse_from: str | None = None
 
     def __post_init__(self) -> None:
         _path_field(self, "output", required=True)
         _path_field(self, "nli_dir")
+        _path_field(self, "reuse_from")
+        if self.reuse_from is not None and self.self_match:
+            raise ConfigError("reuse_from: a --self-match run attributes the model's own generations, which another "
+                              "run's store does not hold; leave out --reuse-from.")
         if self.calibrate_by not in get_args(CalibrateBy):
             raise ConfigError(f"calibrate_by must be one of {list(get_args(CalibrateBy))}, got {self.calibrate_by!r}.")
         groups = (self.groups,) if isinstance(self.groups, str) else self.groups
@@ -158,6 +166,33 @@ def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
                              "or delete that one.")
         return
     write_atomic(path, json.dumps(fingerprint, indent=2, ensure_ascii=False) + "\n")
+
+
+def reuse_store(store: Path, source: Path, fingerprint: dict[str, Any], shard: Shard) -> bool:
+    """Start the empty store ``store`` from the stored model outputs of the run in folder ``source``
+    (``scores.jsonl``, or its ``.gz``), whose ``run.json`` must equal ``fingerprint``; True if it did. A store that
+    already holds records (a resumed run) is left as it is. ConfigError when ``source`` is not such a run, or under
+    a launcher (start from it in one process, then shard)."""
+    if store.exists() and store.stat().st_size > 0:
+        return False
+    if shard.world > 1:
+        raise ConfigError("--reuse-from runs in one process: start the run without the launcher (or copy the "
+                          "store first), then resume it under the launcher.")
+    run_file = source / "run.json"
+    if not run_file.is_file():
+        raise ConfigError(f"--reuse-from {source}: no run.json there; give the folder of a mirage score run.")
+    details = _differences(json.loads(run_file.read_text(encoding="utf-8")), fingerprint)
+    if details:
+        raise ConfigError(f"--reuse-from {source}: its model outputs were computed with other settings ({details}); "
+                          "give a run of the same model, prompt and CCI target.")
+    found = [p for p in (source / store.name, source / f"{store.name}.gz") if p.is_file()]
+    if not found:
+        raise ConfigError(f"--reuse-from {source}: no {store.name} there, nothing to start from.")
+    from mirage.runs.store import read_records
+
+    records = read_records(found[0])
+    write_atomic(store, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    return True
 
 
 def _differences(stored: dict[str, Any], fingerprint: dict[str, Any]) -> str:
@@ -287,6 +322,8 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     ``matches.jsonl``; only the rows where it reproduces the annotated answer
     (:func:`mirage.scoring.xor_attriqa.same_answer`) are kept, and its own generation is attributed; results.json's
     ``settings.self_match`` has the rows checked and kept per language (an InputError when none is kept).
+    ``reuse_from``: while this run's store is empty, it starts from that run's stored model outputs
+    (:func:`reuse_store`; the same ``run.json``), so that only the rows this run's settings add are computed.
     """
     _check_command(experiment, "xor-attriqa")
     model = _mirage_source(experiment, mirage)
@@ -295,7 +332,10 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     group_passages = options.group_passages
     data, cal_files = resolve_all(experiment.data), resolve_all(experiment.calibrate_on)
     out = Path(options.output)
-    check_run(out, replace(experiment, dtype=_dtype(model, experiment.dtype)).fingerprint())
+    fingerprint = replace(experiment, dtype=_dtype(model, experiment.dtype)).fingerprint()
+    check_run(out, fingerprint)
+    if options.reuse_from is not None:
+        reuse_store(out / "scores.jsonl", Path(options.reuse_from), fingerprint, shard or Shard.from_env())
 
     def load(path: str | Path) -> XorData:
         return load_xor_attriqa(path, text=text, nli_dir=options.nli_dir, limit=limit, group=group_passages)
@@ -378,6 +418,8 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
                 "groups": list(groups), "config": cfg.to_dict()}
     if match is not None:
         settings["self_match"] = match
+    if options.reuse_from is not None:
+        settings["reuse_from"] = str(options.reuse_from)
     pairs: list[dict[str, Any]] = []
     report = evaluate(test.items, scores, config=cfg, calibration_items=cal.items if cal else None,
                       calibrate_by=calibrate_by, bad_rows=bad, settings=settings, learned=use_signals, groups=groups,

@@ -90,7 +90,7 @@ def cmd_xor_attriqa(args: argparse.Namespace) -> int:
     options = XorAttriQAOptions(
         output=args.output, calibrate_by=calibrate_by, nli_dir=args.nli_dir, faithfulness=args.faithfulness,
         all_tokens=args.all_tokens, groups=tuple(args.settings), batch_items=args.batch_items,
-        group_passages=args.group_passages, self_match=args.self_match)
+        group_passages=args.group_passages, self_match=args.self_match, reuse_from=args.reuse_from)
     report = run_xor_attriqa(exp, options, mirage=_model_loader(exp), progress=terminal_progress)
     return _finish(args, report, xor_table, "sweep.png")
 
@@ -164,6 +164,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="the paper's Algorithm 1: generate each answer with the scoring model (same prompt), keep "
                           "the rows where it reproduces the annotated answer, and attribute its own generation; "
                           "DIR/matches.jsonl holds every generation, results.json the rows kept")
+    xor.add_argument("--reuse-from", metavar="RUN_DIR",
+                     help="start from the stored model outputs of another run (same model, prompt and CCI target), "
+                          "so a run that changes only selection or aggregation (a preset, a CTI spread, the "
+                          "calibration) computes only the rows it adds; used while this run's store is empty")
     xor.add_argument("--nli-dir", help="folder of <split>.nli-*.json baseline predictions (default: beside DATA)")
     _add_run_args(xor, skip={"--cci-top-k", "--cci-top-percent", "--cti-threshold", "--max-citations",
                              "--max-new-tokens", "--sample", "--temperature", "--top-p", "--seed"})

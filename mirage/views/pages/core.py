@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,13 +215,21 @@ def versions_section(versions: Mapping[str, Any] | None) -> str:
     return "## Versions\n\n" + md_table(["library", "version"], [(k, str(v)) for k, v in versions.items()])
 
 
-def command_section(run_dir: Path, reconstructed: str | None = None) -> str:
+def command_section(run_dir: Path, reconstructed: str | None = None,
+                    changed: Callable[[str], Sequence[str]] | None = None) -> str:
     """The command the run recorded (``provenance.json``, here or in the folder of the run that wrote this one), or
-    else ``reconstructed`` from the settings, said to be so."""
+    else ``reconstructed`` from the settings, said to be so. ``changed(command)``: the flags that command needs
+    today to reproduce the run, where a default it ran with has changed since
+    (:func:`mirage.config.flags_for_changed_defaults`)."""
     prov, where = find_provenance(run_dir)
     if prov and prov.command:
         note = "" if where == run_dir else (
             f"This folder was written by the run of `{os.path.relpath(where, run_dir)}/`:\n\n")
+        flags = list(changed(prov.command)) if changed else []
+        if flags:
+            return ("## Command\n\n" + note + fenced(prov.command, "bash") + "\n\nA default this run used has "
+                    f"changed since (`{' '.join(flags)}` was the default then); with today's mirage the same run "
+                    "is:\n\n" + fenced(f"{prov.command} {' '.join(flags)}", "bash"))
         return "## Command\n\n" + note + fenced(prov.command, "bash")
     if reconstructed:
         return ("## Command\n\nThis run predates recorded commands; rebuilt from its recorded settings (options the "

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mirage.config import flags_for_changed_defaults
 from mirage.runs.files import portable_command
 from mirage.views.pages.core import (
     cell,
@@ -112,7 +113,9 @@ def _xor_command(s: Mapping[str, Any]) -> str:
         argv += ["--settings", *groups]
     argv += ["--all-tokens"] if s.get("all_tokens") else []
     argv += ["--group-passages"] if s.get("group_passages") else []
+    argv += ["--reuse-from", str(s["reuse_from"])] if s.get("reuse_from") else []
     argv += pipeline_flags_of(s.get("config", {}), xor_attriqa_pipeline().to_dict(), XOR_SKIP)
+    argv += flags_for_changed_defaults("xor-attriqa", s.get("config", {}), " ".join(argv))
     return portable_command([*argv, "-o", "DIR"])
 
 
@@ -145,7 +148,10 @@ def _xor_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
         ["## Tables\n\n" + "\n\n".join(tables), plots_section(run_dir),
          settings_section({k: v for k, v in s.items() if k not in ("config", "self_match")}),
          settings_section(s.get("config", {}), "Pipeline"), data_section(run_dir, _xor_data(run_dir)),
-         versions_section(report.versions), command_section(run_dir, _xor_command(s)), *tail(run_dir)])
+         versions_section(report.versions),
+         command_section(run_dir, _xor_command(s),
+                         lambda command: flags_for_changed_defaults("xor-attriqa", s.get("config", {}), command)),
+         *tail(run_dir)])
 
 
 # -- ELI5 ----------------------------------------------------------------------------------------------------------------
