@@ -296,7 +296,7 @@ def test_xor_scorer_computes_only_needed_rows_with_identical_results(embedded_mi
     assert calls == [[lost["token"]]]
 
 
-def test_a_run_starts_from_another_runs_stored_outputs(embedded_mirage, tmp_path, monkeypatch):
+def test_a_run_starts_from_another_runs_stored_outputs(embedded_mirage, tmp_path, monkeypatch, capsys):
     """``--reuse-from``: a run that changes only how the stored rows are aggregated starts from the other run's store
     and runs no model pass, with the results of the same run from scratch; a store of other settings (another CCI
     target) is refused, naming what differs; a store that already holds records is left as it is."""
@@ -339,6 +339,22 @@ def test_a_run_starts_from_another_runs_stored_outputs(embedded_mirage, tmp_path
         run(logprob, tmp_path / "other", reuse_from=str(tmp_path / "first"))
     with pytest.raises(ConfigError, match="no run.json"):
         run(experiment, tmp_path / "third", reuse_from=str(tmp_path))
+    # a run folder shared without its store: nothing to start from, so the rows are computed here, with a note
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "run.json").write_bytes((tmp_path / "first" / "run.json").read_bytes())
+    calls = []
+    real = xa.score_item
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(xa, "score_item", spy)
+        alone = run(content, tmp_path / "alone", reuse_from=str(shared))
+    assert calls and alone.to_dict()["f1"] == fresh["f1"]
+    assert "holds no scores.jsonl" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="self-match"):
         XorAttriQAOptions(output="o", reuse_from="x", self_match=True)
 

@@ -22,6 +22,7 @@ import functools
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -171,8 +172,9 @@ def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
 def reuse_store(store: Path, source: Path, fingerprint: dict[str, Any], shard: Shard) -> bool:
     """Start the empty store ``store`` from the stored model outputs of the run in folder ``source``
     (``scores.jsonl``, or its ``.gz``), whose ``run.json`` must equal ``fingerprint``; True if it did. A store that
-    already holds records (a resumed run) is left as it is. ConfigError when ``source`` is not such a run, or under
-    a launcher (start from it in one process, then shard)."""
+    already holds records (a resumed run) is left as it is, and a ``source`` shipped without its store gives nothing
+    (a note says so). ConfigError when ``source`` is not such a run, or under a launcher (start from it in one
+    process, then shard)."""
     if store.exists() and store.stat().st_size > 0:
         return False
     if shard.world > 1:
@@ -186,8 +188,10 @@ def reuse_store(store: Path, source: Path, fingerprint: dict[str, Any], shard: S
         raise ConfigError(f"--reuse-from {source}: its model outputs were computed with other settings ({details}); "
                           "give a run of the same model, prompt and CCI target.")
     found = [p for p in (source / store.name, source / f"{store.name}.gz") if p.is_file()]
-    if not found:
-        raise ConfigError(f"--reuse-from {source}: no {store.name} there, nothing to start from.")
+    if not found:  # a run folder shared without its store: the same results, every row computed here
+        print(f"mirage: note: --reuse-from {source} holds no {store.name} (nor its .gz); this run computes every "
+              "row itself.", file=sys.stderr)
+        return False
     from mirage.runs.store import read_records
 
     records = read_records(found[0])
