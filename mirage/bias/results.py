@@ -91,8 +91,9 @@ class SourceSummary:
 class BiasFollow(JSONRecord):
     """Whether each citation set follows the relevant document wherever the study put it (the permutation test's
     measure, :func:`mirage.bias.metrics.follows`): the ``vanilla`` answers of questions with exactly one relevant
-    document among ``k`` (the study's most common number), by that document's position. ``random`` cites as many documents
-    as the model did (self-citation), uniformly; ``mirage`` leaves out the answers mirage could not attribute."""
+    document among ``k`` (the study's most common number), by that document's position. ``random`` cites as many
+    documents as the model did (self-citation), uniformly; ``mirage`` leaves out the answers mirage could not
+    attribute."""
 
     k: int
     n_answers: int
