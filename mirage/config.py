@@ -189,7 +189,8 @@ class CCIConfig:
     percent_rule: PercentRule = field(default="range", metadata={
         "flag": "--cci-percent-rule", "help": "range (max - p(max-min), reference code) or percentile"})
     batch_size: int | None = field(default=None, metadata={
-        "flag": "--cci-batch-size", "help": "selected tokens per backward pass (default: fit free memory)"})
+        "flag": "--cci-batch-size", "help": "selected tokens per backward pass (default: as many as fit the budget "
+        "or free memory; one on a CPU without checkpointing)"})
     ig_steps: int = 16
     precision: CCIPrecision = field(default="model", metadata={
         "flag": "--cci-precision", "help": "model (default: the model's dtype), bfloat16 or float16: CCI's passes "

@@ -124,7 +124,8 @@ PIPELINE_FLAGS = {
     "--cci-top-k": ("cci", "top_k", "CCI: keep the N most salient context tokens"),
     "--cci-top-percent": ("cci", "top_percent", "CCI: keep the top P%% of context tokens (default 5)"),
     "--cci-percent-rule": ("cci", "percent_rule", "range (max - p(max-min), reference code) or percentile"),
-    "--cci-batch-size": ("cci", "batch_size", "selected tokens per backward pass (default: fit free memory)"),
+    "--cci-batch-size": ("cci", "batch_size", ("selected tokens per backward pass (default: as many as fit the "
+                                               "budget or free memory; one on a CPU without checkpointing)")),
     "--cci-precision": ("cci", "precision", ("model (default: the model's dtype), bfloat16 or float16: CCI's passes "
                                              "under autocast, faster on GPUs and CPUs with AMX/AVX512-BF16; CTI and "
                                              "the selected tokens stay exact, saliency is approximate")),

@@ -132,22 +132,21 @@ class CCIScores:
 
 
 def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int, rows: int = 1, *, whole_graph: bool = False) -> int:
-    """Targets per backward pass that fit in about half the free memory (estimate of activations per row; ``rows``:
-    the sequences of ``seq_len`` positions in the graph). Under a memory budget (``lm.memory_budget``): as many as
-    the budget has room for beside what the process holds now (the graph included), each target costing one
-    layer's gradients (:func:`~mirage.attribution.forward.backward_row_bytes`), or with ``whole_graph`` (the input repeated per
-    target) a whole differentiable pass; at least one."""
-    if lm.memory_budget is not None:
-        room = budget_room(lm)
-        per = backward_row_bytes(lm, seq_len, rows)
-        if whole_graph:
-            per += graph_bytes(lm, seq_len, checkpoint=False, rows=rows)
-        return max(1, min(n_targets, 64, room // max(1, per)))
-    sizes = lm.sizes
-    width = torch.finfo(lm.dtype).bits // 8
-    per_row = rows * sizes.layers * seq_len * (24 * sizes.hidden * width + sizes.heads * seq_len * 4)
-    budget = free_memory(lm.device) // 2
-    return max(1, min(n_targets, 64, budget // max(1, per_row)))
+    """Targets per backward pass (at most 64, at least one): as many as fit beside what the process holds now (the
+    graph included), within the memory budget (``lm.memory_budget``) or else half the free memory. Each target
+    costs the gradients flowing through one block (:func:`~mirage.attribution.forward.backward_row_bytes`), or with
+    ``whole_graph`` (the input repeated per target) a whole differentiable pass besides; ``rows``: the sequences of
+    ``seq_len`` positions in the graph. On a CPU a graph that is not checkpointed takes one target per pass: there a
+    wider vmapped pass takes about the time of the narrow ones it replaces (``benchmarks/cci_batch_width.py``) and
+    holds each more target's gradients (``benchmarks/memory_estimates.py``), whereas under checkpointing each pass
+    recomputes the blocks, so fewer passes save time."""
+    if lm.device.type == "cpu" and lm.passes.get("checkpointing") != "on":
+        return 1
+    room = budget_room(lm) if lm.memory_budget is not None else free_memory(lm.device) // 2
+    per = backward_row_bytes(lm, seq_len, rows)
+    if whole_graph:
+        per += graph_bytes(lm, seq_len, checkpoint=False, rows=rows)
+    return max(1, min(n_targets, 64, room // max(1, per)))
 
 
 def autocast_dtype(lm: LoadedModel, cfg: CCIConfig) -> torch.dtype | None:

@@ -12,6 +12,7 @@ import ctypes.util
 import functools
 import inspect
 import os
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -305,10 +306,11 @@ CPU_GRAPH_TOKENS = 2048
 
 def graph_token_budget(lm: LoadedModel) -> int:
     """Padded tokens per batched differentiable pass (:func:`batched_attribution_graph`): a quarter of free GPU memory
-    over the activations a token keeps for the backward pass in every layer, at least one sequence."""
-    sizes = lm.sizes
-    return _token_budget(lm, sizes.layers * 24 * sizes.hidden * max(2, torch.finfo(lm.dtype).bits // 8),
-                         CPU_GRAPH_TOKENS)
+    over the activations a token keeps for the backward pass (:func:`graph_bytes` of one token), at least one
+    sequence; :data:`CPU_GRAPH_TOKENS` on a CPU."""
+    if lm.device.type != "cuda":
+        return CPU_GRAPH_TOKENS
+    return _token_budget(lm, max(1, graph_bytes(lm, 1, checkpoint=False)), CPU_GRAPH_TOKENS)
 
 
 @dataclass
@@ -398,31 +400,148 @@ def _eager_attention(lm: LoadedModel) -> bool:
     return str(getattr(lm.model.config, "_attn_implementation", "eager") or "eager") == "eager"
 
 
+@dataclass(frozen=True)
+class ActivationBytes:
+    """What a differentiable pass of one model keeps for its backward pass, in bytes per input token: in each block
+    (``block``, plus ``block_square`` per token for each position attended, where attention keeps its
+    probabilities), outside the blocks (``outside``: embeddings, final norm, rotary tables), and the input of each
+    of the ``blocks`` blocks (``block_input``: all a checkpointed block keeps). ``source``: ``measured`` (counted
+    by :func:`activation_bytes` on a short pass) or ``guessed`` (from the model's sizes, where no block is
+    found)."""
+
+    block: float
+    block_square: float
+    outside: float
+    block_input: int
+    blocks: int
+    source: str
+
+
+#: Input lengths of the short differentiable passes :func:`activation_bytes` counts the saved tensors of, past the
+#: model's sliding attention window where it has one (beyond it the attention masks are materialised and saved).
+PROBE_LENGTHS = (16, 48, 112)
+
+
+def _probe_lengths(lm: LoadedModel) -> tuple[int, int, int]:
+    cfg = lm.model.config
+    text = getattr(cfg, "text_config", None) or cfg
+    window = getattr(text, "sliding_window", None) or 0
+    start = int(window) if isinstance(window, int) and window > 0 else 0
+    a, b, c = PROBE_LENGTHS
+    return start + a, start + b, start + c
+
+_MEASURED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, ActivationBytes]] = weakref.WeakKeyDictionary()
+
+
+def _storage_key(t: torch.Tensor) -> tuple[str, int]:
+    storage = t.untyped_storage()
+    return str(t.device), storage.data_ptr()
+
+
+def _saved_per_part(lm: LoadedModel, n: int, blocks: list[torch.nn.Module]) -> tuple[int, int]:
+    """Bytes of the distinct tensors a differentiable pass over an ``n``-token input saves for its backward pass,
+    inside the blocks and outside them (weights and buffers, which are kept anyway, not counted)."""
+    kept = {_storage_key(t) for t in [*lm.model.parameters(), *lm.model.buffers()] if t.device.type != "meta"}
+    seen: set[tuple[str, int]] = set()
+    where, total = ["outside"], {"block": 0, "outside": 0}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.device.type != "meta" and t.layout == torch.strided:
+            key = _storage_key(t)
+            if key not in kept and key not in seen:
+                seen.add(key)
+                total[where[0]] += t.untyped_storage().nbytes()
+        return t
+
+    def enter(*_args: object, **_kw: object) -> None:
+        where[0] = "block"
+
+    def leave(*_args: object, **_kw: object) -> None:
+        where[0] = "outside"
+
+    vocab = max(2, lm.sizes.vocab)
+    ids = [(7 + 13 * i) % vocab for i in range(n + 2)]
+    seq, positions = model_inputs(lm, ids[:n], ids[n:])
+    handles = [h for b in blocks for h in (b.register_forward_pre_hook(enter), b.register_forward_hook(leave))]
+    try:
+        with frozen_parameters(lm.model), torch.inference_mode(False), torch.enable_grad():
+            leaf = embed(lm, seq).clone().requires_grad_(True)
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                logits = logits_from_embeds(lm, leaf, ids[n:], positions)
+            del logits, leaf
+    finally:
+        for h in handles:
+            h.remove()
+    return total["block"], total["outside"]
+
+
+def _guessed_activations(lm: LoadedModel) -> ActivationBytes:
+    """The estimate from the model's sizes alone (a Llama-style block keeps about ten hidden-wide and four MLP-wide
+    tensors per token; eager attention two rows of ``heads`` probabilities), for models whose blocks are not found."""
+    sizes, width = lm.sizes, _element_bytes(lm)
+    return ActivationBytes(block=(10 * sizes.hidden + 4 * (sizes.intermediate or 4 * sizes.hidden)) * width,
+                           block_square=2 * sizes.heads * width if _eager_attention(lm) else 0.0,
+                           outside=0.0, block_input=sizes.hidden * width, blocks=sizes.layers, source="guessed")
+
+
+def activation_bytes(lm: LoadedModel) -> ActivationBytes:
+    """What ``lm``'s differentiable passes keep per token, counted once per model (and attention kernel): three
+    short passes (:data:`PROBE_LENGTHS` tokens) record the tensors autograd saves, inside the model's blocks and
+    outside them, and a quadratic in the length through the three counts gives the per-token and per-token-squared
+    bytes (past the model's sliding window, where masks start to be saved). Exact for what is saved; what a pass
+    allocates and frees on the way is left to the budget's headroom."""
+    blocks = _checkpoint_layers(lm.model)
+    kernel = str(getattr(lm.model.config, "_attn_implementation", "") or "")
+    if torch.is_autocast_enabled(lm.device.type):
+        kernel += f", autocast to {str(torch.get_autocast_dtype(lm.device.type)).removeprefix('torch.')}"
+    cached = _MEASURED.setdefault(lm.model, {})
+    if kernel in cached:
+        return cached[kernel]
+    if not blocks:
+        return _guessed_activations(lm)
+    lengths = _probe_lengths(lm)
+    try:
+        counts = [_saved_per_part(lm, n, blocks) for n in lengths]
+    except torch.OutOfMemoryError as err:
+        raise out_of_memory_error(lm, lengths[-1], err) from None
+
+    def fit(values: list[int]) -> tuple[float, float]:
+        (a, b, c), (ya, yb, yc) = lengths, values
+        square = ((yc - yb) / (c - b) - (yb - ya) / (b - a)) / (c - a)
+        linear = (yb - ya) / (b - a) - square * (a + b)
+        return max(0.0, linear), max(0.0, square)
+
+    block, square = fit([c[0] for c in counts])
+    outside, _ = fit([c[1] for c in counts])
+    measured = ActivationBytes(block=block / len(blocks), block_square=square / len(blocks), outside=outside,
+                               block_input=lm.sizes.hidden * _element_bytes(lm), blocks=len(blocks),
+                               source=f"measured with {kernel}")
+    cached[kernel] = measured
+    return measured
+
+
 def layer_token_bytes(lm: LoadedModel, seq: int) -> int:
-    """Bytes one layer keeps per token for the backward pass: about ten hidden-wide and four MLP-wide tensors (a
-    Llama-style block; measured on smollm2-135m: 1.2-1.4 MB per token over its 30 layers in fp32), plus the attention
-    probabilities' row where attention is eager (``seq`` scores per head, kept twice)."""
-    sizes = lm.sizes
-    per = (10 * sizes.hidden + 4 * (sizes.intermediate or 4 * sizes.hidden)) * _element_bytes(lm)
-    if _eager_attention(lm):
-        per += 2 * sizes.heads * seq * _element_bytes(lm)
-    return per
+    """Bytes one block keeps per token for the backward pass of a ``seq``-token input (:func:`activation_bytes`)."""
+    act = activation_bytes(lm)
+    return int(act.block + act.block_square * seq)
 
 
 def graph_bytes(lm: LoadedModel, seq: int, *, checkpoint: bool, rows: int = 1) -> int:
-    """Estimated bytes of a differentiable pass over ``rows`` sequences of ``seq`` positions: every layer's saved
-    activations, or, checkpointed, each layer's input alone plus one layer recomputed at a time."""
-    sizes = lm.sizes
-    per_layer = layer_token_bytes(lm, seq)
+    """Estimated bytes of a differentiable pass over ``rows`` sequences of ``seq`` positions: every block's saved
+    activations and what the model saves outside its blocks, or, checkpointed, each block's input instead of its
+    activations, plus one block recomputed at a time in the backward pass."""
+    act = activation_bytes(lm)
+    per_block = layer_token_bytes(lm, seq)
     if checkpoint:
-        return rows * seq * (sizes.layers * sizes.hidden * _element_bytes(lm) + per_layer)
-    return rows * seq * sizes.layers * per_layer
+        return int(rows * seq * (act.blocks * act.block_input + act.outside + per_block))
+    return int(rows * seq * (act.blocks * per_block + act.outside))
 
 
 def backward_row_bytes(lm: LoadedModel, seq: int, rows: int = 1) -> int:
-    """Estimated bytes one more target adds to a vmapped backward pass: the gradients of one layer's activations
-    for each position (the backward frees a layer's before the next), in float32."""
-    return rows * seq * 2 * layer_token_bytes(lm, seq) * 4 // _element_bytes(lm)
+    """Estimated bytes one more target adds to a vmapped backward pass: the gradients flowing through one block at
+    a time, bounded by what that block saved (measured on smollm2-135m and Gemma 3 270M: 0.6-0.8 of it,
+    ``benchmarks/memory_estimates.py``)."""
+    return rows * seq * layer_token_bytes(lm, seq)
 
 
 @dataclass(frozen=True)
