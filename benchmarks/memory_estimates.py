@@ -10,7 +10,7 @@ budget): the resident memory the pass keeps (``kept_mb``), the peak of the forwa
 one target (``need_mb``: what the planner must leave room for), and what each further target adds (``per_target_mb``:
 a backward pass of two targets against one). Beside them: today's estimates (measured per model by
 ``activation_bytes``: the tensors autograd saves on three short passes) and the previous ones (from the model's sizes
-alone, ``_guessed_activations``; a backward target was counted as twice a block's activations in float32). A ratio
+alone, ``guessed_activations``; a backward target was counted as twice a block's activations in float32). A ratio
 above 1 over-estimates (the budget is kept, with room wasted); below 1 under-estimates (the headroom has to absorb
 it). Memory in MB (2^20 bytes). Nothing is asserted.
 """
@@ -77,11 +77,11 @@ def measure(point: dict[str, Any]) -> dict[str, Any]:
                                           retain_graph=True)
             over.append(_peak() - level)
             del grad
-    act, old = estimate_first, F._guessed_activations(lm)
+    act, old = estimate_first, F.guessed_activations(lm)
     per_block = F.layer_token_bytes(lm, seq)
     kept_new = F.graph_bytes(lm, seq, checkpoint=checkpoint) - (seq * per_block if checkpoint else 0)
     need_new = F.graph_bytes(lm, seq, checkpoint=checkpoint) + F.backward_row_bytes(lm, seq)
-    width = F._element_bytes(lm)
+    width = max(2, torch.finfo(lm.dtype).bits // 8)
     old_block = old.block + old.block_square * seq
     kept_old = seq * (old.blocks * old.block_input if checkpoint else old.blocks * old_block)
     target_old = seq * 2 * old_block * 4 // width

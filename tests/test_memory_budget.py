@@ -15,8 +15,6 @@ import torch
 from mirage import Mirage
 from mirage.attribution.forward import (
     MemoryBudgetError,
-    _checkpoint_layers,
-    _saved_per_part,
     activation_bytes,
     backward_row_bytes,
     checkpointed_layers,
@@ -25,6 +23,7 @@ from mirage.attribution.forward import (
     memory_in_use,
     plan_graph,
     return_freed_memory,
+    saved_tensor_bytes,
 )
 from mirage.attribution.models import wrap_model
 from mirage.cli import main
@@ -85,7 +84,7 @@ def test_checkpointed_layers_keep_a_fraction_of_the_activations_and_give_the_sam
     # the estimate the budget plans with is what the graph really keeps (measured on short passes, then scaled; a
     # tensor saved by two operations is kept once, which the count above does not know)
     estimate = graph_bytes(smollm2, ids.shape[1], checkpoint=False)
-    distinct = sum(_saved_per_part(smollm2, ids.shape[1] - 1, _checkpoint_layers(smollm2.model)))
+    distinct = sum(saved_tensor_bytes(smollm2, ids.shape[1] - 1))
     assert activation_bytes(smollm2).source == "measured with sdpa"
     assert 0.98 < estimate / distinct < 1.02 and distinct < full, (estimate, distinct, full)
     # the model is left as it was: no wrapper remains on any block
@@ -164,7 +163,7 @@ def test_the_estimates_are_measured_on_short_passes_and_hold_at_length(real_toke
     act = activation_bytes(lm)
     assert act.source == f"measured with {kernel}" and act.blocks == 2
     assert (act.block_square > 0) == (kernel == "eager" or family == "gemma3")
-    saved = sum(_saved_per_part(lm, 600, _checkpoint_layers(lm.model)))  # the distinct tensors a long pass saves
+    saved = sum(saved_tensor_bytes(lm, 600))  # the distinct tensors a long pass saves
     estimate = graph_bytes(lm, 600, checkpoint=False)
     assert 0.98 < estimate / saved < 1.02, (estimate, saved)
 

@@ -438,9 +438,11 @@ def _storage_key(t: torch.Tensor) -> tuple[str, int]:
     return str(t.device), storage.data_ptr()
 
 
-def _saved_per_part(lm: LoadedModel, n: int, blocks: list[torch.nn.Module]) -> tuple[int, int]:
-    """Bytes of the distinct tensors a differentiable pass over an ``n``-token input saves for its backward pass,
-    inside the blocks and outside them (weights and buffers, which are kept anyway, not counted)."""
+def saved_tensor_bytes(lm: LoadedModel, n: int) -> tuple[int, int]:
+    """Bytes of the distinct tensors a differentiable pass over an ``n``-token prompt (and a two-token answer) saves
+    for its backward pass, inside the model's blocks and outside them (weights and buffers, which are kept anyway,
+    not counted)."""
+    blocks = _checkpoint_layers(lm.model)
     kept = {_storage_key(t) for t in [*lm.model.parameters(), *lm.model.buffers()] if t.device.type != "meta"}
     seen: set[tuple[str, int]] = set()
     where, total = ["outside"], {"block": 0, "outside": 0}
@@ -475,7 +477,7 @@ def _saved_per_part(lm: LoadedModel, n: int, blocks: list[torch.nn.Module]) -> t
     return total["block"], total["outside"]
 
 
-def _guessed_activations(lm: LoadedModel) -> ActivationBytes:
+def guessed_activations(lm: LoadedModel) -> ActivationBytes:
     """The estimate from the model's sizes alone (a Llama-style block keeps about ten hidden-wide and four MLP-wide
     tensors per token; eager attention two rows of ``heads`` probabilities), for models whose blocks are not found."""
     sizes, width = lm.sizes, _element_bytes(lm)
@@ -498,10 +500,10 @@ def activation_bytes(lm: LoadedModel) -> ActivationBytes:
     if kernel in cached:
         return cached[kernel]
     if not blocks:
-        return _guessed_activations(lm)
+        return guessed_activations(lm)
     lengths = _probe_lengths(lm)
     try:
-        counts = [_saved_per_part(lm, n, blocks) for n in lengths]
+        counts = [saved_tensor_bytes(lm, n) for n in lengths]
     except torch.OutOfMemoryError as err:
         raise out_of_memory_error(lm, lengths[-1], err) from None
 
