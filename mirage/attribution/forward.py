@@ -430,6 +430,7 @@ def _probe_lengths(lm: LoadedModel) -> tuple[int, int, int]:
     a, b, c = PROBE_LENGTHS
     return start + a, start + b, start + c
 
+
 _MEASURED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, ActivationBytes]] = weakref.WeakKeyDictionary()
 
 
