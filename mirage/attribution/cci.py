@@ -136,11 +136,12 @@ def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int, rows: int = 1
     graph included), within the memory budget (``lm.memory_budget``) or else half the free memory. Each target
     costs the gradients flowing through one block (:func:`~mirage.attribution.forward.backward_row_bytes`), or with
     ``whole_graph`` (the input repeated per target) a whole differentiable pass besides; ``rows``: the sequences of
-    ``seq_len`` positions in the graph. On a CPU a graph that is not checkpointed takes one target per pass: there a
-    wider vmapped pass takes about the time of the narrow ones it replaces (``benchmarks/cci_batch_width.py``) and
-    holds each more target's gradients (``benchmarks/memory_estimates.py``), whereas under checkpointing each pass
-    recomputes the blocks, so fewer passes save time."""
-    if lm.device.type == "cpu" and lm.passes.get("checkpointing") != "on":
+    ``seq_len`` positions in the graph. On a CPU one input's graph that is not checkpointed takes one target per
+    pass: there a wider vmapped pass takes about the time of the narrow ones it replaces
+    (``benchmarks/cci_batch_width.py``) and holds each more target's gradients (``benchmarks/memory_estimates.py``),
+    whereas under checkpointing each pass recomputes the blocks, so fewer passes save time. A batched graph of
+    several inputs (``rows`` > 1: short prompts scored together) keeps its wide passes."""
+    if lm.device.type == "cpu" and rows == 1 and lm.passes.get("checkpointing") != "on":
         return 1
     room = budget_room(lm) if lm.memory_budget is not None else free_memory(lm.device) // 2
     per = backward_row_bytes(lm, seq_len, rows)
