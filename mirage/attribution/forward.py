@@ -493,13 +493,13 @@ def activation_bytes(lm: LoadedModel) -> ActivationBytes:
     outside them, and a quadratic in the length through the three counts gives the per-token and per-token-squared
     bytes (past the model's sliding window, where masks start to be saved). Exact for what is saved; what a pass
     allocates and frees on the way is left to the budget's headroom."""
-    blocks = _checkpoint_layers(lm.model)
     kernel = str(getattr(lm.model.config, "_attn_implementation", "") or "")
     if torch.is_autocast_enabled(lm.device.type):
         kernel += f", autocast to {str(torch.get_autocast_dtype(lm.device.type)).removeprefix('torch.')}"
     cached = _MEASURED.setdefault(lm.model, {})
     if kernel in cached:
         return cached[kernel]
+    blocks = _checkpoint_layers(lm.model)
     if not blocks:
         return guessed_activations(lm)
     lengths = _probe_lengths(lm)
