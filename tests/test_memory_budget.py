@@ -126,6 +126,9 @@ def test_a_budget_changes_how_the_passes_run_not_the_scores(smollm2, one_thread)
     res = limited.attribute("How are startups valued so highly without profits?", docs, answer=ANSWER)
     assert res.versions["checkpointing"] == "on" and base.versions["checkpointing"] == "off"
     assert "vmapped backward" in res.versions["cci_backward"] and res.versions["attention"] == "sdpa"
+    # the checkpointed graph takes several targets per pass (each pass recomputes the blocks); the plain one, one
+    assert int(res.versions["cci_backward"].split(", ")[-1].split()[0]) >= 3, res.versions["cci_backward"]
+    assert "1 target(s) per pass" in base.versions["cci_backward"]
     assert res.versions["allocator"].startswith("glibc: blocks of") and "allocator" not in base.versions
     assert [t.cti for t in res.tokens] == [t.cti for t in base.tokens]
     assert [t.context_sensitive for t in res.tokens] == [t.context_sensitive for t in base.tokens]
@@ -174,14 +177,13 @@ def test_cci_batches_without_a_budget_follow_the_free_memory(smollm2, monkeypatc
     seq = 3000
     row = backward_row_bytes(smollm2, seq)
     monkeypatch.setattr(cci, "free_memory", lambda device: 2 * 40 * row + 10)
-    checkpointed = _fresh(smollm2)
-    checkpointed.passes["checkpointing"] = "on"  # as plan_graph records it for a checkpointed graph
-    assert cci.auto_batch_size(checkpointed, seq, 64) == 40  # half the free memory, one block's gradients each
-    assert cci.auto_batch_size(checkpointed, seq, 12) == 12
+    lm = _fresh(smollm2)
+    assert cci.auto_batch_size(lm, seq, 64, checkpointed=True) == 40  # half the free memory, one block's each
+    assert cci.auto_batch_size(lm, seq, 12, checkpointed=True) == 12
     # on a CPU a graph that is not checkpointed gains nothing from wider passes: one target each
-    assert cci.auto_batch_size(_fresh(smollm2), seq, 64) == 1
+    assert cci.auto_batch_size(lm, seq, 64) == 1
     monkeypatch.setattr(cci, "free_memory", lambda device: row)
-    assert cci.auto_batch_size(checkpointed, seq, 64) == 1
+    assert cci.auto_batch_size(lm, seq, 64, checkpointed=True) == 1
 
 
 def test_cci_batches_shrink_with_the_budget(smollm2):
@@ -191,14 +193,12 @@ def test_cci_batches_shrink_with_the_budget(smollm2):
     row = backward_row_bytes(smollm2, seq)
     now = _in_use(smollm2)
 
-    def budgeted(budget: int):
-        lm = _fresh(smollm2, memory_budget=budget)
-        lm.passes["checkpointing"] = "on"  # the graph a budget checkpoints (otherwise one target per pass on a CPU)
-        return lm
+    def width(budget: int) -> int:  # a checkpointed graph, as a budget makes (otherwise one target per pass here)
+        return auto_batch_size(_fresh(smollm2, memory_budget=budget), seq, 64, checkpointed=True)
 
-    assert auto_batch_size(budgeted(int((now + 40 * row) / 0.9) + 2**28), seq, 64) >= 30
-    assert auto_batch_size(budgeted(now + 3 * row), seq, 64) <= 3
-    assert auto_batch_size(budgeted(now // 2), seq, 64) == 1  # never fewer than one
+    assert width(int((now + 40 * row) / 0.9) + 2**28) >= 30
+    assert width(now + 3 * row) <= 3
+    assert width(now // 2) == 1  # never fewer than one
 
 
 def _unbatchable_attention():

@@ -131,17 +131,20 @@ class CCIScores:
     scores: tuple[tuple[float, ...], ...]
 
 
-def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int, rows: int = 1, *, whole_graph: bool = False) -> int:
+def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int, rows: int = 1, *, checkpointed: bool = False,
+                    whole_graph: bool = False) -> int:
     """Targets per backward pass (at most 64, at least one): as many as fit beside what the process holds now (the
     graph included), within the memory budget (``lm.memory_budget``) or else half the free memory. Each target
     costs the gradients flowing through one block (:func:`~mirage.attribution.forward.backward_row_bytes`), or with
     ``whole_graph`` (the input repeated per target) a whole differentiable pass besides; ``rows``: the sequences of
-    ``seq_len`` positions in the graph. On a CPU one input's graph that is not checkpointed takes one target per
-    pass: there a wider vmapped pass takes about the time of the narrow ones it replaces
-    (``benchmarks/cci_batch_width.py``) and holds each more target's gradients (``benchmarks/memory_estimates.py``),
-    whereas under checkpointing each pass recomputes the blocks, so fewer passes save time. A batched graph of
-    several inputs (``rows`` > 1: short prompts scored together) keeps its wide passes."""
-    if lm.device.type == "cpu" and rows == 1 and lm.passes.get("checkpointing") != "on":
+    ``seq_len`` positions in the graph; ``checkpointed``: whether the graph's layers were checkpointed (the graph's
+    own ``checkpointed``, as :func:`~mirage.attribution.forward.plan_graph` chose). On a CPU one input's graph that
+    is not checkpointed takes one target per pass: there a wider vmapped pass takes about the time of the narrow
+    ones it replaces (``benchmarks/cci_batch_width.py``) and holds each more target's gradients
+    (``benchmarks/memory_estimates.py``), whereas under checkpointing each pass recomputes the blocks, so fewer
+    passes save time. A batched graph of several inputs (``rows`` > 1: short prompts scored together) keeps its
+    wide passes."""
+    if lm.device.type == "cpu" and rows == 1 and not checkpointed:
         return 1
     room = budget_room(lm) if lm.memory_budget is not None else free_memory(lm.device) // 2
     per = backward_row_bytes(lm, seq_len, rows)
@@ -277,7 +280,8 @@ def _from_one_graph(lm: LoadedModel, t: _Targets, cfg: CCIConfig,
     else:
         cols = t.idx
     values = _target_values(graph.logits, [0] * len(t.idx), cols, targets, t.contrast, cfg.target)
-    chunk = cfg.batch_size or auto_batch_size(lm, graph.inputs.shape[1], len(t.idx))
+    chunk = cfg.batch_size or auto_batch_size(lm, graph.inputs.shape[1], len(t.idx),
+                                                 checkpointed=graph.checkpointed)
     try:
         attr = _batched_gradients(values, graph.inputs, CCI_METHODS.lookup(cfg.method).from_gradient, chunk)
     except _NoBatchedBackward as err:
@@ -461,7 +465,8 @@ def compute_cci_batch(lm: LoadedModel, graph: BatchGraph, requests: Sequence[CCI
         values = torch.zeros(n_rows, device=cell_values.device, dtype=cell_values.dtype).index_add(0, ranks,
                                                                                                   cell_values)
         width = graph.inputs.shape[1]
-        chunk = cfg.batch_size or auto_batch_size(lm, width, n_rows, rows=graph.inputs.shape[0])
+        chunk = cfg.batch_size or auto_batch_size(lm, width, n_rows, rows=graph.inputs.shape[0],
+                                                     checkpointed=graph.checkpointed)
         try:
             with frozen_parameters(lm.model):
                 attr = _batched_gradients(values, graph.inputs, CCI_METHODS.lookup(cfg.method).from_gradient, chunk)

@@ -153,6 +153,8 @@ class AttributionGraph:
 
     inputs: torch.Tensor
     logits: torch.Tensor
+    #: Whether the pass ran with its layers checkpointed (:func:`plan_graph`): each backward pass recomputes them.
+    checkpointed: bool = False
 
     def answer_logits(self) -> torch.Tensor:
         """Detached fp32 logits ``[n_answer, vocab]`` (what :func:`answer_logits` returns)."""
@@ -171,7 +173,7 @@ def graph_from_embeds(lm: LoadedModel, embeds: torch.Tensor, answer_ids: Sequenc
             logits = logits_from_embeds(lm, leaf, answer_ids, positions)
     except torch.OutOfMemoryError as err:
         raise out_of_memory_error(lm, embeds.shape[1], err) from None
-    return AttributionGraph(inputs=leaf, logits=logits)
+    return AttributionGraph(inputs=leaf, logits=logits, checkpointed=plan.checkpoint)
 
 
 def attribution_graph(lm: LoadedModel, input_ids: Sequence[int], answer_ids: Sequence[int],
@@ -325,6 +327,8 @@ class BatchGraph:
     logits: torch.Tensor
     pads: list[int]
     n_answer: list[int]
+    #: Whether the pass ran with its layers checkpointed (:func:`plan_graph`).
+    checkpointed: bool = False
 
     def column(self, row: int, i: int) -> int:
         """Where ``logits[row]`` holds the logits predicting answer token ``i`` of that row."""
@@ -356,7 +360,7 @@ def batched_attribution_graph(lm: LoadedModel, pairs: Sequence[tuple[Sequence[in
         except torch.OutOfMemoryError as err:
             raise out_of_memory_error(lm, width * len(inputs), err) from None
     return BatchGraph(inputs=leaf, logits=logits, pads=[width - len(seq) for seq in inputs],
-                      n_answer=[len(a) for _p, a in pairs])
+                      n_answer=[len(a) for _p, a in pairs], checkpointed=plan.checkpoint)
 
 
 # -- memory: what a differentiable pass keeps, the budget it must fit, and checkpointing --------------------------------
