@@ -14,6 +14,7 @@ import torch
 
 from mirage import Mirage
 from mirage.attribution.forward import (
+    CPU_ALLOCATOR_SHARE,
     MemoryBudgetError,
     activation_bytes,
     backward_row_bytes,
@@ -108,6 +109,36 @@ def test_plan_graph_checkpoints_under_a_budget_and_refuses_in_one_line_when_even
     message = str(err.value)
     assert "\n" not in message and "2000 tokens" in message and "memory budget" in message
     assert "--memory-budget" in message and "gradient checkpointing" in message
+
+
+def test_cpu_passes_near_the_free_memory_return_freed_memory_without_a_budget(smollm2, monkeypatch):
+    """Without a budget, a CPU pass that needs more than CPU_ALLOCATOR_SHARE of the free memory has glibc return
+    freed blocks (they add up to a third to a long pass's peak, benchmarks/cpu_allocator.py); one with room to spare
+    leaves the allocator alone (returning costs time). MIRAGE_CPU_ALLOCATOR=return / keep decide for every pass; any
+    other value is refused in one line."""
+    from mirage.attribution import forward
+
+    seq = 2000
+    need = graph_bytes(smollm2, seq, checkpoint=False) + backward_row_bytes(smollm2, seq)
+    monkeypatch.delenv("MIRAGE_CPU_ALLOCATOR", raising=False)
+
+    def planned(free: int) -> dict:
+        monkeypatch.setattr(forward, "free_memory", lambda device: free)
+        lm = _fresh(smollm2)
+        plan_graph(lm, seq)
+        return lm.passes
+
+    assert "allocator" not in planned(int(need / CPU_ALLOCATOR_SHARE) + 2**20)  # room to spare
+    assert planned(int(need / CPU_ALLOCATOR_SHARE) - 2**20)["allocator"].startswith(
+        "glibc: blocks of 128 KiB or more returned when freed")
+    monkeypatch.setenv("MIRAGE_CPU_ALLOCATOR", "keep")
+    assert "allocator" not in planned(int(need / CPU_ALLOCATOR_SHARE) - 2**20)
+    monkeypatch.setenv("MIRAGE_CPU_ALLOCATOR", "return")
+    assert "allocator" in planned(100 * need)
+    monkeypatch.setenv("MIRAGE_CPU_ALLOCATOR", "off")
+    with pytest.raises(ValueError, match=r"^MIRAGE_CPU_ALLOCATOR='off': give 'auto'") as err:
+        plan_graph(_fresh(smollm2), seq)
+    assert "\n" not in str(err.value)
 
 
 def test_a_budget_changes_how_the_passes_run_not_the_scores(smollm2, one_thread):

@@ -568,6 +568,13 @@ BUDGET_HEADROOM = 0.1
 #: Under a CPU memory budget, blocks of at least this many bytes are mapped from the system for each allocation and
 #: returned to it when freed (glibc's ``M_MMAP_THRESHOLD``, fixed), so that resident memory follows the live tensors.
 CPU_MMAP_THRESHOLD = 128 * 1024
+
+#: Without a budget, a CPU pass that needs more than this share of the free memory has the allocator return freed
+#: memory too (:func:`return_freed_memory`): glibc's kept blocks add up to a third to a long pass's peak, which could
+#: then run out of memory, while returning them costs time on every allocation, so passes with room to spare keep
+#: them (``benchmarks/cpu_allocator.py`` measures both ways). ``MIRAGE_CPU_ALLOCATOR``: ``auto`` (this rule),
+#: ``return`` (every CPU pass) or ``keep`` (only a budget changes the allocator).
+CPU_ALLOCATOR_SHARE = 0.5
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 
 
@@ -593,8 +600,9 @@ def return_freed_memory(device: torch.device) -> str:
     how (recorded as ``versions["allocator"]``). glibc keeps freed blocks below a threshold that grows with the
     blocks freed (to 32 MB), so a pass's freed activations stay resident and the next pass's peak lands on top of
     them, over the budget (docs/scaling.md). Here, for the whole process and from the
-    first budgeted pass on, blocks of :data:`CPU_MMAP_THRESHOLD` or more are returned when freed, and what is
-    free is trimmed now (before a pass is planned). Not on a GPU (its budget counts allocated memory) and not
+    first budgeted pass on (without a budget, the first pass that needs more than :data:`CPU_ALLOCATOR_SHARE` of
+    the free memory), blocks of :data:`CPU_MMAP_THRESHOLD` or more are returned when freed, and what is free is
+    trimmed now (before a pass is planned). Not on a GPU (its budget counts allocated memory) and not
     without glibc (the budget then also counts memory the allocator keeps)."""
     if device.type != "cpu":
         return f"{device.type}: allocated memory counted" if device.type == "cuda" else f"{device.type}: unchanged"
@@ -605,6 +613,17 @@ def return_freed_memory(device: torch.device) -> str:
     libc.malloc_trim(0)
     return (f"glibc: blocks of {CPU_MMAP_THRESHOLD // 1024} KiB or more returned when freed, free memory trimmed "
             f"before each pass" if fixed else "glibc: free memory trimmed before each pass")
+
+
+def _allocator_mode() -> str:
+    """``MIRAGE_CPU_ALLOCATOR``: ``auto`` (the default), ``return`` or ``keep``; anything else is a one-line
+    ValueError."""
+    mode = os.environ.get("MIRAGE_CPU_ALLOCATOR", "").strip() or "auto"
+    if mode not in ("auto", "return", "keep"):
+        raise ValueError(f"MIRAGE_CPU_ALLOCATOR={mode!r}: give 'auto' (CPU passes that need more than half the free "
+                         "memory return freed memory), 'return' (every CPU pass does) or 'keep' (only a memory "
+                         "budget changes the allocator).")
+    return mode
 
 
 def _in_use_under_budget(lm: LoadedModel) -> int:
@@ -635,10 +654,16 @@ def plan_graph(lm: LoadedModel, seq: int, rows: int = 1) -> GraphPlan:
     memory budget (:attr:`~mirage.attribution.models.LoadedModel.memory_budget`) or else 80 % of the free memory. With a budget,
     a pass that does not fit even checkpointed (with one backward target) raises :class:`MemoryBudgetError`, in one
     line naming the budget and the switches; without one it is tried (checkpointed), and an out-of-memory error
-    becomes that message (:func:`out_of_memory_error`). The choice is recorded in ``lm.passes["checkpointing"]``."""
-    left, what = _limit(lm)
-    one_target = backward_row_bytes(lm, seq, rows)
+    becomes that message (:func:`out_of_memory_error`). The choice is recorded in ``lm.passes["checkpointing"]``.
+    On a CPU without a budget, a pass that needs more than :data:`CPU_ALLOCATOR_SHARE` of the free memory has the
+    allocator return freed memory (``lm.passes["allocator"]`` says how)."""
     full = graph_bytes(lm, seq, checkpoint=False, rows=rows)
+    one_target = backward_row_bytes(lm, seq, rows)
+    if lm.memory_budget is None and lm.device.type == "cpu":
+        mode = _allocator_mode()
+        if mode == "return" or (mode == "auto" and full + one_target > CPU_ALLOCATOR_SHARE * free_memory(lm.device)):
+            lm.passes["allocator"] = return_freed_memory(lm.device)
+    left, what = _limit(lm)
     can = has_checkpoint_layers(lm.model)
     if full + one_target <= left or not can:
         checkpoint, need = False, full
