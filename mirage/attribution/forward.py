@@ -568,6 +568,7 @@ BUDGET_HEADROOM = 0.1
 #: Under a CPU memory budget, blocks of at least this many bytes are mapped from the system for each allocation and
 #: returned to it when freed (glibc's ``M_MMAP_THRESHOLD``, fixed), so that resident memory follows the live tensors.
 CPU_MMAP_THRESHOLD = 128 * 1024
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 
 #: Without a budget, a CPU pass that needs more than this share of the free memory has the allocator return freed
 #: memory too (:func:`return_freed_memory`): glibc's kept blocks add up to a third to a long pass's peak, which could
@@ -575,7 +576,6 @@ CPU_MMAP_THRESHOLD = 128 * 1024
 #: them (``benchmarks/cpu_allocator.py`` measures both ways). ``MIRAGE_CPU_ALLOCATOR``: ``auto`` (this rule),
 #: ``return`` (every CPU pass) or ``keep`` (only a budget changes the allocator).
 CPU_ALLOCATOR_SHARE = 0.5
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 
 
 @functools.cache
