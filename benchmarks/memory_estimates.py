@@ -81,7 +81,7 @@ def measure(point: dict[str, Any]) -> dict[str, Any]:
     per_block = F.layer_token_bytes(lm, seq)
     kept_new = F.graph_bytes(lm, seq, checkpoint=checkpoint) - (seq * per_block if checkpoint else 0)
     need_new = F.graph_bytes(lm, seq, checkpoint=checkpoint) + F.backward_row_bytes(lm, seq)
-    width = max(2, torch.finfo(lm.dtype).bits // 8)
+    width = F.element_bytes(lm)
     old_block = old.block + old.block_square * seq
     kept_old = seq * (old.blocks * old.block_input if checkpoint else old.blocks * old_block)
     target_old = seq * 2 * old_block * 4 // width

@@ -113,7 +113,7 @@ def test_plan_graph_checkpoints_under_a_budget_and_refuses_in_one_line_when_even
 
 def test_cpu_passes_near_the_free_memory_return_freed_memory_without_a_budget(smollm2, monkeypatch):
     """Without a budget, a CPU pass that needs more than CPU_ALLOCATOR_SHARE of the free memory has glibc return
-    freed blocks (they add up to a third to a long pass's peak, benchmarks/cpu_allocator.py); one with room to spare
+    freed blocks (they add much to a long pass's peak, benchmarks/cpu_allocator.py); one with room to spare
     leaves the allocator alone (returning costs time). MIRAGE_CPU_ALLOCATOR=return / keep decide for every pass; any
     other value is refused in one line."""
     from mirage.attribution import forward

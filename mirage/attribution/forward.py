@@ -396,7 +396,8 @@ def free_memory(device: torch.device) -> int:
         return 4 * 2**30
 
 
-def _element_bytes(lm: LoadedModel) -> int:
+def element_bytes(lm: LoadedModel) -> int:
+    """Bytes per element of the model's activations (its dtype's width, at least 2)."""
     return max(2, torch.finfo(lm.dtype).bits // 8)
 
 
@@ -485,7 +486,7 @@ def saved_tensor_bytes(lm: LoadedModel, n: int) -> tuple[int, int]:
 def guessed_activations(lm: LoadedModel) -> ActivationBytes:
     """The estimate from the model's sizes alone (a Llama-style block keeps about ten hidden-wide and four MLP-wide
     tensors per token; eager attention two rows of ``heads`` probabilities), for models whose blocks are not found."""
-    sizes, width = lm.sizes, _element_bytes(lm)
+    sizes, width = lm.sizes, element_bytes(lm)
     return ActivationBytes(block=(10 * sizes.hidden + 4 * (sizes.intermediate or 4 * sizes.hidden)) * width,
                            block_square=2 * sizes.heads * width if _eager_attention(lm) else 0.0,
                            outside=0.0, block_input=sizes.hidden * width, blocks=sizes.layers, source="guessed")
@@ -521,7 +522,7 @@ def activation_bytes(lm: LoadedModel) -> ActivationBytes:
     block, square = fit([c[0] for c in counts])
     outside, _ = fit([c[1] for c in counts])
     measured = ActivationBytes(block=block / len(blocks), block_square=square / len(blocks), outside=outside,
-                               block_input=lm.sizes.hidden * _element_bytes(lm), blocks=len(blocks),
+                               block_input=lm.sizes.hidden * element_bytes(lm), blocks=len(blocks),
                                source=f"measured with {kernel}")
     cached[kernel] = measured
     return measured
@@ -571,8 +572,8 @@ CPU_MMAP_THRESHOLD = 128 * 1024
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 
 #: Without a budget, a CPU pass that needs more than this share of the free memory has the allocator return freed
-#: memory too (:func:`return_freed_memory`): glibc's kept blocks add up to a third to a long pass's peak, which could
-#: then run out of memory, while returning them costs time on every allocation, so passes with room to spare keep
+#: memory too (:func:`return_freed_memory`): glibc's kept blocks add much to a long pass's peak, which could then
+#: run out of memory, while returning them costs time on every allocation, so passes with room to spare keep
 #: them (``benchmarks/cpu_allocator.py`` measures both ways). ``MIRAGE_CPU_ALLOCATOR``: ``auto`` (this rule),
 #: ``return`` (every CPU pass) or ``keep`` (only a budget changes the allocator).
 CPU_ALLOCATOR_SHARE = 0.5
