@@ -337,7 +337,7 @@ def drive(args: argparse.Namespace) -> None:
                         continue
                     if failed or args.collect:
                         continue  # a shorter prompt did not fit: this one will not either (--collect: run nothing)
-                    rec = _run_child(point, args.point_timeout)
+                    rec = point_in_child(point, args.point_timeout)
                     with points_file.open("a", encoding="utf-8") as f:
                         f.write(json.dumps(rec) + "\n")
                     done[_key(rec)] = rec
@@ -358,7 +358,9 @@ def _weight_bytes(model: str, dtype: str) -> int:
     return n * (4 if dtype == "float32" else 2)
 
 
-def _run_child(point: dict[str, Any], timeout: float) -> dict[str, Any]:
+def point_in_child(point: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Measure one point in a fresh process (its own peak memory, no allocator history); the record, or the point's
+    keys with ``status`` (time limit, out of memory, CPU time limit, failed) and ``error``."""
     t = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, __file__, "--point", json.dumps(point)], check=False, capture_output=True,

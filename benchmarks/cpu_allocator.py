@@ -54,7 +54,7 @@ def main() -> None:
                          "device": "cpu", "dtype": "float32", "threads": args.threads, "docs": docs,
                          "cpu_limit": None}
                 os.environ["MIRAGE_CPU_ALLOCATOR"] = mode  # the child process inherits it
-                rec = bench_scale._run_child(point, args.timeout)
+                rec = bench_scale.point_in_child(point, args.timeout)
                 runs.setdefault((prompt, mode), []).append(rec)
                 print(f"{prompt} tokens, {mode}: {rec.get('status')}, {rec.get('attribution_s', 0):.1f} s, peak "
                       f"{rec.get('peak_bytes', 0) / 2**30:.2f} GiB, {rec.get('passes', {}).get('allocator', '-')}",

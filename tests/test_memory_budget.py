@@ -200,6 +200,12 @@ def test_the_estimates_are_measured_on_short_passes_and_hold_at_length(real_toke
     saved = sum(saved_tensor_bytes(lm, 600))  # the distinct tensors a long pass saves
     estimate = graph_bytes(lm, 600, checkpoint=False)
     assert 0.98 < estimate / saved < 1.02, (estimate, saved)
+    # Two rows left-padded into one pass (batched_attribution_graph) keep the padding mask, and under sdpa the mask
+    # turns off the kernel's shared key/value heads: more than twice one row, which the padded probe counts.
+    padded = sum(saved_tensor_bytes(lm, 600, padded=True))
+    assert (padded > 1.05 * 2 * saved) == (kernel == "sdpa")
+    estimate = graph_bytes(lm, 600, checkpoint=False, rows=2)
+    assert 0.98 < estimate / padded < 1.02, (estimate, padded)
 
 
 def test_cci_batches_without_a_budget_follow_the_free_memory(smollm2, monkeypatch):

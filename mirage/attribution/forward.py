@@ -308,11 +308,11 @@ CPU_GRAPH_TOKENS = 2048
 
 def graph_token_budget(lm: LoadedModel) -> int:
     """Padded tokens per batched differentiable pass (:func:`batched_attribution_graph`): a quarter of free GPU memory
-    over the activations a token keeps for the backward pass (:func:`graph_bytes` of one token), at least one
+    over the activations a padded batch's token keeps for the backward pass (:func:`graph_bytes` of one), at least one
     sequence; :data:`CPU_GRAPH_TOKENS` on a CPU."""
     if lm.device.type != "cuda":
         return CPU_GRAPH_TOKENS
-    return _token_budget(lm, max(1, graph_bytes(lm, 1, checkpoint=False)), CPU_GRAPH_TOKENS)
+    return _token_budget(lm, max(1, graph_bytes(lm, 1, checkpoint=False, padded=True)), CPU_GRAPH_TOKENS)
 
 
 @dataclass
@@ -436,6 +436,11 @@ def _probe_lengths(lm: LoadedModel) -> tuple[int, int, int]:
     return start + a, start + b, start + c
 
 
+#: How many tokens shorter the second input of :func:`saved_tensor_bytes`' padded probe is: enough that the batch
+#: needs its padding mask.
+PROBE_PADDING = 8
+
+
 _MEASURED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, ActivationBytes]] = weakref.WeakKeyDictionary()
 
 
@@ -444,10 +449,11 @@ def _storage_key(t: torch.Tensor) -> tuple[str, int]:
     return str(t.device), storage.data_ptr()
 
 
-def saved_tensor_bytes(lm: LoadedModel, n: int) -> tuple[int, int]:
+def saved_tensor_bytes(lm: LoadedModel, n: int, *, padded: bool = False) -> tuple[int, int]:
     """Bytes of the distinct tensors a differentiable pass over an ``n``-token prompt (and a two-token answer) saves
     for its backward pass, inside the model's blocks and outside them (weights and buffers, which are kept anyway,
-    not counted)."""
+    not counted). ``padded`` (causal models): the pass is a left-padded batch of two such inputs, the second
+    :data:`PROBE_PADDING` tokens shorter, as :func:`batched_attribution_graph` runs it; the bytes are its two rows'."""
     blocks = _checkpoint_layers(lm.model)
     kept = {_storage_key(t) for t in [*lm.model.parameters(), *lm.model.buffers()] if t.device.type != "meta"}
     seen: set[tuple[str, int]] = set()
@@ -473,9 +479,16 @@ def saved_tensor_bytes(lm: LoadedModel, n: int) -> tuple[int, int]:
     handles = [h for b in blocks for h in (b.register_forward_pre_hook(enter), b.register_forward_hook(leave))]
     try:
         with frozen_parameters(lm.model), torch.inference_mode(False), torch.enable_grad():
-            leaf = embed(lm, seq).clone().requires_grad_(True)
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                logits = logits_from_embeds(lm, leaf, ids[n:], positions)
+            if padded:
+                short = seq[min(PROBE_PADDING, n - 1):]
+                batch, kwargs = _left_padded(lm, [seq, short])
+                leaf = lm.model.get_input_embeddings()(batch).detach().requires_grad_(True)
+                with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                    logits = causal_pass(lm, range(len(seq) - 2, len(seq)), inputs_embeds=leaf, **kwargs).logits
+            else:
+                leaf = embed(lm, seq).clone().requires_grad_(True)
+                with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                    logits = logits_from_embeds(lm, leaf, ids[n:], positions)
             del logits, leaf
     finally:
         for h in handles:
@@ -492,28 +505,33 @@ def guessed_activations(lm: LoadedModel) -> ActivationBytes:
                            outside=0.0, block_input=sizes.hidden * width, blocks=sizes.layers, source="guessed")
 
 
-def activation_bytes(lm: LoadedModel) -> ActivationBytes:
+def activation_bytes(lm: LoadedModel, *, padded: bool = False) -> ActivationBytes:
     """What ``lm``'s differentiable passes keep per token, counted once per model (and attention kernel): three
     short passes (:data:`PROBE_LENGTHS` tokens) record the tensors autograd saves, inside the model's blocks and
     outside them, and a quadratic in the length through the three counts gives the per-token and per-token-squared
     bytes (past the model's sliding window, where masks start to be saved). Exact for what is saved; what a pass
-    allocates and frees on the way is left to the budget's headroom."""
+    allocates and frees on the way is left to the budget's headroom. ``padded``: per row of a left-padded batch
+    (:func:`batched_attribution_graph`), counted on padded batches of two: with a padding mask, attention keeps the
+    mask and may give up kernels that share key/value heads (causal models; an encoder-decoder's are unpadded)."""
+    padded = padded and not lm.is_encoder_decoder
     kernel = str(getattr(lm.model.config, "_attn_implementation", "") or "")
     if torch.is_autocast_enabled(lm.device.type):
         kernel += f", autocast to {str(torch.get_autocast_dtype(lm.device.type)).removeprefix('torch.')}"
+    key = kernel + (", padded batch" if padded else "")
     cached = _MEASURED.setdefault(lm.model, {})
-    if kernel in cached:
-        return cached[kernel]
+    if key in cached:
+        return cached[key]
     blocks = _checkpoint_layers(lm.model)
     if not blocks:
         return guessed_activations(lm)
     lengths = _probe_lengths(lm)
+    rows = 2 if padded else 1
     try:
-        counts = [saved_tensor_bytes(lm, n) for n in lengths]
+        counts = [[c / rows for c in saved_tensor_bytes(lm, n, padded=padded)] for n in lengths]
     except torch.OutOfMemoryError as err:
-        raise out_of_memory_error(lm, lengths[-1], err) from None
+        raise out_of_memory_error(lm, rows * lengths[-1], err) from None
 
-    def fit(values: list[int]) -> tuple[float, float]:
+    def fit(values: list[float]) -> tuple[float, float]:
         (a, b, c), (ya, yb, yc) = lengths, values
         square = ((yc - yb) / (c - b) - (yb - ya) / (b - a)) / (c - a)
         linear = (yb - ya) / (b - a) - square * (a + b)
@@ -523,23 +541,26 @@ def activation_bytes(lm: LoadedModel) -> ActivationBytes:
     outside, _ = fit([c[1] for c in counts])
     measured = ActivationBytes(block=block / len(blocks), block_square=square / len(blocks), outside=outside,
                                block_input=lm.sizes.hidden * element_bytes(lm), blocks=len(blocks),
-                               source=f"measured with {kernel}")
-    cached[kernel] = measured
+                               source=f"measured with {key}")
+    cached[key] = measured
     return measured
 
 
-def layer_token_bytes(lm: LoadedModel, seq: int) -> int:
-    """Bytes one block keeps per token for the backward pass of a ``seq``-token input (:func:`activation_bytes`)."""
-    act = activation_bytes(lm)
+def layer_token_bytes(lm: LoadedModel, seq: int, *, padded: bool = False) -> int:
+    """Bytes one block keeps per token for the backward pass of a ``seq``-token input (:func:`activation_bytes`;
+    ``padded``: a row of a left-padded batch)."""
+    act = activation_bytes(lm, padded=padded)
     return int(act.block + act.block_square * seq)
 
 
-def graph_bytes(lm: LoadedModel, seq: int, *, checkpoint: bool, rows: int = 1) -> int:
+def graph_bytes(lm: LoadedModel, seq: int, *, checkpoint: bool, rows: int = 1, padded: bool | None = None) -> int:
     """Estimated bytes of a differentiable pass over ``rows`` sequences of ``seq`` positions: every block's saved
     activations and what the model saves outside its blocks, or, checkpointed, each block's input instead of its
-    activations, plus one block recomputed at a time in the backward pass."""
-    act = activation_bytes(lm)
-    per_block = layer_token_bytes(lm, seq)
+    activations, plus one block recomputed at a time in the backward pass. ``padded`` (default: ``rows > 1``): the
+    rows are a left-padded batch, counted with its mask (:func:`activation_bytes`)."""
+    padded = rows > 1 if padded is None else padded
+    act = activation_bytes(lm, padded=padded)
+    per_block = layer_token_bytes(lm, seq, padded=padded)
     if checkpoint:
         return int(rows * seq * (act.blocks * act.block_input + act.outside + per_block))
     return int(rows * seq * (act.blocks * per_block + act.outside))
@@ -547,9 +568,9 @@ def graph_bytes(lm: LoadedModel, seq: int, *, checkpoint: bool, rows: int = 1) -
 
 def backward_row_bytes(lm: LoadedModel, seq: int, rows: int = 1) -> int:
     """Estimated bytes one more target adds to a vmapped backward pass: the gradients flowing through one block at
-    a time, bounded by what that block saved (measured on smollm2-135m and Gemma 3 270M: 0.6-0.8 of it,
-    ``benchmarks/memory_estimates.py``)."""
-    return rows * seq * layer_token_bytes(lm, seq)
+    a time, bounded by what that block saved (``benchmarks/memory_estimates.py`` measures how far below it stays on
+    smollm2-135m and Gemma 3 270M); ``rows`` > 1: a left-padded batch's rows."""
+    return rows * seq * layer_token_bytes(lm, seq, padded=rows > 1)
 
 
 @dataclass(frozen=True)
