@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import json
 from pathlib import Path
 
@@ -206,6 +207,31 @@ def test_the_estimates_are_measured_on_short_passes_and_hold_at_length(real_toke
     assert (padded > 1.05 * 2 * saved) == (kernel == "sdpa")
     estimate = graph_bytes(lm, 600, checkpoint=False, rows=2)
     assert 0.98 < estimate / padded < 1.02, (estimate, padded)
+
+
+def _live_tensor_bytes() -> int:
+    gc.collect()
+    seen, total = set(), 0
+    for obj in gc.get_objects():
+        if type(obj) in (torch.Tensor, torch.nn.Parameter) and obj.device.type != "meta":
+            key = obj.untyped_storage().data_ptr()
+            if key not in seen:
+                seen.add(key)
+                total += obj.untyped_storage().nbytes()
+    return total
+
+
+def test_the_probe_passes_leave_nothing_behind(real_tokenizer):
+    """The probe's passes are never run backward: what they saved must be freed with them (a saved output kept as
+    itself would hold its own graph node, a cycle the garbage collector cannot see, and each probe pass would stay
+    in memory: on a model with a sliding window the probe runs past the window)."""
+    lm = _tiny(real_tokenizer, "gemma3", sliding_window=64, layer_types=["sliding_attention", "full_attention"])
+    lm.model.set_attn_implementation("sdpa")
+    saved_tensor_bytes(lm, 200)  # anything created once (rotary tables) is created here
+    before = _live_tensor_bytes()
+    for padded in (False, True, False):
+        assert sum(saved_tensor_bytes(lm, 200, padded=padded)) > 0
+    assert _live_tensor_bytes() - before < 64 * 1024, "a probe pass stayed in memory"
 
 
 def test_cci_batches_without_a_budget_follow_the_free_memory(smollm2, monkeypatch):

@@ -465,7 +465,9 @@ def saved_tensor_bytes(lm: LoadedModel, n: int, *, padded: bool = False) -> tupl
             if key not in kept and key not in seen:
                 seen.add(key)
                 total[where[0]] += t.untyped_storage().nbytes()
-        return t
+        # Detached: a saved output returned as itself would hold its own graph node (a reference cycle through C++
+        # that the garbage collector cannot see), and every probe pass would stay in memory.
+        return t.detach()
 
     def enter(*_args: object, **_kw: object) -> None:
         where[0] = "block"
