@@ -454,6 +454,8 @@ def saved_tensor_bytes(lm: LoadedModel, n: int, *, padded: bool = False) -> tupl
     for its backward pass, inside the model's blocks and outside them (weights and buffers, which are kept anyway,
     not counted). ``padded`` (causal models): the pass is a left-padded batch of two such inputs, the second
     :data:`PROBE_PADDING` tokens shorter, as :func:`batched_attribution_graph` runs it; the bytes are its two rows'."""
+    if padded and lm.is_encoder_decoder:
+        raise ValueError("saved_tensor_bytes(padded=True): causal models only (encoder-decoders are not batched).")
     blocks = _checkpoint_layers(lm.model)
     kept = {_storage_key(t) for t in [*lm.model.parameters(), *lm.model.buffers()] if t.device.type != "meta"}
     seen: set[tuple[str, int]] = set()
