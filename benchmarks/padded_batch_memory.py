@@ -30,27 +30,12 @@ SHORTER = 100  # how many tokens shorter the second row is
 
 def saved_bytes(lm: Any, pairs: list[tuple[list[int], list[int]]]) -> int:
     """Bytes of the distinct tensors the batched differentiable pass over ``pairs`` saves for its backward pass."""
-    import torch
-
     from mirage.attribution import forward as F
 
-    def key(t: torch.Tensor) -> tuple[str, int]:
-        return str(t.device), t.untyped_storage().data_ptr()
-
-    kept = {key(t) for t in [*lm.model.parameters(), *lm.model.buffers()]}
-    seen: set[tuple[str, int]] = set()
-    total = [0]
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        if t.layout == torch.strided and key(t) not in kept and key(t) not in seen:
-            seen.add(key(t))
-            total[0] += t.untyped_storage().nbytes()
-        return t.detach()  # not t itself: a saved output would hold its graph node, and the graph would never be freed
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with F.counting_saved_tensors(lm) as total:
         graph = F.batched_attribution_graph(lm, pairs)
     del graph
-    return total[0]
+    return sum(total.values())
 
 
 def measure(model: str, kernel: str, prompts: list[int]) -> list[dict[str, Any]]:

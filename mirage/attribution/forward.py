@@ -449,13 +449,11 @@ def _storage_key(t: torch.Tensor) -> tuple[str, int]:
     return str(t.device), storage.data_ptr()
 
 
-def saved_tensor_bytes(lm: LoadedModel, n: int, *, padded: bool = False) -> tuple[int, int]:
-    """Bytes of the distinct tensors a differentiable pass over an ``n``-token prompt (and a two-token answer) saves
-    for its backward pass, inside the model's blocks and outside them (weights and buffers, which are kept anyway,
-    not counted). ``padded`` (causal models): the pass is a left-padded batch of two such inputs, the second
-    :data:`PROBE_PADDING` tokens shorter, as :func:`batched_attribution_graph` runs it; the bytes are its two rows'."""
-    if padded and lm.is_encoder_decoder:
-        raise ValueError("saved_tensor_bytes(padded=True): causal models only (encoder-decoders are not batched).")
+@contextmanager
+def counting_saved_tensors(lm: LoadedModel) -> Iterator[dict[str, int]]:
+    """Count, for the differentiable passes run inside the block, the bytes of the distinct tensors autograd saves
+    for the backward pass (weights and buffers, which are kept anyway, not counted): the yielded dict's ``block``
+    (inside the model's blocks) and ``outside`` totals, filled as the passes run."""
     blocks = _checkpoint_layers(lm.model)
     kept = {_storage_key(t) for t in [*lm.model.parameters(), *lm.model.buffers()] if t.device.type != "meta"}
     seen: set[tuple[str, int]] = set()
@@ -468,7 +466,7 @@ def saved_tensor_bytes(lm: LoadedModel, n: int, *, padded: bool = False) -> tupl
                 seen.add(key)
                 total[where[0]] += t.untyped_storage().nbytes()
         # Detached: a saved output returned as itself would hold its own graph node (a reference cycle through C++
-        # that the garbage collector cannot see), and every probe pass would stay in memory.
+        # that the garbage collector cannot see), and a pass never run backward would stay in memory.
         return t.detach()
 
     def enter(*_args: object, **_kw: object) -> None:
@@ -477,26 +475,36 @@ def saved_tensor_bytes(lm: LoadedModel, n: int, *, padded: bool = False) -> tupl
     def leave(*_args: object, **_kw: object) -> None:
         where[0] = "outside"
 
-    vocab = max(2, lm.sizes.vocab)
-    ids = [(7 + 13 * i) % vocab for i in range(n + 2)]
-    seq, positions = model_inputs(lm, ids[:n], ids[n:])
     handles = [h for b in blocks for h in (b.register_forward_pre_hook(enter), b.register_forward_hook(leave))]
     try:
-        with frozen_parameters(lm.model), torch.inference_mode(False), torch.enable_grad():
-            if padded:
-                short = seq[min(PROBE_PADDING, n - 1):]
-                batch, kwargs = _left_padded(lm, [seq, short])
-                leaf = lm.model.get_input_embeddings()(batch).detach().requires_grad_(True)
-                with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                    logits = causal_pass(lm, range(len(seq) - 2, len(seq)), inputs_embeds=leaf, **kwargs).logits
-            else:
-                leaf = embed(lm, seq).clone().requires_grad_(True)
-                with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                    logits = logits_from_embeds(lm, leaf, ids[n:], positions)
-            del logits, leaf
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            yield total
     finally:
         for h in handles:
             h.remove()
+
+
+def saved_tensor_bytes(lm: LoadedModel, n: int, *, padded: bool = False) -> tuple[int, int]:
+    """Bytes of the distinct tensors a differentiable pass over an ``n``-token prompt (and a two-token answer) saves
+    for its backward pass, inside the model's blocks and outside them (:func:`counting_saved_tensors`). ``padded``
+    (causal models): the pass is a left-padded batch of two such inputs, the second :data:`PROBE_PADDING` tokens
+    shorter, as :func:`batched_attribution_graph` runs it; the bytes are its two rows'."""
+    if padded and lm.is_encoder_decoder:
+        raise ValueError("saved_tensor_bytes(padded=True): causal models only (encoder-decoders are not batched).")
+    vocab = max(2, lm.sizes.vocab)
+    ids = [(7 + 13 * i) % vocab for i in range(n + 2)]
+    seq, positions = model_inputs(lm, ids[:n], ids[n:])
+    with frozen_parameters(lm.model), torch.inference_mode(False), torch.enable_grad():
+        if padded:
+            batch, kwargs = _left_padded(lm, [seq, seq[min(PROBE_PADDING, n - 1):]])
+            leaf = lm.model.get_input_embeddings()(batch).detach().requires_grad_(True)
+            with counting_saved_tensors(lm) as total:
+                logits = causal_pass(lm, range(len(seq) - 2, len(seq)), inputs_embeds=leaf, **kwargs).logits
+        else:
+            leaf = embed(lm, seq).clone().requires_grad_(True)
+            with counting_saved_tensors(lm) as total:
+                logits = logits_from_embeds(lm, leaf, ids[n:], positions)
+        del logits, leaf
     return total["block"], total["outside"]
 
 
