@@ -196,7 +196,8 @@ def test_the_estimates_are_measured_on_short_passes_and_hold_at_length(real_toke
     lm = _tiny(real_tokenizer, family, **extra)
     lm.model.set_attn_implementation(kernel)
     act = activation_bytes(lm)
-    assert act.source == f"measured with {kernel}" and act.blocks == 2
+    where = ", past the sliding window" if family == "gemma3" else ""
+    assert act.source == f"measured with {kernel}{where}" and act.blocks == 2
     assert (act.block_square > 0) == (kernel == "eager" or family == "gemma3")
     saved = sum(saved_tensor_bytes(lm, 600))  # the distinct tensors a long pass saves
     estimate = graph_bytes(lm, 600, checkpoint=False)
@@ -207,6 +208,41 @@ def test_the_estimates_are_measured_on_short_passes_and_hold_at_length(real_toke
     assert (padded > 1.05 * 2 * saved) == (kernel == "sdpa")
     estimate = graph_bytes(lm, 600, checkpoint=False, rows=2)
     assert 0.98 < estimate / padded < 1.02, (estimate, padded)
+
+
+@pytest.mark.parametrize("family", ["gemma3", "mistral"])
+def test_a_long_sliding_window_is_probed_on_short_passes(real_tokenizer, family):
+    """Past a sliding window the attention masks are saved, at a size set by the length alone: the probe counts them
+    with the window shrunk, on passes no longer than its short ones (a 7B model's window is thousands of tokens,
+    and probes that long would need more memory than the pass planned). Estimates hold within the window and past
+    it, and the model's window is restored."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    if family == "gemma3":
+        lm = _tiny(real_tokenizer, "gemma3", sliding_window=256, layer_types=["sliding_attention", "full_attention"])
+    else:
+        torch.manual_seed(0)
+        config = MistralConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64,
+                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                               max_position_embeddings=4096, sliding_window=256)
+        lm = wrap_model(MistralForCausalLM(config).eval(), real_tokenizer, name="tiny-mistral")
+    lm.model.set_attn_implementation("sdpa")
+    lengths: list[int] = []
+    hook = lm.model.register_forward_pre_hook(
+        lambda _m, _a, kw: lengths.append(kw["inputs_embeds"].shape[1]), with_kwargs=True)
+    acts = {(rows, n): activation_bytes(lm, padded=rows > 1, seq=n) for rows in (1, 2) for n in (200, 600)}
+    hook.remove()
+    assert lengths and max(lengths) <= 114, lengths  # the longest probe: 112 prompt tokens and a 2-token answer
+    assert acts[1, 200].source == "measured with sdpa, within the sliding window"
+    assert acts[1, 600].source == "measured with sdpa, past the sliding window"
+    # within the window sdpa needs no mask: less per token than past it, where the mask grows with the length
+    assert acts[1, 200].block_square < acts[1, 600].block_square
+    windows = {getattr(m, "sliding_window", None) for m in [lm.model.config, *lm.model.modules()]} - {None}
+    assert windows == {256}, windows
+    for (rows, n), act in acts.items():
+        saved = sum(saved_tensor_bytes(lm, n, padded=rows > 1))
+        estimate = graph_bytes(lm, n, checkpoint=False, rows=rows)
+        assert 0.98 < estimate / saved < 1.02, (rows, n, estimate, saved)
 
 
 def _live_tensor_bytes() -> int:

@@ -14,7 +14,7 @@ import inspect
 import os
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -422,18 +422,47 @@ class ActivationBytes:
     source: str
 
 
-#: Input lengths of the short differentiable passes :func:`activation_bytes` counts the saved tensors of, past the
-#: model's sliding attention window where it has one (beyond it the attention masks are materialised and saved).
+#: Input lengths of the short differentiable passes :func:`activation_bytes` counts the saved tensors of.
 PROBE_LENGTHS = (16, 48, 112)
 
+#: The sliding window a model's probe passes run with to count what a pass past its real window keeps: past a window
+#: the attention masks are materialised and saved, at a size set by the length alone, so probes of
+#: :data:`PROBE_LENGTHS` tokens past a window this short count it without running a pass as long as the real window
+#: (thousands of tokens on 7B models, more memory than the pass being planned).
+PROBE_WINDOW = 8
 
-def _probe_lengths(lm: LoadedModel) -> tuple[int, int, int]:
+
+def sliding_window(lm: LoadedModel) -> int | None:
+    """The model's sliding attention window in tokens (its config's ``sliding_window``), None without one."""
     cfg = lm.model.config
     text = getattr(cfg, "text_config", None) or cfg
-    window = getattr(text, "sliding_window", None) or 0
-    start = int(window) if isinstance(window, int) and window > 0 else 0
-    a, b, c = PROBE_LENGTHS
-    return start + a, start + b, start + c
+    window = getattr(text, "sliding_window", None)
+    return int(window) if isinstance(window, int) and window > 0 else None
+
+
+def past_window(lm: LoadedModel, seq: int) -> bool:
+    """Whether a pass over ``seq`` positions is counted as past the model's sliding window (:func:`activation_bytes`):
+    longer than the window, or any pass where the window is too short for probes to stay below it."""
+    window = sliding_window(lm)
+    return window is not None and (seq > window or window < PROBE_LENGTHS[-1] + 2)
+
+
+@contextmanager
+def shrunk_window(lm: LoadedModel, size: int) -> Iterator[None]:
+    """Run the model with its sliding window shrunk to ``size`` tokens (its config and every module holding the
+    window), restored on exit; nothing changes for a model without a window or with one no longer."""
+    window = sliding_window(lm)
+    changed: dict[int, Any] = {}
+    if window is not None and window > size:
+        for obj in (lm.model.config, getattr(lm.model.config, "text_config", None), *lm.model.modules()):
+            if obj is not None and id(obj) not in changed and getattr(obj, "sliding_window", None) == window:
+                changed[id(obj)] = obj
+                obj.sliding_window = size
+    try:
+        yield
+    finally:
+        for obj in changed.values():
+            obj.sliding_window = window
 
 
 #: How many tokens shorter the second input of :func:`saved_tensor_bytes`' padded probe is: enough that the batch
@@ -517,29 +546,35 @@ def guessed_activations(lm: LoadedModel) -> ActivationBytes:
                            outside=0.0, block_input=sizes.hidden * width, blocks=sizes.layers, source="guessed")
 
 
-def activation_bytes(lm: LoadedModel, *, padded: bool = False) -> ActivationBytes:
+def activation_bytes(lm: LoadedModel, *, padded: bool = False, seq: int | None = None) -> ActivationBytes:
     """What ``lm``'s differentiable passes keep per token, counted once per model (and attention kernel): three
     short passes (:data:`PROBE_LENGTHS` tokens) record the tensors autograd saves, inside the model's blocks and
     outside them, and a quadratic in the length through the three counts gives the per-token and per-token-squared
-    bytes (past the model's sliding window, where masks start to be saved). Exact for what is saved; what a pass
-    allocates and frees on the way is left to the budget's headroom. ``padded``: per row of a left-padded batch
-    (:func:`batched_attribution_graph`), counted on padded batches of two: with a padding mask, attention keeps the
-    mask and may give up kernels that share key/value heads (causal models; an encoder-decoder's are unpadded)."""
+    bytes. Exact for what is saved; what a pass allocates and frees on the way is left to the budget's headroom.
+    ``padded``: per row of a left-padded batch (:func:`batched_attribution_graph`), counted on padded batches of
+    two: with a padding mask, attention keeps the mask and may give up kernels that share key/value heads (causal
+    models; an encoder-decoder's are unpadded). ``seq``: the length of the pass planned; on a model with a sliding
+    window, one past the window (:func:`past_window`; the default when ``seq`` is None) keeps its attention masks,
+    counted on probes run with the window shrunk to :data:`PROBE_WINDOW` tokens (:func:`shrunk_window`)."""
     padded = padded and not lm.is_encoder_decoder
+    past = past_window(lm, seq if seq is not None else 2**62)
     kernel = str(getattr(lm.model.config, "_attn_implementation", "") or "")
     if torch.is_autocast_enabled(lm.device.type):
         kernel += f", autocast to {str(torch.get_autocast_dtype(lm.device.type)).removeprefix('torch.')}"
     key = kernel + (", padded batch" if padded else "")
+    if sliding_window(lm) is not None:
+        key += ", past the sliding window" if past else ", within the sliding window"
     cached = _MEASURED.setdefault(lm.model, {})
     if key in cached:
         return cached[key]
     blocks = _checkpoint_layers(lm.model)
     if not blocks:
         return guessed_activations(lm)
-    lengths = _probe_lengths(lm)
+    lengths = PROBE_LENGTHS
     rows = 2 if padded else 1
     try:
-        counts = [[c / rows for c in saved_tensor_bytes(lm, n, padded=padded)] for n in lengths]
+        with shrunk_window(lm, PROBE_WINDOW) if past else nullcontext():
+            counts = [[c / rows for c in saved_tensor_bytes(lm, n, padded=padded)] for n in lengths]
     except torch.OutOfMemoryError as err:
         raise out_of_memory_error(lm, rows * lengths[-1], err) from None
 
@@ -561,7 +596,7 @@ def activation_bytes(lm: LoadedModel, *, padded: bool = False) -> ActivationByte
 def layer_token_bytes(lm: LoadedModel, seq: int, *, padded: bool = False) -> int:
     """Bytes one block keeps per token for the backward pass of a ``seq``-token input (:func:`activation_bytes`;
     ``padded``: a row of a left-padded batch)."""
-    act = activation_bytes(lm, padded=padded)
+    act = activation_bytes(lm, padded=padded, seq=seq)
     return int(act.block + act.block_square * seq)
 
 
@@ -571,7 +606,7 @@ def graph_bytes(lm: LoadedModel, seq: int, *, checkpoint: bool, rows: int = 1, p
     activations, plus one block recomputed at a time in the backward pass. ``padded`` (default: ``rows > 1``): the
     rows are a left-padded batch, counted with its mask (:func:`activation_bytes`)."""
     padded = rows > 1 if padded is None else padded
-    act = activation_bytes(lm, padded=padded)
+    act = activation_bytes(lm, padded=padded, seq=seq)
     per_block = layer_token_bytes(lm, seq, padded=padded)
     if checkpoint:
         return int(rows * seq * (act.blocks * act.block_input + act.outside + per_block))
