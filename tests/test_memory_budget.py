@@ -239,7 +239,7 @@ def test_a_long_sliding_window_is_probed_on_short_passes(real_tokenizer, family)
     assert acts[1, 200].block_square < acts[1, 600].block_square
     windows = {getattr(m, "sliding_window", None) for m in [lm.model.config, *lm.model.modules()]} - {None}
     assert windows == {256}, windows
-    for (rows, n), act in acts.items():
+    for rows, n in acts:
         saved = sum(saved_tensor_bytes(lm, n, padded=rows > 1))
         estimate = graph_bytes(lm, n, checkpoint=False, rows=rows)
         assert 0.98 < estimate / saved < 1.02, (rows, n, estimate, saved)
