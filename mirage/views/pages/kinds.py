@@ -361,6 +361,17 @@ def _quarters(curve: Sequence[Mapping[str, Any]], key: str) -> tuple[float | Non
     return (statistics.fmean(first) if first else None, statistics.fmean(last) if last else None)
 
 
+def _group_spread(curve: Sequence[Mapping[str, Any]]) -> str:
+    """The reward's spread over the logged steps: the mean std over each generation batch's answers (trl's
+    ``reward_std``) and the mean share of prompts whose sampled answers all got the same reward (``frac_reward_zero_std``:
+    GRPO's group-relative advantage is zero there, so they teach nothing); empty where the run did not log them."""
+    std = [c["reward_std"] for c in curve if c.get("reward_std") is not None]
+    zero = [c["frac_reward_zero_std"] for c in curve if c.get("frac_reward_zero_std") is not None]
+    parts = ([f"reward std {cell(statistics.fmean(std), 2)} over a batch's answers"] if std else []) + (
+        [f"{cell(100 * statistics.fmean(zero))} % of prompts whose answers all scored the same"] if zero else [])
+    return "; " + ", ".join(parts) if parts else ""
+
+
 def documents_cited(answers: Sequence[Mapping[str, Any]]) -> tuple[Counter, Counter]:
     """``(by document, by set size)``: how many answers cite document 1, 2, … and how many cite 0, 1, 2, …
     documents."""
@@ -385,7 +396,7 @@ def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
         train_rows.append((f"[`{name}`]({name})", "reward (GRPO)", d.get("n_prompts"), d.get("steps"), "–",
                            cell(d.get("runtime_s", 0) / 60), gib(d.get("peak_rss_mb")),
                            f"reward {cell(r0, 2)} → {cell(r1, 2)}, KL {cell(k0, 3)} → {cell(k1, 3)} "
-                           "(first → last quarter of the steps)"
+                           "(first → last quarter of the steps)" + _group_spread(d["curve"])
                            + (f"; resumed from `{Path(d['resumed_from']).name}`" if d.get("resumed_from") else "")))
     if train_rows:
         sections.append("## Training runs\n\n" + md_table(
