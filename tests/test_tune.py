@@ -12,6 +12,7 @@ import math
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -691,6 +692,7 @@ def test_a_reward_step_judges_every_order_of_a_question_together(sft_run, tmp_pa
     assert len(batch) == 4 and len({first for first, _p in batch}) == 2
     assert all(p is not None and 0.0 <= p <= 1.0 for _f, p in batch)
     assert "frac_reward_zero_std" in run.curve[0]
+    assert run.versions["trl"] == metadata.version("trl") and run.versions["peft"] == metadata.version("peft")
 
 
 def test_citation_evaluation_counts_what_the_answers_cite(tiny_causal, monkeypatch):

@@ -37,11 +37,20 @@ class JSONRecord:
         return cls.from_dict(json.loads(text))
 
 
-def library_versions() -> dict[str, str]:
-    """Versions of mirage, torch and transformers, recorded in every result."""
+def library_versions(*extra: str) -> dict[str, str]:
+    """Versions of mirage, torch and transformers, recorded in every result, and of the ``extra`` distributions a
+    result also depends on (``"trl"``, ``"peft"``: training records), where installed."""
+    from importlib import metadata
+
     import torch
     import transformers
 
     from mirage.version import __version__
 
-    return {"mirage": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
+    versions = {"mirage": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
+    for name in extra:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions

@@ -80,7 +80,7 @@ def _write_info(directory: Path, base: AdapterInfo, prompt: PromptConfig | None,
     """``base`` completed with the prompt, stage, training settings and library versions, written to
     ``directory``'s ``mirage-adapter.json``."""
     info = dataclasses.replace(base, prompt=dataclasses.asdict(prompt or PromptConfig()), stage=stage,
-                               training=training or {}, versions=library_versions())
+                               training=training or {}, versions=library_versions("trl", "peft"))
     write_atomic(directory / ADAPTER_INFO, json.dumps(info.to_dict(), indent=1, ensure_ascii=False) + "\n")
     return info
 

@@ -211,6 +211,6 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
                     n_prompts=len(dataset), skipped=bad, steps=trainer.state.global_step,
                     questions=len(groups), generation_batch_size=args.generation_batch_size,
                     curve=_curve(trainer.state.log_history), runtime_s=round(runtime, 2), peak_rss_mb=peak_rss_mb(),
-                    resumed_from=resume, config=cfg.to_dict(), versions=library_versions())
+                    resumed_from=resume, config=cfg.to_dict(), versions=library_versions("trl", "peft"))
     write_atomic(out / RESULT_FILE, json.dumps(run.to_dict(), indent=1) + "\n")
     return run

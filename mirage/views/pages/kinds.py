@@ -397,7 +397,8 @@ def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
                            cell(d.get("runtime_s", 0) / 60), gib(d.get("peak_rss_mb")),
                            f"reward {cell(r0, 2)} → {cell(r1, 2)}, KL {cell(k0, 3)} → {cell(k1, 3)} "
                            "(first → last quarter of the steps)" + _group_spread(d["curve"])
-                           + (f"; resumed from `{Path(d['resumed_from']).name}`" if d.get("resumed_from") else "")))
+                           + (f"; resumed from `{Path(d['resumed_from']).name}` (minutes of the resumed part)"
+                              if d.get("resumed_from") else "")))
     if train_rows:
         sections.append("## Training runs\n\n" + md_table(
             ["record", "stage", "examples / prompts", "steps", "epochs", "minutes", "peak memory", "curve"],
