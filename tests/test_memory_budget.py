@@ -172,14 +172,24 @@ def test_a_budget_changes_how_the_passes_run_not_the_scores(smollm2, one_thread)
 
 
 def _tiny(real_tokenizer, family: str, **extra):
-    """A tiny seeded model of ``family`` (llama or gemma3) around the real tokenizer, with its attention kernel."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
+    """A tiny seeded model of ``family`` (llama, gemma3 or mistral) around the real tokenizer, with its attention
+    kernel."""
+    from transformers import (
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+    )
 
     torch.manual_seed(0)
     sizes = {"vocab_size": len(real_tokenizer), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096}
     if family == "gemma3":
         model = Gemma3ForCausalLM(Gemma3TextConfig(**sizes, head_dim=8, **extra))
+    elif family == "mistral":
+        model = MistralForCausalLM(MistralConfig(**sizes, **extra))
     else:
         model = LlamaForCausalLM(LlamaConfig(**sizes, **extra))
     return wrap_model(model.eval(), real_tokenizer, name=f"tiny-{family}")
@@ -216,16 +226,8 @@ def test_a_long_sliding_window_is_probed_on_short_passes(real_tokenizer, family)
     with the window shrunk, on passes no longer than its short ones (a 7B model's window is thousands of tokens,
     and probes that long would need more memory than the pass planned). Estimates hold within the window and past
     it, and the model's window is restored."""
-    from transformers import MistralConfig, MistralForCausalLM
-
-    if family == "gemma3":
-        lm = _tiny(real_tokenizer, "gemma3", sliding_window=256, layer_types=["sliding_attention", "full_attention"])
-    else:
-        torch.manual_seed(0)
-        config = MistralConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64,
-                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                               max_position_embeddings=4096, sliding_window=256)
-        lm = wrap_model(MistralForCausalLM(config).eval(), real_tokenizer, name="tiny-mistral")
+    layers = {"layer_types": ["sliding_attention", "full_attention"]} if family == "gemma3" else {}
+    lm = _tiny(real_tokenizer, family, sliding_window=256, **layers)
     lm.model.set_attn_implementation("sdpa")
     lengths: list[int] = []
     hook = lm.model.register_forward_pre_hook(

@@ -557,12 +557,13 @@ def activation_bytes(lm: LoadedModel, *, padded: bool = False, seq: int | None =
     window, one past the window (:func:`past_window`; the default when ``seq`` is None) keeps its attention masks,
     counted on probes run with the window shrunk to :data:`PROBE_WINDOW` tokens (:func:`shrunk_window`)."""
     padded = padded and not lm.is_encoder_decoder
-    past = past_window(lm, seq if seq is not None else 2**62)
+    window = sliding_window(lm)
+    past = window is not None and (seq is None or past_window(lm, seq))
     kernel = str(getattr(lm.model.config, "_attn_implementation", "") or "")
     if torch.is_autocast_enabled(lm.device.type):
         kernel += f", autocast to {str(torch.get_autocast_dtype(lm.device.type)).removeprefix('torch.')}"
     key = kernel + (", padded batch" if padded else "")
-    if sliding_window(lm) is not None:
+    if window is not None:
         key += ", past the sliding window" if past else ", within the sliding window"
     cached = _MEASURED.setdefault(lm.model, {})
     if key in cached:

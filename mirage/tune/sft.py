@@ -359,6 +359,7 @@ def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None
                  n_train=len(dataset), skipped=bad, too_long=too_long, steps=trainer.state.global_step,
                  epochs=float(trainer.state.epoch or 0.0), train_loss=result.training_loss,
                  loss_curve=loss_curve(trainer.state.log_history), runtime_s=round(runtime, 2),
-                 peak_rss_mb=peak_rss_mb(), resumed_from=resume, config=cfg.to_dict(), versions=library_versions("trl", "peft"))
+                 peak_rss_mb=peak_rss_mb(), resumed_from=resume, config=cfg.to_dict(),
+                 versions=library_versions("trl", "peft"))
     write_atomic(out / RESULT_FILE, run.to_json(indent=1) + "\n")
     return run

@@ -363,8 +363,9 @@ def _quarters(curve: Sequence[Mapping[str, Any]], key: str) -> tuple[float | Non
 
 def _group_spread(curve: Sequence[Mapping[str, Any]]) -> str:
     """The reward's spread over the logged steps: the mean std over each generation batch's answers (trl's
-    ``reward_std``) and the mean share of prompts whose sampled answers all got the same reward (``frac_reward_zero_std``:
-    GRPO's group-relative advantage is zero there, so they teach nothing); empty where the run did not log them."""
+    ``reward_std``) and the mean share of prompts whose sampled answers all got the same reward
+    (``frac_reward_zero_std``: GRPO's group-relative advantage is zero there, so they teach nothing); empty where the
+    run did not log them."""
     std = [c["reward_std"] for c in curve if c.get("reward_std") is not None]
     zero = [c["frac_reward_zero_std"] for c in curve if c.get("frac_reward_zero_std") is not None]
     parts = ([f"reward std {cell(statistics.fmean(std), 2)} over a batch's answers"] if std else []) + (
