@@ -196,6 +196,42 @@ def test_tune_data_spread_positions_command(tmp_path):
     assert {r["supporting"][0] for r in rows} == {1, 2, 3}
 
 
+def test_tune_data_exclude_keeps_the_held_out_questions_unseen(tmp_path):
+    """Training on the split an evaluation judges: `--exclude` leaves the held-out questions out, as examples and as
+    the filler passages of --spread-positions, and says how many it left out."""
+    held, out = tmp_path / "held.jsonl", tmp_path / "train.jsonl"
+    mirage = [sys.executable, "-m", "mirage", "tune", "data", "gold", "--xor", str(VAL)]
+    first = subprocess.run([*mirage, "--limit", "1", "-o", str(held)], capture_output=True, text=True, cwd=ROOT,
+                           check=False)
+    assert first.returncode == 0, first.stderr
+    run = subprocess.run([*mirage, "--exclude", str(held), "--spread-positions", "3", "-o", str(out)],
+                         capture_output=True, text=True, cwd=ROOT, check=False)
+    assert run.returncode == 0, run.stderr
+    held_rows = [json.loads(line) for line in held.read_text().splitlines()]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(held_rows) == 1 and rows
+    assert "1 of " in run.stderr and "ask a question of --exclude and are left out" in run.stderr
+    held_questions = {r["question"] for r in held_rows}
+    held_passages = {d["text"] for r in held_rows for d in r["docs"]}
+    assert not held_questions & {r["question"] for r in rows}
+    assert not held_passages & {d["text"] for r in rows for d in r["docs"]}
+    everything = subprocess.run([*mirage, "--spread-positions", "3", "-o", str(tmp_path / "all.jsonl")],
+                                capture_output=True, text=True, cwd=ROOT, check=False)
+    assert everything.returncode == 0, everything.stderr
+    assert len((tmp_path / "all.jsonl").read_text().splitlines()) == len(rows) + 3
+
+
+def test_tune_data_exclude_of_a_file_that_is_no_training_set_says_so(tmp_path):
+    bad = tmp_path / "notes.jsonl"
+    bad.write_text('{"question": 3}\n')
+    run = subprocess.run([sys.executable, "-m", "mirage", "tune", "data", "gold", "--xor", str(VAL), "--exclude",
+                          str(bad), "-o", str(tmp_path / "out.jsonl")], capture_output=True, text=True, cwd=ROOT,
+                         check=False)
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    assert "--exclude" in run.stderr and "no example in it" in run.stderr
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 @pytest.mark.slow
 def test_eval_leaves_out_the_questions_the_adapter_was_trained_on(tmp_path, one_thread):
     """An adapter records the questions it saw (mirage-adapter.json's training.questions): tune eval and follow

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,22 +43,31 @@ def _print_bad(rows: list[str]) -> None:
 
 def cmd_data(args: argparse.Namespace) -> int:
     """``mirage tune data {gold,internals}``: write a training set."""
-    from mirage.tune.data import BuildReport, build_gold, shuffle_documents, spread_positions, write_examples
+    from mirage.tune.data import (
+        BuildReport,
+        build_gold,
+        question_digest,
+        shuffle_documents,
+        spread_positions,
+        write_examples,
+    )
 
     args.xor, args.eli5_demos, args.alce = (resolve_all(files) for files in (args.xor, args.eli5_demos, args.alce))
+    held_out = _held_out_questions(args.exclude)
     if args.mode == "gold":
         if args.alce:
             raise ConfigError("--alce gives questions for the internals mode; gold data comes from --xor and "
                               "--eli5-demos.")
         examples, report = build_gold(args.xor or [], args.eli5_demos or [], text=args.text,
                                       keep_unsupported=args.keep_unsupported, group_passages=args.group_passages)
+        examples = _leave_out_held(examples, held_out)
+        if args.limit is not None:
+            examples = examples[: args.limit]
     else:
         if args.eli5_demos:
             raise ConfigError("--eli5-demos are gold answers; the internals mode takes questions from --xor and "
                               "--alce.")
-        examples, report = _internals(args)
-    if args.limit is not None:
-        examples = examples[: args.limit]
+        examples, report = _internals(args, held_out)
     if args.shuffle_docs:
         examples = shuffle_documents(examples, args.shuffle_docs, seed=args.seed)
     if args.spread_positions:
@@ -66,6 +75,7 @@ def cmd_data(args: argparse.Namespace) -> int:
         if args.mode == "gold" and not args.keep_unsupported:  # unsupported rows' passages fill too
             pool = build_gold(args.xor or [], args.eli5_demos or [], text=args.text, keep_unsupported=True,
                               group_passages=args.group_passages)[0]
+        pool = [ex for ex in pool if question_digest(ex.question) not in held_out]  # no held-out passage as filler
         examples = spread_positions(examples, k=args.spread_positions, copies=args.copies, seed=args.seed,
                                     pool=pool)
     elif args.copies:
@@ -77,7 +87,34 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def _internals(args: argparse.Namespace) -> tuple[list[TrainingExample], BuildReport]:
+def _held_out_questions(paths: Sequence[str] | None) -> set[str]:
+    """The :func:`~mirage.tune.data.question_digest` of every question in the ``--exclude`` files (training sets as
+    ``tune data`` writes them): the questions an evaluation keeps unseen when training uses the same split."""
+    from mirage.tune.data import question_digest, read_examples
+
+    held: set[str] = set()
+    for path in paths or ():
+        examples, bad = read_examples(path)
+        if not examples:
+            raise InputError(f"--exclude {path}: no example in it ({len(bad)} malformed rows); give a training set "
+                             "as `mirage tune data` writes it")
+        held |= {question_digest(ex.question) for ex in examples}
+    return held
+
+
+def _leave_out_held(examples: list[TrainingExample], held_out: set[str]) -> list[TrainingExample]:
+    """``examples`` less those asking a held-out question, the count said on stderr."""
+    from mirage.tune.data import question_digest
+
+    if not held_out:
+        return examples
+    kept = [ex for ex in examples if question_digest(ex.question) not in held_out]
+    print(f"{len(examples) - len(kept)} of {len(examples)} items ask a question of --exclude and are left out.",
+          file=sys.stderr)
+    return kept
+
+
+def _internals(args: argparse.Namespace, held_out: set[str]) -> tuple[list[TrainingExample], BuildReport]:
     """The self-distillation examples of ``mirage tune data internals`` and their report."""
     from mirage.pipeline import Mirage
     from mirage.scoring.eli5 import load_alce
@@ -97,6 +134,7 @@ def _internals(args: argparse.Namespace) -> tuple[list[TrainingExample], BuildRe
         items += [TrainingExample(id=f"alce-{Path(path).stem}-{it.line}", source="alce", question=it.question,
                                   docs=it.docs_dicts(args.ndocs), output="", citations=[], file=it.file, line=it.line)
                   for it in data.items]
+    items = _leave_out_held(items, held_out)
     if args.limit is not None:
         items = items[: args.limit]
     config = MirageConfig.from_yaml(args.mirage_config) if args.mirage_config else MirageConfig()
@@ -365,7 +403,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     data.add_argument("--mirage-config", metavar="FILE", help="internals: mirage's pipeline config (YAML)")
     data.add_argument("--max-new-tokens", type=positive_int, default=64, help="internals: answer length (64)")
     data.add_argument("--ndocs", type=positive_int, default=5, help="internals: documents per ALCE question (5)")
-    data.add_argument("--limit", type=non_negative_int, help="only the first N items")
+    data.add_argument("--exclude", nargs="+", metavar="FILE",
+                      help="training sets whose questions are left out, as examples and as filler passages: "
+                           "keeps the items an evaluation will judge unseen when training on the same split")
+    data.add_argument("--limit", type=non_negative_int, help="only the first N items (after --exclude)")
     data.add_argument("--shuffle-docs", type=non_negative_int, default=0, metavar="N",
                       help="add N copies of each example, its documents in another order and its citations "
                            "renumbered (breaks the gold sets' 'passage 1 supports' habit; default 0)")
