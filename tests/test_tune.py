@@ -381,7 +381,7 @@ def test_full_fine_tuning_saves_a_model_folder_that_loads_by_path_and_is_judged_
     from mirage.tune.adapters import training_record
     from mirage.tune.data import question_digest
     from mirage.tune.grpo import train_reward
-    from mirage.tune.sft import train_sft
+    from mirage.tune.sft import earlier_questions, train_sft
 
     _run, _trained, pristine, cfg, examples = sft_run
     full_cfg = cfg.replace(train={"method": "full", "learning_rate": 0.01})
@@ -393,6 +393,9 @@ def test_full_fine_tuning_saves_a_model_folder_that_loads_by_path_and_is_judged_
     record = training_record(folder)
     assert record["train"]["method"] == "full" and record["steps"] == 1
     assert record["questions"] == sorted({question_digest(ex.question) for ex in examples})
+    # a stage that starts from this folder (SFT again, or the reward stage's adapter) keeps its questions
+    assert sorted(earlier_questions(full_cfg.replace(model=str(folder)))) == record["questions"]
+    assert earlier_questions(full_cfg) == []  # the base model by name records none
     info = json.loads((folder / "mirage-adapter.json").read_text())
     assert info["base_model"] == "tiny-causal" and info["stage"] == "sft"
     ids = model.tokenizer("Answer: 1986 [1]")["input_ids"]

@@ -36,6 +36,7 @@ from mirage.tune.adapters import (
     read_adapter_info,
     save_adapter,
     save_tuned_model,
+    training_record,
 )
 from mirage.tune.config import TuneConfig
 from mirage.tune.data import TrainingExample, read_examples, trained_questions
@@ -232,10 +233,13 @@ def checkpoint_adapter(checkpoint: str | Path, dest: str | Path, *, lm: LoadedMo
 
 
 def earlier_questions(cfg: TuneConfig) -> list[str]:
-    """The questions the adapter a run starts from (``cfg.adapter``) was trained on, as its info records them."""
-    if not cfg.adapter:
-        return []
-    return list(read_adapter_info(cfg.adapter).training.get("questions", []))
+    """The questions what a run starts from was trained on, as mirage recorded them: the adapter's
+    (``cfg.adapter``) and, when ``cfg.model`` is a model folder mirage fine-tuned (``train.method: full``), the
+    model's. A model trained further, or an adapter trained on top of it, keeps them all, so an evaluation never
+    judges it on a question any of its stages saw."""
+    questions = list(read_adapter_info(cfg.adapter).training.get("questions", [])) if cfg.adapter else []
+    record = training_record(cfg.model) if cfg.model else None
+    return questions + list((record or {}).get("questions") or [])
 
 
 def finished_run(output_dir: Path) -> SFTRun | None:
