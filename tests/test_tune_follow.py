@@ -262,3 +262,62 @@ def test_follow_on_rows_the_adapter_was_all_trained_on_says_so_in_one_line():
     assert run.returncode != 0 and "Traceback" not in run.stderr
     assert "no row of" in run.stderr and "was not trained on" in run.stderr and "fi,ru" in run.stderr
     assert not (ROOT / "unused.json").exists()
+
+
+FOLLOW_RUNS = ROOT / "benchmarks" / "results" / "tune_follow_smollm2"
+
+
+def _answers(name: str) -> list[dict]:
+    return [json.loads(line) for line in (FOLLOW_RUNS / f"{name}.answers.jsonl").read_text().splitlines()]
+
+
+def test_compare_follow_reads_the_reports_and_pairs_their_items():
+    """Two published runs on the same 16 val items: each run's rates are its report's (every item has k
+    presentations, so the mean over items is the mean over presentations), the change is their difference, the
+    interval holds the point, and a run against itself changes by exactly 0."""
+    from mirage.tune.follow import compare_follow
+
+    ref, other = _answers("full2ep_spread5_val"), _answers("full_spread5_val")
+    row = compare_follow(ref, other, name="one epoch", reference_name="two epochs")
+    ref_report = json.loads((FOLLOW_RUNS / "full2ep_spread5_val.json").read_text())["self_citation"]
+    report = json.loads((FOLLOW_RUNS / "full_spread5_val.json").read_text())["self_citation"]
+    assert row.n_items == 16
+    for measure in ("follow_rate", "first_when_not_supporting", "f1"):
+        assert row.values[measure] == pytest.approx(report[measure])
+        assert row.changes[measure] == pytest.approx(report[measure] - ref_report[measure])
+        lo, hi = row.intervals[measure]
+        assert lo <= row.values[measure] <= hi and lo < hi
+        lo, hi = row.change_intervals[measure]
+        assert lo <= row.changes[measure] <= hi
+    same = compare_follow(ref, ref)
+    assert same.changes["follow_rate"] == 0 and same.change_intervals["follow_rate"] == [0.0, 0.0]
+    assert compare_follow(ref, other[:5]).n_items == 1  # only the items both answered are paired
+
+
+def test_compare_follow_refuses_answers_that_are_no_permutation_test():
+    from mirage.tune.follow import compare_follow
+
+    ref = _answers("full2ep_spread5_val")
+    with pytest.raises(ValueError, match="not a permutation-test presentation"):
+        compare_follow(ref, [{"id": "xor-val-1", "cited": [1], "supporting": [1]}])
+    with pytest.raises(ValueError, match="share no item"):
+        compare_follow(ref, [{"id": "other-pos2", "cited": [2], "supporting": [2]}])
+
+
+def test_the_follow_page_shows_the_paired_changes(tmp_path):
+    """benchmarks/compare_follow.py writes the comparison, and the folder's page (mirage report) shows it."""
+    import shutil
+
+    from mirage.views.pages import write_page
+
+    for name in ("full2ep_spread5_val", "full_spread5_val"):
+        for suffix in (".json", ".answers.jsonl"):
+            shutil.copy(FOLLOW_RUNS / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare_follow.py"),
+                          str(tmp_path / "full2ep_spread5_val.json"), str(tmp_path / "full_spread5_val.json"),
+                          "--out", str(tmp_path / "changes.json")], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    page = write_page(tmp_path).read_text()
+    assert "## Paired changes (`changes.json`)" in page
+    row = next(line for line in page.splitlines() if line.startswith("| `full_spread5_val.json` | 16 |"))
+    assert row.count("[") == 6  # every measure and every change has its interval

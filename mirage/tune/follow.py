@@ -28,7 +28,7 @@ where the bias study reads its answers with it too, and its table in :func:`mira
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -195,3 +195,97 @@ def evaluate_follow(mirage: Mirage, examples: Sequence[TrainingExample], *, k: i
                                     judge=judge, store=store)
     return follow_report(evaluation, presentations, k=k, seed=seed,
                          mirage_rule=judge.aggregation.rule if judge is not None else None)
+
+
+# -- comparing runs on the same items ----------------------------------------------------------------------------------
+
+
+def answers_by_item(answers: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[set[int], int]]]:
+    """A follow run's stored answers (``NAME.answers.jsonl``) grouped by item: each presentation's cited set and
+    the supporting passage's position, read from the presentation's id (``<item>-pos<p>``,
+    :func:`permutation_presentations`) and its ``supporting`` field."""
+    items: dict[str, list[tuple[set[int], int]]] = {}
+    for answer in answers:
+        item, sep, position = str(answer["id"]).rpartition("-pos")
+        if not sep or not position.isdigit() or answer.get("supporting") != [int(position)]:
+            raise ValueError(f"answer {answer['id']!r} is not a permutation-test presentation (<item>-pos<p>, "
+                             "supporting [p]); give the answers file of `mirage tune follow`")
+        items.setdefault(item, []).append((set(answer["cited"]), int(position)))
+    return items
+
+
+def _item_measures(presentations: Sequence[tuple[set[int], int]]) -> dict[str, float | None]:
+    """One item's follow rate, share citing [1] where it does not support, and mean F1 over its presentations."""
+    side = side_of([c for c, _ in presentations], [p for _, p in presentations], max(p for _, p in presentations))
+    return {"follow_rate": side.follow_rate, "first_when_not_supporting": side.first_when_not_supporting,
+            "f1": side.f1}
+
+
+FOLLOW_MEASURES = ("follow_rate", "first_when_not_supporting", "f1")
+
+
+@dataclass
+class FollowChange(JSONRecord):
+    """A follow run beside a reference run on the items both answered: each measure of :data:`FOLLOW_MEASURES`
+    (fractions, means over items, so every item weighs the same) with its 95 % bootstrap interval over items, and
+    the paired change from the reference with its interval (resampling the shared items: an interval that holds 0
+    says the change is within what the choice of items moves)."""
+
+    name: str
+    reference: str
+    n_items: int
+    values: dict[str, float | None]
+    intervals: dict[str, list[float] | None]
+    changes: dict[str, float | None]
+    change_intervals: dict[str, list[float] | None]
+
+
+def compare_follow(reference: Iterable[Mapping[str, Any]], other: Iterable[Mapping[str, Any]], *, name: str = "",
+                   reference_name: str = "", draws: int = 2000, seed: int = 0) -> FollowChange:
+    """The :class:`FollowChange` of ``other``'s answers against ``reference``'s (both ``mirage tune follow``
+    answers files, read as :func:`answers_by_item`), on the items both hold."""
+    from mirage.bias.metrics import bootstrap_ci
+
+    ref, new = answers_by_item(reference), answers_by_item(other)
+    shared = sorted(set(ref) & set(new))
+    if not shared:
+        raise ValueError(f"{name or 'the run'} and {reference_name or 'the reference'} share no item: compare runs "
+                         "of the same data, --limit and --k")
+    ref_m = [_item_measures(ref[i]) for i in shared]
+    new_m = [_item_measures(new[i]) for i in shared]
+    values, intervals, changes, change_intervals = {}, {}, {}, {}
+    for measure in FOLLOW_MEASURES:
+        pairs = [(a[measure], b[measure]) for a, b in zip(ref_m, new_m) if a[measure] is not None
+                 and b[measure] is not None]
+        mine = [b[measure] for b in new_m if b[measure] is not None]
+        values[measure] = sum(mine) / len(mine) if mine else None
+        intervals[measure] = bootstrap_ci(mine, draws=draws, seed=seed)
+        diffs = [b - a for a, b in pairs]
+        changes[measure] = sum(diffs) / len(diffs) if diffs else None
+        change_intervals[measure] = bootstrap_ci(diffs, draws=draws, seed=seed)
+    return FollowChange(name=name, reference=reference_name, n_items=len(shared), values=values,
+                        intervals=intervals, changes=changes, change_intervals=change_intervals)
+
+
+def follow_changes_table(changes: Sequence[FollowChange]) -> str:
+    """:class:`FollowChange` rows as a markdown table: each measure (%) with its interval, and its change from the
+    reference (points) with the paired interval."""
+    def pct(v: float | None) -> str:
+        return "—" if v is None else f"{100 * v:.1f}"
+
+    def ci(v: Sequence[float] | None) -> str:
+        return "" if not v else f" [{100 * v[0]:.1f}, {100 * v[1]:.1f}]"
+
+    def change(v: float | None) -> str:
+        return "—" if v is None else f"{100 * v:+.1f}"
+
+    titles = {"follow_rate": "follows", "first_when_not_supporting": "[1] when not supporting", "f1": "F1"}
+    head = ["run", "items", *[f"{titles[m]}{suffix}" for m in FOLLOW_MEASURES for suffix in ("", " change")]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in changes:
+        cells = [f"`{row.name}`", str(row.n_items)]
+        for m in FOLLOW_MEASURES:
+            cells += [pct(row.values.get(m)) + ci(row.intervals.get(m)),
+                      change(row.changes.get(m)) + ci(row.change_intervals.get(m))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

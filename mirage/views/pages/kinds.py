@@ -667,13 +667,23 @@ def _follow_files(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _follow_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
-    from mirage.tune.follow import FollowReport
+    from mirage.tune.follow import FollowChange, FollowReport, follow_changes_table
 
     sections = []
     for name, data in _follow_files(run_dir):
         report = FollowReport.from_dict(data)
         command = f"\n\n```bash\n{report.command}\n```" if report.command else ""
         sections.append(f"## `{name}`{command}\n\n{report.to_markdown()}")
+    for path in sorted(run_dir.glob("*.json")):
+        data = read_json(path)
+        if isinstance(data, dict) and "follow_changes" in data:
+            changes = [FollowChange.from_dict(row) for row in data["follow_changes"]]
+            reference = changes[0].reference if changes else ""
+            sections.append(
+                f"## Paired changes (`{path.name}`)\n\n```bash\n{data.get('command', '')}\n```\n\n"
+                f"Self-citation only, means over items with 95 % bootstrap intervals over items; each change is "
+                f"from `{reference}` on the items both answered (paired), in points.\n\n"
+                f"{follow_changes_table(changes)}")
     return page("Permutation test: does the self-citation follow the supporting passage?",
                 "Each item with exactly one supporting passage is presented k times, that passage at position "
                 "1..k and the other passages in one fixed shuffled order. An answer follows when its "

@@ -1,0 +1,57 @@
+"""Permutation-test runs side by side, with intervals: for each ``mirage tune follow`` report (its
+``NAME.answers.jsonl`` beside it), the self-citation's follow rate, its share citing ``[1]`` where document 1 does not
+support, and its F1, each with a 95 % bootstrap interval over items, and the paired change from the first report on
+the items both answered.
+
+    python benchmarks/compare_follow.py benchmarks/results/tune_follow_smollm2/full2ep_spread5_val.json \
+        benchmarks/results/tune_follow_smollm2/trainval_spread5_full_val.json \
+        --out benchmarks/results/tune_follow_smollm2/follow_changes.json
+
+Sixteen items make wide intervals: a change whose interval holds 0 is within what the choice of items moves. The
+follow page (``mirage report``) shows the file as a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mirage.runs.store import read_records
+from mirage.tune.follow import compare_follow
+
+
+def _answers(report: Path) -> list[dict]:
+    path = report.with_name(report.stem + ".answers.jsonl")
+    if not path.is_file():
+        raise SystemExit(f"{report}: its answers file {path.name} is missing; give reports of `mirage tune follow`")
+    return list(read_records(path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("reports", nargs="+", type=Path,
+                        help="`mirage tune follow` reports (JSON); the first is the one the others are compared with")
+    parser.add_argument("--out", required=True, type=Path, help="the JSON file to write")
+    parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (default 2000, seed 0)")
+    args = parser.parse_args(argv)
+    reference = _answers(args.reports[0])
+    rows = [compare_follow(reference, _answers(r), name=r.name, reference_name=args.reports[0].name,
+                           draws=args.bootstrap).to_dict() for r in args.reports]
+    out = {"command": "python benchmarks/compare_follow.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+           "follow_changes": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    for row in rows:
+        v, c = row["values"], row["changes"]
+        print(f"{row['name']}: {row['n_items']} items, follows {v['follow_rate']:.3f} (change {c['follow_rate']:+.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
