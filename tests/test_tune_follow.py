@@ -294,6 +294,23 @@ def test_compare_follow_reads_the_reports_and_pairs_their_items():
     assert compare_follow(ref, other[:5]).n_items == 1  # only the items both answered are paired
 
 
+def test_the_same_answer_is_read_without_its_citations():
+    """answer_stable: the share of an item's presentations giving its most frequent answer, the citation marks,
+    case and spacing aside (a model reading the content moves only its citation)."""
+    from mirage.tune.follow import compare_follow
+
+    def presentation(item: str, position: int, answer: str) -> dict:
+        return {"id": f"{item}-pos{position}", "supporting": [position], "cited": [position], "answer": answer}
+
+    moved = [presentation("a", p, f"Helsinki [{p}]") for p in range(1, 6)]
+    moved[1]["answer"] = "helsinki  [2]"
+    changing = [presentation("b", 1, "Helsinki [1]"), presentation("b", 2, "Turku [2]"),
+                presentation("b", 3, "Turku [3]"), presentation("b", 4, "Oulu [4]"), presentation("b", 5, "Helsinki [5]")]
+    row = compare_follow(moved + changing, moved + changing)
+    assert row.values["answer_stable"] == pytest.approx((1.0 + 0.4) / 2)
+    assert row.values["follow_rate"] == 1.0
+
+
 def test_compare_follow_refuses_answers_that_are_no_permutation_test():
     from mirage.tune.follow import compare_follow
 
@@ -320,4 +337,4 @@ def test_the_follow_page_shows_the_paired_changes(tmp_path):
     page = write_page(tmp_path).read_text()
     assert "## Paired changes (`changes.json`)" in page
     row = next(line for line in page.splitlines() if line.startswith("| `full_spread5_val.json` | 16 |"))
-    assert row.count("[") == 6  # every measure and every change has its interval
+    assert row.count("[") == 8  # every measure and every change has its interval

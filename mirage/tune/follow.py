@@ -200,34 +200,45 @@ def evaluate_follow(mirage: Mirage, examples: Sequence[TrainingExample], *, k: i
 # -- comparing runs on the same items ----------------------------------------------------------------------------------
 
 
-def answers_by_item(answers: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[set[int], int]]]:
-    """A follow run's stored answers (``NAME.answers.jsonl``) grouped by item: each presentation's cited set and
-    the supporting passage's position, read from the presentation's id (``<item>-pos<p>``,
-    :func:`permutation_presentations`) and its ``supporting`` field."""
-    items: dict[str, list[tuple[set[int], int]]] = {}
+def answers_by_item(answers: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[set[int], int, str]]]:
+    """A follow run's stored answers (``NAME.answers.jsonl``) grouped by item: each presentation's cited set, the
+    supporting passage's position, read from the presentation's id (``<item>-pos<p>``,
+    :func:`permutation_presentations`) and its ``supporting`` field, and the answer without its citation marks
+    (lower-cased, spaces normalised)."""
+    from mirage.attribution.citations import strip_citations
+
+    items: dict[str, list[tuple[set[int], int, str]]] = {}
     for answer in answers:
         item, sep, position = str(answer["id"]).rpartition("-pos")
         if not sep or not position.isdigit() or answer.get("supporting") != [int(position)]:
             raise ValueError(f"answer {answer['id']!r} is not a permutation-test presentation (<item>-pos<p>, "
                              "supporting [p]); give the answers file of `mirage tune follow`")
-        items.setdefault(item, []).append((set(answer["cited"]), int(position)))
+        text = " ".join(strip_citations(str(answer.get("answer", "")))[0].lower().split())
+        items.setdefault(item, []).append((set(answer["cited"]), int(position), text))
     return items
 
 
-def _item_measures(presentations: Sequence[tuple[set[int], int]]) -> dict[str, float | None]:
-    """One item's follow rate, share citing [1] where it does not support, and mean F1 over its presentations."""
-    side = side_of([c for c, _ in presentations], [p for _, p in presentations], max(p for _, p in presentations))
+def _item_measures(presentations: Sequence[tuple[set[int], int, str]]) -> dict[str, float | None]:
+    """One item's follow rate, share citing [1] where it does not support and mean F1 over its presentations, and
+    ``answer_stable``: the share of its presentations that give its most frequent answer (citations aside). A model
+    that reads the content gives one answer whatever the order and moves only its citation."""
+    from collections import Counter
+
+    side = side_of([c for c, _, _ in presentations], [p for _, p, _ in presentations],
+                   max(p for _, p, _ in presentations))
+    most = Counter(t for _, _, t in presentations).most_common(1)[0][1]
     return {"follow_rate": side.follow_rate, "first_when_not_supporting": side.first_when_not_supporting,
-            "f1": side.f1}
+            "f1": side.f1, "answer_stable": most / len(presentations)}
 
 
-FOLLOW_MEASURES = ("follow_rate", "first_when_not_supporting", "f1")
+FOLLOW_MEASURES = ("follow_rate", "first_when_not_supporting", "f1", "answer_stable")
 
 
 @dataclass
 class FollowChange(JSONRecord):
     """A follow run beside a reference run on the items both answered: each measure of :data:`FOLLOW_MEASURES`
-    (fractions, means over items, so every item weighs the same) with its 95 % bootstrap interval over items, and
+    (fractions, means over items, so every item weighs the same; ``answer_stable``: the share of an item's
+    presentations that give its most frequent answer, citations aside) with its 95 % bootstrap interval over items, and
     the paired change from the reference with its interval (resampling the shared items: an interval that holds 0
     says the change is within what the choice of items moves)."""
 
@@ -279,7 +290,8 @@ def follow_changes_table(changes: Sequence[FollowChange]) -> str:
     def change(v: float | None) -> str:
         return "—" if v is None else f"{100 * v:+.1f}"
 
-    titles = {"follow_rate": "follows", "first_when_not_supporting": "[1] when not supporting", "f1": "F1"}
+    titles = {"follow_rate": "follows", "first_when_not_supporting": "[1] when not supporting", "f1": "F1",
+              "answer_stable": "same answer"}
     head = ["run", "items", *[f"{titles[m]}{suffix}" for m in FOLLOW_MEASURES for suffix in ("", " change")]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in changes:
