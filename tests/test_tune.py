@@ -293,6 +293,23 @@ def sft_run(tiny_causal, tmp_path_factory):
     return run, trained, pristine, cfg, examples
 
 
+def test_examples_left_out_as_too_long_are_named_by_dataset_not_by_this_machine_s_folders(sft_run, monkeypatch,
+                                                                                            tmp_path):
+    """A training record is published: an example over max_length from the data cache is named by its dataset
+    (xor-attriqa-full:train:LINE), not by the cache's absolute path."""
+    from mirage.data.fetch import data_root
+    from mirage.pipeline import Mirage
+    from mirage.tune.sft import build_dataset
+
+    monkeypatch.setenv("MIRAGE_DATA_DIR", str(tmp_path / "data"))
+    _run, _trained, pristine, _cfg, examples = sft_run
+    example = copy.deepcopy(examples[0])
+    example.file, example.line = str(data_root() / "xor_attriqa_full" / "train.jsonl"), 64
+    _dataset, too_long = build_dataset(Mirage(pristine), [example], max_length=4)
+    assert len(too_long) == 1 and too_long[0].startswith(f"xor-attriqa-full:train:64 ({example.id}): ")
+    assert str(tmp_path) not in too_long[0]
+
+
 def _logits(model, ids):
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0]

@@ -26,6 +26,7 @@ from mirage.attribution.models import LoadedModel, load_model
 from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.attribution.tokenization import tokenize_answer
 from mirage.config import ConfigError, MirageConfig
+from mirage.data.fetch import data_label
 from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
 from mirage.runs.store import write_atomic
@@ -93,7 +94,8 @@ def encode_example(mirage: Mirage, example: TrainingExample, *, config: MirageCo
 def build_dataset(mirage: Mirage, examples: Sequence[TrainingExample], *, max_length: int,
                   config: MirageConfig | None = None) -> tuple[datasets.Dataset, list[str]]:
     """A ``datasets.Dataset`` of ``input_ids`` and ``completion_mask`` (trl's tokenized format), and the examples
-    left out because prompt and answer exceed ``max_length`` tokens (``FILE:LINE (id): N tokens``)."""
+    left out because prompt and answer exceed ``max_length`` tokens (``FILE:LINE (id): N tokens``, FILE as
+    :func:`~mirage.data.fetch.data_label` names it: a dataset's name, never this machine's cache folder)."""
     import datasets as hf_datasets
 
     rows, too_long = [], []
@@ -101,7 +103,8 @@ def build_dataset(mirage: Mirage, examples: Sequence[TrainingExample], *, max_le
         encoded = encode_example(mirage, example, config=config)
         n = len(encoded.prompt_ids) + len(encoded.completion_ids)
         if n > max_length:
-            too_long.append(f"{example.file}:{example.line} ({example.id}): {n} tokens > train.max_length {max_length}")
+            too_long.append(f"{data_label(example.file) if example.file else example.file}:{example.line} "
+                            f"({example.id}): {n} tokens > train.max_length {max_length}")
             continue
         rows.append({"input_ids": encoded.input_ids, "completion_mask": encoded.completion_mask})
     return hf_datasets.Dataset.from_list(rows), too_long
