@@ -7,8 +7,8 @@ largest prompt that fits, on random-initialised models built from real configura
 
 The shapes of Llama-3.1-8B, Qwen2.5-7B, Mistral-7B-v0.3, Llama-3.1-70B (4-bit) and Llama-3.2-1B are written below
 (public facts of their ``config.json``); random weights are fine for time and memory. The embedded model
-(smollm2-135m-instruct) runs with its real weights. Every model reads the embedded tokenizer's ids (all of them
-have a larger vocabulary). Prompts are real passages (``--docs``: XOR-AttriQA JSONL rows' ``passage_en`` or ALCE
+(smollm2-135m-instruct) runs with its real weights. Every model reads the embedded tokenizer's ids: Mistral-7B's
+vocabulary (32768) is widened to the tokenizer's 49152 ids (0.8 % more weights), the others are larger already. Prompts are real passages (``--docs``: XOR-AttriQA JSONL rows' ``passage_en`` or ALCE
 JSON ``docs``; cycled when more are needed) packed to 1k/4k/16k/32k tokens; answers are 16/64/128 tokens of a
 fixed English text, force-decoded.
 
@@ -155,10 +155,14 @@ def _build_model(name: str, device: str, dtype: str, budget: str | None) -> Any:
 
     if name == EMBEDDED:
         return load_model(EMBEDDED, device=device, dtype=dtype, memory_budget=budget)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_checkpoint(EMBEDDED))
     shape = dict(SHAPES[name])
     quantization = shape.pop("quantization", None) if device != "cpu" else None
     shape.pop("quantization", None)
     model_type = shape.pop("model_type")
+    shape["vocab_size"] = max(shape["vocab_size"], len(tokenizer))  # Mistral's 32768 ids < the tokenizer's 49152
     config = AutoConfig.for_model(model_type, **shape)
     torch_dtype = resolve_dtype(dtype, torch.device(device))
     torch.manual_seed(0)
@@ -167,9 +171,6 @@ def _build_model(name: str, device: str, dtype: str, budget: str | None) -> Any:
     else:
         with torch.device(device):
             model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(embedded_checkpoint(EMBEDDED))
     lm = wrap_model(model, tokenizer, name=f"{name} (random weights)", use_chat_template=False)
     lm.memory_budget = parse_size(budget) if budget else None
     return lm
@@ -277,7 +278,7 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
     try:
         scores = mirage.score_tokens(prep, answer)
     except MemoryBudgetError as err:
-        out.update(status="over budget", error=str(err))
+        out.update(status="over budget", error=str(err), passes=dict(lm.passes))
         return out
     out["attribution_s"], out["attribution_cpu_s"] = time.perf_counter() - t, time.process_time() - c
     out["cti_s"], out["cci_s"] = scores.timings.get("cti"), scores.timings.get("cci")
@@ -400,11 +401,13 @@ def write_results(out: Path, points: list[dict[str, Any]], args: argparse.Namesp
     for p in points:  # derived from the record alone, so points measured before the count existed get it too
         if p["status"] == "ok" and "flops" not in p:
             p["flops"] = attribution_flops(model_shape(p["model"]), p)
-    results = {"benchmark": "bench_scale", "command": shlex.join(["python", "benchmarks/bench_scale.py", *sys.argv[1:]]),
+    command = args.command or shlex.join(["python", "benchmarks/bench_scale.py", *sys.argv[1:]])
+    results = {"benchmark": "bench_scale", "command": command,
                "machine": {"device": device_name(device), "cpus": os.cpu_count(), "threads": args.threads,
                            "python": platform.python_version(), "torch": torch.__version__},
                "settings": {"models": args.models, "prompts": args.prompts, "answers": args.answers,
-                            "budgets": args.budget, "dtype": args.dtype, "point_timeout_s": args.point_timeout,
+                            "budgets": args.budget, "dtype": args.dtype,
+                            "point_timeout_s": args.point_timeout if args.timeout_given or not args.collect else None,
                             "cpu_limit_s": args.cpu_limit,
                             "docs": [Path(d).name for d in args.docs]},
                "points": sorted(points, key=lambda r: (r["model"], r["answer"], str(r["budget"]), r["prompt"])),
@@ -468,6 +471,8 @@ def main() -> None:
     parser.add_argument("--docs", nargs="+", help="passages: XOR-AttriQA JSONL or ALCE JSON files, or dataset names "
                                                   "(xor-attriqa-full:val)")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--command", help="the command recorded in results.json (default: this one); a script that "
+                                          "runs this one in steps names itself (benchmarks/gpu_scale.sh)")
     args = parser.parse_args()
     if args.point:
         print(json.dumps(run_point(json.loads(args.point))), flush=True)
@@ -483,6 +488,7 @@ def main() -> None:
     args.answers = args.answers or plan["answers"]
     if args.budget is None:
         args.budget = [plan["budget"]] if plan["budget"] else []
+    args.timeout_given = args.point_timeout is not None  # a --collect run records the limit its points ran under
     args.point_timeout = args.point_timeout or plan["point_timeout"]
     args.out = args.out or str(ROOT / "benchmarks" / "results" / ("scale_gpu" if args.gpu else "scale_cpu"))
     if args.docs:  # dataset names (xor-attriqa-full:val) or paths

@@ -350,6 +350,71 @@ def test_attention_without_a_batched_backward_falls_back_to_eager_and_says_so(re
         assert [c.score for c in a.top_context] == pytest.approx([c.score for c in b.top_context], rel=1e-4)
 
 
+def test_without_a_batched_backward_a_long_prompt_keeps_its_kernel_where_eager_attention_would_not_fit(
+        real_tokenizer, xor_item):
+    """The fallback above costs eager attention's square of the length in every block: where that does not fit the
+    budget (a 32k-token prompt on a GPU would need 65 GiB per block), the kernel stays and each target gets its own
+    backward pass, with the same scores."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mirage.attribution.forward import graph_bytes, graph_fits
+
+    kernel = _unbatchable_attention()
+    config = LlamaConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
+    torch.manual_seed(0)
+    eager = LlamaForCausalLM(copy.deepcopy(config)).eval()
+    eager.set_attn_implementation("eager")
+    fused = LlamaForCausalLM(copy.deepcopy(config)).eval()
+    fused.load_state_dict(eager.state_dict())
+    fused.set_attn_implementation(kernel)
+    docs = [*xor_item["docs"], *xor_item["docs"], *xor_item["docs"]]  # a longer prompt: eager's square grows
+    args = (xor_item["question"], docs)
+    reference = Mirage(wrap_model(eager, real_tokenizer)).attribute(*args, answer=xor_item["output"])
+    lm = wrap_model(fused, real_tokenizer)
+    seq = len(real_tokenizer(reference.prompt)["input_ids"]) + len(reference.tokens)
+    square = graph_bytes(wrap_model(eager, real_tokenizer), seq, checkpoint=True)
+    linear = graph_bytes(lm, seq, checkpoint=True)
+    assert square > 10 * linear, (square, linear)  # the budget below tells the two apart by a wide margin
+    lm.memory_budget = int((_in_use(lm) + (square * linear) ** 0.5 + 4 * 2**20) / 0.9)
+    assert graph_fits(lm, seq)
+    m = Mirage(lm)
+    res = m.attribute(*args, answer=xor_item["output"])
+    assert res.versions["attention"].startswith(f"{kernel} (vmap cannot batch its backward")
+    assert "eager attention would not fit" in res.versions["attention"]
+    assert m.lm.batched_backward is False and fused.config._attn_implementation == kernel
+    assert [t.context_sensitive for t in res.tokens] == [t.context_sensitive for t in reference.tokens]
+    for a, b in zip(res.tokens, reference.tokens):
+        assert [c.score for c in a.top_context] == pytest.approx([c.score for c in b.top_context], rel=1e-4)
+
+
+def test_a_checkpointed_block_is_recomputed_in_the_attention_kernels_of_the_forward_pass(real_tokenizer):
+    """On a GPU mirage holds a model's forward pass to attention kernels other than cuDNN's; the backward pass
+    recomputes a checkpointed block outside that forward pass, where cuDNN's kernel was free to run (it saves other
+    tensors than the forward pass's kernel, and the checkpoint's check then fails: seen on an H200 at 32k tokens).
+    No GPU here: the flag is read inside every attention call of the forward pass and of the recomputation."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mirage.attribution.models import without_cudnn_attention
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = without_cudnn_attention(LlamaForCausalLM(config).eval())
+    ids = torch.tensor([real_tokenizer("The Ikhwan were formed in 1913.")["input_ids"]])
+    seen = []
+    model.model.layers[0].self_attn.register_forward_hook(
+        lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
+    with frozen_parameters(model):
+        leaf = model.get_input_embeddings()(ids).detach().requires_grad_(True)
+        with checkpointed_layers(model):
+            logits = model(inputs_embeds=leaf, use_cache=False).logits
+        assert seen == [False]
+        (grad,) = torch.autograd.grad(logits[0, -1].logsumexp(-1), leaf)
+    assert seen == [False, False]  # the recomputation, in the backward pass, too
+    assert torch.backends.cuda.cudnn_sdp_enabled() and grad.abs().sum() > 0
+
+
 def test_out_of_memory_in_a_pass_is_one_line_naming_the_budget(tiny_causal, xor_item, monkeypatch):
     """A CUDA out-of-memory error cannot happen on a CPU: a forward hook raises torch's own OutOfMemoryError in its
     place, and the pass reports it as a MemoryBudgetError in one line."""

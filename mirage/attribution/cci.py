@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+import torch.utils.checkpoint
 
 from mirage.attribution.forward import (
     AttributionGraph,
@@ -49,6 +50,7 @@ from mirage.attribution.forward import (
     free_memory,
     frozen_parameters,
     graph_bytes,
+    graph_fits,
     graph_from_embeds,
     logits_from_embeds,
     out_of_memory_error,
@@ -260,8 +262,8 @@ def _batched_gradients(values: torch.Tensor, inputs: torch.Tensor,
                 warnings.filterwarnings("ignore", message=".*performance drop.*")
                 (grad,) = torch.autograd.grad(values, inputs, grad_outputs=picks, is_grads_batched=True,
                                               retain_graph=True)
-        except torch.OutOfMemoryError:
-            raise
+        except (torch.OutOfMemoryError, torch.utils.checkpoint.CheckpointError):
+            raise  # not vmap's: eager attention would not mend either (and needs far more memory)
         except RuntimeError as err:  # vmap has no batching rule for an op of this model
             raise _NoBatchedBackward(str(err)) from err
         rows.append(torch.stack([from_gradient(grad[:, b], base[b]).float().norm(dim=-1)
@@ -285,8 +287,9 @@ def _from_one_graph(lm: LoadedModel, t: _Targets, cfg: CCIConfig,
     try:
         attr = _batched_gradients(values, graph.inputs, CCI_METHODS.lookup(cfg.method).from_gradient, chunk)
     except _NoBatchedBackward as err:
+        seq = graph.inputs.shape[1]
         del graph, values
-        previous = _eager_fallback(lm, err)  # the attention kernel's backward may have no batching rule: eager's has
+        previous = _eager_fallback(lm, err, seq)  # the attention kernel's backward may have no batching rule: eager's
         if previous is not None:
             rows = _from_one_graph(lm, t, cfg, None)
             if rows is None:  # not the kernel's fault: the model keeps its kernel, CCI repeats the input instead
@@ -300,11 +303,12 @@ def _from_one_graph(lm: LoadedModel, t: _Targets, cfg: CCIConfig,
     return attr[:, 0].index_select(1, t.context).tolist()
 
 
-def _eager_fallback(lm: LoadedModel, err: BaseException) -> str | None:
+def _eager_fallback(lm: LoadedModel, err: BaseException, seq: int) -> str | None:
     """Switch the model to eager attention when vmap could not batch the backward pass of its attention kernel
     (SDPA's fused or FlashAttention's backward), naming the fallback in ``lm.passes["attention"]``, and return the
-    kernel it replaced; None where attention already is eager (or cannot be switched): the caller then repeats the
-    input per target."""
+    kernel it replaced; None where attention already is eager, cannot be switched, or where eager attention's
+    square of the ``seq``-token length would not fit (:func:`~mirage.attribution.forward.graph_fits`; the kernel is
+    kept): the caller then repeats the input per target."""
     kernel = str(getattr(lm.model.config, "_attn_implementation", "eager") or "eager")
     switch = getattr(lm.model, "set_attn_implementation", None)
     if kernel == "eager" or switch is None:
@@ -314,6 +318,11 @@ def _eager_fallback(lm: LoadedModel, err: BaseException) -> str | None:
     except (ValueError, ImportError, NotImplementedError):
         return None
     cause = str(err).strip().splitlines()[0][:120] if str(err).strip() else type(err).__name__
+    if not graph_fits(lm, seq):
+        switch(kernel)
+        lm.passes["attention"] = (f"{kernel} (vmap cannot batch its backward: {cause}; eager attention would not "
+                                  f"fit {seq} tokens, so one backward pass per target)")
+        return None
     lm.passes["attention"] = f"eager (fallback: vmap cannot batch {kernel}'s backward: {cause})"
     return kernel
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 
-from mirage.attribution.models import LoadedModel, format_size
+from mirage.attribution.models import LoadedModel, attention_kernels, format_size
 
 
 def _decoder_ids(lm: LoadedModel, answer_ids: Sequence[int]) -> list[int]:
@@ -748,8 +748,18 @@ def plan_graph(lm: LoadedModel, seq: int, rows: int = 1) -> GraphPlan:
     return GraphPlan(checkpoint=checkpoint, room=left - need)
 
 
-_FIXES = ("raise the budget (--memory-budget / memory_budget, or --max-memory SIZE), shorten the prompt (fewer or "
-          "shorter documents), or split the model over more devices (--device-map).")
+def graph_fits(lm: LoadedModel, seq: int) -> bool:
+    """Whether a differentiable pass over ``seq`` positions with one backward target fits at all, its layers
+    checkpointed where they can be, within the memory budget or else 80 % of the free memory (what
+    :func:`plan_graph` would try); with the model's attention kernel as it is now (eager attention keeps a square
+    of the length per block, the fused kernels do not)."""
+    left, _what = _limit(lm)
+    checkpoint = has_checkpoint_layers(lm.model)
+    return graph_bytes(lm, seq, checkpoint=checkpoint) + backward_row_bytes(lm, seq) <= left
+
+
+_SHORTER = "shorten the prompt (fewer or shorter documents), or split the model over more devices (--device-map)."
+_FIXES = f"raise the budget (--memory-budget / memory_budget, or --max-memory SIZE), {_SHORTER}"
 
 
 def out_of_memory_error(lm: LoadedModel, seq: int, err: BaseException) -> MemoryBudgetError:
@@ -759,7 +769,7 @@ def out_of_memory_error(lm: LoadedModel, seq: int, err: BaseException) -> Memory
     first = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
     return MemoryBudgetError(f"out of memory attributing over {seq} tokens within {limit} ({first}); set a budget "
                              f"the model can keep to (--memory-budget SIZE: gradient checkpointing and smaller CCI "
-                             f"batches), or {_FIXES.split(', ', 1)[1]}")
+                             f"batches, or --max-memory SIZE), {_SHORTER}")
 
 
 def _checkpoint_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -781,18 +791,26 @@ def has_checkpoint_layers(model: torch.nn.Module) -> bool:
 def checkpointed_layers(model: torch.nn.Module, on: bool = True) -> Iterator[None]:
     """Within: each of the model's blocks runs under ``torch.utils.checkpoint`` (non-reentrant), so a forward pass
     keeps each block's input alone and the backward pass recomputes the rest, block by block. The model stays in
-    eval mode (no dropout; transformers' own switch needs training mode); the backward passes may run after the
-    block ends. Works under accelerate's hooks (the recompute runs the hooked forward again). ``on`` False: nothing
-    changes."""
+    eval mode (no dropout; transformers' own switch needs training mode), so no random state is saved for the
+    recomputation; the backward passes may run after the block ends. The recomputation runs in the attention
+    kernels the model's forward pass is held to (:func:`~mirage.attribution.models.attention_kernels`): on a GPU
+    it would otherwise be free to pick cuDNN's attention, which saves other tensors than the forward pass's kernel
+    and fails the checkpoint's check. Works under accelerate's hooks (the recompute runs the hooked forward again).
+    ``on`` False: nothing changes."""
     layers = _checkpoint_layers(model) if on else []
     patched = []
     for layer in layers:
         inner = layer.forward
 
-        def forward(*args: object, _inner: object = inner, **kwargs: object) -> object:
+        def run(*args: object, _inner: Any = inner, **kwargs: object) -> object:
+            with attention_kernels(model):
+                return _inner(*args, **kwargs)
+
+        def forward(*args: object, _inner: Any = inner, _run: Any = run, **kwargs: object) -> object:
             if not torch.is_grad_enabled():
                 return _inner(*args, **kwargs)
-            return torch.utils.checkpoint.checkpoint(_inner, *args, use_reentrant=False, **kwargs)
+            return torch.utils.checkpoint.checkpoint(_run, *args, use_reentrant=False, preserve_rng_state=False,
+                                                     **kwargs)
 
         had = "forward" in vars(layer)
         patched.append((layer, had, inner))

@@ -548,11 +548,12 @@ def _is_scale(run_dir: Path) -> bool:
 def _scale_page(results: dict[str, Any]) -> str:
     """The scaling benchmark's page body (``benchmarks/bench_scale.py``'s ``results.json``)."""
     m, s = results["machine"], results["settings"]
+    limit = "as its steps set them" if s["point_timeout_s"] is None else f"{s['point_timeout_s']:.0f} s"
     lines = [(f"Measured by `{results['command']}`; this page is written from its `results.json` by `mirage report`."),
              "",
              (f"Machine: {m['device']}, {m['cpus']} CPU(s), {m['threads']} torch thread(s), torch {m['torch']}, "
              f"Python {m['python']}. Models other than the embedded one have random weights (time and memory only). "
-             f"dtype {s['dtype']}; limits per point {s['point_timeout_s']:.0f} s wall-clock, "
+             f"dtype {s['dtype']}; limits per point {limit} wall-clock, "
               f"{s.get('cpu_limit_s') or '-'} CPU seconds; passages from "
              f"{', '.join(s['docs'])}."), "",
              *(f"Note: {n}" for n in results.get("notes", [])), *([""] if results.get("notes") else []),
