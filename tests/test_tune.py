@@ -310,6 +310,24 @@ def test_examples_left_out_as_too_long_are_named_by_dataset_not_by_this_machine_
     assert str(tmp_path) not in too_long[0]
 
 
+def test_training_examples_read_from_the_data_cache_name_their_dataset_not_its_folder(monkeypatch, tmp_path):
+    """Training sets are written next to results and shared: an example's ``file`` is the dataset's name when its row
+    came from the data cache, so no written set names this machine's folders."""
+    import shutil
+
+    from mirage.data.fetch import data_root
+    from mirage.tune.data import write_examples
+
+    monkeypatch.setenv("MIRAGE_DATA_DIR", str(tmp_path / "data"))
+    cached = data_root() / "xor_attriqa_match" / "train.jsonl"
+    cached.parent.mkdir(parents=True)
+    shutil.copy(XOR / "train.jsonl", cached)
+    examples, _bad, _unsupported = xor_examples(cached)
+    assert examples and {ex.file for ex in examples} == {"xor-attriqa-match:train"}
+    written = write_examples(examples, tmp_path / "set.jsonl")
+    assert str(tmp_path) not in Path(written).read_text(encoding="utf-8")
+
+
 def _logits(model, ids):
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0]

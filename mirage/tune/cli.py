@@ -60,7 +60,8 @@ def cmd_data(args: argparse.Namespace) -> int:
                               "--eli5-demos.")
         examples, report = build_gold(args.xor or [], args.eli5_demos or [], text=args.text,
                                       keep_unsupported=args.keep_unsupported, group_passages=args.group_passages)
-        examples = _leave_out_held(examples, held_out)
+        if held_out:
+            examples = _leave_out(examples, held_out, "--exclude")
         if args.limit is not None:
             examples = examples[: args.limit]
     else:
@@ -102,14 +103,14 @@ def _held_out_questions(paths: Sequence[str] | None) -> set[str]:
     return held
 
 
-def _leave_out_held(examples: list[TrainingExample], held_out: set[str]) -> list[TrainingExample]:
-    """``examples`` less those asking a held-out question, the count said on stderr."""
+def _leave_out(examples: list[TrainingExample], questions: set[str], what: str, noun: str = "items"
+               ) -> list[TrainingExample]:
+    """``examples`` less those asking one of ``questions`` (:func:`~mirage.tune.data.question_digest`), the count
+    said on stderr as asking a question of ``what``."""
     from mirage.tune.data import question_digest
 
-    if not held_out:
-        return examples
-    kept = [ex for ex in examples if question_digest(ex.question) not in held_out]
-    print(f"{len(examples) - len(kept)} of {len(examples)} items ask a question of --exclude and are left out.",
+    kept = [ex for ex in examples if question_digest(ex.question) not in questions]
+    print(f"{len(examples) - len(kept)} of {len(examples)} {noun} ask a question of {what} and are left out.",
           file=sys.stderr)
     return kept
 
@@ -118,7 +119,14 @@ def _internals(args: argparse.Namespace, held_out: set[str]) -> tuple[list[Train
     """The self-distillation examples of ``mirage tune data internals`` and their report."""
     from mirage.pipeline import Mirage
     from mirage.scoring.eli5 import load_alce
-    from mirage.tune.data import BuildReport, TrainingExample, internals_cache, internals_examples, xor_examples
+    from mirage.tune.data import (
+        BuildReport,
+        TrainingExample,
+        internals_cache,
+        internals_examples,
+        source_label,
+        xor_examples,
+    )
 
     if not args.xor and not args.alce:
         raise ConfigError("give the questions to answer: --xor FILE... (XOR-AttriQA train/val) and/or --alce FILE.")
@@ -132,9 +140,11 @@ def _internals(args: argparse.Namespace, held_out: set[str]) -> tuple[list[Train
         data = load_alce(path)
         bad += [str(b) for b in data.bad_rows]
         items += [TrainingExample(id=f"alce-{Path(path).stem}-{it.line}", source="alce", question=it.question,
-                                  docs=it.docs_dicts(args.ndocs), output="", citations=[], file=it.file, line=it.line)
+                                  docs=it.docs_dicts(args.ndocs), output="", citations=[], file=source_label(it.file),
+                                  line=it.line)
                   for it in data.items]
-    items = _leave_out_held(items, held_out)
+    if held_out:
+        items = _leave_out(items, held_out, "--exclude")
     if args.limit is not None:
         items = items[: args.limit]
     config = MirageConfig.from_yaml(args.mirage_config) if args.mirage_config else MirageConfig()
@@ -225,7 +235,6 @@ def _leave_out_trained(args: argparse.Namespace, examples: list[TrainingExample]
     """``examples`` less those whose question the tuned model records it was trained on (``--adapter``, or a
     ``--model`` folder of a full fine-tuning run) or an ``--exclude`` file holds, with the count said on stderr."""
     from mirage.tune.adapters import training_record
-    from mirage.tune.data import question_digest, read_examples
 
     trained: set[str] = set()
     sources = []
@@ -238,14 +247,11 @@ def _leave_out_trained(args: argparse.Namespace, examples: list[TrainingExample]
         else:
             print(f"{tuned} records no training questions (saved before mirage recorded them): rows it was "
                   "trained on are left out only through --exclude.", file=sys.stderr)
-    for path in args.exclude or []:
-        trained |= {question_digest(ex.question) for ex in read_examples(path)[0]}
-        sources.append(str(path))
+    if args.exclude:
+        trained |= _held_out_questions(args.exclude)
+        sources += [str(path) for path in args.exclude]
     if sources:
-        n_before = len(examples)
-        examples = [ex for ex in examples if question_digest(ex.question) not in trained]
-        print(f"{n_before - len(examples)} of {n_before} rows ask a question of the training data "
-              f"({', '.join(sources)}) and are left out.", file=sys.stderr)
+        examples = _leave_out(examples, trained, f"the training data ({', '.join(sources)})", "rows")
     return examples
 
 

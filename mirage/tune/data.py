@@ -54,6 +54,14 @@ _WORD = re.compile(r"[a-z]+")
 _CLOSING = ".!?…"
 
 
+def source_label(file: str | Path) -> str:
+    """How a training example names the file its row came from: the dataset's name for a file of the data cache
+    (``xor-attriqa-full:train``), never this machine's folders (:func:`~mirage.data.fetch.data_label`)."""
+    from mirage.data.fetch import data_label
+
+    return data_label(file) if str(file) else ""
+
+
 @dataclass
 class TrainingExample(JSONRecord):
     """One training item: a question, its documents and the answer to learn, ``output``, with its ``[n]`` marks.
@@ -217,7 +225,7 @@ def xor_examples(path: str | Path, *, text: TextView = "en", keep_unsupported: b
         examples.append(TrainingExample(
             id=f"xor-{split_name(item.file)}-{item.line}", source="xor-attriqa", question=clean_query(item.question),
             docs=docs, output=output, citations=[list(c) for c in parsed.citations], supporting=supporting,
-            file=item.file, line=item.line, lang=item.lang))
+            file=source_label(item.file), line=item.line, lang=item.lang))
     return examples, list(data.bad_rows), unsupported
 
 
@@ -275,7 +283,7 @@ def eli5_demo_examples(path: str | Path) -> tuple[list[TrainingExample], list[Ba
         examples.append(TrainingExample(
             id=f"eli5-demo-{i}", source="eli5-demo", question=item.question,
             docs=[{"title": t, "text": x} for t, x in item.docs], output=answer,
-            citations=[list(c) for c in parsed.citations], file=str(path), line=line))
+            citations=[list(c) for c in parsed.citations], file=source_label(path), line=line))
     return examples, bad
 
 
@@ -314,7 +322,7 @@ def internals_examples(mirage: Mirage, items: Sequence[TrainingExample], *, conf
         stored = TrainingExample.from_dict(record["example"])
         # the item's own identity (file, line, labels) wins over a cached copy of the same content
         examples.append(dataclasses.replace(stored, id=f"internals-{item.id}", supporting=item.supporting,
-                                            file=item.file, line=item.line, lang=item.lang))
+                                            file=source_label(item.file), line=item.line, lang=item.lang))
     return examples, left_out
 
 
@@ -343,7 +351,7 @@ def _internals_example(mirage: Mirage, item: TrainingExample,
     parsed = parse_answer(output, len(item.docs))
     return TrainingExample(
         id=f"internals-{item.id}", source="internals", question=item.question, docs=item.docs, output=output,
-        citations=[list(c) for c in parsed.citations], supporting=item.supporting, file=item.file,
+        citations=[list(c) for c in parsed.citations], supporting=item.supporting, file=source_label(item.file),
         line=item.line, lang=item.lang,
         meta={"model": mirage.lm.name, "generation": res.config["generation"], "cut": cut,
               "raw_answer": res.raw_answer, "self_citations": [list(s.self_citations) for s in sentences]}), None

@@ -301,3 +301,39 @@ def follow_changes_table(changes: Sequence[FollowChange]) -> str:
                       change(row.changes.get(m)) + ci(row.change_intervals.get(m))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def is_follow_report(data: object) -> bool:
+    """Whether a JSON value is a permutation-test report as ``mirage tune follow -o`` writes it."""
+    return isinstance(data, dict) and {"k", "self_citation", "cite_first", "random"} <= data.keys()
+
+
+@dataclass
+class FollowFolder:
+    """A folder's permutation-test reports and paired comparisons (``benchmarks/compare_follow.py``), by file name,
+    each file read once; its other JSON files are left aside."""
+
+    reports: dict[str, FollowReport] = field(default_factory=dict)
+    #: file name -> (the command that wrote it, its rows)
+    changes: dict[str, tuple[str, list[FollowChange]]] = field(default_factory=dict)
+
+
+def follow_folder(folder: str | Path) -> FollowFolder:
+    """The :class:`FollowFolder` of ``folder``'s ``*.json`` files; a file that is not JSON is a one-line
+    :class:`~mirage.data.inputs.InputError` naming it."""
+    import json
+
+    from mirage.data.inputs import InputError
+
+    found = FollowFolder()
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise InputError(f"{path} is not valid JSON ({err}); give the file as the run wrote it.") from None
+        if is_follow_report(data):
+            found.reports[path.name] = FollowReport.from_dict(data)
+        elif isinstance(data, dict) and isinstance(data.get("follow_changes"), list):
+            found.changes[path.name] = (str(data.get("command", "")),
+                                        [FollowChange.from_dict(row) for row in data["follow_changes"]])
+    return found

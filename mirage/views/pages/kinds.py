@@ -657,34 +657,28 @@ def _scale_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> st
 # -- the permutation test ---------------------------------------------------------------------------------------------
 
 
-def _follow_files(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
-    """The folder's permutation-test reports (``mirage tune follow``)."""
-    found = []
-    for path in sorted(run_dir.glob("*.json")):
-        data = read_json(path)
-        if isinstance(data, dict) and {"k", "self_citation", "cite_first", "random"} <= data.keys():
-            found.append((path.name, data))
-    return found
+def _has_follow_reports(run_dir: Path) -> bool:
+    """Whether the folder holds a permutation-test report (``mirage tune follow``)."""
+    from mirage.tune.follow import is_follow_report
+
+    return any(is_follow_report(read_json(path)) for path in sorted(run_dir.glob("*.json")))
 
 
 def _follow_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
-    from mirage.tune.follow import FollowChange, FollowReport, follow_changes_table
+    from mirage.tune.follow import follow_changes_table, follow_folder
 
+    folder = follow_folder(run_dir)
     sections = []
-    for name, data in _follow_files(run_dir):
-        report = FollowReport.from_dict(data)
+    for name, report in folder.reports.items():
         command = f"\n\n```bash\n{report.command}\n```" if report.command else ""
         sections.append(f"## `{name}`{command}\n\n{report.to_markdown()}")
-    for path in sorted(run_dir.glob("*.json")):
-        data = read_json(path)
-        if isinstance(data, dict) and "follow_changes" in data:
-            changes = [FollowChange.from_dict(row) for row in data["follow_changes"]]
-            reference = changes[0].reference if changes else ""
-            sections.append(
-                f"## Paired changes (`{path.name}`)\n\n```bash\n{data.get('command', '')}\n```\n\n"
-                f"Self-citation only, means over items with 95 % bootstrap intervals over items; each change is "
-                f"from `{reference}` on the items both answered (paired), in points.\n\n"
-                f"{follow_changes_table(changes)}")
+    for name, (command, changes) in folder.changes.items():
+        reference = changes[0].reference if changes else ""
+        sections.append(
+            f"## Paired changes (`{name}`)\n\n```bash\n{command}\n```\n\n"
+            f"Self-citation only, means over items with 95 % bootstrap intervals over items; each change is "
+            f"from `{reference}` on the items both answered (paired), in points.\n\n"
+            f"{follow_changes_table(changes)}")
     return page("Permutation test: does the self-citation follow the supporting passage?",
                 "Each item with exactly one supporting passage is presented k times, that passage at position "
                 "1..k and the other passages in one fixed shuffled order. An answer follows when its "
@@ -770,7 +764,7 @@ BUILTIN: tuple[PageKind, ...] = (
     PageKind("tune", _is_tune, _none, _tune_render),
     PageKind("bench-scale", _is_scale, lambda d: _as_list(((_results(d) or {}).get("settings") or {}).get("docs")),
              _scale_render),
-    PageKind("tune-follow", lambda d: bool(_follow_files(d)), _none, _follow_render),
+    PageKind("tune-follow", _has_follow_reports, _none, _follow_render),
     PageKind("self-match-checks", _has_self_match_checks, _none, _self_match_checks_render),
     PageKind("self-match", _is_self_match, _self_match_data, _self_match_render),
     PageKind("benchmark-json", _is_bench, _none, _bench_render),
