@@ -134,10 +134,15 @@ def test_follow_command_on_the_shipped_adapter(tmp_path, one_thread):
     adapter = _unseen_copy(tmp_path)
     run = subprocess.run(
         [sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--adapter", str(adapter),
-         "--limit", "2", "--k", "3", "--quiet", "-o", str(out)], capture_output=True, text=True, cwd=ROOT, check=False)
+         "--limit", "2", "--k", "3", "--judge", "--quiet", "-o", str(out)], capture_output=True, text=True, cwd=ROOT,
+        check=False)
     assert run.returncode == 0, run.stderr
     report = FollowReport.from_dict(json.loads(out.read_text()))
     assert report.n_items == 2 and report.n_presentations == 6 and report.k == 3
+    # judged: mirage's citations of the same answers, and the faithfulness check beside the table
+    assert report.mirage is not None and report.judge is not None and report.judge.n_attributed == 6
+    assert {"selfcitation", "random_selfcitation", "mirage"} <= set(report.judge.faithfulness["methods"])
+    assert report.judge.to_text() in report.to_markdown()
     answers = [json.loads(line) for line in out.with_name("follow.answers.jsonl").read_text().splitlines()]
     assert len(answers) == 6
     # the self-citation row is the follow rule applied to the stored answers
@@ -149,7 +154,8 @@ def test_follow_command_on_the_shipped_adapter(tmp_path, one_thread):
     # a rerun reuses every answer
     again = subprocess.run(
         [sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--adapter", str(adapter),
-         "--limit", "2", "--k", "3", "--quiet", "-o", str(out)], capture_output=True, text=True, cwd=ROOT, check=False)
+         "--limit", "2", "--k", "3", "--judge", "--quiet", "-o", str(out)], capture_output=True, text=True, cwd=ROOT,
+        check=False)
     assert again.returncode == 0, again.stderr
     assert FollowReport.from_dict(json.loads(out.read_text())).to_dict() == report.to_dict()
 

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from mirage.config import MirageConfig
     from mirage.pipeline import Mirage
     from mirage.runs.progress import Progress
-    from mirage.tune.evaluate import CitationEval
+    from mirage.tune.evaluate import CitationEval, JudgeSummary
 
 
 def single_supporting(examples: Iterable[TrainingExample]) -> list[TrainingExample]:
@@ -105,8 +105,10 @@ class FollowReport(JSONRecord):
     """The permutation test of one model (see the module's docstring): ``k`` positions, ``n_items`` items with
     exactly one supporting passage, ``n_presentations = k * n_items`` answers; the model's self-citations
     (``self_citation``), the baselines ``cite_first`` and ``random`` on the same presentations, and mirage's
-    citations of the same answers (``mirage``, with a judge); ``quality``: answers and sentences cited and the
-    exact match of the reference answer, from the answers' :class:`~mirage.tune.evaluate.CitationEval`."""
+    citations of the same answers (``mirage``, with a judge, and ``judge``: self-citation beside mirage's citations
+    against the labels, and the faithfulness check of both against random sets of the same sizes,
+    :class:`~mirage.tune.evaluate.JudgeSummary`); ``quality``: answers and sentences cited and the exact match of
+    the reference answer, from the answers' :class:`~mirage.tune.evaluate.CitationEval`."""
 
     model: str
     k: int
@@ -119,15 +121,19 @@ class FollowReport(JSONRecord):
     mirage: FollowSide | None = None
     mirage_rule: str | None = None
     quality: dict[str, Any] = field(default_factory=dict)
+    judge: JudgeSummary | None = None
     command: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FollowReport:
         """The report from its JSON form."""
+        from mirage.tune.evaluate import JudgeSummary
+
         sides = {name: FollowSide.from_dict(data[name]) if data.get(name) is not None else None
                  for name in ("self_citation", "cite_first", "random", "mirage")}
-        return cls(**{**cls.known_fields(data), **sides})
+        judge = JudgeSummary.from_dict(data["judge"]) if data.get("judge") is not None else None
+        return cls(**{**cls.known_fields(data), **sides, "judge": judge})
 
     def rows(self) -> list[tuple[str, FollowSide]]:
         """The citers of the table, model first."""
@@ -148,6 +154,10 @@ class FollowReport(JSONRecord):
         lines.append(f"{self.model}: {self.n_items} items x {self.k} positions = {self.n_presentations} answers; "
                      f"answers cited {pct(q.get('answers_cited'))} %, sentences cited {pct(q.get('sentences_cited'))} "
                      f"%, exact match {pct(q.get('exact_match'))} %.")
+        if self.judge is not None:
+            lines += ["", "The same answers judged (self-citation and mirage's citations against the labels, pooled over "
+                      "(answer, passage) pairs; the faithfulness check of each set against random sets of its size):",
+                      "", "```text", self.judge.to_text(), "```"]
         return "\n".join(lines)
 
 
@@ -174,7 +184,7 @@ def follow_report(evaluation: CitationEval, presentations: Sequence[TrainingExam
         cite_first=side_of([{1}] * len(positions), positions, k),
         random=random_side([len(c) for c in own], positions, k),
         mirage=mirage_side, mirage_rule=mirage_rule if mirage_side is not None else None,
-        quality=quality, versions=dict(evaluation.versions))
+        quality=quality, judge=evaluation.judge, versions=dict(evaluation.versions))
 
 
 def evaluate_follow(mirage: Mirage, examples: Sequence[TrainingExample], *, k: int = 5, seed: int = 0,
