@@ -155,8 +155,9 @@ class FollowReport(JSONRecord):
                      f"answers cited {pct(q.get('answers_cited'))} %, sentences cited {pct(q.get('sentences_cited'))} "
                      f"%, exact match {pct(q.get('exact_match'))} %.")
         if self.judge is not None:
-            lines += ["", "The same answers judged (self-citation and mirage's citations against the labels, pooled over "
-                      "(answer, passage) pairs; the faithfulness check of each set against random sets of its size):",
+            lines += ["", ("The same answers judged (self-citation and mirage's citations against the labels, pooled "
+                           "over (answer, passage) pairs; the faithfulness check of each set against random sets of its "
+                           "size):"),
                       "", "```text", self.judge.to_text(), "```"]
         return "\n".join(lines)
 
