@@ -244,10 +244,11 @@ class AggregationConfig:
         "flag": "--citation-rule", "help": "reference (default: the documents behind the context-sensitive tokens) "
         "or likelihood (the passage-likelihood classifier: passage likelihoods and the largest |CTI|, no CCI; "
         "'learned' is its old name)"})
-    #: The likelihood rule's classifier (a ``learned.json``); default: the one shipped for the model, if any.
+    #: The likelihood rule's classifier (a ``learned.json``, or ``shipped:MODEL``); default: the one shipped for the
+    #: model, if any.
     learned_model: str | None = field(default=None, metadata={
-        "flag": "--learned-model", "help": "classifier file for --citation-rule likelihood (default: the one shipped "
-        "for the embedded model)"})
+        "flag": "--learned-model", "help": "classifier file for --citation-rule likelihood, or shipped:MODEL (default: "
+        "the one shipped for the embedded model)"})
     #: How a sentence's cited documents are ordered before ``max_citations`` cuts them: ``shares`` (each
     #: context-sensitive token's kept saliency split into per-document shares, summed; mirage) or ``saliency`` (the
     #: raw kept saliency summed over the sentence's tokens; the authors' ELI5 script).

@@ -395,6 +395,10 @@ def test_learned_citation_rule_in_attribute(embedded_mirage, tmp_path):
         load_learned(None, "no-such-model")
     with pytest.raises(ConfigError, match="not a learned classifier file"):
         load_learned(str(tmp_path / "absent.json"), "no-such-model")
+    # shipped:MODEL names a shipped classifier whatever folder mirage is installed in
+    assert load_learned("shipped:smollm2-135m-instruct", "another-model") == load_learned(None, "smollm2-135m-instruct")
+    with pytest.raises(ConfigError, match="no classifier ships for 'no-such-model'"):
+        load_learned("shipped:no-such-model", "smollm2-135m-instruct")
 
 
 @pytest.mark.slow

@@ -796,9 +796,11 @@ def test_the_judged_evaluation_attributes_each_answer_and_resumes(embedded_mirag
                         lambda lm, ids, cfg: Generated(ids=[1, 2], text="1889 [1].", logits=torch.zeros(2, 1)))
     judge = judge_config(embedded_mirage.config, "smollm2-135m-instruct")
     assert judge.aggregation.rule == "likelihood"
+    assert judge.aggregation.learned_model == "shipped:smollm2-135m-instruct"  # not this install's folder
     store = tmp_path / "base.answers.jsonl"
     report = evaluate.evaluate_citations(embedded_mirage, [ex], judge=judge, store=store)
     (row,) = report.answers
+    assert str(ROOT) not in store.read_text(encoding="utf-8")  # the stored answers name no folder of this machine
     res = embedded_mirage.attribute_item({**SHORT_ITEM, "output": "1889 [1]."}, config=judge)
     assert row["mirage_citations"] == [list(s.mirage_citations) for s in res.sentences]
     check = faithfulness(embedded_mirage, res)

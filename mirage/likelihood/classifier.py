@@ -153,10 +153,20 @@ def fit_learned(X: Sequence[Sequence[float]], y: Sequence[bool], *, groups: Sequ
 SHIPPED_DIR = Path(__file__).parents[1] / "assets" / "learned"
 
 
+#: How a config names a shipped classifier without this machine's install folder: ``shipped:MODEL``.
+SHIPPED_PREFIX = "shipped:"
+
+
 def shipped_model_path(model_name: str) -> Path | None:
     """The classifier shipped for an embedded model (fitted on XOR-AttriQA train + val), or None."""
     path = SHIPPED_DIR / f"{model_name}.json"
     return path if path.exists() else None
+
+
+def shipped_model_spec(model_name: str) -> str | None:
+    """``shipped:MODEL``, the portable name of the classifier shipped for ``model_name`` (what a config and a
+    recorded run hold, whatever folder mirage is installed in), or None where none ships."""
+    return f"{SHIPPED_PREFIX}{model_name}" if shipped_model_path(model_name) is not None else None
 
 
 @lru_cache(maxsize=8)
@@ -170,7 +180,15 @@ def _load(path: str) -> LearnedModel:
 
 
 def load_learned(path: str | None, model_name: str) -> LearnedModel:
-    """The classifier at ``path``, or the one shipped for ``model_name``; ConfigError naming the fix otherwise."""
+    """The classifier at ``path`` (``shipped:MODEL``: the one shipped for MODEL), or the one shipped for
+    ``model_name``; ConfigError naming the fix otherwise."""
+    if path is not None and str(path).startswith(SHIPPED_PREFIX):
+        name = str(path).removeprefix(SHIPPED_PREFIX)
+        shipped = shipped_model_path(name)
+        if shipped is None:
+            raise ConfigError(f"aggregation.learned_model={path!r}: no classifier ships for {name!r} (shipped: "
+                              + (", ".join(sorted(p.stem for p in SHIPPED_DIR.glob("*.json"))) or "none") + ").")
+        return _load(str(shipped))
     if path is None:
         shipped = shipped_model_path(model_name)
         if shipped is None:

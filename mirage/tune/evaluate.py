@@ -35,7 +35,7 @@ from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.bias.metrics import citation_set_prf, exact_match
 from mirage.config import ConfigError, MirageConfig
 from mirage.data.inputs import InputError
-from mirage.likelihood.classifier import shipped_model_path
+from mirage.likelihood.classifier import shipped_model_spec
 from mirage.runs.store import ResumableJSONL, content_key, settings_differences
 from mirage.scoring import metrics
 from mirage.scoring.faithfulness import FaithfulnessResult, FaithfulnessSummary, faithfulness, summarize
@@ -132,10 +132,10 @@ class CitationEval(JSONRecord):
 def judge_config(config: MirageConfig, base_model: str) -> MirageConfig:
     """mirage's config as the judge of a (tuned) model's answers: the learned citation rule with the classifier
     shipped for ``base_model`` where one ships (mirage's most accurate rule on XOR-AttriQA), else ``config``."""
-    shipped = shipped_model_path(base_model)
+    shipped = shipped_model_spec(base_model)  # shipped:NAME, so records never hold this install's folder
     if shipped is None:
         return config
-    return config.replace(aggregation={"rule": "likelihood", "learned_model": str(shipped)})
+    return config.replace(aggregation={"rule": "likelihood", "learned_model": shipped})
 
 
 def _answer_key(ex: TrainingExample) -> str:
