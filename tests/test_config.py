@@ -142,8 +142,9 @@ PIPELINE_FLAGS = {
                                                 "tokens) or likelihood (the passage-likelihood classifier: passage "
                                                 "likelihoods and the largest |CTI|, no CCI; 'learned' is its old "
                                                 "name)")),
-    "--learned-model": ("aggregation", "learned_model", ("classifier file for --citation-rule likelihood (default: "
-                                                         "the one shipped for the embedded model)")),
+    "--learned-model": ("aggregation", "learned_model", ("classifier file for --citation-rule likelihood, or "
+                                                         "shipped:MODEL (default: the one shipped for the embedded "
+                                                         "model)")),
     "--doc-ranking": ("aggregation", "ranking", ("order of a sentence's cited documents: shares (summed per-token "
                                                  "shares, default) or saliency (summed raw saliency, the authors' "
                                                  "ELI5 script)")),
