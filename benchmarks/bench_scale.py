@@ -8,9 +8,10 @@ largest prompt that fits, on random-initialised models built from real configura
 The shapes of Llama-3.1-8B, Qwen2.5-7B, Mistral-7B-v0.3, Llama-3.1-70B (4-bit) and Llama-3.2-1B are written below
 (public facts of their ``config.json``); random weights are fine for time and memory. The embedded model
 (smollm2-135m-instruct) runs with its real weights. Every model reads the embedded tokenizer's ids: Mistral-7B's
-vocabulary (32768) is widened to the tokenizer's 49152 ids (0.8 % more weights), the others are larger already. Prompts are real passages (``--docs``: XOR-AttriQA JSONL rows' ``passage_en`` or ALCE
-JSON ``docs``; cycled when more are needed) packed to 1k/4k/16k/32k tokens; answers are 16/64/128 tokens of a
-fixed English text, force-decoded.
+vocabulary (32768) is widened to the tokenizer's 49152 ids (0.8 % more weights), the others are larger already.
+Prompts are real passages (``--docs``: XOR-AttriQA JSONL rows' ``passage_en`` or ALCE JSON ``docs``; cycled when
+more are needed) packed to 1k/4k/16k/32k tokens; answers are 16/64/128 tokens of a fixed English text,
+force-decoded.
 
 Each point runs in its own process (a clean peak-memory reading, and a time limit: ``--point-timeout``), and is
 appended to ``OUT/points.jsonl`` as soon as it finishes, so an interrupted run resumes where it stopped (points

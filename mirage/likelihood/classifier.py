@@ -169,6 +169,11 @@ def shipped_model_spec(model_name: str) -> str | None:
     return f"{SHIPPED_PREFIX}{model_name}" if shipped_model_path(model_name) is not None else None
 
 
+def _shipped_names() -> str:
+    """The models a classifier ships for, for messages."""
+    return ", ".join(sorted(p.stem for p in SHIPPED_DIR.glob("*.json"))) or "none"
+
+
 @lru_cache(maxsize=8)
 def _load(path: str) -> LearnedModel:
     try:
@@ -187,14 +192,14 @@ def load_learned(path: str | None, model_name: str) -> LearnedModel:
         shipped = shipped_model_path(name)
         if shipped is None:
             raise ConfigError(f"aggregation.learned_model={path!r}: no classifier ships for {name!r} (shipped: "
-                              + (", ".join(sorted(p.stem for p in SHIPPED_DIR.glob("*.json"))) or "none") + ").")
+                              f"{_shipped_names()}).")
         return _load(str(shipped))
     if path is None:
         shipped = shipped_model_path(model_name)
         if shipped is None:
             raise ConfigError(
                 f"aggregation.rule='likelihood' needs a classifier fitted for {model_name!r}; none ships with mirage "
-                "(shipped: " + (", ".join(sorted(p.stem for p in SHIPPED_DIR.glob("*.json"))) or "none") + "). Fit "
+                f"(shipped: {_shipped_names()}). Fit "
                 "one with `mirage score xor-attriqa TEST… --calibrate-on train.jsonl val.jsonl --model "
                 f"{model_name} -o DIR` and set aggregation.learned_model=DIR/learned.json.")
         path = str(shipped)

@@ -331,17 +331,12 @@ class FollowFolder:
 
 def follow_folder(folder: str | Path) -> FollowFolder:
     """The :class:`FollowFolder` of ``folder``'s ``*.json`` files; a file that is not JSON is a one-line
-    :class:`~mirage.data.inputs.InputError` naming it."""
-    import json
-
-    from mirage.data.inputs import InputError
+    :class:`~mirage.data.inputs.InputError` naming it (:func:`mirage.runs.files.read_json`)."""
+    from mirage.runs.files import read_json
 
     found = FollowFolder()
     for path in sorted(Path(folder).glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise InputError(f"{path} is not valid JSON ({err}); give the file as the run wrote it.") from None
+        data = read_json(path)
         if is_follow_report(data):
             found.reports[path.name] = FollowReport.from_dict(data)
         elif isinstance(data, dict) and isinstance(data.get("follow_changes"), list):
