@@ -5,7 +5,8 @@ largest prompt that fits, on random-initialised models built from real configura
     python benchmarks/bench_scale.py --gpu [--models llama-3.1-8b ...] --out benchmarks/results/scale_gpu
     python benchmarks/bench_scale.py --render benchmarks/results/scale_cpu                      # README.md again
 
-The shapes of Llama-3.1-8B, Qwen2.5-7B, Mistral-7B-v0.3, Llama-3.1-70B (4-bit) and Llama-3.2-1B are written below
+The shapes of Llama-3.1-8B, Qwen2.5-7B, Mistral-7B-v0.3, Llama-3.1-70B (4-bit, and bfloat16 for one
+141 GB card) and Llama-3.2-1B are written below
 (public facts of their ``config.json``); random weights are fine for time and memory. The embedded model
 (smollm2-135m-instruct) runs with its real weights. Every model reads the embedded tokenizer's ids: Mistral-7B's
 vocabulary (32768) is widened to the tokenizer's 49152 ids (0.8 % more weights), the others are larger already.
@@ -68,6 +69,8 @@ SHAPES: dict[str, dict[str, Any]] = {
                      "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
 }
+#: Llama-3.1-70B unquantized: 141 GB of bfloat16 weights, which one 141 GB card (H200) holds with a few GB to spare.
+SHAPES["llama-3.1-70b-bf16"] = {k: v for k, v in SHAPES["llama-3.1-70b"].items() if k != "quantization"}
 #: The embedded model, real weights.
 EMBEDDED = "smollm2-135m-instruct"
 #: A fixed English answer, cut to each answer length (in the embedded tokenizer's tokens).
@@ -267,6 +270,8 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {**{k: point[k] for k in ("model", "prompt", "answer", "budget", "dtype")},
                            "prompt_tokens": prompt_tokens, "answer_tokens": len(answer_ids), "load_s": load_s}
     ids = torch.tensor([prep.tokens.ids], device=lm.device)
+    if device != "cpu":
+        out["weights_bytes"] = int(torch.cuda.memory_allocated())
     _peak_reset(device)
     t, c = time.perf_counter(), time.process_time()
     with torch.inference_mode():
@@ -278,20 +283,36 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
     t, c = time.perf_counter(), time.process_time()
     try:
         scores = mirage.score_tokens(prep, answer)
-    except MemoryBudgetError as err:
-        out.update(status="over budget", error=str(err), passes=dict(lm.passes))
+    except MemoryBudgetError as err:  # refused under a budget, or (without one) the pass ran out of memory
+        out.update(status="over budget" if lm.memory_budget is not None else "out of memory", error=str(err),
+                   passes=dict(lm.passes))
         return out
     out["attribution_s"], out["attribution_cpu_s"] = time.perf_counter() - t, time.process_time() - c
     out["cti_s"], out["cci_s"] = scores.timings.get("cti"), scores.timings.get("cci")
     out["peak_bytes"] = _peak_bytes(device)
     out["n_selected"] = len(scores.cti.selected)
     out["passes"] = dict(lm.passes)
+    out["plan"] = _plan(lm, prompt_tokens + len(answer_ids))
     top = []
     for row in scores.cci.scores:  # the three strongest context tokens of each selected answer token
         top.append(sorted(range(len(row)), key=lambda j, row=row: -row[j])[:3])
     out["cci_top3"] = top
     out["status"] = "ok"
     return out
+
+
+def _plan(lm: Any, seq: int) -> dict[str, Any]:
+    """What mirage's memory plan expected of the point's differentiable pass over ``seq`` positions (read after the
+    pass, from the activation sizes it measured): the graph without and with checkpointing, the bytes each backward
+    target adds, and how many targets each CCI pass took (from ``passes``), to set beside the measured peak."""
+    import re
+
+    from mirage.attribution.forward import backward_row_bytes, graph_bytes
+
+    width = re.search(r"(\d+) target\(s\) per pass", str(lm.passes.get("cci_backward", "")))
+    return {"seq": seq, "graph_bytes": graph_bytes(lm, seq, checkpoint=False),
+            "graph_checkpointed_bytes": graph_bytes(lm, seq, checkpoint=True),
+            "target_bytes": backward_row_bytes(lm, seq), "targets_per_pass": int(width.group(1)) if width else 1}
 
 
 # -- the driver ---------------------------------------------------------------------------------------------------------
@@ -403,6 +424,10 @@ def write_results(out: Path, points: list[dict[str, Any]], args: argparse.Namesp
         if p["status"] == "ok" and "flops" not in p:
             p["flops"] = attribution_flops(model_shape(p["model"]), p)
     command = args.command or shlex.join(["python", "benchmarks/bench_scale.py", *sys.argv[1:]])
+    notes = []  # the folder's notes describe its points, which stay from run to run: kept, then this run's added
+    if (out / "results.json").exists():
+        notes = list(json.loads((out / "results.json").read_text(encoding="utf-8")).get("notes", []))
+    notes += [n for n in args.note or [] if n not in notes]
     results = {"benchmark": "bench_scale", "command": command,
                "machine": {"device": device_name(device), "cpus": os.cpu_count(), "threads": args.threads,
                            "python": platform.python_version(), "torch": torch.__version__},
@@ -412,7 +437,7 @@ def write_results(out: Path, points: list[dict[str, Any]], args: argparse.Namesp
                             "cpu_limit_s": args.cpu_limit,
                             "docs": [Path(d).name for d in args.docs]},
                "points": sorted(points, key=lambda r: (r["model"], r["answer"], str(r["budget"]), r["prompt"])),
-               "growth": growth(points), "notes": list(args.note or [])}
+               "growth": growth(points), "notes": notes}
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     write_page(out)
     for row in results["growth"]:

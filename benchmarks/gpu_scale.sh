@@ -16,6 +16,10 @@
 #              (the probe's kernel workspaces) and what checkpointing and chunking cost in time
 #   qwen:      Qwen2.5-7B and Mistral-7B, 1k and 16k prompts, 128-token answers
 #   8b_short:  Llama-3.1-8B with 16-token answers, 1k to 32k
+#   70b_bf16:  Llama-3.1-70B in bfloat16 on one 141 GB card (H200), 1k and 4k prompts, 128-token answers: 141 GB of
+#              weights leave a few GB for the passes, which mirage's plan has to find (checkpointing)
+#   plan:      Llama-3.1-8B at 4k and 16k under 24 GB and 40 GB budgets: each point records what mirage's memory plan
+#              expected (graph, checkpointed graph, bytes per backward target) beside the peak it measured
 #   70b:       Llama-3.1-70B in 4-bit (bitsandbytes NF4), 1k and 4k prompts, 128 tokens: needs an H200 (or 2 H100s)
 #              and `pip install bitsandbytes`; not in the default steps
 # The embedded tokenizer is all a random-initialised model reads of the embedded model: on a machine without the
@@ -32,7 +36,9 @@ bench() {  # bench SECONDS ARGS...: one step under its limit, its output appende
     shift
     timeout "$limit" "$py" benchmarks/bench_scale.py --gpu --out "$OUT" "$@" 2>&1 | tee -a "$OUT/log.txt"
 }
+touch "$OUT/steps.txt"
 for step in $STEPS; do
+    grep -qx "$step" "$OUT/steps.txt" || echo "$step" >> "$OUT/steps.txt"  # the steps whose points $OUT holds
     case $step in
         8b)        bench 200 --models llama-3.1-8b --prompts 1024 4096 16384 32768 --answers 128 --point-timeout 90 ;;
         8b_fit)    bench 60 --models llama-3.1-8b --prompts 1024 --answers 128 --budget 20GB --point-timeout 50 ;;
@@ -40,11 +46,15 @@ for step in $STEPS; do
                        --point-timeout 70 ;;
         qwen)      bench 120 --models qwen2.5-7b mistral-7b --prompts 1024 16384 --answers 128 --point-timeout 55 ;;
         8b_short)  bench 120 --models llama-3.1-8b --prompts 1024 4096 16384 32768 --answers 16 --point-timeout 60 ;;
+        70b_bf16)  bench 260 --models llama-3.1-70b-bf16 --prompts 1024 4096 --answers 128 --point-timeout 150 ;;
+        plan)      bench 130 --models llama-3.1-8b --prompts 4096 16384 --answers 128 --budget 24GB 40GB \
+                       --point-timeout 60 ;;
         70b)       bench 420 --models llama-3.1-70b --prompts 1024 4096 --answers 128 --point-timeout 200 ;;
         *)    echo "unknown step $step" >&2 ;;
     esac
 done
-# results.json and README.md from every point of every step, with this script named as their command
-"$py" benchmarks/bench_scale.py --gpu --collect --out "$OUT" --models llama-3.1-8b qwen2.5-7b mistral-7b llama-3.1-70b \
-    --prompts 1024 4096 16384 32768 --answers 16 128 --budget 20GB 24GB 32GB \
-    --command "STEPS='$STEPS' bash benchmarks/gpu_scale.sh" 2>&1 | tail -n 4
+# results.json and README.md from every point of every step run into $OUT (steps.txt), with this script and those
+# steps named as their command
+"$py" benchmarks/bench_scale.py --gpu --collect --out "$OUT" --models llama-3.1-8b qwen2.5-7b mistral-7b llama-3.1-70b llama-3.1-70b-bf16 \
+    --prompts 1024 4096 16384 32768 --answers 16 128 --budget 20GB 24GB 32GB 40GB \
+    --command "STEPS='$(paste -sd' ' "$OUT/steps.txt")' bash benchmarks/gpu_scale.sh" 2>&1 | tail -n 4

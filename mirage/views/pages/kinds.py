@@ -617,7 +617,34 @@ def _scale_page(results: dict[str, Any]) -> str:
                    "divided by its budget."), "", "| model | answer | prompt tokens | budget | peak / budget | within |",
                   "|---|---:|---:|---|---:|---|"]
         lines += within
+    planned = _scale_plan(results["points"])
+    if planned:
+        lines += ["", "## Memory plan against the measured peak", "",
+                  ("What mirage's memory plan expected of the differentiable pass (its graph, checkpointed or not as "
+                   "the point ran, plus the bytes each backward target adds times the targets per CCI pass), beside "
+                   "the measured peak above the weights (the allocated memory before the pass; the peak includes "
+                   "CTI's passes and the allocator's temporaries). A ratio above 1: the plan underestimated."), "",
+                  ("| model | budget | prompt tokens | checkpointing | targets per pass | weights GiB | planned GiB | "
+                   "measured above weights GiB | measured / planned |"), "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+        lines += planned
     return "\n".join(lines) + "\n"
+
+
+def _scale_plan(points: list[dict[str, Any]]) -> list[str]:
+    """One table row per finished GPU point that recorded mirage's memory plan (``plan``, ``weights_bytes``)."""
+    rows = []
+    for p in points:
+        plan = p.get("plan")
+        if p["status"] != "ok" or not plan or "weights_bytes" not in p:
+            continue
+        on = p.get("passes", {}).get("checkpointing") == "on"
+        need = (plan["graph_checkpointed_bytes"] if on else plan["graph_bytes"]) \
+            + plan["targets_per_pass"] * plan["target_bytes"]
+        above = p["peak_bytes"] - p["weights_bytes"]
+        rows.append(f"| {p['model']} | {p['budget'] or '-'} | {p['prompt_tokens']} | {'on' if on else 'off'} | "
+                    f"{plan['targets_per_pass']} | {p['weights_bytes'] / 2**30:.2f} | {need / 2**30:.2f} | "
+                    f"{above / 2**30:.2f} | {above / max(1, need):.2f} |")
+    return rows
 
 
 def _scale_within_budget(points: list[dict[str, Any]]) -> list[str]:
