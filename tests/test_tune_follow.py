@@ -158,6 +158,46 @@ def test_follow_command_on_the_shipped_adapter(tmp_path, one_thread):
         check=False)
     assert again.returncode == 0, again.stderr
     assert FollowReport.from_dict(json.loads(out.read_text())).to_dict() == report.to_dict()
+    # the other rule on the same (greedy) answers, in its own report: the rules side by side
+    ref_out = tmp_path / "follow_reference.json"
+    ref = subprocess.run(
+        [sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--adapter", str(adapter),
+         "--limit", "2", "--k", "3", "--judge-rule", "reference", "--quiet", "-o", str(ref_out)], capture_output=True,
+        text=True, cwd=ROOT, check=False)
+    assert ref.returncode == 0, ref.stderr
+    by_rule = FollowReport.from_dict(json.loads(ref_out.read_text()))
+    assert (report.mirage_rule, by_rule.mirage_rule) == ("likelihood", "reference")
+    assert "--judge-rule reference" in by_rule.command and by_rule.judge.n_attributed == 6
+    ref_answers = [json.loads(line) for line in ref_out.with_name("follow_reference.answers.jsonl").read_text()
+                   .splitlines()]
+    assert [a["answer"] for a in ref_answers] == [a["answer"] for a in answers]
+    assert by_rule.self_citation.to_dict() == report.self_citation.to_dict()
+
+
+def test_the_judge_rule_is_chosen_and_checked_before_a_model_loads():
+    """judge_config: the default (the shipped classifier of the base model), each rule by name, the likelihood rule
+    with another classifier, and one-line errors naming the flag where no classifier is known."""
+    from mirage.config import ConfigError, MirageConfig
+    from mirage.tune.evaluate import judge_config
+
+    base = MirageConfig()
+    assert judge_config(base, "smollm2-135m-instruct").aggregation.rule == "likelihood"
+    assert judge_config(base, "out/tune/run/model") == base  # a tuned folder: no classifier ships, the config's rule
+    assert judge_config(base, "smollm2-135m-instruct", rule="reference").aggregation.rule == "reference"
+    tuned = judge_config(base, "out/tune/run/model", rule="learned",  # the old name of the rule
+                         learned_model="shipped:smollm2-135m-instruct")
+    assert (tuned.aggregation.rule, tuned.aggregation.learned_model) == ("likelihood", "shipped:smollm2-135m-instruct")
+    with pytest.raises(ConfigError, match="--judge-learned-model shipped:MODEL"):
+        judge_config(base, "out/tune/run/model", rule="likelihood")
+    with pytest.raises(ConfigError, match="goes with --judge-rule likelihood"):
+        judge_config(base, "smollm2-135m-instruct", rule="reference", learned_model="shipped:smollm2-135m-instruct")
+    with pytest.raises(ConfigError, match="aggregation.rule"):
+        judge_config(base, "smollm2-135m-instruct", rule="no-such-rule")
+    run = subprocess.run([sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--model", "no/such/folder",
+                          "--limit", "1", "--judge-learned-model", "shipped:smollm2-135m-instruct", "-o",
+                          "unused.json"], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert run.returncode != 0 and "Traceback" not in run.stderr and "--judge-rule likelihood" in run.stderr
+    assert not (ROOT / "unused.json").exists()
 
 
 def test_spread_positions_balances_the_supporting_passage_over_positions():

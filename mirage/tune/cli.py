@@ -209,9 +209,10 @@ def _require_peft(args: argparse.Namespace) -> None:
                           "installed: pip install 'mirage-rag[tune]' (or pip install peft).") from None
 
 
-def _eval_mirage(args: argparse.Namespace) -> tuple[Any, str]:
+def _eval_mirage(args: argparse.Namespace) -> tuple[Any, MirageConfig | None]:
     """The model ``tune eval`` and ``tune follow`` answer with (``--adapter`` on its base, or ``--model``), with its
-    prompt (the adapter's unless ``--prompt``), and the base model's name (for the judge)."""
+    prompt (the adapter's unless ``--prompt``), and the judge's config (:func:`_judge`; checked before the model
+    loads)."""
     from mirage.attribution.models import load_model
     from mirage.pipeline import Mirage
     from mirage.tune.adapters import load_tuned, read_adapter_info
@@ -220,15 +221,30 @@ def _eval_mirage(args: argparse.Namespace) -> tuple[Any, str]:
         raise ConfigError("--adapter loads its own base model; give --adapter or --model, not both.")
     prompt = PromptConfig(name=args.prompt or "selfcitation")
     if args.adapter:
-        lm = load_tuned(args.adapter, **loading_args(args, adapter=False))
         base = read_adapter_info(args.adapter).base_model
         if args.prompt is None:  # the prompt the adapter was trained with
             prompt = PromptConfig(**read_adapter_info(args.adapter).prompt)
     else:
         base = args.model or "smollm2-135m-instruct"
+    config = MirageConfig(prompt=prompt)
+    judge = _judge(args, config, base)
+    if args.adapter:
+        lm = load_tuned(args.adapter, **loading_args(args, adapter=False))
+    else:
         lm = load_model(base, **loading_args(args, adapter=False))
-    mirage = Mirage(lm, config=MirageConfig(prompt=prompt))
-    return mirage, base
+    return Mirage(lm, config=config), judge
+
+
+def _judge(args: argparse.Namespace, config: MirageConfig, base: str) -> MirageConfig | None:
+    """The judge's config (:func:`~mirage.tune.evaluate.judge_config` with ``--judge-rule`` and
+    ``--judge-learned-model``), or None without ``--judge`` / ``--judge-rule``."""
+    from mirage.tune.evaluate import judge_config
+
+    if not (args.judge or args.judge_rule):
+        if args.judge_learned_model:
+            raise ConfigError("--judge-learned-model goes with --judge-rule likelihood.")
+        return None
+    return judge_config(config, base, rule=args.judge_rule, learned_model=args.judge_learned_model)
 
 
 def _leave_out_trained(args: argparse.Namespace, examples: list[TrainingExample]) -> list[TrainingExample]:
@@ -283,15 +299,14 @@ def _eval_examples(args: argparse.Namespace, rows: list[TrainingExample], *,
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """``mirage tune eval``: how often a (tuned) model cites."""
-    from mirage.tune.evaluate import evaluate_citations, judge_config
+    from mirage.tune.evaluate import evaluate_citations
 
     _require_peft(args)
     examples = _eval_examples(args, _read_eval_rows(args))
     if not examples:
         raise InputError(f"data: no row of {' '.join(args.data)} is left to answer (every question is one the model "
                          "was trained on, or --limit is 0); judge it on a split it did not see.")
-    mirage, base = _eval_mirage(args)
-    judge = judge_config(mirage.config, base) if args.judge else None
+    mirage, judge = _eval_mirage(args)
     out = Path(args.output)
     report = evaluate_citations(mirage, examples, max_new_tokens=args.max_new_tokens,
                                 progress=None if args.quiet else terminal_progress, judge=judge,
@@ -303,7 +318,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_follow(args: argparse.Namespace) -> int:
     """``mirage tune follow``: the permutation test (does the self-citation follow the supporting passage?)."""
-    from mirage.tune.evaluate import judge_config
     from mirage.tune.follow import evaluate_follow, single_supporting
 
     _require_peft(args)
@@ -313,8 +327,7 @@ def cmd_follow(args: argparse.Namespace) -> int:
         raise InputError(f"data: no row of {' '.join(args.data)} has exactly one supporting passage and a question "
                          "the model was not trained on; judge it on a split it did not see (e.g. "
                          "xor-attriqa-match:fi,ru).")
-    mirage, base = _eval_mirage(args)
-    judge = judge_config(mirage.config, base) if args.judge else None
+    mirage, judge = _eval_mirage(args)
     out = Path(args.output)
     report = evaluate_follow(mirage, examples, k=args.k, seed=args.seed, max_new_tokens=args.max_new_tokens,
                              judge=judge, store=out.with_name(out.stem + ".answers.jsonl"),
@@ -337,7 +350,11 @@ def _follow_command(args: argparse.Namespace) -> str:
     if args.exclude:
         argv += ["--exclude", *args.exclude]
     argv += ["--text", args.text, "--k", str(args.k), "--seed", str(args.seed), "--max-new-tokens",
-             str(args.max_new_tokens)] + (["--judge"] if args.judge else []) + ["-o", args.output]
+             str(args.max_new_tokens)] + (["--judge"] if args.judge else [])
+    for flag, value in (("--judge-rule", args.judge_rule), ("--judge-learned-model", args.judge_learned_model)):
+        if value is not None:
+            argv += [flag, value]
+    argv += ["-o", args.output]
     return portable_command(argv)
 
 
@@ -377,6 +394,13 @@ def _add_eval_args(ev: argparse.ArgumentParser) -> None:
                     help="also attribute each answer with mirage on the same model (learned rule with the base "
                          "model's shipped classifier where one ships) and run the faithfulness check: self-citation "
                          "vs mirage vs the labels, and drop/keep vs random sets")
+    ev.add_argument("--judge-rule", metavar="RULE",
+                    help="judge with this citation rule (implies --judge): reference, likelihood or a registered "
+                         "rule; run once per rule, each with its own -o, to set the rules side by side on the same "
+                         "(greedy) answers")
+    ev.add_argument("--judge-learned-model", metavar="SPEC",
+                    help="with --judge-rule likelihood: the classifier (learned.json, or shipped:MODEL; default: "
+                         "the one shipped for the base model, which a fully fine-tuned model folder does not have)")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device_args(ev, adapter=False)  # its own --adapter above
     ev.add_argument("-o", "--output", required=True,

@@ -33,7 +33,7 @@ from mirage.attribution.citations import parse_answer
 from mirage.attribution.generation import generate_answer
 from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.bias.metrics import citation_set_prf, exact_match
-from mirage.config import ConfigError, MirageConfig
+from mirage.config import RULE_ALIASES, ConfigError, MirageConfig
 from mirage.data.inputs import InputError
 from mirage.likelihood.classifier import shipped_model_spec
 from mirage.runs.store import ResumableJSONL, content_key, settings_differences
@@ -129,13 +129,32 @@ class CitationEval(JSONRecord):
                 + ("" if self.judge is None else "\n" + self.judge.to_text()))
 
 
-def judge_config(config: MirageConfig, base_model: str) -> MirageConfig:
-    """mirage's config as the judge of a (tuned) model's answers: the learned citation rule with the classifier
-    shipped for ``base_model`` where one ships (mirage's most accurate rule on XOR-AttriQA), else ``config``."""
-    shipped = shipped_model_spec(base_model)  # shipped:NAME, so records never hold this install's folder
-    if shipped is None:
-        return config
-    return config.replace(aggregation={"rule": "likelihood", "learned_model": shipped})
+def judge_config(config: MirageConfig, base_model: str, *, rule: str | None = None,
+                 learned_model: str | None = None) -> MirageConfig:
+    """mirage's config as the judge of a (tuned) model's answers. By default the learned citation rule with the
+    classifier shipped for ``base_model`` where one ships (mirage's most accurate rule on XOR-AttriQA), else
+    ``config``. ``rule`` chooses the rule (``reference``, ``likelihood`` or a registered one), so both rules can
+    judge the same answers; ``likelihood`` takes ``learned_model`` (a ``learned.json`` or ``shipped:MODEL``), else
+    the classifier shipped for ``base_model``, else a one-line ConfigError naming the flag. A classifier was fitted
+    on one model's passage likelihoods: applied to a tuned model's, it is that model's judge only approximately."""
+    if rule is None:
+        if learned_model is not None:
+            raise ConfigError("--judge-learned-model goes with --judge-rule likelihood.")
+        shipped = shipped_model_spec(base_model)  # shipped:NAME, so records never hold this install's folder
+        if shipped is None:
+            return config
+        return config.replace(aggregation={"rule": "likelihood", "learned_model": shipped})
+    rule = RULE_ALIASES.get(rule, rule)
+    if rule != "likelihood":
+        if learned_model is not None:
+            raise ConfigError(f"--judge-learned-model goes with --judge-rule likelihood, not {rule!r}.")
+        return config.replace(aggregation={"rule": rule})
+    spec = learned_model or shipped_model_spec(base_model)
+    if spec is None:
+        raise ConfigError(f"--judge-rule likelihood: no classifier ships for {base_model!r}; give "
+                          "--judge-learned-model shipped:MODEL (the classifier of the model it was tuned from) or "
+                          "a learned.json.")
+    return config.replace(aggregation={"rule": "likelihood", "learned_model": spec})
 
 
 def _answer_key(ex: TrainingExample) -> str:
@@ -308,6 +327,9 @@ def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, m
     cfg = mirage.config.replace(generation={"max_new_tokens": max_new_tokens, "do_sample": False})
     settings = {"model": mirage.lm.name, "prompt": cfg.to_dict()["prompt"], "max_new_tokens": max_new_tokens,
                 "judge": judge.aggregation.rule if judge is not None else None}
+    if judge is not None and judge.aggregation.rule == "likelihood" and judge.aggregation.learned_model is not None \
+            and judge.aggregation.learned_model != shipped_model_spec(mirage.lm.name):
+        settings["judge_model"] = judge.aggregation.learned_model  # another classifier: other judged citations
     out: ResumableJSONL | None = None
     done: dict[str, dict[str, Any]] = {}
     if store is not None:
