@@ -327,8 +327,9 @@ def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, m
     cfg = mirage.config.replace(generation={"max_new_tokens": max_new_tokens, "do_sample": False})
     settings = {"model": mirage.lm.name, "prompt": cfg.to_dict()["prompt"], "max_new_tokens": max_new_tokens,
                 "judge": judge.aggregation.rule if judge is not None else None}
+    base = mirage.lm.name.split("+", 1)[0]  # a tuned model is named BASE+ADAPTER; its default judge is BASE's
     if judge is not None and judge.aggregation.rule == "likelihood" and judge.aggregation.learned_model is not None \
-            and judge.aggregation.learned_model != shipped_model_spec(mirage.lm.name):
+            and judge.aggregation.learned_model != shipped_model_spec(base):
         settings["judge_model"] = judge.aggregation.learned_model  # another classifier: other judged citations
     out: ResumableJSONL | None = None
     done: dict[str, dict[str, Any]] = {}
