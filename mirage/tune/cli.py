@@ -237,12 +237,10 @@ def _eval_mirage(args: argparse.Namespace) -> tuple[Any, MirageConfig | None]:
 
 def _judge(args: argparse.Namespace, config: MirageConfig, base: str) -> MirageConfig | None:
     """The judge's config (:func:`~mirage.tune.evaluate.judge_config` with ``--judge-rule`` and
-    ``--judge-learned-model``), or None without ``--judge`` / ``--judge-rule``."""
+    ``--judge-learned-model``, which checks that they go together), or None without any of the judge's flags."""
     from mirage.tune.evaluate import judge_config
 
-    if not (args.judge or args.judge_rule):
-        if args.judge_learned_model:
-            raise ConfigError("--judge-learned-model goes with --judge-rule likelihood.")
+    if not (args.judge or args.judge_rule or args.judge_learned_model):
         return None
     return judge_config(config, base, rule=args.judge_rule, learned_model=args.judge_learned_model)
 
