@@ -257,6 +257,14 @@ def test_the_training_prompt_is_mirages_inference_prompt(tiny_causal):
     assert list(encoded.completion_ids) == [*tokenize_answer(tok, example.output).ids, tok.eos_token_id]
     assert tok.decode(list(encoded.completion_ids)) == "Srikakulam [1]<|im_end|>"
     assert encoded.completion_mask == [0] * len(encoded.prompt_ids) + [1] * len(encoded.completion_ids)
+    # train.loss_on citations: the loss on the mark's tokens only, the prompt and ids unchanged
+    marks = encode_example(mirage, example, loss_on="citations")
+    assert marks.input_ids == encoded.input_ids
+    on = [i for i, m in enumerate(marks.completion_mask) if m]
+    assert on and tok.decode([marks.input_ids[i] for i in on]).strip() == "[1]"
+    assert on == list(range(on[0], on[-1] + 1)) and marks.completion_mask[-1] == 0  # not the end of turn
+    uncited = dataclasses.replace(example, output="Srikakulam")  # no mark: the whole answer keeps its loss
+    assert encode_example(mirage, uncited, loss_on="citations").completion_mask[-1] == 1
 
     # a model without a chat template gets the plain prompt
     plain = Mirage(dataclasses.replace(tiny_causal, use_chat_template=False))
@@ -460,6 +468,11 @@ def test_full_fine_tuning_saves_a_model_folder_that_loads_by_path_and_is_judged_
         checkpoint_adapter(checkpoint, tmp_path / "nothing", lm=copy.deepcopy(pristine))
     with pytest.raises(ConfigError, match="train.method"):
         train_reward(full_cfg, tmp_path / "reward", lm=copy.deepcopy(pristine), examples=examples, progress=False)
+    marks_cfg = full_cfg.replace(train={"method": "lora", "loss_on": "citations"})
+    with pytest.raises(ConfigError, match="train.loss_on: the reward stage"):
+        train_reward(marks_cfg, tmp_path / "reward", lm=copy.deepcopy(pristine), examples=examples, progress=False)
+    with pytest.raises(ConfigError, match=r"train\.loss_on must be one of answer, citations, got 'tokens'"):
+        full_cfg.replace(train={"loss_on": "tokens"})
 
 
 def test_a_rerun_resumes_and_other_settings_are_refused(sft_run):

@@ -50,6 +50,16 @@ def strip_citations(raw: str) -> tuple[str, list[tuple[int, list[int]]]]:
     return "".join(out), marks
 
 
+def mark_spans(text: str) -> list[tuple[int, int]]:
+    """The character span of every citation mark group of ``text`` (``[1]``, ``[1][2]``, ``[1, 2]``; the space
+    before it left out), in order."""
+    spans = []
+    for group in _GROUP.finditer(text):
+        start = group.start() + len(group.group()) - len(group.group().lstrip())
+        spans.append((start, group.end()))
+    return spans
+
+
 def citation_numbers(text: str) -> list[tuple[int, int, int]]:
     """Every number inside a citation mark of ``text`` (``[n]``, ``[n][m]``, ``[n, m]``) as ``(n, start, end)``, its
     character span in ``text``, in order."""

@@ -167,7 +167,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
     cfg = TuneConfig.from_yaml(args.config)
     train = {**({"max_steps": args.max_steps} if args.max_steps else {}),
-             **({"method": args.method} if args.method else {})}
+             **({"method": args.method} if args.method else {}),
+             **({"loss_on": args.loss_on} if args.loss_on else {})}
     cfg = cfg.replace(model=args.model, data=args.data or None, device=args.device, dtype=args.dtype,
                       train=train or None)
     run = train_sft(cfg, args.output, progress=not args.quiet)
@@ -466,6 +467,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     sft.add_argument("--method", choices=["lora", "full"],
                      help="train a LoRA adapter (DIR/adapter) or every weight (DIR/model, a model folder --model "
                           "takes); default: the config's train.method, lora")
+    sft.add_argument("--loss-on", choices=["answer", "citations"],
+                     help="the answer tokens the loss is on: all of them, or only the citation marks' (which "
+                          "document to cite); default: the config's train.loss_on, answer")
     sft.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device_args(sft, placement=False)  # training: one device
     sft.add_argument("-o", "--output", required=True, help="run folder")

@@ -52,9 +52,11 @@ class TrainSettings:
     """The optimisation: ``epochs`` (or ``max_steps``, which wins when set), ``learning_rate``, ``batch_size`` per
     step times ``gradient_accumulation_steps``, ``max_length`` (tokens of prompt + answer: longer examples are left
     out and reported, never cut), ``seed``, how often the loss is logged and a checkpoint saved (the last
-    ``save_total_limit`` are kept; a run resumes from the newest), and ``method``: ``lora`` (an adapter, the
+    ``save_total_limit`` are kept; a run resumes from the newest), ``method``: ``lora`` (an adapter, the
     ``lora`` section) or ``full`` (every weight of the model trained, saved as a whole model folder; the SFT stage
-    only)."""
+    only), and ``loss_on``, the answer tokens the SFT loss is computed on: ``answer`` (all of them and the end of
+    turn) or ``citations`` (only the tokens of the citation marks, ``[3]``: a pass that teaches which document to
+    cite and leaves the answer's wording to the model; an answer without a mark keeps its loss on every token)."""
 
     epochs: float = 1.0
     max_steps: int | None = None
@@ -70,13 +72,18 @@ class TrainSettings:
     weight_decay: float = 0.0
     lr_scheduler: str = "linear"
     method: str = "lora"
+    loss_on: str = "answer"
 
     #: What ``method`` may be.
     METHODS: ClassVar[tuple[str, ...]] = ("lora", "full")
+    #: What ``loss_on`` may be.
+    LOSS_ON: ClassVar[tuple[str, ...]] = ("answer", "citations")
 
     def __post_init__(self) -> None:
         if self.method not in self.METHODS:
             _fail("train.method", f"one of {', '.join(self.METHODS)}", self.method)
+        if self.loss_on not in self.LOSS_ON:
+            _fail("train.loss_on", f"one of {', '.join(self.LOSS_ON)}", self.loss_on)
         setfield(self, "train.epochs", positive)
         setfield(self, "train.max_steps", integer, minimum=1, optional=True)
         setfield(self, "train.learning_rate", positive)

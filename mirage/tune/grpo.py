@@ -163,6 +163,9 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
     if cfg.train.method != "lora":
         raise ConfigError("train.method: the reward stage trains a LoRA adapter (method lora); to start it from a "
                           "fully fine-tuned model, give that model's folder as model (DIR/model).")
+    if cfg.train.loss_on != "answer":
+        raise ConfigError("train.loss_on: the reward stage's loss is on the sampled answers (answer); loss_on "
+                          "citations is for the SFT stage.")
     check_run_dir(out, cfg, "reward")
     bad: list[str] = []
     if examples is None:

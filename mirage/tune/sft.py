@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mirage.attribution.citations import mark_spans
 from mirage.attribution.models import LoadedModel, load_model
 from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.attribution.tokenization import tokenize_answer
@@ -53,11 +54,13 @@ RESULT_FILE = "sft.json"
 
 @dataclass(frozen=True)
 class EncodedExample:
-    """An example as token ids: the inference prompt, then the answer with its end-of-turn token."""
+    """An example as token ids: the inference prompt, then the answer with its end-of-turn token; ``loss_mask``:
+    1 on the answer tokens the loss is computed on (None: all of them)."""
 
     id: str
     prompt_ids: tuple[int, ...]
     completion_ids: tuple[int, ...]
+    loss_mask: tuple[int, ...] | None = None
 
     @property
     def input_ids(self) -> list[int]:
@@ -65,8 +68,19 @@ class EncodedExample:
 
     @property
     def completion_mask(self) -> list[int]:
-        """1 on the tokens the loss is computed on (the answer and its end-of-turn token)."""
-        return [0] * len(self.prompt_ids) + [1] * len(self.completion_ids)
+        """1 on the tokens the loss is computed on (the answer and its end-of-turn token, or ``loss_mask``'s)."""
+        answer = list(self.loss_mask) if self.loss_mask is not None else [1] * len(self.completion_ids)
+        return [0] * len(self.prompt_ids) + answer
+
+
+def citation_token_mask(offsets: Sequence[tuple[int, int]], text: str) -> tuple[int, ...] | None:
+    """1 on the answer tokens that overlap a citation mark of ``text`` (``[3]``, ``[1][2]``), by their character
+    ``offsets``; None when the answer has no mark (its lesson, citing nothing, is in every token)."""
+    spans = mark_spans(text)
+    if not spans:
+        return None
+    return tuple(int(any(start < end_mark and end > start_mark for start_mark, end_mark in spans))
+                 for start, end in offsets)
 
 
 def end_of_turn_id(lm: LoadedModel) -> int:
@@ -82,25 +96,30 @@ def end_of_turn_id(lm: LoadedModel) -> int:
     return int(eos)
 
 
-def encode_example(mirage: Mirage, example: TrainingExample, *, config: MirageConfig | None = None) -> EncodedExample:
+def encode_example(mirage: Mirage, example: TrainingExample, *, config: MirageConfig | None = None,
+                   loss_on: str = "answer") -> EncodedExample:
     """The example's prompt ids as :meth:`Mirage.prepare` builds them for inference (room kept for the answer, as
-    mirage keeps it when it force-decodes one) and its answer's ids, end-of-turn token appended."""
-    answer = tokenize_answer(mirage.lm.tokenizer, example.output).ids
-    prep = mirage.prepare(example.rag_item(), config=config, index=example.id, reserve_tokens=len(answer) + 1)
+    mirage keeps it when it force-decodes one) and its answer's ids, end-of-turn token appended; ``loss_on``
+    (``train.loss_on``): ``citations`` puts the loss on the citation marks' tokens only."""
+    answer = tokenize_answer(mirage.lm.tokenizer, example.output)
+    prep = mirage.prepare(example.rag_item(), config=config, index=example.id, reserve_tokens=len(answer.ids) + 1)
+    mask = citation_token_mask(answer.offsets, example.output) if loss_on == "citations" else None
     return EncodedExample(id=example.id, prompt_ids=tuple(prep.tokens.ids),
-                          completion_ids=(*answer, end_of_turn_id(mirage.lm)))
+                          completion_ids=(*answer.ids, end_of_turn_id(mirage.lm)),
+                          loss_mask=None if mask is None else (*mask, 0))
 
 
 def build_dataset(mirage: Mirage, examples: Sequence[TrainingExample], *, max_length: int,
-                  config: MirageConfig | None = None) -> tuple[datasets.Dataset, list[str]]:
+                  config: MirageConfig | None = None, loss_on: str = "answer") -> tuple[datasets.Dataset, list[str]]:
     """A ``datasets.Dataset`` of ``input_ids`` and ``completion_mask`` (trl's tokenized format), and the examples
     left out because prompt and answer exceed ``max_length`` tokens (``FILE:LINE (id): N tokens``, FILE as
-    :func:`~mirage.data.fetch.data_label` names it: a dataset's name, never this machine's cache folder)."""
+    :func:`~mirage.data.fetch.data_label` names it: a dataset's name, never this machine's cache folder);
+    ``loss_on`` as :func:`encode_example` takes it."""
     import datasets as hf_datasets
 
     rows, too_long = [], []
     for example in examples:
-        encoded = encode_example(mirage, example, config=config)
+        encoded = encode_example(mirage, example, config=config, loss_on=loss_on)
         n = len(encoded.prompt_ids) + len(encoded.completion_ids)
         if n > max_length:
             too_long.append(f"{data_label(example.file) if example.file else example.file}:{example.line} "
@@ -163,8 +182,8 @@ def require_training_libraries() -> None:
 
 #: Fields added to a tune config after runs were recorded without them, and the value that gives the behaviour of
 #: those runs (a run resumes under it): before the permutation term existed, the reward had none; before full
-#: fine-tuning existed, every run trained a LoRA adapter.
-_ADDED_FIELDS = {("reward", "permutation"): 0.0, ("train", "method"): "lora"}
+#: fine-tuning existed, every run trained a LoRA adapter; before loss_on existed, the loss was on the whole answer.
+_ADDED_FIELDS = {("reward", "permutation"): 0.0, ("train", "method"): "lora", ("train", "loss_on"): "answer"}
 
 
 def _run_settings(config: dict[str, Any], stage: str) -> dict[str, Any]:
@@ -330,7 +349,7 @@ def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None
     if lm is None:
         lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, use_chat_template=cfg.prompt.chat_template)
     mirage = Mirage(lm, config=MirageConfig(prompt=cfg.prompt))
-    dataset, too_long = build_dataset(mirage, examples, max_length=cfg.train.max_length)
+    dataset, too_long = build_dataset(mirage, examples, max_length=cfg.train.max_length, loss_on=cfg.train.loss_on)
     if len(dataset) == 0:
         raise InputError(f"every training example is longer than train.max_length={cfg.train.max_length} tokens; "
                          "raise it.")
