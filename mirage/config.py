@@ -81,7 +81,8 @@ class PromptConfig:
 
     name: str = field(default="selfcitation", metadata={
         "flag": "--prompt", "help": "prompt template: selfcitation (ALCE, asks for [n] citations), standard, short "
-        "(a one-line instruction), or cora_mgen (CORA mGEN's input format, for encoder-decoders)"})
+        "(a one-line instruction), selfcitation_marked (selfcitation, each document sentence ending with its "
+        "number), or cora_mgen (CORA mGEN's input format, for encoder-decoders)"})
     #: Path of a custom template YAML; overrides ``name``.
     path: str | None = None
     #: Use the tokenizer's chat template: None = as the model registry / tokenizer says.

@@ -105,7 +105,8 @@ def test_setting_one_selector_clears_the_other():
 #: Every pipeline flag with its config field and help text, as the commands have always offered them.
 PIPELINE_FLAGS = {
     "--prompt": ("prompt", "name", ("prompt template: selfcitation (ALCE, asks for [n] citations), standard, short "
-                                    "(a one-line instruction), or cora_mgen (CORA mGEN's input format, for "
+                                    "(a one-line instruction), selfcitation_marked (selfcitation, each document "
+                                    "sentence ending with its number), or cora_mgen (CORA mGEN's input format, for "
                                     "encoder-decoders)")),
     "--max-new-tokens": ("generation", "max_new_tokens", "tokens to generate when an item has no output"),
     "--sample": ("generation", "do_sample", "sample answers (seeds then differ) instead of greedy"),

@@ -7,6 +7,7 @@ tests/test_report_browser.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import re
@@ -22,7 +23,7 @@ from mirage.bias.records import BiasRecord
 from mirage.bias.results import BiasStudyResult
 from mirage.bias.tables import render_markdown
 from mirage.cli import main
-from mirage.config import PromptConfig
+from mirage.config import ConfigError, PromptConfig
 from mirage.data.inputs import Document, InputError
 from mirage.runs.files import read_run_records
 from mirage.views.bias_report import (
@@ -137,6 +138,15 @@ def test_texts_read_back_from_a_prompt_with_titled_and_untitled_documents():
     assert text.docs == tuple((d.title, d.text) for d in docs)
     assert text_from_prompt(built.text, template, len(docs) + 1) is None  # not that many documents
     assert text_from_prompt(built.contextless_text, template, len(docs)) is None
+    # a template that marks every sentence with its document's number (selfcitation_marked): the marks are the
+    # template's, and the texts read back are the documents'
+    marked = load_template(PromptConfig(name="selfcitation_marked"))
+    built = format_prompt(marked, question, docs)
+    assert "Raw eggs can carry it, see Document [7] [1].\nAnswer: not the prompt's end [1]." in built.text
+    assert "Heat kills it; flour can carry E. coli [2]." in built.text
+    assert text_from_prompt(built.text, marked, len(docs)).docs == tuple((d.title, d.text) for d in docs)
+    with pytest.raises(ConfigError, match=r"selfcitation_marked'?: sentence_mark must contain \{ID\}"):
+        dataclasses.replace(marked, sentence_mark=" [x]")
 
 
 def test_gzipped_and_plain_generations_read_the_same(tmp_path):

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from mirage.attribution.sentences import split_sentences
 from mirage.attribution.tokenization import (
     TokenizedPrompt,
     encode_prompt_text,
@@ -27,7 +28,9 @@ PROMPTS_DIR = Path(__file__).parents[1] / "configs" / "prompts"
 class PromptTemplate:
     """A prompt template: ``template`` uses {INST}, {Q}, {D}; ``doc_template`` uses {ID}, {T}, {P};
     ``untitled_doc_template`` (optional, {ID}, {P}) renders a document whose title is empty, so that it does not
-    read ``Document [1](Title: ): …``."""
+    read ``Document [1](Title: ): …``; ``sentence_mark`` (optional, {ID}) is written after each sentence of a
+    document's text (`` [{ID}]``: its number beside every sentence, so that a model citing what it copied
+    has the number at hand)."""
 
     name: str
     instruction: str
@@ -35,10 +38,12 @@ class PromptTemplate:
     contextless_template: str
     doc_template: str
     untitled_doc_template: str | None = None
+    sentence_mark: str | None = None
 
     def __post_init__(self) -> None:
         for field, needed in (("template", ("{Q}", "{D}")), ("contextless_template", ("{Q}",)),
-                              ("doc_template", ("{P}",)), ("untitled_doc_template", ("{P}",))):
+                              ("doc_template", ("{P}",)), ("untitled_doc_template", ("{P}",)),
+                              ("sentence_mark", ("{ID}",))):
             for placeholder in needed:
                 if getattr(self, field) is not None and placeholder not in getattr(self, field):
                     raise ConfigError(f"prompt template {short_repr(self.name)}: {field} must contain {placeholder}.")
@@ -106,10 +111,11 @@ def _load_template_file(path: str) -> PromptTemplate:
     missing = keys - set(data)
     if missing:
         raise ConfigError(f"prompt template file {path} lacks {sorted(missing)}.")
-    wrong = sorted(k for k in (*keys, "untitled_doc_template") if data.get(k) is not None and not isinstance(data[k], str))
+    optional_keys = ("untitled_doc_template", "sentence_mark")
+    wrong = sorted(k for k in (*keys, *optional_keys) if data.get(k) is not None and not isinstance(data[k], str))
     if wrong:
         raise ConfigError(f"prompt template file {path}: {', '.join(wrong)} must be text.")
-    optional = {k: data[k] for k in ("untitled_doc_template",) if data.get(k) is not None}
+    optional = {k: data[k] for k in optional_keys if data.get(k) is not None}
     return PromptTemplate(**{k: data[k] for k in keys}, **optional)
 
 
@@ -165,12 +171,34 @@ def _render_documents(template: PromptTemplate,
     for i, doc in enumerate(docs, start=1):
         form = template.untitled_doc_template if not doc.title and template.untitled_doc_template else \
             template.doc_template
-        entry, found = _fill_spans(form, {"ID": str(i), "T": doc.title, "P": doc.text})
+        text = doc.text if template.sentence_mark is None else \
+            mark_sentences(doc.text, template.sentence_mark.replace("{ID}", str(i)))
+        entry, found = _fill_spans(form, {"ID": str(i), "T": doc.title, "P": text})
         parts.append(entry)
         spans.append((pos, pos + len(entry)))
         user.extend((pos + s, pos + e) for key, s, e in found if key in ("T", "P"))
         pos += len(entry)
     return "".join(parts), spans, user
+
+
+def mark_sentences(text: str, mark: str) -> str:
+    """``text`` with ``mark`` written at the end of each of its sentences (:func:`split_sentences`), before the
+    sentence's closing punctuation where it has one, as a cited answer places it (``… in 1986 [4].``)."""
+    out, last = [], 0
+    for start, end in split_sentences(text):
+        close = end
+        while close > start and text[close - 1] in _CLOSING:
+            close -= 1
+        if close == start or not any(c in _TERMINAL for c in text[close:end]):  # no closing stop: the mark at the end
+            close = end
+        out += [text[last:close], mark]
+        last = close
+    return "".join(out) + text[last:]
+
+
+#: A sentence's closing stops, and the quotes that may follow them: a sentence mark goes before them.
+_TERMINAL = frozenset(".!?…。！？")
+_CLOSING = _TERMINAL | frozenset("\"'»”’")
 
 
 def render_documents(template: PromptTemplate, docs: tuple[Document, ...]) -> tuple[str, list[tuple[int, int]]]:

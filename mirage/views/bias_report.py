@@ -268,7 +268,11 @@ def _text_from_prompt(prompt: str, template: PromptTemplate, n_docs: int) -> Que
     def value(*names: str) -> str:  # the group that matched: the titled or the untitled form of a document
         return next((groups[n] for n in names if groups.get(n) is not None), "")
 
-    docs = tuple((value(f"t{i}"), value(f"p{i}", f"u{i}")) for i in range(1, n_docs + 1))
+    def text(i: int) -> str:  # a template's sentence marks are its own, not the document's
+        found = value(f"p{i}", f"u{i}")
+        return found.replace(template.sentence_mark.replace("{ID}", str(i)), "") if template.sentence_mark else found
+
+    docs = tuple((value(f"t{i}"), text(i)) for i in range(1, n_docs + 1))
     return QueryText(question=found["q"], docs=docs, source="prompt")
 
 
