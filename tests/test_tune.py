@@ -427,7 +427,7 @@ def test_full_fine_tuning_saves_a_model_folder_that_loads_by_path_and_is_judged_
     from mirage.tune.sft import earlier_questions, train_sft
 
     _run, _trained, pristine, cfg, examples = sft_run
-    full_cfg = cfg.replace(train={"method": "full", "learning_rate": 0.01})
+    full_cfg = cfg.replace(train={"method": "full", "learning_rate": 0.01}, prompt={"name": "selfcitation_marked"})
     model = copy.deepcopy(pristine)
     run = train_sft(full_cfg, tmp_path / "full", lm=model, examples=examples, progress=False)
     folder = Path(run.adapter_dir)
@@ -460,6 +460,8 @@ def test_full_fine_tuning_saves_a_model_folder_that_loads_by_path_and_is_judged_
     assert ran.returncode == 0, ran.stderr
     assert f"{seen} of {len(val)} rows ask a question of the training data (the model's)" in ran.stderr
     assert len(out.with_name("eval.answers.jsonl").read_text().splitlines()) == len(val) - seen
+    stored = json.loads(out.with_name("eval.answers.jsonl").read_text().splitlines()[0])
+    assert stored["settings"]["prompt"]["name"] == "selfcitation_marked"  # the prompt the folder was trained with
     from mirage.tune.adapters import AdapterError
     from mirage.tune.sft import checkpoint_adapter, last_checkpoint
 

@@ -106,17 +106,34 @@ def base_record(model: torch.nn.Module, name: str) -> AdapterInfo:
                        weights=weight_fingerprint(model))
 
 
-def training_record(folder: str | Path) -> dict[str, Any] | None:
-    """The ``training`` settings mirage recorded with a tuned model: an adapter folder's, or a fully fine-tuned
-    model folder's (``mirage tune sft`` with ``train.method: full``); None for a folder without a record (a model
-    mirage did not tune, or a name)."""
+def _record(folder: str | Path) -> dict[str, Any] | None:
+    """The record mirage wrote with a tuned model (``mirage-adapter.json``: an adapter folder's or a fully
+    fine-tuned model folder's), or None for a folder without one (a model mirage did not tune, or a name)."""
     meta = Path(folder) / ADAPTER_INFO
     if not meta.is_file():
         return None
     try:
-        return dict(json.loads(meta.read_text(encoding="utf-8")).get("training") or {})
-    except (ValueError, AttributeError) as err:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+    except ValueError as err:
         raise AdapterError(f"{meta} cannot be read ({err}); save the model again.") from err
+    if not isinstance(data, dict):
+        raise AdapterError(f"{meta} is not a JSON object; save the model again.")
+    return data
+
+
+def training_record(folder: str | Path) -> dict[str, Any] | None:
+    """The ``training`` settings mirage recorded with a tuned model: an adapter folder's, or a fully fine-tuned
+    model folder's (``mirage tune sft`` with ``train.method: full``); None for a folder without a record (a model
+    mirage did not tune, or a name)."""
+    record = _record(folder)
+    return None if record is None else dict(record.get("training") or {})
+
+
+def trained_prompt(folder: str | Path) -> PromptConfig | None:
+    """The prompt a tuned model (adapter or fully fine-tuned model folder) was trained with, as mirage recorded it;
+    None for a folder without a record, or a name."""
+    record = _record(folder)
+    return None if record is None or not isinstance(record.get("prompt"), dict) else PromptConfig(**record["prompt"])
 
 
 def export_adapter(directory: str | Path, dest: str | Path, *, dtype: str = "float16") -> Path:

@@ -216,7 +216,7 @@ def _eval_mirage(args: argparse.Namespace) -> tuple[Any, MirageConfig | None]:
     loads)."""
     from mirage.attribution.models import load_model
     from mirage.pipeline import Mirage
-    from mirage.tune.adapters import load_tuned, read_adapter_info
+    from mirage.tune.adapters import load_tuned, read_adapter_info, trained_prompt
 
     if args.adapter and args.model:
         raise ConfigError("--adapter loads its own base model; give --adapter or --model, not both.")
@@ -227,6 +227,8 @@ def _eval_mirage(args: argparse.Namespace) -> tuple[Any, MirageConfig | None]:
             prompt = PromptConfig(**read_adapter_info(args.adapter).prompt)
     else:
         base = args.model or "smollm2-135m-instruct"
+        if args.prompt is None and args.model:  # a model folder mirage fine-tuned: the prompt it was trained with
+            prompt = trained_prompt(args.model) or prompt
     config = MirageConfig(prompt=prompt)
     judge = _judge(args, config, base)
     if args.adapter:
@@ -381,7 +383,8 @@ def _add_eval_args(ev: argparse.ArgumentParser) -> None:
     ev.add_argument("data", nargs="+", help="XOR-AttriQA JSONL files")
     ev.add_argument("--adapter", help="an adapter folder (mirage tune sft -o DIR: DIR/adapter)")
     ev.add_argument("--model", help="a model without adapter (default smollm2-135m-instruct)")
-    ev.add_argument("--prompt", help="prompt template (default: the adapter's, else selfcitation)")
+    ev.add_argument("--prompt", help="prompt template (default: the one the adapter, or the model folder mirage "
+                                     "fine-tuned, was trained with; else selfcitation)")
     ev.add_argument("--text", choices=["en", "native"], default="en", help="XOR-AttriQA text view (default en)")
     ev.add_argument("--max-new-tokens", type=positive_int, default=48, help="answer length (48)")
     ev.add_argument("--exclude", nargs="+", metavar="FILE",
