@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from functools import cache
@@ -49,6 +50,16 @@ class PromptTemplate:
                     raise ConfigError(f"prompt template {short_repr(self.name)}: {field} must contain {placeholder}.")
         if "{D}" in self.contextless_template:
             raise ConfigError(f"prompt template {short_repr(self.name)}: contextless_template must not contain {{D}}.")
+
+    def identity(self) -> dict[str, Any]:
+        """The template's fields as a run's fingerprint records them: a field added after runs were stored
+        (``sentence_mark``) is left out while unset, so those runs' fingerprints still match."""
+        data = dataclasses.asdict(self)
+        return {k: v for k, v in data.items() if not (k in _ADDED_FIELDS and v is None)}
+
+
+#: Template fields added after runs were fingerprinted with the others (:meth:`PromptTemplate.identity`).
+_ADDED_FIELDS = frozenset({"sentence_mark"})
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,7 @@ class ExperimentConfig:
 
             # the template's text too: its passages are untitled, and how an untitled document renders changed
             out = {"benchmark": "xor-attriqa", "model": self.model, "prompt": dataclasses.asdict(cfg.prompt),
-                   "template": content_key(dataclasses.asdict(load_template(cfg.prompt))),
+                   "template": content_key(load_template(cfg.prompt).identity()),
                    "cti_metric": cfg.cti.metric, "cci_method": cfg.cci.method, "ig_steps": cfg.cci.ig_steps}
             if cfg.cci.precision != "model":  # added later: stores of the model's own precision keep their shape
                 out["cci_precision"] = cfg.cci.precision
