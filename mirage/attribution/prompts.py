@@ -51,6 +51,10 @@ class PromptTemplate:
         if "{D}" in self.contextless_template:
             raise ConfigError(f"prompt template {short_repr(self.name)}: contextless_template must not contain {{D}}.")
 
+    def mark_of(self, doc_id: int) -> str | None:
+        """Document ``doc_id``'s sentence mark (``sentence_mark`` filled in), or None when the template has none."""
+        return None if self.sentence_mark is None else _fill(self.sentence_mark, {"ID": str(doc_id)})[0]
+
     def identity(self) -> dict[str, Any]:
         """The template's fields as a run's fingerprint records them: a field added after runs were stored
         (``sentence_mark``) is left out while unset, so those runs' fingerprints still match."""
@@ -182,8 +186,8 @@ def _render_documents(template: PromptTemplate,
     for i, doc in enumerate(docs, start=1):
         form = template.untitled_doc_template if not doc.title and template.untitled_doc_template else \
             template.doc_template
-        text = doc.text if template.sentence_mark is None else \
-            mark_sentences(doc.text, template.sentence_mark.replace("{ID}", str(i)))
+        mark = template.mark_of(i)
+        text = doc.text if mark is None else mark_sentences(doc.text, mark)
         entry, found = _fill_spans(form, {"ID": str(i), "T": doc.title, "P": text})
         parts.append(entry)
         spans.append((pos, pos + len(entry)))

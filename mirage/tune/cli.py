@@ -221,14 +221,10 @@ def _eval_mirage(args: argparse.Namespace) -> tuple[Any, MirageConfig | None]:
     if args.adapter and args.model:
         raise ConfigError("--adapter loads its own base model; give --adapter or --model, not both.")
     prompt = PromptConfig(name=args.prompt or "selfcitation")
-    if args.adapter:
-        base = read_adapter_info(args.adapter).base_model
-        if args.prompt is None:  # the prompt the adapter was trained with
-            prompt = PromptConfig(**read_adapter_info(args.adapter).prompt)
-    else:
-        base = args.model or "smollm2-135m-instruct"
-        if args.prompt is None and args.model:  # a model folder mirage fine-tuned: the prompt it was trained with
-            prompt = trained_prompt(args.model) or prompt
+    base = read_adapter_info(args.adapter).base_model if args.adapter else args.model or "smollm2-135m-instruct"
+    tuned = args.adapter or args.model
+    if args.prompt is None and tuned:  # the prompt the adapter, or a model folder mirage fine-tuned, was trained with
+        prompt = trained_prompt(tuned) or prompt
     config = MirageConfig(prompt=prompt)
     judge = _judge(args, config, base)
     if args.adapter:

@@ -269,8 +269,8 @@ def _text_from_prompt(prompt: str, template: PromptTemplate, n_docs: int) -> Que
         return next((groups[n] for n in names if groups.get(n) is not None), "")
 
     def text(i: int) -> str:  # a template's sentence marks are its own, not the document's
-        found = value(f"p{i}", f"u{i}")
-        return found.replace(template.sentence_mark.replace("{ID}", str(i)), "") if template.sentence_mark else found
+        found, mark = value(f"p{i}", f"u{i}"), template.mark_of(i)
+        return found if mark is None else found.replace(mark, "")
 
     docs = tuple((value(f"t{i}"), text(i)) for i in range(1, n_docs + 1))
     return QueryText(question=found["q"], docs=docs, source="prompt")
