@@ -257,12 +257,23 @@ def test_the_training_prompt_is_mirages_inference_prompt(tiny_causal):
     assert list(encoded.completion_ids) == [*tokenize_answer(tok, example.output).ids, tok.eos_token_id]
     assert tok.decode(list(encoded.completion_ids)) == "Srikakulam [1]<|im_end|>"
     assert encoded.completion_mask == [0] * len(encoded.prompt_ids) + [1] * len(encoded.completion_ids)
-    # train.loss_on citations: the loss on the mark's tokens only, the prompt and ids unchanged
-    marks = encode_example(mirage, example, loss_on="citations")
+    # train.loss_on marks: the loss on the mark's tokens only, the prompt and ids unchanged
+    marks = encode_example(mirage, example, loss_on="marks")
     assert marks.input_ids == encoded.input_ids
     on = [i for i, m in enumerate(marks.completion_mask) if m]
     assert on and tok.decode([marks.input_ids[i] for i in on]).strip() == "[1]"
     assert on == list(range(on[0], on[-1] + 1)) and marks.completion_mask[-1] == 0  # not the end of turn
+    # citations: the mark and the token that closes it, here the end of turn (the model learns to stop citing)
+    cites = encode_example(mirage, example, loss_on="citations")
+    assert cites.input_ids == encoded.input_ids
+    assert [i for i, m in enumerate(cites.completion_mask) if m] == [*on, len(encoded.input_ids) - 1]
+    # within a longer answer every mark run gets its closing token: SmolLM2 writes "]." as one token, so there it
+    # is the next word's, and the end of turn after the last
+    two = dataclasses.replace(example, output="Srikakulam [1]. It is a town [2][3].")
+    two_cites = encode_example(mirage, two, loss_on="citations")
+    answer_ids = two_cites.input_ids[len(two_cites.prompt_ids):]
+    kept = tok.decode([t for t, m in zip(answer_ids, two_cites.loss_mask, strict=True) if m])
+    assert kept.replace(" ", "") == "[1].It[2][3].<|im_end|>", kept
     uncited = dataclasses.replace(example, output="Srikakulam")  # no mark: the whole answer keeps its loss
     assert encode_example(mirage, uncited, loss_on="citations").completion_mask[-1] == 1
 
@@ -473,7 +484,7 @@ def test_full_fine_tuning_saves_a_model_folder_that_loads_by_path_and_is_judged_
     marks_cfg = full_cfg.replace(train={"method": "lora", "loss_on": "citations"})
     with pytest.raises(ConfigError, match="train.loss_on: the reward stage"):
         train_reward(marks_cfg, tmp_path / "reward", lm=copy.deepcopy(pristine), examples=examples, progress=False)
-    with pytest.raises(ConfigError, match=r"train\.loss_on must be one of answer, citations, got 'tokens'"):
+    with pytest.raises(ConfigError, match=r"train\.loss_on must be one of answer, citations, marks, got 'tokens'"):
         full_cfg.replace(train={"loss_on": "tokens"})
 
 

@@ -466,9 +466,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     sft.add_argument("--method", choices=["lora", "full"],
                      help="train a LoRA adapter (DIR/adapter) or every weight (DIR/model, a model folder --model "
                           "takes); default: the config's train.method, lora")
-    sft.add_argument("--loss-on", choices=["answer", "citations"],
-                     help="the answer tokens the loss is on: all of them, or only the citation marks' (which "
-                          "document to cite); default: the config's train.loss_on, answer")
+    sft.add_argument("--loss-on", choices=["answer", "citations", "marks"],
+                     help="the answer tokens the loss is on: all of them; the citation marks' and the token that "
+                          "closes each (which documents to cite, and where citing stops); or the marks' alone; "
+                          "default: the config's train.loss_on, answer")
     sft.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device_args(sft, placement=False)  # training: one device
     sft.add_argument("-o", "--output", required=True, help="run folder")

@@ -55,8 +55,10 @@ class TrainSettings:
     ``save_total_limit`` are kept; a run resumes from the newest), ``method``: ``lora`` (an adapter, the
     ``lora`` section) or ``full`` (every weight of the model trained, saved as a whole model folder; the SFT stage
     only), and ``loss_on``, the answer tokens the SFT loss is computed on: ``answer`` (all of them and the end of
-    turn) or ``citations`` (only the tokens of the citation marks, ``[3]``: a pass that teaches which document to
-    cite and leaves the answer's wording to the model; an answer without a mark keeps its loss on every token)."""
+    turn), ``citations`` (only the tokens of the citation marks, ``[3]``, and the token that closes each run of
+    marks, where the model learns that no further mark follows: a pass that teaches which documents to cite and
+    leaves the answer's wording to the model; an answer without a mark keeps its loss on every token) or ``marks``
+    (the marks' tokens alone, the first rule: a model taught so is never told where citing stops)."""
 
     epochs: float = 1.0
     max_steps: int | None = None
@@ -77,7 +79,7 @@ class TrainSettings:
     #: What ``method`` may be.
     METHODS: ClassVar[tuple[str, ...]] = ("lora", "full")
     #: What ``loss_on`` may be.
-    LOSS_ON: ClassVar[tuple[str, ...]] = ("answer", "citations")
+    LOSS_ON: ClassVar[tuple[str, ...]] = ("answer", "citations", "marks")
 
     def __post_init__(self) -> None:
         if self.method not in self.METHODS:

@@ -165,7 +165,7 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
                           "fully fine-tuned model, give that model's folder as model (DIR/model).")
     if cfg.train.loss_on != "answer":
         raise ConfigError("train.loss_on: the reward stage's loss is on the sampled answers (answer); loss_on "
-                          "citations is for the SFT stage.")
+                          f"{cfg.train.loss_on} is for the SFT stage.")
     check_run_dir(out, cfg, "reward")
     bad: list[str] = []
     if examples is None:

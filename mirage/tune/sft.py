@@ -83,6 +83,13 @@ def citation_token_mask(offsets: Sequence[tuple[int, int]], text: str) -> tuple[
                  for start, end in offsets)
 
 
+def with_citation_ends(mask: Sequence[int]) -> tuple[int, ...]:
+    """``mask`` (over an answer's tokens and its end of turn) with the token after each run of mark tokens set too:
+    the token that closes a citation (the stop, the next words, the end of turn) is where the model learns that
+    no further mark follows."""
+    return tuple(int(m or (i > 0 and mask[i - 1] and not m)) for i, m in enumerate(mask))
+
+
 def end_of_turn_id(lm: LoadedModel) -> int:
     """The token that ends an answer: the tokenizer's end-of-sequence token (a chat model's end of turn,
     ``<|im_end|>`` for SmolLM2), else the model config's."""
@@ -100,13 +107,15 @@ def encode_example(mirage: Mirage, example: TrainingExample, *, config: MirageCo
                    loss_on: str = "answer") -> EncodedExample:
     """The example's prompt ids as :meth:`Mirage.prepare` builds them for inference (room kept for the answer, as
     mirage keeps it when it force-decodes one) and its answer's ids, end-of-turn token appended; ``loss_on``
-    (``train.loss_on``): ``citations`` puts the loss on the citation marks' tokens only."""
+    (``train.loss_on``): ``citations`` puts the loss on the citation marks' tokens and the token that closes each
+    run of marks, ``marks`` on the marks' tokens only (the first rule, kept for the runs trained with it)."""
     answer = tokenize_answer(mirage.lm.tokenizer, example.output)
     prep = mirage.prepare(example.rag_item(), config=config, index=example.id, reserve_tokens=len(answer.ids) + 1)
-    mask = citation_token_mask(answer.offsets, example.output) if loss_on == "citations" else None
+    mask = citation_token_mask(answer.offsets, example.output) if loss_on in ("citations", "marks") else None
+    if mask is not None:
+        mask = (*mask, 0) if loss_on == "marks" else with_citation_ends((*mask, 0))
     return EncodedExample(id=example.id, prompt_ids=tuple(prep.tokens.ids),
-                          completion_ids=(*answer.ids, end_of_turn_id(mirage.lm)),
-                          loss_mask=None if mask is None else (*mask, 0))
+                          completion_ids=(*answer.ids, end_of_turn_id(mirage.lm)), loss_mask=mask)
 
 
 def build_dataset(mirage: Mirage, examples: Sequence[TrainingExample], *, max_length: int,
