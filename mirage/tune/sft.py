@@ -87,7 +87,7 @@ def with_citation_ends(mask: Sequence[int]) -> tuple[int, ...]:
     """``mask`` (over an answer's tokens and its end of turn) with the token after each run of mark tokens set too:
     the token that closes a citation (the stop, the next words, the end of turn) is where the model learns that
     no further mark follows."""
-    return tuple(int(m or (i > 0 and mask[i - 1] and not m)) for i, m in enumerate(mask))
+    return tuple(int(bool(m or (i > 0 and mask[i - 1]))) for i, m in enumerate(mask))
 
 
 def end_of_turn_id(lm: LoadedModel) -> int:
@@ -111,9 +111,9 @@ def encode_example(mirage: Mirage, example: TrainingExample, *, config: MirageCo
     run of marks, ``marks`` on the marks' tokens only (the first rule, kept for the runs trained with it)."""
     answer = tokenize_answer(mirage.lm.tokenizer, example.output)
     prep = mirage.prepare(example.rag_item(), config=config, index=example.id, reserve_tokens=len(answer.ids) + 1)
-    mask = citation_token_mask(answer.offsets, example.output) if loss_on in ("citations", "marks") else None
-    if mask is not None:
-        mask = (*mask, 0) if loss_on == "marks" else with_citation_ends((*mask, 0))
+    mask = citation_token_mask(answer.offsets, example.output) if loss_on != "answer" else None
+    if mask is not None:  # the end of turn is off, unless citations sets it as the token closing the last mark
+        mask = with_citation_ends((*mask, 0)) if loss_on == "citations" else (*mask, 0)
     return EncodedExample(id=example.id, prompt_ids=tuple(prep.tokens.ids),
                           completion_ids=(*answer.ids, end_of_turn_id(mirage.lm)), loss_mask=mask)
 
