@@ -1,7 +1,8 @@
 """Permutation-test runs side by side, with intervals: for each ``mirage tune follow`` report (its
 ``NAME.answers.jsonl`` beside it), the self-citation's follow rate, its share citing ``[1]`` where document 1 does not
 support, and its F1, each with a 95 % bootstrap interval over items, and the paired change from the first report on
-the items both answered.
+the items both answered. Where the first report's items have reference answers of more than one kind (yes/no and
+others, its ``item_kinds``), each kind's rows follow, on that kind's items alone.
 
     python benchmarks/compare_follow.py benchmarks/results/tune_follow_smollm2/full2ep_spread5_val.json \
         benchmarks/results/tune_follow_smollm2/trainval_spread5_full_val.json \
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mirage.runs.store import read_records
-from mirage.tune.follow import compare_follow
+from mirage.tune.follow import compare_follow, follow_report_of
 
 
 def _answers(report: Path) -> list[dict]:
@@ -41,15 +42,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (default 2000, seed 0)")
     args = parser.parse_args(argv)
     reference = _answers(args.reports[0])
-    rows = [compare_follow(reference, _answers(r), name=r.name, reference_name=args.reports[0].name,
+    answers = {r: _answers(r) for r in args.reports}
+    rows = [compare_follow(reference, answers[r], name=r.name, reference_name=args.reports[0].name,
                            draws=args.bootstrap).to_dict() for r in args.reports]
+    kinds: dict[str, list[str]] = {}
+    for item, kind in follow_report_of(args.reports[0]).item_kinds.items():
+        kinds.setdefault(kind, []).append(item)
+    if len(kinds) > 1:
+        rows += [compare_follow(reference, answers[r], name=r.name, reference_name=args.reports[0].name,
+                                draws=args.bootstrap, items=items, answer_kind=kind).to_dict()
+                 for kind, items in sorted(kinds.items()) for r in args.reports]
     out = {"command": "python benchmarks/compare_follow.py " + shlex.join(sys.argv[1:] if argv is None else argv),
            "follow_changes": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     for row in rows:
         v, c = row["values"], row["changes"]
-        print(f"{row['name']}: {row['n_items']} items, follows {v['follow_rate']:.3f} (change {c['follow_rate']:+.3f})")
+        print(f"{row['name']} ({row['answer_kind']}): {row['n_items']} items, follows {v['follow_rate']:.3f} (change {c['follow_rate']:+.3f})")
     return 0
 
 

@@ -7,6 +7,7 @@ import json
 import random
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,39 @@ def test_presentations_move_the_supporting_passage_and_keep_the_others_in_order(
     assert [p.docs for p in again] == [p.docs for p in pres]
 
 
+def test_answer_kind_reads_yes_and_no_as_whole_words():
+    from mirage.tune.follow import answer_kind
+
+    assert [answer_kind(a) for a in ("Yes [1].", "no", " No, it is not.", "Nobel Prize", "1913", "yesterday")] == [
+        "yes/no", "yes/no", "yes/no", "other", "other", "other"]
+
+
+def test_the_report_splits_the_self_citation_row_by_answer_kind():
+    """Two items, one answered yes, one by a name; a citer that follows the named one and cites [1] on the other:
+    each kind's row is the follow rule over that kind's presentations, and the overall row holds both."""
+    from mirage.tune.evaluate import CitationEval
+    from mirage.tune.follow import follow_report
+
+    yes = _example(0, 5, [2])
+    yes.output = "Yes [1]."
+    named = _example(1, 5, [3])
+    pres = permutation_presentations([yes, named], k=5)
+    cited = [[1] if p.meta["follow"]["item"] == "q0" else [p.meta["follow"]["position"]] for p in pres]
+    answers = [{"id": p.id, "cited": c} for p, c in zip(pres, cited)]
+    evaluation = CitationEval(model="m", n_answers=10, answers_cited=1.0, sentences_cited=1.0, invalid_citations=0,
+                              precision=None, recall=None, f1=None, exact_match=None, seconds_per_answer=0.0,
+                              max_new_tokens=8, answers=answers)
+    report = follow_report(evaluation, pres, k=5, seed=0)
+    assert report.item_kinds == {"q0": "yes/no", "q1": "other"}
+    assert report.by_answer_kind["other"].follow_rate == 1.0
+    assert report.by_answer_kind["yes/no"].follow_rate == pytest.approx(0.2)
+    assert report.by_answer_kind["yes/no"].first_when_not_supporting == 1.0
+    assert report.self_citation.follow_rate == pytest.approx(0.6)
+    again = FollowReport.from_dict(json.loads(report.to_json()))
+    assert again.by_answer_kind == report.by_answer_kind
+    assert "| self-citation, yes/no answers (1 items) | 20.0 |" in again.to_markdown()
+
+
 def test_too_few_passages_to_fill_is_an_error():
     with pytest.raises(ValueError, match="smaller k"):
         permutation_presentations([_example(0, 2, [1])], k=5)
@@ -150,6 +184,11 @@ def test_follow_command_on_the_shipped_adapter(tmp_path, one_thread):
     hits = [follows(by_id[i]["cited"], int(i.rsplit("pos", 1)[1])) for i in by_id]
     assert report.self_citation.follow_rate == pytest.approx(sum(hits) / 6)
     assert report.cite_first.follow_rate == pytest.approx(1 / 3)
+    # the row split by the kind of reference answer covers every presentation once
+    counts = Counter(report.item_kinds.values())
+    assert sum(counts.values()) == 2
+    assert sum(side.follow_rate * counts[kind] for kind, side in report.by_answer_kind.items()) == (
+        pytest.approx(2 * report.self_citation.follow_rate))
     assert "| self-citation |" in run.stderr
     # a rerun reuses every answer
     again = subprocess.run(
@@ -382,5 +421,29 @@ def test_the_follow_page_shows_the_paired_changes(tmp_path):
     assert run.returncode == 0, run.stderr
     page = write_page(tmp_path).read_text()
     assert "## Paired changes (`changes.json`)" in page
-    row = next(line for line in page.splitlines() if line.startswith("| `full_spread5_val.json` | 16 |"))
+    row = next(line for line in page.splitlines() if line.startswith("| `full_spread5_val.json` | all | 16 |"))
     assert row.count("[") == 8  # every measure and every change has its interval
+    # reports written before the split carry no item kinds: the overall rows alone
+    assert len(json.loads((tmp_path / "changes.json").read_text())["follow_changes"]) == 2
+
+
+def test_the_paired_changes_are_split_by_answer_kind(tmp_path):
+    """Reports that carry their items' answer kinds: compare_follow.py adds each kind's rows, on that kind's items
+    alone, and a run's rate there is its report's row for that kind."""
+    names = ("trainval_spread5_full_val", "marked_gentle_trainval_val")
+    out = tmp_path / "changes.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare_follow.py"),
+                          *[str(FOLLOW_RUNS / f"{n}.json") for n in names], "--out", str(out)],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(out.read_text())["follow_changes"]
+    report = FollowReport.from_dict(json.loads((FOLLOW_RUNS / f"{names[1]}.json").read_text()))
+    counts = Counter(report.item_kinds.values())
+    assert [(r["name"], r["answer_kind"]) for r in rows] == [
+        (f"{n}.json", kind) for kind in ("all", "other", "yes/no") for n in names]
+    for row in rows[2:]:
+        assert row["n_items"] == counts[row["answer_kind"]]
+        if row["name"] == f"{names[1]}.json":
+            side = report.by_answer_kind[row["answer_kind"]]
+            assert row["values"]["follow_rate"] == pytest.approx(side.follow_rate)
+            assert row["values"]["first_when_not_supporting"] == pytest.approx(side.first_when_not_supporting)

@@ -28,7 +28,9 @@ where the bias study reads its answers with it too, and its table in :func:`mira
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,6 +102,16 @@ def permutation_presentations(examples: Sequence[TrainingExample], *, k: int = 5
     return out
 
 
+_YES_NO = re.compile(r"\W*(yes|no)\b", re.IGNORECASE)
+
+
+def answer_kind(answer: str) -> str:
+    """``"yes/no"`` for an answer that starts with yes or no, else ``"other"``. A yes/no answer copies no span of
+    the passage it rests on, so a citer that follows extracted answers by their words may still cite yes/no answers
+    by position; the report splits its self-citation row by the kind of each item's reference answer."""
+    return "yes/no" if _YES_NO.match(answer) else "other"
+
+
 @dataclass
 class FollowReport(JSONRecord):
     """The permutation test of one model (see the module's docstring): ``k`` positions, ``n_items`` items with
@@ -108,7 +120,9 @@ class FollowReport(JSONRecord):
     citations of the same answers (``mirage``, with a judge, and ``judge``: self-citation beside mirage's citations
     against the labels, and the faithfulness check of both against random sets of the same sizes,
     :class:`~mirage.tune.evaluate.JudgeSummary`); ``quality``: answers and sentences cited and the exact match of
-    the reference answer, from the answers' :class:`~mirage.tune.evaluate.CitationEval`."""
+    the reference answer, from the answers' :class:`~mirage.tune.evaluate.CitationEval`; ``by_answer_kind``: the
+    self-citation row over the items of each kind of reference answer (:func:`answer_kind`), ``item_kinds`` each
+    item's kind."""
 
     model: str
     k: int
@@ -122,6 +136,8 @@ class FollowReport(JSONRecord):
     mirage_rule: str | None = None
     quality: dict[str, Any] = field(default_factory=dict)
     judge: JudgeSummary | None = None
+    by_answer_kind: dict[str, FollowSide] = field(default_factory=dict)
+    item_kinds: dict[str, str] = field(default_factory=dict)
     command: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
 
@@ -133,12 +149,18 @@ class FollowReport(JSONRecord):
         sides = {name: FollowSide.from_dict(data[name]) if data.get(name) is not None else None
                  for name in ("self_citation", "cite_first", "random", "mirage")}
         judge = JudgeSummary.from_dict(data["judge"]) if data.get("judge") is not None else None
-        return cls(**{**cls.known_fields(data), **sides, "judge": judge})
+        kinds = {kind: FollowSide.from_dict(side) for kind, side in data.get("by_answer_kind", {}).items()}
+        return cls(**{**cls.known_fields(data), **sides, "judge": judge, "by_answer_kind": kinds})
 
     def rows(self) -> list[tuple[str, FollowSide]]:
-        """The citers of the table, model first."""
-        rows = [("self-citation", self.self_citation), ("cite [1]", self.cite_first),
-                ("random (same count)", self.random)]
+        """The citers of the table, model first; where the items' reference answers are of more than one kind, the
+        self-citation row over each kind's items follows it."""
+        rows = [("self-citation", self.self_citation)]
+        if len(self.by_answer_kind) > 1:
+            counts = Counter(self.item_kinds.values())
+            rows += [(f"self-citation, {kind} answers ({counts[kind]} items)", side)
+                     for kind, side in sorted(self.by_answer_kind.items())]
+        rows += [("cite [1]", self.cite_first), ("random (same count)", self.random)]
         if self.mirage is not None:
             rows.append((f"mirage ({self.mirage_rule})", self.mirage))
         return rows
@@ -179,13 +201,18 @@ def follow_report(evaluation: CitationEval, presentations: Sequence[TrainingExam
                "seconds_per_answer": evaluation.seconds_per_answer, "max_new_tokens": evaluation.max_new_tokens}
     if mirage_rule is not None:
         quality["judged"] = len(judged)
+    kinds = [answer_kind(parse_answer(p.output, k).text) for p in presentations]
+    by_kind = {kind: side_of([c for c, x in zip(own, kinds) if x == kind],
+                             [p for p, x in zip(positions, kinds) if x == kind], k) for kind in sorted(set(kinds))}
+    item_kinds = {str(p.meta["follow"]["item"]): x for p, x in zip(presentations, kinds)}
     return FollowReport(
         model=evaluation.model, k=k, seed=seed, n_items=len({p.meta["follow"]["item"] for p in presentations}),
         n_presentations=len(presentations), self_citation=side_of(own, positions, k),
         cite_first=side_of([{1}] * len(positions), positions, k),
         random=random_side([len(c) for c in own], positions, k),
         mirage=mirage_side, mirage_rule=mirage_rule if mirage_side is not None else None,
-        quality=quality, judge=evaluation.judge, versions=dict(evaluation.versions))
+        quality=quality, judge=evaluation.judge, by_answer_kind=by_kind, item_kinds=item_kinds,
+        versions=dict(evaluation.versions))
 
 
 def evaluate_follow(mirage: Mirage, examples: Sequence[TrainingExample], *, k: int = 5, seed: int = 0,
@@ -233,8 +260,6 @@ def _item_measures(presentations: Sequence[tuple[set[int], int, str]]) -> dict[s
     """One item's follow rate, share citing [1] where it does not support and mean F1 over its presentations, and
     ``answer_stable``: the share of its presentations that give its most frequent answer (citations aside). A model
     that reads the content gives one answer whatever the order and moves only its citation."""
-    from collections import Counter
-
     side = side_of([c for c, _, _ in presentations], [p for _, p, _ in presentations],
                    max(p for _, p, _ in presentations))
     most = Counter(t for _, _, t in presentations).most_common(1)[0][1]
@@ -251,7 +276,8 @@ class FollowChange(JSONRecord):
     (fractions, means over items, so every item weighs the same; ``answer_stable``: the share of an item's
     presentations that give its most frequent answer, citations aside) with its 95 % bootstrap interval over items, and
     the paired change from the reference with its interval (resampling the shared items: an interval that holds 0
-    says the change is within what the choice of items moves)."""
+    says the change is within what the choice of items moves). ``answer_kind``: the kind of reference answer
+    (:func:`answer_kind`) of the items compared, ``"all"`` for every shared item."""
 
     name: str
     reference: str
@@ -260,16 +286,19 @@ class FollowChange(JSONRecord):
     intervals: dict[str, list[float] | None]
     changes: dict[str, float | None]
     change_intervals: dict[str, list[float] | None]
+    answer_kind: str = "all"
 
 
 def compare_follow(reference: Iterable[Mapping[str, Any]], other: Iterable[Mapping[str, Any]], *, name: str = "",
-                   reference_name: str = "", draws: int = 2000, seed: int = 0) -> FollowChange:
+                   reference_name: str = "", draws: int = 2000, seed: int = 0,
+                   items: Collection[str] | None = None, answer_kind: str = "all") -> FollowChange:
     """The :class:`FollowChange` of ``other``'s answers against ``reference``'s (both ``mirage tune follow``
-    answers files, read as :func:`answers_by_item`), on the items both hold."""
+    answers files, read as :func:`answers_by_item`), on the items both hold (of ``items``, where given: those whose
+    reference answer is of the kind ``answer_kind`` names, from a report's ``item_kinds``)."""
     from mirage.bias.metrics import bootstrap_ci
 
     ref, new = answers_by_item(reference), answers_by_item(other)
-    shared = sorted(set(ref) & set(new))
+    shared = sorted((set(ref) & set(new)) if items is None else (set(ref) & set(new) & set(items)))
     if not shared:
         raise ValueError(f"{name or 'the run'} and {reference_name or 'the reference'} share no item: compare runs "
                          "of the same data, --limit and --k")
@@ -286,7 +315,8 @@ def compare_follow(reference: Iterable[Mapping[str, Any]], other: Iterable[Mappi
         changes[measure] = sum(diffs) / len(diffs) if diffs else None
         change_intervals[measure] = bootstrap_ci(diffs, draws=draws, seed=seed)
     return FollowChange(name=name, reference=reference_name, n_items=len(shared), values=values,
-                        intervals=intervals, changes=changes, change_intervals=change_intervals)
+                        intervals=intervals, changes=changes, change_intervals=change_intervals,
+                        answer_kind=answer_kind)
 
 
 def follow_changes_table(changes: Sequence[FollowChange]) -> str:
@@ -303,10 +333,10 @@ def follow_changes_table(changes: Sequence[FollowChange]) -> str:
 
     titles = {"follow_rate": "follows", "first_when_not_supporting": "[1] when not supporting", "f1": "F1",
               "answer_stable": "same answer"}
-    head = ["run", "items", *[f"{titles[m]}{suffix}" for m in FOLLOW_MEASURES for suffix in ("", " change")]]
+    head = ["run", "answers", "items", *[f"{titles[m]}{suffix}" for m in FOLLOW_MEASURES for suffix in ("", " change")]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in changes:
-        cells = [f"`{row.name}`", str(row.n_items)]
+        cells = [f"`{row.name}`", row.answer_kind, str(row.n_items)]
         for m in FOLLOW_MEASURES:
             cells += [pct(row.values.get(m)) + ci(row.intervals.get(m)),
                       change(row.changes.get(m)) + ci(row.change_intervals.get(m))]
@@ -317,6 +347,18 @@ def follow_changes_table(changes: Sequence[FollowChange]) -> str:
 def is_follow_report(data: object) -> bool:
     """Whether a JSON value is a permutation-test report as ``mirage tune follow -o`` writes it."""
     return isinstance(data, dict) and {"k", "self_citation", "cite_first", "random"} <= data.keys()
+
+
+def follow_report_of(path: str | Path) -> FollowReport:
+    """The :class:`FollowReport` that ``mirage tune follow -o`` wrote to ``path``; a file that is no such report is a
+    one-line :class:`~mirage.data.inputs.InputError` naming it."""
+    from mirage.data.inputs import InputError
+    from mirage.runs.files import read_json
+
+    data = read_json(path)
+    if not is_follow_report(data):
+        raise InputError(f"{path} is not a permutation-test report; give a file `mirage tune follow -o` wrote")
+    return FollowReport.from_dict(data)
 
 
 @dataclass
