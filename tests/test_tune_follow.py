@@ -109,11 +109,11 @@ def test_the_report_splits_the_self_citation_row_by_answer_kind():
     named = _example(1, 5, [3])
     pres = permutation_presentations([yes, named], k=5)
     cited = [[1] if p.meta["follow"]["item"] == "q0" else [p.meta["follow"]["position"]] for p in pres]
-    answers = [{"id": p.id, "cited": c} for p, c in zip(pres, cited)]
+    answers = [{"id": p.id, "cited": c, "mirage_cited": [p.meta["follow"]["position"]]} for p, c in zip(pres, cited)]
     evaluation = CitationEval(model="m", n_answers=10, answers_cited=1.0, sentences_cited=1.0, invalid_citations=0,
                               precision=None, recall=None, f1=None, exact_match=None, seconds_per_answer=0.0,
                               max_new_tokens=8, answers=answers)
-    report = follow_report(evaluation, pres, k=5, seed=0)
+    report = follow_report(evaluation, pres, k=5, seed=0, mirage_rule="reference")
     assert report.item_kinds == {"q0": "yes/no", "q1": "other"}
     assert report.by_answer_kind["other"].follow_rate == 1.0
     assert report.by_answer_kind["yes/no"].follow_rate == pytest.approx(0.2)
@@ -122,6 +122,10 @@ def test_the_report_splits_the_self_citation_row_by_answer_kind():
     again = FollowReport.from_dict(json.loads(report.to_json()))
     assert again.by_answer_kind == report.by_answer_kind
     assert "| self-citation, yes/no answers (1 items) | 20.0 |" in again.to_markdown()
+    # mirage's citations of the same answers, split the same way
+    assert {kind: side.follow_rate for kind, side in again.mirage_by_answer_kind.items()} == {"yes/no": 1.0,
+                                                                                             "other": 1.0}
+    assert "| mirage (reference), yes/no answers (1 items) | 100.0 |" in again.to_markdown()
 
 
 def test_too_few_passages_to_fill_is_an_error():
@@ -189,6 +193,8 @@ def test_follow_command_on_the_shipped_adapter(tmp_path, one_thread):
     assert sum(counts.values()) == 2
     assert sum(side.follow_rate * counts[kind] for kind, side in report.by_answer_kind.items()) == (
         pytest.approx(2 * report.self_citation.follow_rate))
+    assert sum(side.follow_rate * counts[kind] for kind, side in report.mirage_by_answer_kind.items()) == (
+        pytest.approx(2 * report.mirage.follow_rate))
     assert "| self-citation |" in run.stderr
     # a rerun reuses every answer
     again = subprocess.run(

@@ -122,7 +122,7 @@ class FollowReport(JSONRecord):
     :class:`~mirage.tune.evaluate.JudgeSummary`); ``quality``: answers and sentences cited and the exact match of
     the reference answer, from the answers' :class:`~mirage.tune.evaluate.CitationEval`; ``by_answer_kind``: the
     self-citation row over the items of each kind of reference answer (:func:`answer_kind`), ``item_kinds`` each
-    item's kind."""
+    item's kind, and ``mirage_by_answer_kind`` mirage's row split the same way (with a judge)."""
 
     model: str
     k: int
@@ -137,6 +137,7 @@ class FollowReport(JSONRecord):
     quality: dict[str, Any] = field(default_factory=dict)
     judge: JudgeSummary | None = None
     by_answer_kind: dict[str, FollowSide] = field(default_factory=dict)
+    mirage_by_answer_kind: dict[str, FollowSide] = field(default_factory=dict)
     item_kinds: dict[str, str] = field(default_factory=dict)
     command: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
@@ -149,20 +150,24 @@ class FollowReport(JSONRecord):
         sides = {name: FollowSide.from_dict(data[name]) if data.get(name) is not None else None
                  for name in ("self_citation", "cite_first", "random", "mirage")}
         judge = JudgeSummary.from_dict(data["judge"]) if data.get("judge") is not None else None
-        kinds = {kind: FollowSide.from_dict(side) for kind, side in data.get("by_answer_kind", {}).items()}
-        return cls(**{**cls.known_fields(data), **sides, "judge": judge, "by_answer_kind": kinds})
+        kinds = {name: {kind: FollowSide.from_dict(side) for kind, side in data.get(name, {}).items()}
+                 for name in ("by_answer_kind", "mirage_by_answer_kind")}
+        return cls(**{**cls.known_fields(data), **sides, "judge": judge, **kinds})
 
     def rows(self) -> list[tuple[str, FollowSide]]:
         """The citers of the table, model first; where the items' reference answers are of more than one kind, the
         self-citation row over each kind's items follows it."""
-        rows = [("self-citation", self.self_citation)]
-        if len(self.by_answer_kind) > 1:
-            counts = Counter(self.item_kinds.values())
-            rows += [(f"self-citation, {kind} answers ({counts[kind]} items)", side)
-                     for kind, side in sorted(self.by_answer_kind.items())]
-        rows += [("cite [1]", self.cite_first), ("random (same count)", self.random)]
+        counts = Counter(self.item_kinds.values())
+
+        def split(name: str, sides: dict[str, FollowSide]) -> list[tuple[str, FollowSide]]:
+            return [(f"{name}, {kind} answers ({counts[kind]} items)", side) for kind, side in sorted(sides.items())
+                    ] if len(sides) > 1 else []
+
+        rows = [("self-citation", self.self_citation), *split("self-citation", self.by_answer_kind),
+                ("cite [1]", self.cite_first), ("random (same count)", self.random)]
         if self.mirage is not None:
-            rows.append((f"mirage ({self.mirage_rule})", self.mirage))
+            rows += [(f"mirage ({self.mirage_rule})", self.mirage),
+                     *split(f"mirage ({self.mirage_rule})", self.mirage_by_answer_kind)]
         return rows
 
     def to_markdown(self) -> str:
@@ -184,6 +189,13 @@ class FollowReport(JSONRecord):
         return "\n".join(lines)
 
 
+def _sides_by_kind(citations: Sequence[set[int]], positions: Sequence[int], kinds: Sequence[str],
+                   k: int) -> dict[str, FollowSide]:
+    """A citer's :class:`FollowSide` over the presentations of each answer kind."""
+    return {kind: side_of([c for c, x in zip(citations, kinds) if x == kind],
+                          [p for p, x in zip(positions, kinds) if x == kind], k) for kind in sorted(set(kinds))}
+
+
 def follow_report(evaluation: CitationEval, presentations: Sequence[TrainingExample], *, k: int, seed: int,
                   mirage_rule: str | None = None) -> FollowReport:
     """The :class:`FollowReport` of answers already generated for ``presentations`` (``evaluation.answers[i]``
@@ -192,18 +204,19 @@ def follow_report(evaluation: CitationEval, presentations: Sequence[TrainingExam
         raise ValueError(f"{len(evaluation.answers)} answers for {len(presentations)} presentations")
     positions = [int(p.meta["follow"]["position"]) for p in presentations]
     own = [set(a["cited"]) for a in evaluation.answers]
-    mirage_side = None
-    judged = [(set(a["mirage_cited"]), pos) for a, pos in zip(evaluation.answers, positions) if "mirage_cited" in a]
+    kinds = [answer_kind(parse_answer(p.output, k).text) for p in presentations]
+    mirage_side, mirage_by_kind = None, {}
+    judged = [(set(a["mirage_cited"]), pos, kind) for a, pos, kind in zip(evaluation.answers, positions, kinds)
+              if "mirage_cited" in a]
     if mirage_rule is not None and judged:
-        mirage_side = side_of([c for c, _ in judged], [p for _, p in judged], k)
+        mirage_side = side_of([c for c, _, _ in judged], [p for _, p, _ in judged], k)
+        mirage_by_kind = _sides_by_kind([c for c, _, _ in judged], [p for _, p, _ in judged],
+                                        [x for _, _, x in judged], k)
     quality = {"answers_cited": evaluation.answers_cited, "sentences_cited": evaluation.sentences_cited,
                "exact_match": evaluation.exact_match, "invalid_citations": evaluation.invalid_citations,
                "seconds_per_answer": evaluation.seconds_per_answer, "max_new_tokens": evaluation.max_new_tokens}
     if mirage_rule is not None:
         quality["judged"] = len(judged)
-    kinds = [answer_kind(parse_answer(p.output, k).text) for p in presentations]
-    by_kind = {kind: side_of([c for c, x in zip(own, kinds) if x == kind],
-                             [p for p, x in zip(positions, kinds) if x == kind], k) for kind in sorted(set(kinds))}
     item_kinds = {str(p.meta["follow"]["item"]): x for p, x in zip(presentations, kinds)}
     return FollowReport(
         model=evaluation.model, k=k, seed=seed, n_items=len({p.meta["follow"]["item"] for p in presentations}),
@@ -211,7 +224,8 @@ def follow_report(evaluation: CitationEval, presentations: Sequence[TrainingExam
         cite_first=side_of([{1}] * len(positions), positions, k),
         random=random_side([len(c) for c in own], positions, k),
         mirage=mirage_side, mirage_rule=mirage_rule if mirage_side is not None else None,
-        quality=quality, judge=evaluation.judge, by_answer_kind=by_kind, item_kinds=item_kinds,
+        quality=quality, judge=evaluation.judge, by_answer_kind=_sides_by_kind(own, positions, kinds, k),
+        mirage_by_answer_kind=mirage_by_kind, item_kinds=item_kinds,
         versions=dict(evaluation.versions))
 
 
