@@ -115,16 +115,19 @@ def test_the_report_splits_the_self_citation_row_by_answer_kind():
                               max_new_tokens=8, answers=answers)
     report = follow_report(evaluation, pres, k=5, seed=0, mirage_rule="reference")
     assert report.item_kinds == {"q0": "yes/no", "q1": "other"}
-    assert report.by_answer_kind["other"].follow_rate == 1.0
-    assert report.by_answer_kind["yes/no"].follow_rate == pytest.approx(0.2)
-    assert report.by_answer_kind["yes/no"].first_when_not_supporting == 1.0
+    own = report.by_answer_kind["self_citation"]
+    assert own["other"].follow_rate == 1.0
+    assert own["yes/no"].follow_rate == pytest.approx(0.2)
+    assert own["yes/no"].first_when_not_supporting == 1.0
+    # the random citer of the same counts (one document each): 1/k on either kind
+    assert report.by_answer_kind["random"]["yes/no"].follow_rate == pytest.approx(0.2)
     assert report.self_citation.follow_rate == pytest.approx(0.6)
     again = FollowReport.from_dict(json.loads(report.to_json()))
     assert again.by_answer_kind == report.by_answer_kind
     assert "| self-citation, yes/no answers (1 items) | 20.0 |" in again.to_markdown()
     # mirage's citations of the same answers, split the same way
-    assert {kind: side.follow_rate for kind, side in again.mirage_by_answer_kind.items()} == {"yes/no": 1.0,
-                                                                                             "other": 1.0}
+    assert {kind: side.follow_rate for kind, side in again.by_answer_kind["mirage"].items()} == {"yes/no": 1.0,
+                                                                                                "other": 1.0}
     assert "| mirage (reference), yes/no answers (1 items) | 100.0 |" in again.to_markdown()
 
 
@@ -191,10 +194,10 @@ def test_follow_command_on_the_shipped_adapter(tmp_path, one_thread):
     # the row split by the kind of reference answer covers every presentation once
     counts = Counter(report.item_kinds.values())
     assert sum(counts.values()) == 2
-    assert sum(side.follow_rate * counts[kind] for kind, side in report.by_answer_kind.items()) == (
-        pytest.approx(2 * report.self_citation.follow_rate))
-    assert sum(side.follow_rate * counts[kind] for kind, side in report.mirage_by_answer_kind.items()) == (
-        pytest.approx(2 * report.mirage.follow_rate))
+    for citer in ("self_citation", "random", "mirage"):
+        overall = getattr(report, citer).follow_rate
+        assert sum(side.follow_rate * counts[kind] for kind, side in report.by_answer_kind[citer].items()) == (
+            pytest.approx(2 * overall))
     assert "| self-citation |" in run.stderr
     # a rerun reuses every answer
     again = subprocess.run(
@@ -450,6 +453,6 @@ def test_the_paired_changes_are_split_by_answer_kind(tmp_path):
     for row in rows[2:]:
         assert row["n_items"] == counts[row["answer_kind"]]
         if row["name"] == f"{names[1]}.json":
-            side = report.by_answer_kind[row["answer_kind"]]
+            side = report.by_answer_kind["self_citation"][row["answer_kind"]]
             assert row["values"]["follow_rate"] == pytest.approx(side.follow_rate)
             assert row["values"]["first_when_not_supporting"] == pytest.approx(side.first_when_not_supporting)

@@ -121,8 +121,8 @@ class FollowReport(JSONRecord):
     against the labels, and the faithfulness check of both against random sets of the same sizes,
     :class:`~mirage.tune.evaluate.JudgeSummary`); ``quality``: answers and sentences cited and the exact match of
     the reference answer, from the answers' :class:`~mirage.tune.evaluate.CitationEval`; ``by_answer_kind``: the
-    self-citation row over the items of each kind of reference answer (:func:`answer_kind`), ``item_kinds`` each
-    item's kind, and ``mirage_by_answer_kind`` mirage's row split the same way (with a judge)."""
+    rows of the self-citation, the random citer and mirage (with a judge), each over the items of each kind of
+    reference answer (:func:`answer_kind`: citer field name -> kind -> row), and ``item_kinds`` each item's kind."""
 
     model: str
     k: int
@@ -136,8 +136,7 @@ class FollowReport(JSONRecord):
     mirage_rule: str | None = None
     quality: dict[str, Any] = field(default_factory=dict)
     judge: JudgeSummary | None = None
-    by_answer_kind: dict[str, FollowSide] = field(default_factory=dict)
-    mirage_by_answer_kind: dict[str, FollowSide] = field(default_factory=dict)
+    by_answer_kind: dict[str, dict[str, FollowSide]] = field(default_factory=dict)
     item_kinds: dict[str, str] = field(default_factory=dict)
     command: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
@@ -150,24 +149,26 @@ class FollowReport(JSONRecord):
         sides = {name: FollowSide.from_dict(data[name]) if data.get(name) is not None else None
                  for name in ("self_citation", "cite_first", "random", "mirage")}
         judge = JudgeSummary.from_dict(data["judge"]) if data.get("judge") is not None else None
-        kinds = {name: {kind: FollowSide.from_dict(side) for kind, side in data.get(name, {}).items()}
-                 for name in ("by_answer_kind", "mirage_by_answer_kind")}
-        return cls(**{**cls.known_fields(data), **sides, "judge": judge, **kinds})
+        kinds = {citer: {kind: FollowSide.from_dict(side) for kind, side in by_kind.items()}
+                 for citer, by_kind in data.get("by_answer_kind", {}).items()}
+        return cls(**{**cls.known_fields(data), **sides, "judge": judge, "by_answer_kind": kinds})
 
     def rows(self) -> list[tuple[str, FollowSide]]:
-        """The citers of the table, model first; where the items' reference answers are of more than one kind, the
-        self-citation row over each kind's items follows it."""
+        """The citers of the table, model first; where the items' reference answers are of more than one kind, each
+        citer's row over each kind's items follows its own."""
         counts = Counter(self.item_kinds.values())
 
-        def split(name: str, sides: dict[str, FollowSide]) -> list[tuple[str, FollowSide]]:
+        def split(name: str, citer: str) -> list[tuple[str, FollowSide]]:
+            sides = self.by_answer_kind.get(citer, {})
             return [(f"{name}, {kind} answers ({counts[kind]} items)", side) for kind, side in sorted(sides.items())
                     ] if len(sides) > 1 else []
 
-        rows = [("self-citation", self.self_citation), *split("self-citation", self.by_answer_kind),
-                ("cite [1]", self.cite_first), ("random (same count)", self.random)]
+        rows = [("self-citation", self.self_citation), *split("self-citation", "self_citation"),
+                ("cite [1]", self.cite_first), ("random (same count)", self.random),
+                *split("random (same count)", "random")]
         if self.mirage is not None:
-            rows += [(f"mirage ({self.mirage_rule})", self.mirage),
-                     *split(f"mirage ({self.mirage_rule})", self.mirage_by_answer_kind)]
+            name = f"mirage ({self.mirage_rule})"
+            rows += [(name, self.mirage), *split(name, "mirage")]
         return rows
 
     def to_markdown(self) -> str:
@@ -205,12 +206,16 @@ def follow_report(evaluation: CitationEval, presentations: Sequence[TrainingExam
     positions = [int(p.meta["follow"]["position"]) for p in presentations]
     own = [set(a["cited"]) for a in evaluation.answers]
     kinds = [answer_kind(parse_answer(p.output, k).text) for p in presentations]
-    mirage_side, mirage_by_kind = None, {}
+    mirage_side = None
+    by_kind = {"self_citation": _sides_by_kind(own, positions, kinds, k),
+               "random": {kind: random_side([len(c) for c, x in zip(own, kinds) if x == kind],
+                                            [p for p, x in zip(positions, kinds) if x == kind], k)
+                          for kind in sorted(set(kinds))}}
     judged = [(set(a["mirage_cited"]), pos, kind) for a, pos, kind in zip(evaluation.answers, positions, kinds)
               if "mirage_cited" in a]
     if mirage_rule is not None and judged:
         mirage_side = side_of([c for c, _, _ in judged], [p for _, p, _ in judged], k)
-        mirage_by_kind = _sides_by_kind([c for c, _, _ in judged], [p for _, p, _ in judged],
+        by_kind["mirage"] = _sides_by_kind([c for c, _, _ in judged], [p for _, p, _ in judged],
                                         [x for _, _, x in judged], k)
     quality = {"answers_cited": evaluation.answers_cited, "sentences_cited": evaluation.sentences_cited,
                "exact_match": evaluation.exact_match, "invalid_citations": evaluation.invalid_citations,
@@ -224,8 +229,7 @@ def follow_report(evaluation: CitationEval, presentations: Sequence[TrainingExam
         cite_first=side_of([{1}] * len(positions), positions, k),
         random=random_side([len(c) for c in own], positions, k),
         mirage=mirage_side, mirage_rule=mirage_rule if mirage_side is not None else None,
-        quality=quality, judge=evaluation.judge, by_answer_kind=_sides_by_kind(own, positions, kinds, k),
-        mirage_by_answer_kind=mirage_by_kind, item_kinds=item_kinds,
+        quality=quality, judge=evaluation.judge, by_answer_kind=by_kind, item_kinds=item_kinds,
         versions=dict(evaluation.versions))
 
 
