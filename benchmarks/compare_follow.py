@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from mirage.data.inputs import InputError
 from mirage.runs.store import read_records
 from mirage.tune.follow import compare_follow, follow_report_of
 
@@ -45,8 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     answers = {r: _answers(r) for r in args.reports}
     rows = [compare_follow(reference, answers[r], name=r.name, reference_name=args.reports[0].name,
                            draws=args.bootstrap).to_dict() for r in args.reports]
+    try:
+        first = follow_report_of(args.reports[0])
+    except InputError as err:
+        raise SystemExit(str(err)) from None
     kinds: dict[str, list[str]] = {}
-    for item, kind in follow_report_of(args.reports[0]).item_kinds.items():
+    for item, kind in first.item_kinds.items():
         kinds.setdefault(kind, []).append(item)
     if len(kinds) > 1:
         rows += [compare_follow(reference, answers[r], name=r.name, reference_name=args.reports[0].name,

@@ -456,3 +456,14 @@ def test_the_paired_changes_are_split_by_answer_kind(tmp_path):
             side = report.by_answer_kind["self_citation"][row["answer_kind"]]
             assert row["values"]["follow_rate"] == pytest.approx(side.follow_rate)
             assert row["values"]["first_when_not_supporting"] == pytest.approx(side.first_when_not_supporting)
+
+
+def test_compare_follow_names_a_first_file_that_is_no_report(tmp_path):
+    import shutil
+
+    shutil.copy(FOLLOW_RUNS / "base_val.answers.jsonl", tmp_path / "x.answers.jsonl")
+    (tmp_path / "x.json").write_text('{"follow_changes": []}')
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare_follow.py"), str(tmp_path / "x.json"),
+                          "--out", str(tmp_path / "out.json")], capture_output=True, text=True, check=False)
+    assert run.returncode != 0 and "x.json is not a permutation-test report" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and not (tmp_path / "out.json").exists()

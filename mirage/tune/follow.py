@@ -108,7 +108,7 @@ _YES_NO = re.compile(r"\W*(yes|no)\b", re.IGNORECASE)
 def answer_kind(answer: str) -> str:
     """``"yes/no"`` for an answer that starts with yes or no, else ``"other"``. A yes/no answer copies no span of
     the passage it rests on, so a citer that follows extracted answers by their words may still cite yes/no answers
-    by position; the report splits its self-citation row by the kind of each item's reference answer."""
+    by position; the report splits each citer's row by the kind of each item's reference answer."""
     return "yes/no" if _YES_NO.match(answer) else "other"
 
 
@@ -190,11 +190,16 @@ class FollowReport(JSONRecord):
         return "\n".join(lines)
 
 
-def _sides_by_kind(citations: Sequence[set[int]], positions: Sequence[int], kinds: Sequence[str],
-                   k: int) -> dict[str, FollowSide]:
-    """A citer's :class:`FollowSide` over the presentations of each answer kind."""
-    return {kind: side_of([c for c, x in zip(citations, kinds) if x == kind],
-                          [p for p, x in zip(positions, kinds) if x == kind], k) for kind in sorted(set(kinds))}
+def _sides_by_kind(citations: Sequence[set[int]], positions: Sequence[int], kinds: Sequence[str], k: int, *,
+                   random: bool = False) -> dict[str, FollowSide]:
+    """A citer's :class:`FollowSide` over the presentations of each answer kind (``random``: the random citer of
+    the same counts, :func:`random_side`)."""
+    out = {}
+    for kind in sorted(set(kinds)):
+        mine = [c for c, x in zip(citations, kinds) if x == kind]
+        where = [p for p, x in zip(positions, kinds) if x == kind]
+        out[kind] = random_side([len(c) for c in mine], where, k) if random else side_of(mine, where, k)
+    return out
 
 
 def follow_report(evaluation: CitationEval, presentations: Sequence[TrainingExample], *, k: int, seed: int,
@@ -208,9 +213,7 @@ def follow_report(evaluation: CitationEval, presentations: Sequence[TrainingExam
     kinds = [answer_kind(parse_answer(p.output, k).text) for p in presentations]
     mirage_side = None
     by_kind = {"self_citation": _sides_by_kind(own, positions, kinds, k),
-               "random": {kind: random_side([len(c) for c, x in zip(own, kinds) if x == kind],
-                                            [p for p, x in zip(positions, kinds) if x == kind], k)
-                          for kind in sorted(set(kinds))}}
+               "random": _sides_by_kind(own, positions, kinds, k, random=True)}
     judged = [(set(a["mirage_cited"]), pos, kind) for a, pos, kind in zip(evaluation.answers, positions, kinds)
               if "mirage_cited" in a]
     if mirage_rule is not None and judged:
