@@ -42,14 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="the JSON file to write")
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (default 2000, seed 0)")
     args = parser.parse_args(argv)
-    reference = _answers(args.reports[0])
-    answers = {r: _answers(r) for r in args.reports}
-    rows = [compare_follow(reference, answers[r], name=r.name, reference_name=args.reports[0].name,
-                           draws=args.bootstrap).to_dict() for r in args.reports]
     try:
         first = follow_report_of(args.reports[0])
     except InputError as err:
         raise SystemExit(str(err)) from None
+    answers = {r: _answers(r) for r in args.reports}
+    reference = answers[args.reports[0]]
+    rows = [compare_follow(reference, answers[r], name=r.name, reference_name=args.reports[0].name,
+                           draws=args.bootstrap).to_dict() for r in args.reports]
     kinds: dict[str, list[str]] = {}
     for item, kind in first.item_kinds.items():
         kinds.setdefault(kind, []).append(item)

@@ -98,7 +98,7 @@ def test_answer_kind_reads_yes_and_no_as_whole_words():
         "yes/no", "yes/no", "yes/no", "other", "other", "other"]
 
 
-def test_the_report_splits_the_self_citation_row_by_answer_kind():
+def test_the_report_splits_each_citers_row_by_answer_kind():
     """Two items, one answered yes, one by a name; a citer that follows the named one and cites [1] on the other:
     each kind's row is the follow rule over that kind's presentations, and the overall row holds both."""
     from mirage.tune.evaluate import CitationEval

@@ -217,9 +217,9 @@ def follow_report(evaluation: CitationEval, presentations: Sequence[TrainingExam
     judged = [(set(a["mirage_cited"]), pos, kind) for a, pos, kind in zip(evaluation.answers, positions, kinds)
               if "mirage_cited" in a]
     if mirage_rule is not None and judged:
-        mirage_side = side_of([c for c, _, _ in judged], [p for _, p, _ in judged], k)
-        by_kind["mirage"] = _sides_by_kind([c for c, _, _ in judged], [p for _, p, _ in judged],
-                                        [x for _, _, x in judged], k)
+        cited, where, of_kind = (list(column) for column in zip(*judged))
+        mirage_side = side_of(cited, where, k)
+        by_kind["mirage"] = _sides_by_kind(cited, where, of_kind, k)
     quality = {"answers_cited": evaluation.answers_cited, "sentences_cited": evaluation.sentences_cited,
                "exact_match": evaluation.exact_match, "invalid_citations": evaluation.invalid_citations,
                "seconds_per_answer": evaluation.seconds_per_answer, "max_new_tokens": evaluation.max_new_tokens}
