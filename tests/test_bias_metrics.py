@@ -21,6 +21,7 @@ from mirage.bias.metrics import (
     cas_effect,
     citation_set_prf,
     exact_match,
+    mean_citation_set_prf,
     paired_p_value,
     random_baseline,
     summarize_mode,
@@ -79,6 +80,17 @@ def test_citation_set_prf_and_exact_match():
     assert exact_match("In 19134", ["1913"]) is False  # whole-token match after normalisation
     assert exact_match("Yes, it is.", ["yes"]) is True
     assert exact_match("anything", []) is None
+
+
+def test_the_mean_over_answers_skips_the_unsupported_ones_and_scores_cite_first_on_the_same_answers():
+    """``mean_citation_set_prf``: what ``mirage tune eval`` reports per answer, and cite-[1]'s row beside it."""
+    answers = [{"cited": [2], "supporting": [2]}, {"cited": [1, 3], "supporting": [1, 2]},
+               {"cited": [4], "supporting": None}, {"cited": [], "supporting": []}]
+    p, r, f = mean_citation_set_prf(answers)
+    assert (p, r) == (pytest.approx(0.75), pytest.approx(0.75)) and f == pytest.approx((1 + 0.5) / 2)
+    first = mean_citation_set_prf(answers, cite_first=True)
+    assert first == (pytest.approx(0.5), pytest.approx(0.25), pytest.approx((0 + 2 / 3) / 2))
+    assert mean_citation_set_prf([{"cited": [1], "supporting": None}]) == (None, None, None)
 
 
 def test_cas_hand_computed():

@@ -207,6 +207,25 @@ def test_retrieve_and_tune_data_take_names(data_dir, tmp_path):
     assert {r["source"] for r in rows} == {"xor-attriqa", "eli5-demo"} and len(rows) > 4
 
 
+def test_tune_commands_read_a_name_of_several_parts_as_each_part_s_file(data_dir, tmp_path):
+    """`mirage tune data --xor xor-attriqa-match:train,val` and `mirage tune eval xor-attriqa-match:fi,ru` (as the
+    tuning guide writes them) read each part's file, and the examples record each part's name."""
+    from mirage.data import resolve_files
+
+    assert resolve_files(["xor-attriqa-match:ru,fi", "eli5-alce-prompt"]) == [
+        str(resolve("xor-attriqa-match:fi")), str(resolve("xor-attriqa-match:ru")), str(resolve("eli5-alce-prompt"))]
+    assert resolve_files([resolve("xor-attriqa-match:fi,ru")]) == [  # a folder: its JSONL files
+        str(resolve("xor-attriqa-match:fi,ru") / "fi.jsonl"), str(resolve("xor-attriqa-match:fi,ru") / "ru.jsonl")]
+    assert main(["tune", "data", "gold", "--xor", "xor-attriqa-match:train,val", "-o", str(tmp_path / "both.jsonl"),
+                 "--quiet"]) == 0
+    assert main(["tune", "data", "gold", "--xor", "xor-attriqa-match:train", "xor-attriqa-match:val",
+                 "-o", str(tmp_path / "each.jsonl"), "--quiet"]) == 0
+    both = (tmp_path / "both.jsonl").read_text()
+    assert both == (tmp_path / "each.jsonl").read_text()
+    files = {json.loads(line)["file"] for line in both.splitlines()}
+    assert files == {"xor-attriqa-match:train", "xor-attriqa-match:val"}
+
+
 def test_attribute_reads_a_dataset_of_items(data_dir, tmp_path, capsys, monkeypatch):
     """`mirage attribute eli5-alce`: the name is the cached file (so -o over it is refused before a model loads);
     without the cache, one line naming `mirage data get`."""

@@ -35,6 +35,7 @@ from mirage.tune.data import (
     spread_positions,
     write_examples,
     xor_examples,
+    yes_no_questions,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,6 +210,47 @@ def test_the_data_command_writes_a_training_set(tmp_path, capsys):
     assert main(["tune", "data", "gold", "--xor", str(XOR / "train.jsonl"), "-o", str(tmp_path / "ru.jsonl")]) == 0
     assert main(["tune", "data", "gold", "--xor", str(tmp_path / "ru.jsonl"), "-o", str(out)]) == 2
     assert "evaluation of the tuned model" in capsys.readouterr().err
+
+
+def test_gold_answers_asked_again_as_yes_no_questions_keep_their_supporting_passages():
+    """--yes-no: each supported XOR-AttriQA example with a short extracted answer is asked "Is it <its answer>?"
+    (Yes) and "Is it <another question's answer>?" (No), both citing the passages labelled as supporting; answers
+    already yes/no and ALCE's demos are not asked again."""
+    full = ROOT / "tests" / "data" / "xor_attriqa_full"
+    examples, _ = build_gold([full / "train.jsonl", full / "val.jsonl"], [DEMOS], group_passages=True)
+    asked = yes_no_questions(examples, seed=0)
+    xor = [ex for ex in examples if ex.source == "xor-attriqa"]
+    answers = {ex.id: parse_answer(ex.output, len(ex.docs)).text for ex in xor}
+    assert len(xor) == 5 and [ex.id for ex in asked] == [f"{ex.id}-{reply}" for ex in xor for reply in ("yes", "no")]
+    for ex in xor:
+        yes, no = (next(a for a in asked if a.id == f"{ex.id}-{reply}") for reply in ("yes", "no"))
+        assert yes.question == f"{ex.question} Is it {answers[ex.id]}?" and yes.meta["yes_no"]["asked"] == answers[ex.id]
+        wrong = no.meta["yes_no"]["asked"]
+        assert no.question == f"{ex.question} Is it {wrong}?" and wrong in set(answers.values()) - {answers[ex.id]}
+        for one, reply in ((yes, "Yes"), (no, "No")):
+            parsed = parse_answer(one.output, len(one.docs))
+            assert parsed.text == reply and one.citations == [ex.supporting] and one.supporting == ex.supporting
+            assert one.docs == ex.docs and one.file == ex.file and one.line == ex.line
+    assert yes_no_questions(examples, seed=0) == asked  # seeded
+    match, _ = build_gold([XOR / "train.jsonl", XOR / "val.jsonl"])
+    assert [ex.output for ex in match if ex.id == "xor-val-1"] == ["yes [1]"]
+    assert {ex.meta["yes_no"]["from"] for ex in yes_no_questions(match)} == {"xor-train-1", "xor-val-2"}
+
+
+def test_the_data_command_adds_the_yes_no_questions_after_the_gold_examples(tmp_path, capsys):
+    from mirage.cli import main
+
+    full = ROOT / "tests" / "data" / "xor_attriqa_full"
+    out = tmp_path / "gold.jsonl"
+    argv = ["tune", "data", "gold", "--xor", str(full / "train.jsonl"), "--group-passages", "--yes-no", "-o", str(out)]
+    assert main(argv) == 0
+    examples, bad = read_examples(out)
+    gold = build_gold([full / "train.jsonl"], group_passages=True)[0]
+    assert bad == [] and examples == gold + yes_no_questions(gold)
+    assert f"{len(examples) - len(gold)} examples from xor-attriqa yes/no" in capsys.readouterr().err
+    argv = ["tune", "data", "internals", "--xor", str(full / "train.jsonl"), "--yes-no", "-o", str(out)]
+    assert main(argv) == 2
+    assert "--yes-no asks the gold answers again" in capsys.readouterr().err
 
 
 def test_tune_help_imports_no_torch_nor_trl():
@@ -860,3 +902,31 @@ def test_the_shipped_citing_adapter_loads_offline_by_its_embedded_name(smollm2):
     assert not torch.allclose(tuned, _logits(smollm2.model, ids), atol=1e-3)   # and it is not the base model
     with pytest.raises(ModelLoadError, match="smollm2-135m-cite"):   # unknown names list it among the embedded ones
         load_model("no such model")
+
+
+def test_a_lora_taken_from_a_full_fine_tuning_change_keeps_what_its_rank_holds(tiny_causal):
+    """lora_from_change (benchmarks/extract_lora.py's probe): each linear layer's change, tuned minus base, as a LoRA
+    by truncated SVD. A change of rank 2 comes back whole at rank 2 (the merged weights are the tuned ones) and in part at rank 1;
+    the base model's weights stay as they were."""
+    from mirage.tune.adapters import lora_from_change
+
+    base = copy.deepcopy(tiny_causal.model)
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    generator = torch.Generator().manual_seed(0)
+    tuned = {}
+    for name, module in base.named_modules():
+        if isinstance(module, torch.nn.Linear) and name != "lm_head":
+            out_dim, in_dim = module.weight.shape
+            change = torch.randn(out_dim, 2, generator=generator) @ torch.randn(2, in_dim, generator=generator)
+            tuned[name + ".weight"] = module.weight.detach() + 0.01 * change
+    assert len(tuned) == 14  # seven linear layers in each of the two blocks
+    whole, kept = lora_from_change(copy.deepcopy(base), tuned, rank=2)
+    assert kept == pytest.approx(1.0, abs=1e-6)
+    merged = whole.merge_and_unload().state_dict()
+    for key, weight in tuned.items():
+        torch.testing.assert_close(merged[key], weight, atol=1e-5, rtol=1e-4)
+    part, kept_1 = lora_from_change(copy.deepcopy(base), tuned, rank=1)
+    assert 0.3 < kept_1 < 0.99
+    merged_1 = part.merge_and_unload().state_dict()
+    assert not all(torch.allclose(merged_1[k], w, atol=1e-5) for k, w in tuned.items())
+    assert all(torch.equal(base.state_dict()[k], v) for k, v in before.items())

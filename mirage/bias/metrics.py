@@ -78,6 +78,19 @@ def citation_set_prf(cited: Iterable[int], relevant: Iterable[int]) -> tuple[flo
     return precision, recall, f1
 
 
+def mean_citation_set_prf(answers: Iterable[Mapping[str, Any]], *, cite_first: bool = False,
+                          ) -> tuple[float | None, float | None, float | None]:
+    """Mean :func:`citation_set_prf` of the answers' ``cited`` documents against their ``supporting`` ones, over the
+    answers that have a supporting document (None each when none has); with ``cite_first``, of citing document 1
+    alone in every answer: the positional baseline on the same answers."""
+    scores = [citation_set_prf([1] if cite_first else a["cited"], a["supporting"]) for a in answers
+              if a.get("supporting")]
+    if not scores:
+        return None, None, None
+    p, r, f = (sum(s[i] for s in scores) / len(scores) for i in range(3))
+    return p, r, f
+
+
 def cited_docs(record: BiasRecord, source: CitationSource) -> list[int]:
     """Distinct valid document ids cited anywhere in the answer, in order of first citation."""
     out: list[int] = []

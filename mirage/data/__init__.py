@@ -7,8 +7,17 @@ that give the files mirage reads (:mod:`~mirage.data.build`), and the cache with
     resolve("xor-attriqa-match:fi")          # the file, for any command or function that reads one
 """
 
-from mirage.data.fetch import data_label, data_root, dataset_table, get, is_cached, resolve, resolve_all
+from mirage.data.fetch import (
+    data_label,
+    data_root,
+    dataset_table,
+    get,
+    is_cached,
+    resolve,
+    resolve_all,
+    resolve_files,
+)
 from mirage.data.registry import DATASETS, DataError, parse_spec
 
 __all__ = ["DATASETS", "DataError", "data_label", "data_root", "dataset_table", "get", "is_cached", "parse_spec", "resolve",
-           "resolve_all"]
+           "resolve_all", "resolve_files"]

@@ -113,6 +113,23 @@ def resolve_all(names_or_paths: Iterable[str | os.PathLike[str]] | None) -> list
     return [str(resolve(x)) for x in names_or_paths or ()]
 
 
+def resolve_files(names_or_paths: Iterable[str | os.PathLike[str]] | None, *, pattern: str = "*.jsonl") -> list[str]:
+    """:func:`resolve_all` for commands that read data files one at a time: a dataset name of several parts
+    (``xor-attriqa-match:train,val``) becomes each part's file, in the dataset's order, and a folder its ``pattern``
+    files in name order."""
+    files: list[str] = []
+    for name_or_path in names_or_paths or ():
+        text = os.fspath(name_or_path)
+        if is_spec(text) and not Path(text).exists():
+            spec = parse_spec(text)
+            if not spec.whole and not spec.dataset.as_folder and len(spec.parts) > 1:
+                files += [str(resolve(f"{spec.dataset.name}:{part}")) for part in spec.parts]
+                continue
+        path = resolve(text)
+        files += [str(p) for p in sorted(path.glob(pattern))] if path.is_dir() else [str(path)]
+    return files
+
+
 def data_label(path: str | os.PathLike[str]) -> str:
     """How a run records the data it read, without this machine's folders: the dataset name of a path in the data
     cache (``xor-attriqa-match:fi``), else the path relative to the working directory when it lies under it, else

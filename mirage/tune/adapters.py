@@ -170,6 +170,31 @@ def export_adapter(directory: str | Path, dest: str | Path, *, dtype: str = "flo
     return dest
 
 
+def lora_from_change(base: torch.nn.Module, tuned: dict[str, torch.Tensor], rank: int) -> tuple[Any, float]:
+    """``base`` wrapped as a peft LoRA model of ``rank`` on every linear layer, each adapter set to the best rank-``rank``
+    approximation of that layer's change (``tuned[name + ".weight"]`` minus the base weight), and the share of the
+    change kept (squared singular values kept over all). ``base``'s own weights are not changed; the change of the
+    embeddings and norms is not carried. How a fully fine-tuned model is judged in the form mirage ships
+    (``benchmarks/extract_lora.py``)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=rank, target_modules="all-linear", lora_dropout=0.0))
+    kept = total = 0.0
+    for name, module in model.named_modules():
+        if "default" not in getattr(module, "lora_A", {}):
+            continue
+        weight = module.base_layer.weight
+        change = tuned[name.removeprefix("base_model.model.") + ".weight"].float() - weight.detach().float()
+        u, s, vh = torch.linalg.svd(change, full_matrices=False)
+        root = s[:rank].sqrt()
+        module.lora_A["default"].weight.data = (root[:, None] * vh[:rank]).to(weight.dtype).contiguous()
+        module.lora_B["default"].weight.data = (u[:, :rank] * root).to(weight.dtype).contiguous()
+        kept += float((s[:rank] ** 2).sum())
+        total += float((s ** 2).sum())
+    return model, kept / total if total else 1.0
+
+
 def read_adapter_info(directory: str | Path) -> AdapterInfo:
     """The :class:`AdapterInfo` of an adapter folder; AdapterError when it is not a mirage adapter folder."""
     directory = Path(directory)

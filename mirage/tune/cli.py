@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from mirage.checks import int_flag
 from mirage.config import ConfigError, MirageConfig, PromptConfig
-from mirage.data import resolve_all
+from mirage.data import resolve_files
 from mirage.data.inputs import InputError
 from mirage.runs.experiment import add_device_args, loading_args, non_negative_int, positive_int
 from mirage.runs.progress import terminal_progress
@@ -50,9 +50,10 @@ def cmd_data(args: argparse.Namespace) -> int:
         shuffle_documents,
         spread_positions,
         write_examples,
+        yes_no_questions,
     )
 
-    args.xor, args.eli5_demos, args.alce = (resolve_all(files) for files in (args.xor, args.eli5_demos, args.alce))
+    args.xor, args.eli5_demos, args.alce = (resolve_files(files) for files in (args.xor, args.eli5_demos, args.alce))
     held_out = _held_out_questions(args.exclude)
     if args.mode == "gold":
         if args.alce:
@@ -64,7 +65,13 @@ def cmd_data(args: argparse.Namespace) -> int:
             examples = _leave_out(examples, held_out, "--exclude")
         if args.limit is not None:
             examples = examples[: args.limit]
+        if args.yes_no:
+            asked = yes_no_questions(examples, seed=args.seed)
+            report.counts["xor-attriqa yes/no"] = len(asked)
+            examples = examples + asked
     else:
+        if args.yes_no:
+            raise ConfigError("--yes-no asks the gold answers again as yes/no questions; it goes with the gold mode.")
         if args.eli5_demos:
             raise ConfigError("--eli5-demos are gold answers; the internals mode takes questions from --xor and "
                               "--alce.")
@@ -273,7 +280,7 @@ def _read_eval_rows(args: argparse.Namespace) -> list[TrainingExample]:
     from mirage.tune.data import xor_examples
 
     examples = []
-    for path in resolve_all(args.data):
+    for path in resolve_files(args.data):
         found, skipped, _ = xor_examples(path, text=args.text, for_evaluation=True)
         examples += found[: args.limit_each] if args.limit_each is not None else found
         _print_bad([str(b) for b in skipped])
@@ -435,6 +442,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="training sets whose questions are left out, as examples and as filler passages: "
                            "keeps the items an evaluation will judge unseen when training on the same split")
     data.add_argument("--limit", type=non_negative_int, help="only the first N items (after --exclude)")
+    data.add_argument("--yes-no", action="store_true",
+                      help="gold: add each supported XOR-AttriQA example asked again as two yes/no questions "
+                           "('<question> Is it <its answer>?' answered Yes, and with another question's answer, "
+                           "No), both citing its supporting passages (after --exclude and --limit)")
     data.add_argument("--shuffle-docs", type=non_negative_int, default=0, metavar="N",
                       help="add N copies of each example, its documents in another order and its citations "
                            "renumbered (breaks the gold sets' 'passage 1 supports' habit; default 0)")

@@ -52,6 +52,9 @@ TEST_SPLITS = frozenset({"fi", "ru"})
 _WORD = re.compile(r"[a-z]+")
 #: Punctuation that closes a sentence: citation marks go before it (``… Helsinki [1].``), as in ALCE's answers.
 _CLOSING = ".!?…"
+_YES_NO = re.compile(r"\W*(yes|no)\b", re.IGNORECASE)
+#: The longest answer :func:`yes_no_questions` turns into a yes/no question, in words.
+YES_NO_MAX_WORDS = 8
 
 
 def source_label(file: str | Path) -> str:
@@ -227,6 +230,53 @@ def xor_examples(path: str | Path, *, text: TextView = "en", keep_unsupported: b
             docs=docs, output=output, citations=[list(c) for c in parsed.citations], supporting=supporting,
             file=source_label(item.file), line=item.line, lang=item.lang))
     return examples, list(data.bad_rows), unsupported
+
+
+def answer_kind(answer: str) -> str:
+    """``"yes/no"`` for an answer that starts with yes or no, else ``"other"``. A yes/no answer copies no span of
+    the passage it rests on, so a citer that follows extracted answers by their words may still cite yes/no answers
+    by position; the follow report splits each citer's row by the kind of each item's reference answer."""
+    return "yes/no" if _YES_NO.match(answer) else "other"
+
+
+def yes_no_questions(examples: Sequence[TrainingExample], *, seed: int = 0) -> list[TrainingExample]:
+    """Each supported XOR-AttriQA example of ``examples`` asked again as two yes/no questions: its question followed by
+    ``Is it <its answer>?``, answered ``Yes``, and followed by ``Is it <another question's answer>?`` (one of a
+    question with the same first word where there is one, chosen with ``seed``), answered ``No``; both cite the
+    passages labelled as supporting the answer, which say that it is and show that the other is not.
+
+    A yes/no answer copies no words of its passage, so gold data whose answers are extracted spans teaches citing
+    by those words and leaves yes/no questions to position; XOR-AttriQA's ``train`` and ``val`` hold few supported
+    yes/no answers. These constructed questions carry the same labels as the examples they come from (no new
+    annotation); they are the annotated questions reworded, not yes/no questions as users ask them. Examples whose
+    answer is already yes/no, has more than :data:`YES_NO_MAX_WORDS` words or more than one sentence, or cites
+    nothing are not asked again; ALCE demos neither (no short answer)."""
+    def plain(ex: TrainingExample) -> str:
+        return " ".join(strip_citations(ex.output)[0].split()).rstrip(_CLOSING + " ")
+
+    usable = [ex for ex in examples if ex.source == "xor-attriqa" and ex.supporting and ex.question.split()
+              and answer_kind(plain(ex)) == "other" and 0 < len(plain(ex).split()) <= YES_NO_MAX_WORDS
+              and len(split_sentences(plain(ex))) <= 1]
+    out: list[TrainingExample] = []
+    for ex in usable:
+        answer = plain(ex)
+        rng = random.Random(f"{seed}:{content_key([ex.question, answer])}")
+        others = [o for o in usable if o.question != ex.question and plain(o).lower() != answer.lower()]
+        if not others:
+            continue
+        first = ex.question.split()[0].lower()
+        alike = [o for o in others if o.question.split()[0].lower() == first]
+        wrong = plain(rng.choice(alike or others))
+        question = ex.question.rstrip()
+        question = question if question.endswith("?") else question + "?"
+        for reply, candidate in (("Yes", answer), ("No", wrong)):
+            output = cite_sentences(reply, ex.supporting or [])
+            out.append(TrainingExample(
+                id=f"{ex.id}-{reply.lower()}", source=ex.source, question=f"{question} Is it {candidate}?",
+                docs=ex.docs, output=output, citations=[list(c) for c in parse_answer(output, len(ex.docs)).citations],
+                supporting=list(ex.supporting or []), file=ex.file, line=ex.line, lang=ex.lang,
+                meta={**ex.meta, "yes_no": {"from": ex.id, "asked": candidate}}))
+    return out
 
 
 # -- gold: ALCE demos -------------------------------------------------------------------------------------------------

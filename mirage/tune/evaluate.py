@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from mirage.attribution.citations import parse_answer
 from mirage.attribution.generation import generate_answer
 from mirage.attribution.serialization import JSONRecord, library_versions
-from mirage.bias.metrics import citation_set_prf, exact_match
+from mirage.bias.metrics import exact_match, mean_citation_set_prf
 from mirage.config import RULE_ALIASES, ConfigError, MirageConfig
 from mirage.data.inputs import InputError
 from mirage.likelihood.classifier import shipped_model_spec
@@ -122,9 +122,11 @@ class CitationEval(JSONRecord):
         def pct(v: float | None) -> str:
             return "—" if v is None else f"{100 * v:.1f}%"
 
+        first = mean_citation_set_prf(self.answers, cite_first=True)
         return (f"{self.model}: {self.n_answers} answers; cited {pct(self.answers_cited)} of answers, "
                 f"{pct(self.sentences_cited)} of sentences; {self.invalid_citations} invalid ids; P/R/F1 "
-                f"{pct(self.precision)} / {pct(self.recall)} / {pct(self.f1)}; exact match {pct(self.exact_match)}; "
+                f"{pct(self.precision)} / {pct(self.recall)} / {pct(self.f1)} (cite [1] on the same answers: "
+                f"{' / '.join(pct(v) for v in first)}); exact match {pct(self.exact_match)}; "
                 f"{self.seconds_per_answer:.2f} s per answer"
                 + ("" if self.judge is None else "\n" + self.judge.to_text()))
 
@@ -362,7 +364,7 @@ def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, m
         answers.append(row)
     n = len(answers)
     n_sentences = sum(a["n_sentences"] for a in answers)
-    prf = [citation_set_prf(a["cited"], a["supporting"]) for a in answers if a["supporting"]]
+    precision, recall, f1 = mean_citation_set_prf(answers)
     matches = [float(a["exact_match"]) for a in answers if a["exact_match"] is not None]
     summary = None
     if judge is not None:
@@ -372,8 +374,6 @@ def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, m
         sentences_cited=(sum(sum(bool(c) for c in a["citations"]) for a in answers) / n_sentences
                          if n_sentences else 0.0),
         invalid_citations=sum(a["invalid"] for a in answers),
-        precision=metrics.mean_or_none([p for p, _r, _f in prf]),
-        recall=metrics.mean_or_none([r for _p, r, _f in prf]),
-        f1=metrics.mean_or_none([f for _p, _r, f in prf]), exact_match=metrics.mean_or_none(matches),
+        precision=precision, recall=recall, f1=f1, exact_match=metrics.mean_or_none(matches),
         seconds_per_answer=round(sum(a["seconds"] for a in answers) / n, 3) if n else 0.0,
         max_new_tokens=max_new_tokens, answers=answers, judge=summary, versions=library_versions())

@@ -28,7 +28,6 @@ where the bias study reads its answers with it too, and its table in :func:`mira
 from __future__ import annotations
 
 import random
-import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +45,7 @@ from mirage.bias.metrics import (  # noqa: F401 - follows, random_follow_probabi
 )
 from mirage.bias.tables import follow_table
 from mirage.runs.store import content_key
-from mirage.tune.data import TrainingExample, cite_sentences, filler_documents
+from mirage.tune.data import TrainingExample, answer_kind, cite_sentences, filler_documents
 
 if TYPE_CHECKING:
     from mirage.config import MirageConfig
@@ -100,16 +99,6 @@ def permutation_presentations(examples: Sequence[TrainingExample], *, k: int = 5
                 file=ex.file, line=ex.line, lang=ex.lang,
                 meta={**ex.meta, "follow": {"item": ex.id, "position": position, "k": k, "fillers": n_fillers}}))
     return out
-
-
-_YES_NO = re.compile(r"\W*(yes|no)\b", re.IGNORECASE)
-
-
-def answer_kind(answer: str) -> str:
-    """``"yes/no"`` for an answer that starts with yes or no, else ``"other"``. A yes/no answer copies no span of
-    the passage it rests on, so a citer that follows extracted answers by their words may still cite yes/no answers
-    by position; the report splits each citer's row by the kind of each item's reference answer."""
-    return "yes/no" if _YES_NO.match(answer) else "other"
 
 
 @dataclass

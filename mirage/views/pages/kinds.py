@@ -404,6 +404,8 @@ def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
         sections.append("## Training runs\n\n" + md_table(
             ["record", "stage", "examples / prompts", "steps", "epochs", "minutes", "peak memory", "curve"],
             train_rows))
+    from mirage.bias.metrics import mean_citation_set_prf
+
     eval_rows, judge_rows = [], []
     for name, d in files["eval"]:
         by_doc, by_size = documents_cited(d["answers"])
@@ -416,6 +418,7 @@ def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
         eval_rows.append((f"[`{name}`]({name})", d.get("model"), d.get("n_answers"), pc(d.get("answers_cited")),
                           pc(d.get("sentences_cited")), d.get("invalid_citations"),
                           f"{pc(d.get('precision'))} / {pc(d.get('recall'))} / {pc(d.get('f1'))}",
+                          " / ".join(pc(v) for v in mean_citation_set_prf(d["answers"], cite_first=True)),
                           pc(d.get("exact_match")), cell(d.get("seconds_per_answer"), 2),
                           f"{by_doc[1]} / {by_doc[2]} / {three}", sizes))
         j = d.get("judge")
@@ -438,12 +441,14 @@ def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
                                drop("selfcitation", "random_selfcitation"), drop("mirage", "random_mirage")))
     if eval_rows:
         sections.append(
-            "## Citation evaluations\n\nPercentages. P / R / F1 per answer (answers with a supporting document). "
+            "## Citation evaluations\n\nPercentages. P / R / F1 per answer (answers with a supporting document), "
+            "and the same for citing document 1 in every answer (\"cite [1]\", the positional baseline). "
             "\"Answers citing document 1 / 2 / 3+\": the answers whose citations include document 1, document 2, "
             "a document numbered 3 or more (an answer can count in several); \"answers citing 0 / 1 / 2 / 3+ "
             "documents\": the answers by the size of their citation set.\n\n"
             + md_table(["record", "model", "answers", "answers cited", "sentences cited", "invalid ids",
-                        "P / R / F1", "exact match", "s / answer", "answers citing document 1 / 2 / 3+",
+                        "P / R / F1", "cite [1] P / R / F1", "exact match", "s / answer",
+                        "answers citing document 1 / 2 / 3+",
                         "answers citing 0 / 1 / 2 / 3+ documents"], eval_rows))
     if judge_rows:
         sections.append(
