@@ -365,7 +365,7 @@ def protocol_overview(folder: str) -> str:
 TUNE_RUNS = {"base": "base model", "3epochs": "SFT, 3 epochs (shipped as `smollm2-135m-cite`)",
              "shuffled": "SFT, shuffled documents", "internals": "SFT, self-distilled (mirage's citations)",
              "16steps": "SFT + reward stage, 16 steps", "epoch": "SFT + reward stage, 1 epoch",
-             "marked_yesno": "full SFT in four stages, the last over the gold answers asked as yes/no questions "
+             "marked_yesno": "full SFT in three stages, the last over the gold answers asked as yes/no questions "
                              "(follows on the permutation test; not shipped)"}
 
 
