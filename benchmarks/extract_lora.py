@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{args.model}: no model.safetensors; give the model folder of a full fine-tuning run")
     if args.output.exists():
         raise SystemExit(f"-o {args.output} exists; give a new folder")
-    model, kept = lora_from_change(load_model(args.base, dtype="float32").model, load_file(args.model / "model.safetensors"),
-                               args.rank)
+    base = load_model(args.base, dtype="float32").model
+    model, kept = lora_from_change(base, load_file(args.model / "model.safetensors"), args.rank)
     save_adapter(model, args.output, base_name=args.base, prompt=trained_prompt(args.model),
                  training=training_record(args.model))
     print(f"rank {args.rank}: {kept:.3f} of the linear layers' change kept; adapter in {args.output}")

@@ -254,27 +254,26 @@ def yes_no_questions(examples: Sequence[TrainingExample], *, seed: int = 0) -> l
     def plain(ex: TrainingExample) -> str:
         return " ".join(strip_citations(ex.output)[0].split()).rstrip(_CLOSING + " ")
 
-    usable = [ex for ex in examples if ex.source == "xor-attriqa" and ex.supporting and ex.question.split()
-              and answer_kind(plain(ex)) == "other" and 0 < len(plain(ex).split()) <= YES_NO_MAX_WORDS
-              and len(split_sentences(plain(ex))) <= 1]
+    usable = [(ex, answer) for ex, answer in ((ex, plain(ex)) for ex in examples
+                                              if ex.source == "xor-attriqa" and ex.supporting and ex.question.split())
+              if answer_kind(answer) == "other" and 0 < len(answer.split()) <= YES_NO_MAX_WORDS
+              and len(split_sentences(answer)) <= 1]
     out: list[TrainingExample] = []
-    for ex in usable:
-        answer = plain(ex)
-        rng = random.Random(f"{seed}:{content_key([ex.question, answer])}")
-        others = [o for o in usable if o.question != ex.question and plain(o).lower() != answer.lower()]
+    for ex, answer in usable:
+        others = [(o, a) for o, a in usable if o.question != ex.question and a.lower() != answer.lower()]
         if not others:
             continue
         first = ex.question.split()[0].lower()
-        alike = [o for o in others if o.question.split()[0].lower() == first]
-        wrong = plain(rng.choice(alike or others))
+        alike = [(o, a) for o, a in others if o.question.split()[0].lower() == first]
+        wrong = random.Random(f"{seed}:{content_key([ex.question, answer])}").choice(alike or others)[1]
         question = ex.question.rstrip()
         question = question if question.endswith("?") else question + "?"
         for reply, candidate in (("Yes", answer), ("No", wrong)):
-            output = cite_sentences(reply, ex.supporting or [])
+            output = cite_sentences(reply, ex.supporting)
             out.append(TrainingExample(
                 id=f"{ex.id}-{reply.lower()}", source=ex.source, question=f"{question} Is it {candidate}?",
                 docs=ex.docs, output=output, citations=[list(c) for c in parse_answer(output, len(ex.docs)).citations],
-                supporting=list(ex.supporting or []), file=ex.file, line=ex.line, lang=ex.lang,
+                supporting=list(ex.supporting), file=ex.file, line=ex.line, lang=ex.lang,
                 meta={**ex.meta, "yes_no": {"from": ex.id, "asked": candidate}}))
     return out
 
