@@ -10,7 +10,8 @@
 
 A page asks for generated text with a marker on a line of its own, e.g. ``<!-- mirage:cli -->``,
 ``<!-- mirage:config -->``, ``<!-- mirage:cost attribute -->``, ``<!-- mirage:bench attribution -->``,
-``<!-- mirage:headline -->``, ``<!-- mirage:compare fidelity/fields_val.json -->``, ``<!-- mirage:self-match self_match -->``. ``tests/test_docs_site.py`` builds the site and reads these pages back.
+``<!-- mirage:headline -->``, ``<!-- mirage:compare fidelity/fields_val.json -->``, ``<!-- mirage:self-match self_match -->``,
+``<!-- mirage:card smollm2-135m-cite-follow -->``. ``tests/test_docs_site.py`` builds the site and reads these pages back.
 """
 
 from __future__ import annotations
@@ -366,7 +367,8 @@ TUNE_RUNS = {"base": "base model", "3epochs": "SFT, 3 epochs (shipped as `smollm
              "shuffled": "SFT, shuffled documents", "internals": "SFT, self-distilled (mirage's citations)",
              "16steps": "SFT + reward stage, 16 steps", "epoch": "SFT + reward stage, 1 epoch",
              "marked_yesno": "full SFT in three stages, the last over the gold answers asked as yes/no questions "
-                             "(follows on the permutation test; not shipped)"}
+                             "(follows on the permutation test)",
+             "cite_follow": "that model as a rank-64 LoRA (shipped as `smollm2-135m-cite-follow`)"}
 
 
 def tune_tables() -> str:
@@ -542,6 +544,18 @@ def notebook_source(name: str) -> Path:
 
 
 # -------------------------------------------------------------------------------------------------------- mkdocs hooks
+def adapter_card(name: str) -> str:
+    """A shipped adapter's model card (``mirage/assets/adapters/NAME/README.md``, which ``mirage tune card`` writes
+    from its evaluations), its title and marker line dropped, its results files linked to their pages."""
+    from mirage.attribution.models import embedded_adapters
+
+    lines = (embedded_adapters()[name].path / "README.md").read_text(encoding="utf-8").splitlines()
+    body = "\n".join(line for line in lines if not line.startswith(("<!--", "# ")))
+    for rel in sorted({p.relative_to(RESULTS).as_posix() for p in RESULTS.glob("tune_*/*.json")}):
+        body = body.replace(f"`{Path(rel).name}`", f"[`{Path(rel).name}`]({RESULTS_URI}/{rel})")
+    return body.strip() + f"\n\nFrom `mirage/assets/adapters/{name}/README.md`."
+
+
 GENERATORS: dict[str, Callable[..., str]] = {
     "cli": cli_reference, "config": config_reference, "headline": lambda: headline_table(f"{RESULTS_URI}/"),
     "bench": lambda name: {"attribution": bench_attribution, "precision": bench_precision,
@@ -553,6 +567,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "text": results_text,
     "compare": compare_table,
     "self-match": self_match_table,
+    "card": adapter_card,
 }
 
 

@@ -228,8 +228,8 @@ def test_unknown_name_with_an_unreachable_hub_fails_fast(monkeypatch, timer):
         load_model("nobody-x/not-a-model-y", device="cpu")
     assert timer() - start < FAST
     assert str(err.value).startswith(
-        "model 'nobody-x/not-a-model-y' is not an embedded model (smollm2-135m-instruct, gemma3-270m, smollm2-135m-cite), "
-        "not a local "
+        "model 'nobody-x/not-a-model-y' is not an embedded model (smollm2-135m-instruct, gemma3-270m, smollm2-135m-cite, "
+        "smollm2-135m-cite-follow), not a local "
         "folder, and the Hugging Face hub is unreachable from here; give a local checkpoint folder or an embedded name"
     )
 

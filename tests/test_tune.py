@@ -885,27 +885,35 @@ def test_the_judged_evaluation_attributes_each_answer_and_resumes(embedded_mirag
 
 
 @pytest.mark.slow
-def test_the_shipped_citing_adapter_loads_offline_by_its_embedded_name(smollm2):
-    from mirage.attribution.models import ModelLoadError, embedded_adapters, embedded_names, load_model
-    from mirage.tune.adapters import apply_adapter, read_adapter_info
+@pytest.mark.parametrize("name", ["smollm2-135m-cite", "smollm2-135m-cite-follow"])
+def test_a_shipped_citing_adapter_loads_offline_by_its_embedded_name(smollm2, name):
+    from safetensors.torch import load_file
 
-    spec = embedded_adapters()["smollm2-135m-cite"]
-    assert spec.base == "smollm2-135m-instruct" and "smollm2-135m-cite" in embedded_names()
+    from mirage.attribution.models import ModelLoadError, embedded_adapters, embedded_names, load_model
+    from mirage.tune.adapters import apply_adapter, read_adapter_info, trained_prompt, training_record
+
+    spec = embedded_adapters()[name]
+    assert spec.base == "smollm2-135m-instruct" and name in embedded_names()
     info = read_adapter_info(spec.path)
-    assert info.base_model == spec.base and (spec.path / "adapter_model.safetensors").stat().st_size < 8e6
-    cite = load_model("smollm2-135m-cite")
-    assert cite.name == "smollm2-135m-cite" and cite.use_chat_template
+    assert info.base_model == spec.base and info.training.get("questions")
+    # shipped in fp16 and without the base model's own matrices (peft saves the embeddings an adapter targets)
+    weights = load_file(str(spec.path / "adapter_model.safetensors"))
+    assert {w.dtype for w in weights.values()} == {torch.float16} and not any("base_layer" in k for k in weights)
+    # by its name, the records of its folder: the prompt it was trained with, the questions it saw
+    assert trained_prompt(name) == trained_prompt(spec.path) and training_record(name) == info.training
+    cite = load_model(name)
+    assert cite.name == name and cite.use_chat_template
     by_hand = apply_adapter(copy.deepcopy(smollm2), spec.path)
     ids = smollm2.tokenizer("The Eiffel Tower was completed in 1889 [1].")["input_ids"]
     tuned = _logits(cite.model, ids)
     assert torch.equal(tuned, _logits(by_hand.model, ids))          # by name = the folder applied by hand
     assert not torch.allclose(tuned, _logits(smollm2.model, ids), atol=1e-3)   # and it is not the base model
-    with pytest.raises(ModelLoadError, match="smollm2-135m-cite"):   # unknown names list it among the embedded ones
+    with pytest.raises(ModelLoadError, match=name):   # unknown names list it among the embedded ones
         load_model("no such model")
 
 
 def test_a_lora_taken_from_a_full_fine_tuning_change_keeps_what_its_rank_holds(tiny_causal):
-    """lora_from_change (benchmarks/extract_lora.py's probe): each linear layer's change, tuned minus base, as a LoRA
+    """lora_from_change (mirage tune export DIR/model --rank R): each linear layer's change, tuned minus base, as a LoRA
     by truncated SVD. A change of rank 2 comes back whole at rank 2 (the merged weights are the tuned ones) and in part at rank 1;
     the base model's weights stay as they were."""
     from mirage.tune.adapters import lora_from_change
@@ -930,3 +938,130 @@ def test_a_lora_taken_from_a_full_fine_tuning_change_keeps_what_its_rank_holds(t
     merged_1 = part.merge_and_unload().state_dict()
     assert not all(torch.allclose(merged_1[k], w, atol=1e-5) for k, w in tuned.items())
     assert all(torch.equal(base.state_dict()[k], v) for k, v in before.items())
+
+
+def _tiny_tied(tokenizer):
+    """A tiny seeded Llama whose input and output embeddings are tied, as SmolLM2's are."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    return LlamaForCausalLM(config).eval()
+
+
+def _tuned_change(base, seed: int, *, rank: int = 6, embed_rank: int = 2) -> dict[str, torch.Tensor]:
+    """``base``'s weights with a low-rank change on every linear layer and the embeddings, and changed norms."""
+    generator = torch.Generator().manual_seed(seed)
+    tuned = {}
+    for name, module in base.named_modules():
+        if isinstance(module, torch.nn.Linear) and name != "lm_head":
+            out_dim, in_dim = module.weight.shape
+            change = torch.randn(out_dim, rank, generator=generator) @ torch.randn(rank, in_dim, generator=generator)
+            tuned[name + ".weight"] = module.weight.detach() + 0.01 * change
+        elif type(module).__name__.endswith("RMSNorm"):
+            tuned[name + ".weight"] = module.weight.detach() + 0.1 * torch.randn(module.weight.shape, generator=generator)
+    embed = base.model.embed_tokens.weight.detach()
+    tuned["model.embed_tokens.weight"] = embed + 0.01 * (torch.randn(len(embed), embed_rank, generator=generator)
+                                                         @ torch.randn(embed_rank, embed.shape[1], generator=generator))
+    return tuned
+
+
+def test_a_lora_taken_from_a_change_carries_tied_embeddings_and_norms(real_tokenizer, tmp_path):
+    """lora_from_change with ``embed_rank`` and ``norms``, on a tiny model whose input and output embeddings are tied
+    (as SmolLM2's): a rank-2 embedding change comes back whole in both, the norms' tuned weights whole, and the
+    adapter survives save_adapter / apply_adapter (merged), without the base embedding matrix in its file."""
+    from safetensors.torch import load_file
+
+    from mirage.attribution.models import wrap_model
+    from mirage.tune.adapters import apply_adapter, lora_from_change, save_adapter
+
+    base = _tiny_tied(real_tokenizer)
+    tuned = _tuned_change(base, 1)
+
+    model, _kept = lora_from_change(copy.deepcopy(base), tuned, rank=6, embed_rank=2, norms=True)
+    folder = tmp_path / "adapter"
+    save_adapter(model, folder, base_name="tiny-tied")
+    saved = load_file(str(folder / "adapter_model.safetensors"))
+    assert not any("base_layer" in key for key in saved)            # the base embedding matrix is not shipped
+    assert any("lora_embedding_A" in key for key in saved) and any("norm" in key for key in saved)
+    lm = apply_adapter(wrap_model(copy.deepcopy(base), real_tokenizer, name="tiny-tied"), folder)
+    merged = lm.model.state_dict()
+    for key, weight in tuned.items():
+        torch.testing.assert_close(merged[key], weight, atol=1e-5, rtol=1e-4)
+    assert lm.model.lm_head.weight is lm.model.model.embed_tokens.weight     # still tied: the head changed too
+
+
+def test_tune_export_takes_a_shippable_adapter_from_a_chain_of_full_fine_tuning_runs(real_tokenizer, tmp_path, capsys):
+    """``mirage tune export DIR/model --rank R``: a LoRA on the model the chain's first stage was tuned from (a base
+    folder here, as an embedded name is in use), not on the stage before, in fp16, with the chain and the share kept
+    recorded; merged into the base it gives the last stage's weights. An adapter folder with --rank, or a model
+    folder without it, is a one-line error."""
+    from mirage.attribution.models import load_model
+    from mirage.cli import main
+    from mirage.tune.adapters import apply_adapter, base_record, read_adapter_info, save_tuned_model
+
+    base = _tiny_tied(real_tokenizer)
+    base.save_pretrained(tmp_path / "base")
+    real_tokenizer.save_pretrained(tmp_path / "base")
+    folders = {}
+    previous = str(tmp_path / "base")
+    for stage, seed in (("one", 1), ("two", 2)):   # stage two starts from stage one's model, as the shipped chain does
+        lm = load_model(previous, dtype="float32")
+        record = base_record(lm.model, previous)
+        change = _tuned_change(base, seed, rank=2, embed_rank=1)
+        start = lm.model.state_dict()
+        lm.model.load_state_dict({k: start[k] + (v - base.state_dict()[k]) for k, v in change.items()}, strict=False)
+        folders[stage] = save_tuned_model(lm, tmp_path / stage / "model", base=record,
+                                          training={"questions": [stage]})
+        previous = str(folders[stage])
+    out = tmp_path / "ship"
+    assert main(["tune", "export", str(folders["two"]), "--rank", "4", "--embed-rank", "2", "--norms",
+                 "-o", str(out)]) == 0
+    info = read_adapter_info(out)
+    assert info.base_model == str(tmp_path / "base") and info.training["questions"] == ["two"]
+    assert info.training["extracted"]["chain"] == [str(folders["one"]), str(tmp_path / "base")]
+    assert info.training["extracted"]["linear_change_kept"] == pytest.approx(1.0, abs=1e-4)
+    assert "1.000 of the linear layers' change kept" in capsys.readouterr().err
+    merged = apply_adapter(load_model(str(tmp_path / "base"), dtype="float32"), out).model.state_dict()
+    final = load_model(str(folders["two"]), dtype="float32").model.state_dict()
+    for key in final:   # fp16 weights: equal to the last stage within fp16's rounding
+        torch.testing.assert_close(merged[key], final[key], atol=2e-3, rtol=1e-3)
+    assert main(["tune", "export", str(out), "--rank", "4", "-o", str(tmp_path / "again")]) == 2
+    assert "is not one (no model.safetensors)" in capsys.readouterr().err
+    assert main(["tune", "export", str(folders["two"]), "-o", str(tmp_path / "again")]) == 2
+    assert "give --rank" in capsys.readouterr().err
+
+
+def test_tune_card_writes_the_figures_of_the_reports_beside_cite_first_and_keeps_a_hand_written_readme(tmp_path,
+                                                                                                     capsys):
+    """``mirage tune card``: the card of a shipped adapter, every figure read from the reports it names (a follow
+    report of the benchmarks, a tune eval report built here), cite-[1]'s on the same answers beside; a README it did
+    not write stays; a --follow without LABEL= is a one-line error."""
+    from mirage.cli import main
+
+    folder = tmp_path / "adapter"
+    shutil.copytree(ROOT / "mirage" / "assets" / "adapters" / "smollm2-135m-cite", folder)
+    follow = ROOT / "benchmarks" / "results" / "tune_follow_smollm2" / "shipped_firu.json"
+    report = json.loads(follow.read_text(encoding="utf-8"))
+    answers = [{"cited": [2], "supporting": [2]}, {"cited": [1, 2], "supporting": [1]}, {"cited": [], "supporting": []}]
+    evaluation = tmp_path / "eval.json"
+    evaluation.write_text(json.dumps({"n_answers": 3, "precision": 0.75, "recall": 1.0, "f1": 0.8333,
+                                      "exact_match": 0.5, "answers": answers}), encoding="utf-8")
+    (folder / "README.md").write_text("# my notes\n", encoding="utf-8")
+    args = ["tune", "card", str(folder), "--name", "smollm2-135m-cite", "--follow", f"fi/ru={follow}",
+            "--eval", f"toy={evaluation}"]
+    assert main(args) == 2 and "was not written by mirage" in capsys.readouterr().err
+    assert (folder / "README.md").read_text(encoding="utf-8") == "# my notes\n"
+    (folder / "README.md").unlink()
+    assert main(args) == 0
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    own, first = report["self_citation"], report["cite_first"]
+    assert (f"| fi/ru | {report['n_items']} | {100 * own['follow_rate']:.1f} ({100 * first['follow_rate']:.1f}) | "
+            f"{100 * own['first_when_not_supporting']:.1f} ({100 * first['first_when_not_supporting']:.1f}) |") in card
+    # cite-[1] on the two supported answers: P (0 + 1) / 2, R (0 + 1) / 2, F1 (0 + 1) / 2
+    assert "| toy | 3 | 75.0 / 100.0 / 83.3 | 50.0 / 50.0 / 50.0 | 50.0 | `eval.json` |" in card
+    assert '--model smollm2-135m-cite --prompt selfcitation' in card
+    assert main(args) == 0   # its own card it replaces
+    assert main(["tune", "card", str(folder), "--follow", str(follow)]) == 2
+    assert "give LABEL=FILE" in capsys.readouterr().err

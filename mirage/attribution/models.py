@@ -163,6 +163,11 @@ class EmbeddedAdapterSpec:
         return Path(__file__).parents[1] / self.adapter
 
 
+#: peft's warning when an adapter targets tied input/output embeddings: it concerns an adapter left unmerged, where
+#: only the input side changes; merged (as mirage applies adapters), the tied matrix changes once, for both.
+TIED_EMBEDDINGS_WARNING = r"Model (with|has) `tie_word_embeddings=True`"
+
+
 @cache
 def embedded_adapters() -> dict[str, EmbeddedAdapterSpec]:
     """The shipped adapters by their embedded name (``mirage/embedded_adapters.yaml``)."""
@@ -826,7 +831,9 @@ def load_model(
                         memory_budget=memory_budget)
         # mirage.tune.adapters.apply_adapter also checks an adapter's base model; a shipped one is tested against
         # its base (tests/test_tune.py), and the registry names that base
-        lm.model = PeftModel.from_pretrained(lm.model, str(shipped.path)).merge_and_unload().eval()
+        with warnings.catch_warnings():  # merged at once: an embedding LoRA then changes tied embeddings both ways
+            warnings.filterwarnings("ignore", message=TIED_EMBEDDINGS_WARNING)
+            lm.model = PeftModel.from_pretrained(lm.model, str(shipped.path)).merge_and_unload().eval()
         if lm.device.type == "cuda":
             without_cudnn_attention(lm.model)
         lm.name = name

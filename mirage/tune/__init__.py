@@ -5,12 +5,15 @@ signal and as the judge (RAGE's two steps: supervised fine-tuning, then a reward
     examples, report = build_gold(["train.jsonl", "val.jsonl"], ["eli5_alce_prompt.json"])
     run = train_sft(TuneConfig(data=("gold.jsonl",)), "out/sft")
     lm = load_tuned(run.adapter_dir)                    # Mirage(lm) attributes with the tuned model
-    Mirage.from_pretrained("smollm2-135m-cite")         # the adapter mirage ships, by its embedded name
+    Mirage.from_pretrained("smollm2-135m-cite-follow",  # the adapter mirage ships, by its embedded name,
+                           config=MirageConfig().replace(prompt={"name": "selfcitation_marked"}))  # its prompt
 
 Stages, each a module: :mod:`~mirage.tune.config` (the settings), :mod:`~mirage.tune.data` (training sets),
 :mod:`~mirage.tune.sft`, :mod:`~mirage.tune.reward` (the reward terms and the judge), :mod:`~mirage.tune.grpo` (the
-reward stage), :mod:`~mirage.tune.adapters` (saving, loading, refusing adapters), :mod:`~mirage.tune.evaluate`
-(does the model cite, and does it cite what mirage sees it used?) and :mod:`~mirage.tune.cli` (``mirage tune``).
+reward stage), :mod:`~mirage.tune.adapters` (saving, loading, refusing adapters; an adapter taken from a fully
+fine-tuned model), :mod:`~mirage.tune.evaluate` (does the model cite, and does it cite what mirage sees it used?),
+:mod:`~mirage.tune.follow` (does the citation move with the supporting passage?), :mod:`~mirage.tune.card` (an
+adapter's model card from its evaluations) and :mod:`~mirage.tune.cli` (``mirage tune``).
 Training needs the ``tune`` extra (trl, peft).
 """
 

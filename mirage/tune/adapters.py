@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mirage.attribution.models import (  # the base-model fingerprint is the core's: load_model(adapter=...) checks it too
+    TIED_EMBEDDINGS_WARNING,
     LoadedModel,
     ModelLoadError,
     adapter_fits,
     architecture,
     describe,
+    embedded_adapters,
     load_model,
     weight_digest,
     weight_fingerprint,
@@ -71,7 +74,10 @@ def save_adapter(model: Any, directory: str | Path, *, base_name: str, prompt: P
     directory.mkdir(parents=True, exist_ok=True)
     adapters = list(getattr(model, "peft_config", {}) or {})
     # the trained adapter only: a reward stage also holds a frozen "ref" copy (trl's KL reference)
-    model.save_pretrained(str(directory), selected_adapters=["default"] if "default" in adapters else None)
+    # and never the base model's embedding matrix (peft saves it when an embedding LoRA is targeted): the adapter is
+    # applied onto the base model its fingerprint names, which has it
+    model.save_pretrained(str(directory), selected_adapters=["default"] if "default" in adapters else None,
+                          save_embedding_layers=False)
     return _write_info(directory, base_record(model.get_base_model(), base_name), prompt, stage, training)
 
 
@@ -107,9 +113,11 @@ def base_record(model: torch.nn.Module, name: str) -> AdapterInfo:
 
 
 def _record(folder: str | Path) -> dict[str, Any] | None:
-    """The record mirage wrote with a tuned model (``mirage-adapter.json``: an adapter folder's or a fully
-    fine-tuned model folder's), or None for a folder without one (a model mirage did not tune, or a name)."""
-    meta = Path(folder) / ADAPTER_INFO
+    """The record mirage wrote with a tuned model (``mirage-adapter.json``: an adapter folder's, a shipped adapter's
+    by its embedded name, or a fully fine-tuned model folder's), or None for a folder without one (a model mirage
+    did not tune, or another name)."""
+    shipped = embedded_adapters().get(str(folder))
+    meta = (shipped.path if shipped is not None else Path(folder)) / ADAPTER_INFO
     if not meta.is_file():
         return None
     try:
@@ -122,16 +130,16 @@ def _record(folder: str | Path) -> dict[str, Any] | None:
 
 
 def training_record(folder: str | Path) -> dict[str, Any] | None:
-    """The ``training`` settings mirage recorded with a tuned model: an adapter folder's, or a fully fine-tuned
-    model folder's (``mirage tune sft`` with ``train.method: full``); None for a folder without a record (a model
-    mirage did not tune, or a name)."""
+    """The ``training`` settings mirage recorded with a tuned model: an adapter folder's (or a shipped adapter's, by
+    name), or a fully fine-tuned model folder's (``mirage tune sft`` with ``train.method: full``); None for a folder
+    without a record (a model mirage did not tune, or another name)."""
     record = _record(folder)
     return None if record is None else dict(record.get("training") or {})
 
 
 def trained_prompt(folder: str | Path) -> PromptConfig | None:
-    """The prompt a tuned model (adapter or fully fine-tuned model folder) was trained with, as mirage recorded it;
-    None for a folder without a record, or a name."""
+    """The prompt a tuned model (adapter folder, shipped adapter name, or fully fine-tuned model folder) was trained
+    with, as mirage recorded it; None for a folder without a record, or another name."""
     record = _record(folder)
     return None if record is None or not isinstance(record.get("prompt"), dict) else PromptConfig(**record["prompt"])
 
@@ -170,29 +178,105 @@ def export_adapter(directory: str | Path, dest: str | Path, *, dtype: str = "flo
     return dest
 
 
-def lora_from_change(base: torch.nn.Module, tuned: dict[str, torch.Tensor], rank: int) -> tuple[Any, float]:
+def lora_from_change(base: torch.nn.Module, tuned: dict[str, torch.Tensor], rank: int, *, embed_rank: int = 0,
+                     norms: bool = False) -> tuple[Any, float]:
     """``base`` wrapped as a peft LoRA model of ``rank`` on every linear layer, each adapter set to the best rank-``rank``
     approximation of that layer's change (``tuned[name + ".weight"]`` minus the base weight), and the share of the
-    change kept (squared singular values kept over all). ``base``'s own weights are not changed; the change of the
-    embeddings and norms is not carried. How a fully fine-tuned model is judged in the form mirage ships
-    (``benchmarks/extract_lora.py``)."""
+    linear layers' change kept (squared singular values kept over all). ``embed_rank`` > 0 carries the input
+    embeddings' change the same way (an embedding LoRA; with tied input and output embeddings the merged model
+    changes both, as full fine-tuning did); ``norms`` carries the norm layers' tuned weights whole (peft's
+    ``modules_to_save``: a few thousand numbers). ``base``'s own weights are not changed. How a fully fine-tuned model
+    is shipped as an adapter (:func:`adapter_from_model`, ``mirage tune export DIR/model --rank R``)."""
     import torch
     from peft import LoraConfig, get_peft_model
 
-    model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=rank, target_modules="all-linear", lora_dropout=0.0))
+    embed_name = next(n for n, m in base.named_modules() if m is base.get_input_embeddings())
+    targets: Any = "all-linear"
+    if embed_rank:
+        targets = sorted({n.rsplit(".", 1)[-1] for n, m in base.named_modules()
+                          if isinstance(m, torch.nn.Linear) and n != "lm_head"} | {embed_name.rsplit(".", 1)[-1]})
+    norm_names = sorted({n.rsplit(".", 1)[-1] for n, m in base.named_modules()
+                         if type(m).__name__.endswith(("RMSNorm", "LayerNorm"))}) if norms else None
+    config = LoraConfig(r=rank, lora_alpha=rank, target_modules=targets, lora_dropout=0.0, modules_to_save=norm_names,
+                        rank_pattern={embed_name.rsplit(".", 1)[-1]: embed_rank} if embed_rank else {},
+                        alpha_pattern={embed_name.rsplit(".", 1)[-1]: embed_rank} if embed_rank else {})
+    with warnings.catch_warnings():  # the adapter is meant to be merged (apply_adapter), which keeps the tie
+        warnings.filterwarnings("ignore", message=TIED_EMBEDDINGS_WARNING)
+        model = get_peft_model(base, config)
     kept = total = 0.0
     for name, module in model.named_modules():
-        if "default" not in getattr(module, "lora_A", {}):
-            continue
-        weight = module.base_layer.weight
-        change = tuned[name.removeprefix("base_model.model.") + ".weight"].float() - weight.detach().float()
-        u, s, vh = torch.linalg.svd(change, full_matrices=False)
-        root = s[:rank].sqrt()
-        module.lora_A["default"].weight.data = (root[:, None] * vh[:rank]).to(weight.dtype).contiguous()
-        module.lora_B["default"].weight.data = (u[:, :rank] * root).to(weight.dtype).contiguous()
-        kept += float((s[:rank] ** 2).sum())
-        total += float((s ** 2).sum())
+        key = name.removeprefix("base_model.model.")
+        if "default" in getattr(module, "lora_embedding_A", {}):   # weight (vocab x dim) += (B @ A).T
+            weight = module.base_layer.weight
+            left, right, _, _ = _low_rank(tuned[key + ".weight"] - weight.detach().float(), embed_rank)
+            module.lora_embedding_A["default"].data = left.T.to(weight.dtype).contiguous()
+            module.lora_embedding_B["default"].data = right.T.to(weight.dtype).contiguous()
+        elif "default" in getattr(module, "lora_A", {}):           # weight (out x in) += B @ A
+            weight = module.base_layer.weight
+            left, right, part, whole = _low_rank(tuned[key + ".weight"] - weight.detach().float(), rank)
+            module.lora_A["default"].weight.data = right.to(weight.dtype).contiguous()
+            module.lora_B["default"].weight.data = left.to(weight.dtype).contiguous()
+            kept, total = kept + part, total + whole
+        elif name.endswith("modules_to_save.default"):
+            owner = key.removesuffix(".modules_to_save.default")
+            for pname, param in module.named_parameters():
+                param.data = tuned[f"{owner}.{pname}"].to(param.dtype).clone()
     return model, kept / total if total else 1.0
+
+
+def _low_rank(change: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor, float, float]:
+    """The best rank-``rank`` factors of ``change`` (left @ right, by truncated SVD, the singular values split evenly
+    between them), and the squared singular values kept and in all."""
+    import torch
+
+    u, s, vh = torch.linalg.svd(change.float(), full_matrices=False)
+    root = s[:rank].sqrt()
+    return u[:, :rank] * root, root[:, None] * vh[:rank], float((s[:rank] ** 2).sum()), float((s ** 2).sum())
+
+
+def tuning_chain(folder: str | Path) -> list[str]:
+    """The models a fully fine-tuned model folder descends from, nearest first, as mirage recorded them: each
+    folder's base model, back to the first one that is not a fully fine-tuned folder mirage saved (an embedded name,
+    a hub id, or a folder that is gone)."""
+    chain: list[str] = []
+    current = str(folder)
+    while True:
+        record = _record(current) if Path(current).is_dir() else None
+        base = record.get("base_model") if record else None
+        if not base or base in chain or not (Path(current) / "model.safetensors").is_file():
+            return chain
+        chain.append(str(base))
+        current = str(base)
+
+
+def adapter_from_model(folder: str | Path, dest: str | Path, *, rank: int, embed_rank: int = 0, norms: bool = False,
+                       base: str | None = None) -> tuple[Path, float]:
+    """Write to ``dest`` a LoRA adapter taken from a fully fine-tuned model folder (``mirage tune sft`` with
+    ``train.method: full``: ``DIR/model``) by :func:`lora_from_change`, on ``base`` (default: the root of its
+    :func:`tuning_chain`, the model its first stage was tuned from), with the folder's prompt and training record
+    and how it was taken (``training.extracted``); returns ``dest`` and the share of the linear layers' change kept.
+    AdapterError when the folder is not a fully fine-tuned model mirage saved."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    record = _record(folder)
+    if record is None or not (folder / "model.safetensors").is_file():
+        raise AdapterError(f"{folder} is not a fully fine-tuned model folder mirage saved (model.safetensors and "
+                           f"{ADAPTER_INFO}); give DIR/model of a `mirage tune sft` run with train.method: full.")
+    chain = tuning_chain(folder)
+    base_name = base or chain[-1]
+    lm = load_model(base_name, dtype="float32")
+    if base is None and not (len(chain) > 1 or is_base_of(AdapterInfo.from_dict(record), lm)):
+        raise AdapterError(f"{folder} records the base model {base_name!r}, and the model loaded by that name is "
+                           "another one (its fingerprint differs); give the base it was tuned from as --base.")
+    model, kept = lora_from_change(lm.model, load_file(str(folder / "model.safetensors")), rank,
+                                   embed_rank=embed_rank, norms=norms)
+    training = {**dict(record.get("training") or {}),
+                "extracted": {"from": folder.as_posix(), "chain": chain, "rank": rank, "embed_rank": embed_rank,
+                              "norms": norms, "linear_change_kept": round(kept, 4)}}
+    save_adapter(model, dest, base_name=base_name, prompt=trained_prompt(folder), stage=str(record.get("stage", "sft")),
+                 training=training)
+    return Path(dest), kept
 
 
 def read_adapter_info(directory: str | Path) -> AdapterInfo:
@@ -241,8 +325,11 @@ def apply_adapter(lm: LoadedModel, directory: str | Path, *, merge: bool = True)
 
     info = read_adapter_info(directory)
     check_base(info, lm, directory)
-    tuned = PeftModel.from_pretrained(lm.model, str(directory))
-    model = tuned.merge_and_unload() if merge else tuned
+    with warnings.catch_warnings():
+        if merge:  # merged, an embedding LoRA changes the tied output embeddings too: peft's warning does not apply
+            warnings.filterwarnings("ignore", message=TIED_EMBEDDINGS_WARNING)
+        tuned = PeftModel.from_pretrained(lm.model, str(directory))
+        model = tuned.merge_and_unload() if merge else tuned
     model.eval()
     # the same loaded model otherwise (its memory budget and placement facts kept)
     return dataclasses.replace(lm, model=model, name=f"{info.base_model}+{Path(directory).name}",

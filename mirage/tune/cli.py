@@ -7,6 +7,8 @@
     mirage tune eval DATA... [--adapter DIR | --model NAME] [--limit-each N] [--judge] [--max-new-tokens N] -o OUT.json
     mirage tune follow DATA... [--adapter DIR | --model NAME] [--k 5] [--judge] -o OUT.json
     mirage tune export DIR/adapter -o SHIP_DIR [--dtype float16]
+    mirage tune export DIR/model --rank 64 [--embed-rank 64] [--norms] -o SHIP_DIR    (from a full fine-tuning)
+    mirage tune card ADAPTER_DIR [--name NAME] [--follow LABEL=FILE...] [--eval LABEL=FILE...]
 
 Parsing imports neither torch nor trl: each handler imports what it runs.
 """
@@ -371,13 +373,48 @@ def cmd_export(args: argparse.Namespace) -> int:
     from mirage.tune.sft import checkpoint_adapter
 
     source = Path(args.adapter)
-    if (source / "trainer_state.json").is_file():  # DIR/checkpoints/checkpoint-N of a run stopped partway
+    full = (source / "model.safetensors").is_file()
+    if full != (args.rank is not None):
+        raise ConfigError(f"{source} is a fully fine-tuned model folder: give --rank (and --embed-rank, --norms) to "
+                          "take an adapter from its change" if full else
+                          f"--rank takes an adapter from a fully fine-tuned model folder (DIR/model), and {source} "
+                          "is not one (no model.safetensors); leave --rank out to export an adapter folder.")
+    if full:  # DIR/model of a full fine-tuning run: a LoRA of its change from the base model, then the copy
+        from mirage.tune.adapters import adapter_from_model
+
+        with tempfile.TemporaryDirectory() as tmp:
+            taken, kept = adapter_from_model(source, Path(tmp) / "adapter", rank=args.rank,
+                                             embed_rank=args.embed_rank, norms=args.norms, base=args.base)
+            print(f"rank {args.rank}: {kept:.3f} of the linear layers' change kept", file=sys.stderr)
+            dest = export_adapter(taken, args.output, dtype=args.dtype)
+    elif (source / "trainer_state.json").is_file():  # DIR/checkpoints/checkpoint-N of a run stopped partway
         with tempfile.TemporaryDirectory() as tmp:
             dest = export_adapter(checkpoint_adapter(source, Path(tmp) / "adapter"), args.output, dtype=args.dtype)
     else:
         dest = export_adapter(source, args.output, dtype=args.dtype)
     size = (dest / "adapter_model.safetensors").stat().st_size / 1e6
     print(f"wrote {dest} ({size:.1f} MB of {args.dtype} weights)", file=sys.stderr)
+    return 0
+
+
+def _labelled(values: Sequence[str] | None, flag: str) -> list[tuple[str, str]]:
+    """``LABEL=FILE`` values as (label, file) pairs; a one-line ConfigError for any other form."""
+    pairs = []
+    for value in values or []:
+        label, sep, path = value.partition("=")
+        if not sep or not label or not path:
+            raise ConfigError(f"{flag} {value!r}: give LABEL=FILE, e.g. {flag} val=benchmarks/results/x.json.")
+        pairs.append((label, path))
+    return pairs
+
+
+def cmd_card(args: argparse.Namespace) -> int:
+    """``mirage tune card``: write an adapter folder's model card from its records and evaluation reports."""
+    from mirage.tune.card import adapter_card, write_card
+
+    text = adapter_card(args.adapter, name=args.name or Path(args.adapter).name,
+                        follow=_labelled(args.follow, "--follow"), evals=_labelled(args.eval, "--eval"))
+    print(f"wrote {write_card(args.adapter, text)}", file=sys.stderr)
     return 0
 
 
@@ -527,13 +564,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     fo.add_argument("--seed", type=non_negative_int, default=0, help="the order of the other passages (default 0)")
     fo.set_defaults(func=cmd_follow)
 
-    ex = stages.add_parser("export", help="copy an adapter folder with its weights in fp16 (for shipping)",
+    ex = stages.add_parser("export", help="copy an adapter folder with its weights in fp16 (for shipping), or take "
+                                          "one from a fully fine-tuned model",
                            description="Copy an adapter folder (DIR/adapter of mirage tune sft or reward) to OUTPUT "
                                        "with its LoRA weights cast to --dtype. Given a training checkpoint "
                                        "(DIR/checkpoints/checkpoint-N of a run stopped partway), write that step's "
                                        "adapter, with the run's base model recorded, so it can be evaluated and "
-                                       "loaded like a finished run's.")
-    ex.add_argument("adapter", help="the adapter folder, or a checkpoint folder of a mirage tune run")
+                                       "loaded like a finished run's. Given a fully fine-tuned model folder (DIR/model "
+                                       "of a run with train.method: full) and --rank, write a LoRA adapter of its "
+                                       "change from the base model: each linear layer's change truncated to --rank "
+                                       "by SVD, the input embeddings' to --embed-rank, the norms carried whole with "
+                                       "--norms.")
+    ex.add_argument("adapter", help="the adapter folder, a checkpoint folder of a mirage tune run, or a fully "
+                                    "fine-tuned model folder (with --rank)")
+    ex.add_argument("--rank", type=positive_int, help="LoRA rank of each linear layer's change (a fully fine-tuned "
+                                                      "model folder only)")
+    ex.add_argument("--embed-rank", type=non_negative_int, default=0,
+                    help="LoRA rank of the input embeddings' change (default 0: not carried)")
+    ex.add_argument("--norms", action="store_true", help="carry the norm layers' tuned weights whole")
+    ex.add_argument("--base", help="the model the adapter goes on (default: the one the run's first stage was tuned "
+                                   "from, following the records of a chain of fully fine-tuned folders)")
     ex.add_argument("-o", "--output", required=True, help="the folder to write")
     ex.add_argument("--dtype", default="float16", help="float16 (default), bfloat16 or float32")
     ex.set_defaults(func=cmd_export)
+
+    card = stages.add_parser("card", help="write an adapter folder's model card (README.md) from its evaluations",
+                             description="Write ADAPTER/README.md from the adapter's mirage-adapter.json and the "
+                                         "reports of mirage tune follow (--follow) and mirage tune eval (--eval), "
+                                         "each figure beside cite-[1]'s on the same answers. A README mirage did "
+                                         "not write is not replaced.")
+    card.add_argument("adapter", help="the adapter folder")
+    card.add_argument("--name", help="the name it ships under (default: the folder's name)")
+    card.add_argument("--follow", nargs="+", metavar="LABEL=FILE", help="mirage tune follow reports, e.g. val=F.json")
+    card.add_argument("--eval", nargs="+", metavar="LABEL=FILE", help="mirage tune eval reports, e.g. fi/ru=F.json")
+    card.set_defaults(func=cmd_card)
