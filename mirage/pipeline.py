@@ -72,6 +72,8 @@ class Mirage:
         memory_budget: str | int | None = None,
     ) -> Mirage:
         """Load an embedded model name, a Hugging Face id or a local path (default ``smollm2-135m-instruct``).
+        Without ``config``, a model mirage tuned (a shipped adapter such as ``smollm2-135m-cite-follow``, an adapter
+        or a fully fine-tuned model folder) is prompted in the template it was trained in.
 
         ``adapter``: a LoRA adapter folder (``mirage tune sft -o DIR``: ``DIR/adapter``) merged into the model, by
         default the base model the adapter names (a folder given as ``name_or_path`` is taken as the adapter).
@@ -80,9 +82,12 @@ class Mirage:
         (or ``max_memory`` as one size, ``"3GB"``): the most memory attribution may bring the process to; long
         prompts then run with gradient checkpointing and CCI's backward passes in smaller batches (see
         :func:`mirage.attribution.models.load_model`, :func:`mirage.attribution.forward.plan_graph`)."""
-        from mirage.attribution.models import is_adapter_folder
+        from mirage.attribution.models import is_adapter_folder, trained_prompt_name
 
         cfg = config or MirageConfig()
+        trained = trained_prompt_name(adapter or name_or_path)
+        if config is None and trained:  # a tuned model without a config of one's own: the prompt it was trained in
+            cfg = cfg.replace(prompt={"name": trained})
         placement = {"device_map": device_map, "max_memory": max_memory, "quantization": quantization,
                      "memory_budget": memory_budget, "trust_remote_code": trust_remote_code}
         if adapter is None and name_or_path is not None and is_adapter_folder(name_or_path):

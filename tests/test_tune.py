@@ -1065,3 +1065,32 @@ def test_tune_card_writes_the_figures_of_the_reports_beside_cite_first_and_keeps
     assert main(args) == 0   # its own card it replaces
     assert main(["tune", "card", str(folder), "--follow", str(follow)]) == 2
     assert "give LABEL=FILE" in capsys.readouterr().err
+
+
+def test_a_tuned_model_is_prompted_in_its_trained_template_unless_a_prompt_is_chosen(tmp_path, capsys):
+    """``smollm2-135m-cite-follow`` was trained in ``selfcitation_marked`` and follows the content only there (its
+    permutation test in the plain prompt, ``cite_follow_plainprompt_val.json``): by its name, with no prompt chosen,
+    ``mirage attribute`` and ``Mirage.from_pretrained`` use that template and say so; a ``--prompt``, a config
+    file's prompt or a config of one's own wins, and the benchmark and bias commands keep their own prompts."""
+    from mirage.attribution.models import trained_prompt_name
+    from mirage.cli import build_parser
+    from mirage.runs.experiment import ExperimentConfig
+
+    name = "smollm2-135m-cite-follow"
+    assert trained_prompt_name(name) == "selfcitation_marked"
+    assert trained_prompt_name("smollm2-135m-cite") == "selfcitation"
+    assert trained_prompt_name("smollm2-135m-instruct") is None and trained_prompt_name(str(tmp_path)) is None
+
+    def prompt(*flags: str, command: str = "attribute") -> str:
+        args = build_parser().parse_args(["attribute", "in.json", "-o", "o.jsonl", "--model", name, *flags])
+        return ExperimentConfig.from_args(args, command=command).pipeline.prompt.name
+
+    assert prompt() == "selfcitation_marked"
+    assert "trained in the selfcitation_marked prompt" in capsys.readouterr().err
+    assert prompt("--prompt", "selfcitation") == "selfcitation"
+    config = tmp_path / "exp.yaml"
+    config.write_text("prompt:\n  name: standard\n", encoding="utf-8")
+    assert prompt("--config", str(config)) == "standard"
+    assert prompt(command="xor-attriqa") == "standard"     # the XOR-AttriQA scorer's own prompt
+    assert Mirage.from_pretrained(name).config.prompt.name == "selfcitation_marked"
+    assert Mirage.from_pretrained(name, config=MirageConfig()).config.prompt.name == "selfcitation"

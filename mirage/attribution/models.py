@@ -449,6 +449,24 @@ def adapter_base_model(adapter: str | os.PathLike) -> str | None:
     return None
 
 
+def trained_prompt_name(model: Any) -> str | None:
+    """The prompt template a tuned model was trained in, as mirage recorded it (``prompt.name`` of the
+    ``mirage-adapter.json`` of a shipped adapter, by its name, or of an adapter or fully fine-tuned model folder);
+    None for any other model, or a record naming a template file (``prompt.path``). Loading such a model without a
+    prompt of one's own uses it (:meth:`mirage.Mirage.from_pretrained`, the commands' ``--prompt``)."""
+    if not isinstance(model, (str, os.PathLike)) or not str(model).strip():
+        return None
+    shipped = embedded_adapters().get(str(model))
+    path = shipped.path if shipped is not None else Path(model).expanduser()
+    try:
+        prompt = json.loads((path / "mirage-adapter.json").read_text(encoding="utf-8")).get("prompt")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(prompt, dict) or prompt.get("path") or not isinstance(prompt.get("name"), str):
+        return None
+    return prompt["name"]
+
+
 @cache
 def cpu_flags() -> frozenset[str]:
     """This CPU's feature flags (the ``flags`` line of Linux ``/proc/cpuinfo``); empty where they cannot be read."""

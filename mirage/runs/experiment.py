@@ -247,7 +247,29 @@ class ExperimentConfig:
                 changes[name] = getattr(args, name)
         if getattr(args, "trust_remote_code", False):
             changes["trust_remote_code"] = True
-        return dataclasses.replace(exp, pipeline=exp.pipeline.replace(**pipeline_changes(args)), **changes)
+        exp = dataclasses.replace(exp, pipeline=exp.pipeline.replace(**pipeline_changes(args)), **changes)
+        file_prompt = read_config_file(config).get("prompt") if config else None
+        if getattr(args, "prompt", None) is None and not (isinstance(file_prompt, Mapping) and
+                                                          {"name", "path"} & set(file_prompt)):
+            exp = exp.with_trained_prompt()
+        return exp
+
+    def with_trained_prompt(self) -> ExperimentConfig:
+        """This experiment prompting a model mirage tuned (a shipped adapter by name, an adapter or fully
+        fine-tuned model folder) in the template it was trained in, said on stderr; unchanged for other models and
+        for a command with prompts of its own (:data:`DEFAULT_PROMPTS`, the bias study's). For a prompt nobody
+        chose."""
+        from mirage.attribution.models import trained_prompt_name
+
+        own = self.command in DEFAULT_PROMPTS or self.command == "bias"
+        trained = None if own else trained_prompt_name(self.adapter or self.model)
+        if not trained or trained == self.pipeline.prompt.name:
+            return self
+        import sys
+
+        print(f"mirage: {self.adapter or self.model} was trained in the {trained} prompt, so it is prompted in it "
+              "(--prompt chooses another).", file=sys.stderr)
+        return dataclasses.replace(self, pipeline=self.pipeline.replace(prompt={"name": trained}))
 
     def check_device(self) -> None:
         """Check ``device`` and ``dtype`` now (a ModelLoadError), before data is read or anything slow happens."""

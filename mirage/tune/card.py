@@ -94,7 +94,8 @@ def adapter_card(folder: str | Path, *, name: str, follow: Sequence[tuple[str, s
              "out)."),
              "", "```python", "from mirage import Mirage, MirageConfig", "",
              f'mirage = Mirage.from_pretrained("{name}", config=MirageConfig().replace(prompt={{"name": "{prompt}"}}))',
-             "```", "", f"On the command line: `--model {name} --prompt {prompt}`."]
+             "```", "", (f"On the command line: `--model {name} --prompt {prompt}`. Loaded without a prompt of "
+                         "one's own (no `--prompt`, no config), mirage prompts it in that template and says so.")]
     if follow:
         reports = [(label, _read(path), Path(path).name) for label, path in follow]
         k = reports[0][1].get("k", "?")
