@@ -85,8 +85,8 @@ class Mirage:
         from mirage.attribution.models import is_adapter_folder, trained_prompt_name
 
         cfg = config or MirageConfig()
-        trained = trained_prompt_name(adapter or name_or_path)
-        if config is None and trained:  # a tuned model without a config of one's own: the prompt it was trained in
+        trained = None if config is not None else trained_prompt_name(adapter or name_or_path)
+        if trained:  # a tuned model without a config of one's own: the prompt it was trained in
             cfg = cfg.replace(prompt={"name": trained})
         placement = {"device_map": device_map, "max_memory": max_memory, "quantization": quantization,
                      "memory_budget": memory_budget, "trust_remote_code": trust_remote_code}

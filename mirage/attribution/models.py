@@ -449,19 +449,34 @@ def adapter_base_model(adapter: str | os.PathLike) -> str | None:
     return None
 
 
-def trained_prompt_name(model: Any) -> str | None:
-    """The prompt template a tuned model was trained in, as mirage recorded it (``prompt.name`` of the
-    ``mirage-adapter.json`` of a shipped adapter, by its name, or of an adapter or fully fine-tuned model folder);
-    None for any other model, or a record naming a template file (``prompt.path``). Loading such a model without a
-    prompt of one's own uses it (:meth:`mirage.Mirage.from_pretrained`, the commands' ``--prompt``)."""
+def tuned_record(model: Any, *, error: type[ModelLoadError] = ModelLoadError) -> dict[str, Any] | None:
+    """The record mirage wrote with a tuned model (``mirage-adapter.json`` of a shipped adapter, by its name, or of
+    an adapter or fully fine-tuned model folder), or None for any other model; ``error`` (a ModelLoadError, or
+    mirage.tune's AdapterError) when it cannot be read."""
     if not isinstance(model, (str, os.PathLike)) or not str(model).strip():
         return None
     shipped = embedded_adapters().get(str(model))
-    path = shipped.path if shipped is not None else Path(model).expanduser()
-    try:
-        prompt = json.loads((path / "mirage-adapter.json").read_text(encoding="utf-8")).get("prompt")
-    except (OSError, ValueError, AttributeError):
+    meta = (shipped.path if shipped is not None else Path(model).expanduser()) / "mirage-adapter.json"
+    if not meta.is_file():
         return None
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise error(f"{meta} cannot be read ({err}); save the model again.") from err
+    if not isinstance(data, dict):
+        raise error(f"{meta} is not a JSON object; save the model again.")
+    return data
+
+
+def trained_prompt_name(model: Any) -> str | None:
+    """The prompt template a tuned model was trained in, as its :func:`tuned_record` names it; None for any other
+    model, a record that cannot be read, or one naming a template file (``prompt.path``). Loading such a model
+    without a prompt of one's own uses it (:meth:`mirage.Mirage.from_pretrained`, the commands' ``--prompt``)."""
+    try:
+        record = tuned_record(model)
+    except ModelLoadError:
+        return None
+    prompt = record.get("prompt") if record else None
     if not isinstance(prompt, dict) or prompt.get("path") or not isinstance(prompt.get("name"), str):
         return None
     return prompt["name"]

@@ -230,14 +230,13 @@ class ExperimentConfig:
         :func:`add_experiment_args`); positional ``data`` files replace the file's."""
         config = getattr(args, "config", None)
         preset = getattr(args, "preset", None)
+        data = read_config_file(config) if config else {}
         if preset is not None:  # the file's own fields still override the preset's, and the flags both
-            data = {**(read_config_file(config) if config else {}), "preset": preset}
-            try:
-                exp = cls.from_dict(data, command=command)
-            except ConfigError as err:
-                raise ConfigError(f"{config}: {err}" if config else str(err)) from err
-        else:
-            exp = cls.from_yaml(config, command=command) if config else cls.from_dict({}, command=command)
+            data = {**data, "preset": preset}
+        try:
+            exp = cls.from_dict(data, command=command)
+        except ConfigError as err:
+            raise ConfigError(f"{config}: {err}" if config else str(err)) from err
         changes: dict[str, Any] = {name: getattr(args, name) for name in
                                    ("model", "calibrate_on", "text", "limit", "nli", "device", "dtype",
                                     *LOADING_KEYS)
@@ -248,7 +247,7 @@ class ExperimentConfig:
         if getattr(args, "trust_remote_code", False):
             changes["trust_remote_code"] = True
         exp = dataclasses.replace(exp, pipeline=exp.pipeline.replace(**pipeline_changes(args)), **changes)
-        file_prompt = read_config_file(config).get("prompt") if config else None
+        file_prompt = data.get("prompt")
         if getattr(args, "prompt", None) is None and not (isinstance(file_prompt, Mapping) and
                                                           {"name", "path"} & set(file_prompt)):
             exp = exp.with_trained_prompt()

@@ -26,8 +26,8 @@ from mirage.attribution.models import (  # the base-model fingerprint is the cor
     adapter_fits,
     architecture,
     describe,
-    embedded_adapters,
     load_model,
+    tuned_record,
     weight_digest,
     weight_fingerprint,
 )
@@ -112,35 +112,18 @@ def base_record(model: torch.nn.Module, name: str) -> AdapterInfo:
                        weights=weight_fingerprint(model))
 
 
-def _record(folder: str | Path) -> dict[str, Any] | None:
-    """The record mirage wrote with a tuned model (``mirage-adapter.json``: an adapter folder's, a shipped adapter's
-    by its embedded name, or a fully fine-tuned model folder's), or None for a folder without one (a model mirage
-    did not tune, or another name)."""
-    shipped = embedded_adapters().get(str(folder))
-    meta = (shipped.path if shipped is not None else Path(folder)) / ADAPTER_INFO
-    if not meta.is_file():
-        return None
-    try:
-        data = json.loads(meta.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise AdapterError(f"{meta} cannot be read ({err}); save the model again.") from err
-    if not isinstance(data, dict):
-        raise AdapterError(f"{meta} is not a JSON object; save the model again.")
-    return data
-
-
 def training_record(folder: str | Path) -> dict[str, Any] | None:
     """The ``training`` settings mirage recorded with a tuned model: an adapter folder's (or a shipped adapter's, by
     name), or a fully fine-tuned model folder's (``mirage tune sft`` with ``train.method: full``); None for a folder
     without a record (a model mirage did not tune, or another name)."""
-    record = _record(folder)
+    record = tuned_record(folder, error=AdapterError)
     return None if record is None else dict(record.get("training") or {})
 
 
 def trained_prompt(folder: str | Path) -> PromptConfig | None:
     """The prompt a tuned model (adapter folder, shipped adapter name, or fully fine-tuned model folder) was trained
     with, as mirage recorded it; None for a folder without a record, or another name."""
-    record = _record(folder)
+    record = tuned_record(folder, error=AdapterError)
     return None if record is None or not isinstance(record.get("prompt"), dict) else PromptConfig(**record["prompt"])
 
 
@@ -190,16 +173,16 @@ def lora_from_change(base: torch.nn.Module, tuned: dict[str, torch.Tensor], rank
     import torch
     from peft import LoraConfig, get_peft_model
 
-    embed_name = next(n for n, m in base.named_modules() if m is base.get_input_embeddings())
+    embed = next(n for n, m in base.named_modules() if m is base.get_input_embeddings()).rsplit(".", 1)[-1]
     targets: Any = "all-linear"
     if embed_rank:
         targets = sorted({n.rsplit(".", 1)[-1] for n, m in base.named_modules()
-                          if isinstance(m, torch.nn.Linear) and n != "lm_head"} | {embed_name.rsplit(".", 1)[-1]})
+                          if isinstance(m, torch.nn.Linear) and n != "lm_head"} | {embed})
     norm_names = sorted({n.rsplit(".", 1)[-1] for n, m in base.named_modules()
                          if type(m).__name__.endswith(("RMSNorm", "LayerNorm"))}) if norms else None
     config = LoraConfig(r=rank, lora_alpha=rank, target_modules=targets, lora_dropout=0.0, modules_to_save=norm_names,
-                        rank_pattern={embed_name.rsplit(".", 1)[-1]: embed_rank} if embed_rank else {},
-                        alpha_pattern={embed_name.rsplit(".", 1)[-1]: embed_rank} if embed_rank else {})
+                        rank_pattern={embed: embed_rank} if embed_rank else {},
+                        alpha_pattern={embed: embed_rank} if embed_rank else {})
     with warnings.catch_warnings():  # the adapter is meant to be merged (apply_adapter), which keeps the tie
         warnings.filterwarnings("ignore", message=TIED_EMBEDDINGS_WARNING)
         model = get_peft_model(base, config)
@@ -241,7 +224,7 @@ def tuning_chain(folder: str | Path) -> list[str]:
     chain: list[str] = []
     current = str(folder)
     while True:
-        record = _record(current) if Path(current).is_dir() else None
+        record = tuned_record(current, error=AdapterError) if Path(current).is_dir() else None
         base = record.get("base_model") if record else None
         if not base or base in chain or not (Path(current) / "model.safetensors").is_file():
             return chain
@@ -259,7 +242,7 @@ def adapter_from_model(folder: str | Path, dest: str | Path, *, rank: int, embed
     from safetensors.torch import load_file
 
     folder = Path(folder)
-    record = _record(folder)
+    record = tuned_record(folder, error=AdapterError)
     if record is None or not (folder / "model.safetensors").is_file():
         raise AdapterError(f"{folder} is not a fully fine-tuned model folder mirage saved (model.safetensors and "
                            f"{ADAPTER_INFO}); give DIR/model of a `mirage tune sft` run with train.method: full.")
