@@ -11,7 +11,7 @@
 A page asks for generated text with a marker on a line of its own, e.g. ``<!-- mirage:cli -->``,
 ``<!-- mirage:config -->``, ``<!-- mirage:cost attribute -->``, ``<!-- mirage:bench attribution -->``,
 ``<!-- mirage:headline -->``, ``<!-- mirage:compare fidelity/fields_val.json -->``, ``<!-- mirage:self-match self_match -->``,
-``<!-- mirage:card smollm2-135m-cite-follow -->``. ``tests/test_docs_site.py`` builds the site and reads these pages back.
+``<!-- mirage:card smollm2-135m-cite-follow -->``, ``<!-- mirage:bias-follow DIR DIR -->``. ``tests/test_docs_site.py`` builds the site and reads these pages back.
 """
 
 from __future__ import annotations
@@ -362,6 +362,31 @@ def protocol_overview(folder: str) -> str:
     return f"{body}\n\nFrom {_source(rel)}."
 
 
+def bias_follow(folders: str) -> str:
+    """Does each citation set follow the relevant document, across bias runs on the same questions
+    (``<!-- mirage:bias-follow DIR DIR … -->``): each run's self-citation and MIRAGE rows of its ``follow``
+    (:class:`mirage.bias.results.BiasFollow`), named by its model and, where the study marked the documents'
+    sentences, the mark; and the random citer of its self-citation's counts."""
+    from mirage.bias.results import BiasStudyResult
+    from mirage.bias.tables import follow_table
+
+    rows, sources, ks = [], [], set()
+    for folder in folders.split():
+        result = BiasStudyResult.from_dict(_read(f"{folder}/results.json"))
+        if result.follow is None:
+            raise ValueError(f"{folder}/results.json has no follow summary; run mirage report on it again")
+        mark = result.config.get("sentence_mark")
+        name = f"`{result.model}`" + (f", sentences marked `{mark.strip()}`" if mark else "")
+        rows += [(f"{name}: self-citation", result.follow.self_citation)]
+        rows += [(f"{name}: MIRAGE", result.follow.mirage)] if result.follow.mirage is not None else []
+        rows += [(f"{name}: random, self-citation's count", result.follow.random)]
+        ks.add(result.follow.k)
+        sources.append(f"[`{folder}`]({RESULTS_URI}/{folder}/README.md)")
+    if len(ks) != 1:
+        raise ValueError(f"bias-follow: the runs {folders} have different numbers of documents {sorted(ks)}")
+    return f"{follow_table(rows, ks.pop())}\n\nFrom the vanilla answers of {', '.join(sources)}."
+
+
 #: What each tuning evaluation file evaluates (``benchmarks/results/tune_smollm2_*/eval_<name>_fi_ru60.json``).
 TUNE_RUNS = {"base": "base model", "3epochs": "SFT, 3 epochs (shipped as `smollm2-135m-cite`)",
              "shuffled": "SFT, shuffled documents", "internals": "SFT, self-distilled (mirage's citations)",
@@ -563,6 +588,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "cost": lambda command: COSTS[command](),
     "xor": xor_table,
     "protocol": protocol_overview,
+    "bias-follow": bias_follow,
     "tune": tune_tables,
     "text": results_text,
     "compare": compare_table,

@@ -172,3 +172,35 @@ def test_bad_arguments_fail_cleanly(tmp_path, capsys):
     assert main(["bias", str(ROWS), "-o", str(tmp_path), "--metadata", "custom", *SMALL]) == 2
     assert "needs labels" in capsys.readouterr().err
     assert main(["bias", str(ROWS), "-o", str(tmp_path), "--prompt", "standard", *SMALL]) == 2
+
+
+def test_sentence_marks_of_the_model_a_study_runs(tmp_path, capsys):
+    """``--sentence-mark trained`` writes the shipped follower's mark (`` [n]`` after each sentence, as in the prompt
+    it was tuned in) into every document of both modes, the labels still inside each entry; the results record
+    the mark itself and the page's command gives it back."""
+    out = tmp_path / "marked"
+    argv = ["bias", str(ROWS), "-o", str(out), "--model", "smollm2-135m-cite-follow", "--sentence-mark", "trained",
+            "--modes", "vanilla", "informed", *SMALL]
+    argv[argv.index("--limit") + 1] = "1"
+    assert main(argv) == 0
+    records = _lines(out / "generations.jsonl")
+    assert {r["mode"] for r in records} == {"vanilla", "informed"}
+    for r in records:
+        for doc in range(1, r["n_docs"] + 1):
+            entry = r["prompt"].split(f"Document [{doc}]: ")[1].split("\nDocument [")[0].split("\n\n")[0]
+            assert entry.count(f" [{doc}]") >= 1 and f" [{doc % 3 + 1}]" not in entry
+        if r["mode"] == "informed":
+            rel = r["relevant"][0]
+            entry = r["prompt"].split(f"Document [{rel}]: ")[1].split("\n")[0]
+            assert "(written by Human)" in entry
+    result = BiasStudyResult.load(out / "results.json")
+    assert result.config["sentence_mark"] == " [{ID}]"
+    assert "each sentence followed by `[{ID}]`" in (out / "tables.md").read_text()
+    assert main(["report", str(out)]) == 0  # the run's page gives the command back, mark included
+    assert "--sentence-mark ' [{ID}]'" in (out / "README.md").read_text()
+    # a model tuned without marks has no mark to take, and a mark must name the document
+    capsys.readouterr()
+    assert main(["bias", str(ROWS), "-o", str(tmp_path / "base"), "--sentence-mark", "trained", *SMALL]) == 2
+    assert "bias.sentence_mark='trained': smollm2-135m-instruct was not tuned" in capsys.readouterr().err
+    assert main(["bias", str(ROWS), "-o", str(tmp_path / "bad"), "--sentence-mark", " [n]", *SMALL]) == 2
+    assert "bias.sentence_mark=' [n]' must contain {ID}" in capsys.readouterr().err

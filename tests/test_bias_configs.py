@@ -86,3 +86,27 @@ def test_every_shipped_study_config_parses(name):
     assert expected[name](), name
     if name == "hai":  # the published run's settings: its stored generations resume under this file
         assert exp.pipeline.generation.max_new_tokens == 48 and cfg.k == 5
+
+
+def test_a_trained_sentence_mark_is_the_tuned_models_own(tmp_path):
+    """``sentence_mark: trained`` in a config's ``bias:`` section becomes the mark of the prompt the model's record
+    names (the follower's ``selfcitation_marked``), for the Python API as for the command; the positional adapter,
+    tuned in the plain prompt, has none to give; a mark of one's own is kept as written."""
+    from mirage.bias.prompts import load_prompts, mode_template, resolve_sentence_mark
+    from mirage.bias.protocol import load_metadata
+
+    config = _write(tmp_path, "model: smollm2-135m-cite-follow\nbias:\n  sentence_mark: trained\n")
+    _, cfg, exp = _parse("--config", str(config), "-o", str(tmp_path / "out"))
+    assert cfg.sentence_mark == "trained"
+    with pytest.raises(ConfigError, match="resolve it"):
+        load_prompts(cfg)
+    marked = resolve_sentence_mark(cfg, exp.model)
+    assert marked.sentence_mark == " [{ID}]"
+    prompts = load_prompts(marked)
+    for mode in ("vanilla", "informed"):
+        assert mode_template(prompts, mode, load_metadata(marked))["sentence_mark"] == " [{ID}]"
+    assert "sentence_mark" not in mode_template(load_prompts(BiasConfig()), "vanilla", load_metadata(BiasConfig()))
+    with pytest.raises(ConfigError, match="smollm2-135m-cite was not tuned by mirage in a prompt with sentence marks"):
+        resolve_sentence_mark(cfg, "smollm2-135m-cite")
+    own = BiasConfig(sentence_mark=" <{ID}>")
+    assert resolve_sentence_mark(own, "smollm2-135m-instruct") is own

@@ -44,10 +44,15 @@ def test_notebooks_exist():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_is_committed_without_outputs(path):
+    """No outputs, and every cell has its id (nbformat 4.5: a cell without one is a warning now, an error later)."""
+    import json
+
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: clear outputs before committing"
+    raw = json.loads(path.read_text(encoding="utf-8"))  # as committed: nbformat.read fills in missing ids
+    assert all("id" in cell for cell in raw["cells"]), f"{path.name}: give every cell an id (nbformat.validator.normalize)"
 
 
 @pytest.mark.slow

@@ -26,6 +26,7 @@ from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
 from mirage.tune.config import RewardSettings, TuneConfig
 from mirage.tune.data import (
+    as_asked,
     build_gold,
     eli5_demo_examples,
     insert_citations,
@@ -224,9 +225,10 @@ def test_gold_answers_asked_again_as_yes_no_questions_keep_their_supporting_pass
     assert len(xor) == 5 and [ex.id for ex in asked] == [f"{ex.id}-{reply}" for ex in xor for reply in ("yes", "no")]
     for ex in xor:
         yes, no = (next(a for a in asked if a.id == f"{ex.id}-{reply}") for reply in ("yes", "no"))
-        assert yes.question == f"{ex.question} Is it {answers[ex.id]}?" and yes.meta["yes_no"]["asked"] == answers[ex.id]
+        yes_q = f"{ex.question} Is it {as_asked(answers[ex.id])}?"
+        assert yes.question == yes_q and yes.meta["yes_no"]["asked"] == answers[ex.id]
         wrong = no.meta["yes_no"]["asked"]
-        assert no.question == f"{ex.question} Is it {wrong}?" and wrong in set(answers.values()) - {answers[ex.id]}
+        assert no.question == f"{ex.question} Is it {as_asked(wrong)}?" and wrong in set(answers.values()) - {answers[ex.id]}
         for one, reply in ((yes, "Yes"), (no, "No")):
             parsed = parse_answer(one.output, len(one.docs))
             assert parsed.text == reply and one.citations == [ex.supporting] and one.supporting == ex.supporting
@@ -235,6 +237,14 @@ def test_gold_answers_asked_again_as_yes_no_questions_keep_their_supporting_pass
     match, _ = build_gold([XOR / "train.jsonl", XOR / "val.jsonl"])
     assert [ex.output for ex in match if ex.id == "xor-val-1"] == ["yes [1]"]
     assert {ex.meta["yes_no"]["from"] for ex in yes_no_questions(match)} == {"xor-train-1", "xor-val-2"}
+
+
+def test_an_answer_asked_back_keeps_only_its_names_capitalised():
+    """"Is it In 1913?" was how the first yes/no data asked it: a word capitalised because it started the answer is
+    written in lower case in the question, a name or an acronym is not."""
+    assert [as_asked(a) for a in ("In 1913", "The Beatles", "Four", "Paris", "DVV", "New York", "In", "Inca gold",
+                                  "ABOUT 5", "1913")] == \
+        ["in 1913", "the Beatles", "four", "Paris", "DVV", "New York", "in", "Inca gold", "ABOUT 5", "1913"]
 
 
 def test_the_data_command_adds_the_yes_no_questions_after_the_gold_examples(tmp_path, capsys):
@@ -1049,8 +1059,9 @@ def test_tune_card_writes_the_figures_of_the_reports_beside_cite_first_and_keeps
     evaluation.write_text(json.dumps({"n_answers": 3, "precision": 0.75, "recall": 1.0, "f1": 0.8333,
                                       "exact_match": 0.5, "answers": answers}), encoding="utf-8")
     (folder / "README.md").write_text("# my notes\n", encoding="utf-8")
+    judged = ROOT / "benchmarks" / "results" / "tune_follow_smollm2" / "base_val_judged.json"  # made with --judge
     args = ["tune", "card", str(folder), "--name", "smollm2-135m-cite", "--follow", f"fi/ru={follow}",
-            "--eval", f"toy={evaluation}"]
+            f"judged={judged}", "--eval", f"toy={evaluation}"]
     assert main(args) == 2 and "was not written by mirage" in capsys.readouterr().err
     assert (folder / "README.md").read_text(encoding="utf-8") == "# my notes\n"
     (folder / "README.md").unlink()
@@ -1059,6 +1070,12 @@ def test_tune_card_writes_the_figures_of_the_reports_beside_cite_first_and_keeps
     own, first = report["self_citation"], report["cite_first"]
     assert (f"| fi/ru | {report['n_items']} | {100 * own['follow_rate']:.1f} ({100 * first['follow_rate']:.1f}) | "
             f"{100 * own['first_when_not_supporting']:.1f} ({100 * first['first_when_not_supporting']:.1f}) |") in card
+    # mirage's citations of the same answers: from a judged report only
+    row = next(line for line in card.splitlines() if line.startswith("| fi/ru |"))
+    assert row.split(" | ")[-3] == "–"
+    mirage_rate = json.loads(judged.read_text(encoding="utf-8"))["mirage"]["follow_rate"]
+    row = next(line for line in card.splitlines() if line.startswith("| judged |"))
+    assert row.split(" | ")[-3] == f"{100 * mirage_rate:.1f}" and "mirage follows" in card
     # cite-[1] on the two supported answers: P (0 + 1) / 2, R (0 + 1) / 2, F1 (0 + 1) / 2
     assert "| toy | 3 | 75.0 / 100.0 / 83.3 | 50.0 / 50.0 / 50.0 | 50.0 | `eval.json` |" in card
     assert '--model smollm2-135m-cite --prompt selfcitation' in card

@@ -131,6 +131,44 @@ def test_the_report_splits_each_citers_row_by_answer_kind():
     assert "| mirage (reference), yes/no answers (1 items) | 100.0 |" in again.to_markdown()
 
 
+def test_missed_citations_are_told_apart_by_where_the_answer_words_are():
+    """A miss (a cited answer naming no supporting passage) whose words a cited passage holds answered from that
+    passage; one whose words only an uncited passage holds cited the wrong one; one whose words no passage holds made
+    its answer up; a yes/no answer has no words to look for. Hits, uncited answers and unlabelled rows are not
+    checked."""
+    from mirage.tune.evaluate import CitationEval, citation_misses, passages_holding
+
+    texts = ["Helsinki is the capital of Finland.", "Turku was the capital until 1812.",
+             "The Finnish parliament meets in Helsinki.", "Tampere lies between two lakes."]
+    docs = [{"title": "", "text": t} for t in texts]
+
+    def row(i: int, answer: str, cited: list[int], supporting: list[int] | None) -> tuple[dict, TrainingExample]:
+        ex = TrainingExample(id=f"q{i}", source="xor-attriqa", question="What is the capital of Finland?", docs=docs,
+                             output="Helsinki [1].", citations=[[1]], supporting=supporting)
+        return {"id": ex.id, "answer": answer, "cited": cited, "supporting": supporting}, ex
+
+    pairs = [row(0, "Helsinki [1].", [1], [1]),        # a hit
+             row(1, "Turku [2].", [2], [1]),           # answered from passage 2 and cited it
+             row(2, "The capital is Turku [4].", [4], [1, 3]),  # a sentence no passage holds
+             row(3, "Turku [4].", [4], [3]),           # Turku is in passage 2 only, passage 4 cited
+             row(4, "Oulu [2].", [2], [1]),            # in no passage
+             row(5, "Yes [4].", [4], [1]),             # yes/no
+             row(6, "Helsinki.", [], [1]),             # cites nothing: not checked
+             row(7, "Turku [2].", [2], None)]          # no label: not checked
+    answers, examples = [a for a, _ in pairs], [e for _, e in pairs]
+    assert passages_holding("Helsinki [3]", docs) == [1, 3] and passages_holding("the Finnish parliament", docs) == [3]
+    misses = citation_misses(answers, examples)
+    assert (misses.n_checked, misses.n_missed, misses.first_supports) == (6, 5, 4)
+    assert misses.ids == {"from_cited": ["q1"], "elsewhere": ["q3"], "nowhere": ["q2", "q4"], "yes_no": ["q5"]}
+    assert (misses.from_cited, misses.elsewhere, misses.nowhere, misses.yes_no) == (1, 1, 2, 1)
+    assert "5 of 6 cited answers name no supporting passage (4 where passage 1 supports)" in misses.to_text()
+    evaluation = CitationEval(model="m", n_answers=8, answers_cited=0.875, sentences_cited=0.875,
+                              invalid_citations=0, precision=None, recall=None, f1=None, exact_match=None,
+                              seconds_per_answer=0.0, max_new_tokens=8, answers=answers, misses=misses)
+    assert json.loads(evaluation.to_json())["misses"]["ids"]["elsewhere"] == ["q3"]
+    assert "answer's words are in a cited passage in 1" in evaluation.to_text()
+
+
 def test_too_few_passages_to_fill_is_an_error():
     with pytest.raises(ValueError, match="smaller k"):
         permutation_presentations([_example(0, 2, [1])], k=5)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
+from mirage.bias.prompts import resolve_sentence_mark
 from mirage.bias.protocol import (
     BIAS_CONFIG_DIR,
     GRID_MODES,
@@ -58,7 +59,7 @@ def _modes(modes: list[str], mixed_grid: bool, mixed: tuple[str, str]) -> tuple[
 
 #: BiasConfig fields a flag of the same name sets (a flag given on the command line wins over the config file).
 _FLAG_FIELDS = ("metadata", "k", "n_relevant", "modes", "relevant_side", "mixed", "docs", "rage_similar",
-                "rage_embedder", "max_doc_words", "rewrite", "prompts_dir", "baseline_draws")
+                "rage_embedder", "max_doc_words", "rewrite", "prompts_dir", "baseline_draws", "sentence_mark")
 
 
 def bias_config_from_args(args: argparse.Namespace, section: dict[str, Any] | None = None) -> BiasConfig:
@@ -195,7 +196,7 @@ def cmd_bias(args: argparse.Namespace) -> int:
                           "not --prompt.")
     exp = ExperimentConfig.from_args(args, command="bias")
     section = split_run_options(args, read_config_file(args.config).get("bias") if args.config else None)
-    cfg = bias_config_from_args(args, section)
+    cfg = resolve_sentence_mark(bias_config_from_args(args, section), exp.adapter or exp.model)
     if args.data is None:
         if len(exp.data) != 1:
             raise ConfigError("give DATA (or one 'data:' path in the --config file).")
@@ -294,6 +295,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rewrite-model", help="model that rewrites documents (default: --model)")
     p.add_argument("--explain", action="store_true", help="also ask the model to explain its citations")
     p.add_argument("--prompts-dir", help="folder with edited copies of configs/bias/*.yaml")
+    p.add_argument("--sentence-mark", metavar="MARK",
+                   help="write MARK after each sentence of every document (' [{ID}]': the document's number), as in "
+                        "the prompt a model was tuned in; 'trained': the tuned model's own mark "
+                        "(smollm2-135m-cite-follow's ' [{ID}]'); default: none, the paper's prompts")
     p.add_argument("--split", default="test", help="qrels split of a BEIR folder (default test)")
     p.add_argument("--baseline-draws", type=int_flag, help="random-citation baseline draws (default 1000)")
     p.add_argument("--write-requests", action="store_true",

@@ -8,6 +8,7 @@ document's rendered entry, so the document spans stay whole.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from mirage.config import ConfigError, load_yaml
 from mirage.data.inputs import Document
 
 _TEMPLATE_KEYS = ("name", "instruction", "template", "contextless_template", "doc_template")
+#: Template keys a prompt file may add (:class:`mirage.attribution.prompts.PromptTemplate`'s optional fields).
+_OPTIONAL_KEYS = ("untitled_doc_template", "sentence_mark")
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,37 @@ def _read(folder: Path, name: str, needed: tuple[str, ...]) -> dict[str, Any]:
     return data
 
 
+def trained_sentence_mark(model: str | None) -> str | None:
+    """The sentence mark of the prompt a model mirage tuned was trained in
+    (:func:`mirage.attribution.models.trained_prompt_name`), or None: another model, or a prompt without marks."""
+    from mirage.attribution.models import trained_prompt_name
+    from mirage.attribution.prompts import available_prompts, load_template
+    from mirage.config import PromptConfig
+
+    name = trained_prompt_name(model) if model else None
+    if name is None or name not in available_prompts():
+        return None
+    return load_template(PromptConfig(name=name)).sentence_mark
+
+
+def resolve_sentence_mark(cfg: BiasConfig, model: str | None) -> BiasConfig:
+    """``cfg`` with ``sentence_mark: trained`` replaced by the mark ``model`` was tuned with (so that the results
+    record the mark itself); unchanged otherwise. A model tuned without one is a one-line error."""
+    if cfg.sentence_mark != "trained":
+        return cfg
+    mark = trained_sentence_mark(model)
+    if mark is None:
+        raise ConfigError(f"bias.sentence_mark='trained': {model or 'no model'} was not tuned by mirage in a prompt "
+                          "with sentence marks; give the mark itself (--sentence-mark ' [{ID}]') or leave it out.")
+    return dataclasses.replace(cfg, sentence_mark=mark)
+
+
 def load_prompts(cfg: BiasConfig) -> BiasPrompts:
-    """The prompt files in ``cfg.prompts_dir`` (default ``configs/bias``)."""
+    """The prompt files in ``cfg.prompts_dir`` (default ``configs/bias``), with ``cfg.sentence_mark`` (resolved by
+    :func:`resolve_sentence_mark`) in the vanilla and informed templates, over a mark of the files' own."""
+    if cfg.sentence_mark == "trained":
+        raise ConfigError("bias.sentence_mark='trained' names no mark until the model is known; resolve it with "
+                          "mirage.bias.prompts.resolve_sentence_mark(cfg, model).")
     folder = Path(cfg.prompts_dir or BIAS_CONFIG_DIR)
     informed = _read(folder, "informed", _TEMPLATE_KEYS)
     if "{CONSIDERATION}" not in informed["instruction"]:
@@ -62,8 +94,11 @@ def load_prompts(cfg: BiasConfig) -> BiasPrompts:
     if "{AUTHOR}" not in informed.get("metadata_format", "{AUTHOR}") or "{P}" not in informed.get(
             "metadata_format", "{P}"):
         raise ConfigError(f"{folder / 'informed.yaml'}: metadata_format must contain {{P}} and {{AUTHOR}}.")
+    vanilla = _read(folder, "vanilla", _TEMPLATE_KEYS)
+    if cfg.sentence_mark is not None:
+        vanilla, informed = ({**t, "sentence_mark": cfg.sentence_mark} for t in (vanilla, informed))
     return BiasPrompts(
-        vanilla=_read(folder, "vanilla", _TEMPLATE_KEYS),
+        vanilla=vanilla,
         informed=informed,
         explainer=_read(folder, "explainer", ("question",)),
         rewrite=_read(folder, "rewrite", ("instruction", "template")),
@@ -71,10 +106,13 @@ def load_prompts(cfg: BiasConfig) -> BiasPrompts:
 
 
 def mode_template(prompts: BiasPrompts, mode: str, metadata: Metadata) -> dict[str, str]:
-    """The mirage template (name, instruction, template, contextless_template, doc_template) of ``mode``."""
+    """The mirage template (name, instruction, template, contextless_template, doc_template, and the optional keys
+    the prompt file or the study set: untitled_doc_template, sentence_mark) of ``mode``."""
+    source = prompts.vanilla if mode == "vanilla" else prompts.informed
+    out = {k: str(source[k]) for k in _TEMPLATE_KEYS}
+    out.update({k: str(source[k]) for k in _OPTIONAL_KEYS if source.get(k) is not None})
     if mode == "vanilla":
-        return {k: str(prompts.vanilla[k]) for k in _TEMPLATE_KEYS}
-    out = {k: str(prompts.informed[k]) for k in _TEMPLATE_KEYS}
+        return out
     out["instruction"] = out["instruction"].replace("{CONSIDERATION}", metadata.consideration)
     out["name"] = f"{out['name']}-{metadata.type}"
     return out

@@ -57,6 +57,10 @@ class BiasConfig:
     ``n_relevant``: relevant documents per question (the questions with exactly that many are the items).
     ``rage_embedder``: the RAGE mixture's sentence embedder (:func:`mirage.bias.rage.load_embedder`):
     ``all-minilm-l6-v2``, ``multilingual-e5-small`` or the path of a local sentence-embedding model folder.
+    ``sentence_mark``: written after each sentence of every document in every mode's prompt (``" [{ID}]"``: the
+    document's number; :class:`mirage.attribution.prompts.PromptTemplate`), for a model tuned on documents marked so
+    (``smollm2-135m-cite-follow``); ``"trained"`` takes the mark of the prompt the model was tuned in; None (the
+    default) keeps the prompt files' own (the paper's prompts have none).
     """
 
     metadata: MetadataType = "hai"
@@ -75,6 +79,7 @@ class BiasConfig:
     baseline_draws: int = 1000
     n_relevant: int = 1
     rage_embedder: str = "all-minilm-l6-v2"
+    sentence_mark: str | None = None
 
     def __post_init__(self) -> None:
         setfield(self, "bias.metadata", literal, choices=MetadataType)
@@ -91,6 +96,10 @@ class BiasConfig:
         setfield(self, "bias.prompts_dir", string, optional=True, path=True)
         setfield(self, "bias.rage_embedder", string, path=True, nonempty=True,
                  expected="all-minilm-l6-v2, multilingual-e5-small or the path of a sentence-embedding model folder")
+        setfield(self, "bias.sentence_mark", string, optional=True)
+        if self.sentence_mark is not None and self.sentence_mark != "trained" and "{ID}" not in self.sentence_mark:
+            raise ConfigError(f"bias.sentence_mark={short_repr(self.sentence_mark)} must contain {{ID}} (the "
+                              "document's number, e.g. ' [{ID}]') or be 'trained' (the tuned model's own mark).")
         if not self.modes:
             raise ConfigError("bias.modes is empty; give at least one of " + ", ".join(MODES) + ".")
         for mode in self.modes:

@@ -37,6 +37,7 @@ from mirage.bias.items import (
     xor_items,
     xor_relevant_counts,
 )
+from mirage.bias.prompts import resolve_sentence_mark
 from mirage.bias.protocol import BiasConfig, load_metadata
 from mirage.bias.rage import Embedder, load_embedder, rage_items
 from mirage.bias.results import BiasStudyResult, summarize
@@ -140,6 +141,7 @@ def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_d
     out_dir.mkdir(parents=True, exist_ok=True)
     items = build_items(data, cfg, limit=limit, split=split, embed=embed, run=run)  # bad data fails before the model
     mirage = resolve_mirage(mirage)
+    cfg = resolve_sentence_mark(cfg, mirage.lm.name)
     if cfg.rewrite != "none":
         from mirage.bias.prompts import load_prompts
 

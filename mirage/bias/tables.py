@@ -167,6 +167,12 @@ def side_by_side(result: BiasStudyResult) -> str:
     return "\n".join(lines)
 
 
+def _marks(cfg: dict[str, Any]) -> str:
+    """How the study marked the documents' sentences, when it did (``sentence_mark``)."""
+    mark = cfg.get("sentence_mark")
+    return "" if not mark else f" (each sentence followed by `{mark.strip()}`)"
+
+
 def render_markdown(result: BiasStudyResult) -> str:
     """The study's tables: per citation set, attribution quality per mode, CAS and CAB with significance."""
     md = result.metadata
@@ -176,7 +182,7 @@ def render_markdown(result: BiasStudyResult) -> str:
         "",
         (f"Data `{result.data}`, {result.n_items} questions, k = {result.documents_text()} documents "
         f"({cfg.get('n_relevant', 1)} relevant){_asked_k(result)}, "
-        f"documents: {cfg['docs']}, seed {cfg['seed']}. Metadata `{md['type']}`: {md['first']} "
+        f"documents: {cfg['docs']}{_marks(cfg)}, seed {cfg['seed']}. Metadata `{md['type']}`: {md['first']} "
         f"{md['first_labels']} vs {md['second']} {md['second_labels']}; ω = {result.omega:+d} "
         f"(relevant documents labelled {md[cfg['relevant_side']]} in the informed mode)."),
         "",

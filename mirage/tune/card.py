@@ -40,7 +40,8 @@ def _read(path: str | Path) -> dict[str, Any]:
 
 def follow_rows(reports: Sequence[tuple[str, Mapping[str, Any], str]]) -> list[tuple[str, ...]]:
     """One row per ``mirage tune follow`` report (label, report, file name): the adapter's figures beside
-    cite-[1]'s."""
+    cite-[1]'s, and how often mirage's citations of the same answers follow (a report made with ``--judge``; else
+    –)."""
     rows = []
     for label, d, name in reports:
         own, first = d["self_citation"], d["cite_first"]
@@ -49,7 +50,8 @@ def follow_rows(reports: Sequence[tuple[str, Mapping[str, Any], str]]) -> list[t
         rows.append((label, str(d["n_items"]), f"{_pc(own['follow_rate'])} ({_pc(first['follow_rate'])})",
                      f"{_pc(own['first_when_not_supporting'])} ({_pc(first['first_when_not_supporting'])})",
                      f"{own['mean_cited']:.2f}", f"{_pc(own['f1'])} ({_pc(first['f1'])})",
-                     _pc(d["quality"]["exact_match"]), f"`{name}`"))
+                     _pc((d.get("mirage") or {}).get("follow_rate")), _pc(d["quality"]["exact_match"]),
+                     f"`{name}`"))
     return rows
 
 
@@ -103,9 +105,11 @@ def adapter_card(folder: str | Path, *, name: str, follow: Sequence[tuple[str, s
                   ("Each question whose answer one passage supports is asked with that passage moved through "
                   f"positions 1 to {k} (the others in a fixed order); an answer *follows* when its citations include "
                   "the passage's new number and at most one other. In brackets, citing `[1]` in every answer, on the "
-                  "same presentations."), "",
+                  "same presentations. *mirage follows*: mirage's citations of the same answers, read the same way "
+                  "(reports made with `--judge`)."), "",
                   _table(["split", "items", "follows (cite-[1])", "[1] when not supporting (cite-[1])",
-                          "documents cited", "F1 (cite-[1])", "exact match", "from"], follow_rows(reports))]
+                          "documents cited", "F1 (cite-[1])", "mirage follows", "exact match", "from"],
+                         follow_rows(reports))]
     if evals:
         reports = [(label, _read(path), Path(path).name) for label, path in evals]
         parts += ["", "## In the published order (`mirage tune eval`)", "",

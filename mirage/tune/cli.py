@@ -317,6 +317,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     report = evaluate_citations(mirage, examples, max_new_tokens=args.max_new_tokens,
                                 progress=None if args.quiet else terminal_progress, judge=judge,
                                 store=out.with_name(out.stem + ".answers.jsonl"))
+    report.command = _report_command(args, "eval")
     write_atomic(out, json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n")
     print(report.to_text(), file=sys.stderr)
     return 0
@@ -338,25 +339,26 @@ def cmd_follow(args: argparse.Namespace) -> int:
     report = evaluate_follow(mirage, examples, k=args.k, seed=args.seed, max_new_tokens=args.max_new_tokens,
                              judge=judge, store=out.with_name(out.stem + ".answers.jsonl"),
                              progress=None if args.quiet else terminal_progress, pool=pool)
-    report.command = _follow_command(args)
+    report.command = _report_command(args, "follow")
     write_atomic(out, json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n")
     print(report.to_markdown(), file=sys.stderr)
     return 0
 
 
-def _follow_command(args: argparse.Namespace) -> str:
-    """The ``mirage tune follow`` line that reproduces a report (paths as given, machine paths made relative)."""
+def _report_command(args: argparse.Namespace, verb: str) -> str:
+    """The ``mirage tune eval`` or ``follow`` (``verb``) line that reproduces a report (paths as given, machine
+    paths made relative)."""
     from mirage.runs.files import portable_command
 
-    argv = ["tune", "follow", *args.data]
+    argv = ["tune", verb, *args.data]
     for flag, value in (("--adapter", args.adapter), ("--model", args.model), ("--prompt", args.prompt),
                         ("--limit", args.limit), ("--limit-each", args.limit_each)):
         if value is not None:
             argv += [flag, str(value)]
     if args.exclude:
         argv += ["--exclude", *args.exclude]
-    argv += ["--text", args.text, "--k", str(args.k), "--seed", str(args.seed), "--max-new-tokens",
-             str(args.max_new_tokens)] + (["--judge"] if args.judge else [])
+    argv += ["--text", args.text] + (["--k", str(args.k), "--seed", str(args.seed)] if verb == "follow" else [])
+    argv += ["--max-new-tokens", str(args.max_new_tokens)] + (["--judge"] if args.judge else [])
     for flag, value in (("--judge-rule", args.judge_rule), ("--judge-learned-model", args.judge_learned_model)):
         if value is not None:
             argv += [flag, value]

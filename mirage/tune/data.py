@@ -56,6 +56,21 @@ _YES_NO = re.compile(r"\W*(yes|no)\b", re.IGNORECASE)
 #: The longest answer :func:`yes_no_questions` turns into a yes/no question, in words.
 YES_NO_MAX_WORDS = 8
 
+#: English words an answer capitalises only because it starts a sentence ("In 1913.", "The Beatles."), written in
+#: lower case inside the question ``Is it in 1913?`` (:func:`as_asked`); names keep their capitals.
+_SENTENCE_START_WORDS = frozenset(
+    ["a", "an", "the", "in", "on", "at", "by", "from", "during", "since", "until", "before", "after", "about", "around", "of", "for", "with", "near", "over", "under", "between", "to", "into", "through", "across", "along", "some", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"])
+
+
+def as_asked(answer: str) -> str:
+    """``answer`` as the middle of a question (``Is it <answer>?``): its first word in lower case where it is an
+    English word capitalised only because it started the answer (:data:`_SENTENCE_START_WORDS`, e.g. ``In 1913`` ->
+    ``in 1913``); otherwise unchanged, names included."""
+    first, _, rest = answer.partition(" ")
+    if first.lower() in _SENTENCE_START_WORDS and first[:1].isupper() and first[1:].islower():
+        return f"{first.lower()} {rest}".rstrip() if rest else first.lower()
+    return answer
+
 
 def source_label(file: str | Path) -> str:
     """How a training example names the file its row came from: the dataset's name for a file of the data cache
@@ -241,9 +256,10 @@ def answer_kind(answer: str) -> str:
 
 def yes_no_questions(examples: Sequence[TrainingExample], *, seed: int = 0) -> list[TrainingExample]:
     """Each supported XOR-AttriQA example of ``examples`` asked again as two yes/no questions: its question followed by
-    ``Is it <its answer>?``, answered ``Yes``, and followed by ``Is it <another question's answer>?`` (one of a
-    question with the same first word where there is one, chosen with ``seed``), answered ``No``; both cite the
-    passages labelled as supporting the answer, which say that it is and show that the other is not.
+    ``Is it <its answer>?`` (:func:`as_asked`: ``Is it in 1913?``), answered ``Yes``, and followed by ``Is it
+    <another question's answer>?`` (one of a question with the same first word where there is one, chosen with
+    ``seed``), answered ``No``; both cite the passages labelled as supporting the answer, which say that it is and
+    show that the other is not. ``meta["yes_no"]["asked"]`` keeps the answer as it was given.
 
     A yes/no answer copies no words of its passage, so gold data whose answers are extracted spans teaches citing
     by those words and leaves yes/no questions to position; XOR-AttriQA's ``train`` and ``val`` hold few supported
@@ -271,7 +287,7 @@ def yes_no_questions(examples: Sequence[TrainingExample], *, seed: int = 0) -> l
         for reply, candidate in (("Yes", answer), ("No", wrong)):
             output = cite_sentences(reply, ex.supporting)
             out.append(TrainingExample(
-                id=f"{ex.id}-{reply.lower()}", source=ex.source, question=f"{question} Is it {candidate}?",
+                id=f"{ex.id}-{reply.lower()}", source=ex.source, question=f"{question} Is it {as_asked(candidate)}?",
                 docs=ex.docs, output=output, citations=[list(c) for c in parse_answer(output, len(ex.docs)).citations],
                 supporting=list(ex.supporting), file=ex.file, line=ex.line, lang=ex.lang,
                 meta={**ex.meta, "yes_no": {"from": ex.id, "asked": candidate}}))

@@ -39,7 +39,7 @@ from mirage.likelihood.classifier import shipped_model_spec
 from mirage.runs.store import ResumableJSONL, content_key, settings_differences
 from mirage.scoring import metrics
 from mirage.scoring.faithfulness import FaithfulnessResult, FaithfulnessSummary, faithfulness, summarize
-from mirage.tune.data import TrainingExample
+from mirage.tune.data import TrainingExample, answer_kind
 
 if TYPE_CHECKING:
     from mirage.pipeline import Mirage
@@ -96,12 +96,74 @@ class JudgeSummary(JSONRecord):
 
 
 @dataclass
+class CitationMisses(JSONRecord):
+    """Where the missed citations went: of the ``n_checked`` answers that cite something and whose item has a
+    passage labelled as supporting, the ``n_missed`` that cite none of those passages, by where the answer's own
+    words are (``exact_match``'s normalised containment, the generated answer looked for in each passage):
+
+    - ``from_cited``: a passage it cites holds them. The model answered from that passage and cited it; the labels
+      judge the reference answer, so the miss is in the answer (another passage's fact or wording), not in the
+      citation following it;
+    - ``elsewhere``: only passages it does not cite hold them (the citation missed the passage it answered from);
+    - ``nowhere``: no passage holds them (an answer in the model's own words, or made up);
+    - ``yes_no``: the answer is yes or no (no words of a passage to look for).
+
+    ``first_supports``: the misses whose item has passage 1 among its supporting ones (the rows cite-[1] gets
+    right); ``ids``: the item ids of each group."""
+
+    n_checked: int
+    n_missed: int
+    from_cited: int
+    elsewhere: int
+    nowhere: int
+    yes_no: int
+    first_supports: int
+    ids: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_text(self) -> str:
+        return (f"misses: {self.n_missed} of {self.n_checked} cited answers name no supporting passage "
+                f"({self.first_supports} where passage 1 supports); the answer's words are in a cited passage in "
+                f"{self.from_cited}, only in uncited ones in {self.elsewhere}, in none in {self.nowhere}; "
+                f"{self.yes_no} yes/no")
+
+
+def passages_holding(answer: str, docs: Sequence[dict[str, str]]) -> list[int]:
+    """The 1-based passages whose text holds ``answer`` (its citation marks removed), normalised as
+    :func:`~mirage.bias.metrics.exact_match` compares them; empty for an answer without words."""
+    text = parse_answer(answer, len(docs)).text
+    return [i for i, doc in enumerate(docs, start=1) if exact_match(doc.get("text", ""), [text])]
+
+
+def citation_misses(answers: Sequence[dict[str, Any]], examples: Sequence[TrainingExample]) -> CitationMisses:
+    """:class:`CitationMisses` of ``answers`` (rows of :func:`evaluate_citations`, in the order of ``examples``)."""
+    groups: dict[str, list[str]] = {"from_cited": [], "elsewhere": [], "nowhere": [], "yes_no": []}
+    n_checked = first = 0
+    for row, ex in zip(answers, examples, strict=True):
+        supporting = set(row.get("supporting") or ())
+        if not supporting or not row["cited"]:
+            continue
+        n_checked += 1
+        if supporting & set(row["cited"]):
+            continue
+        first += 1 in supporting
+        if answer_kind(parse_answer(row["answer"], len(ex.docs)).text.strip()) == "yes/no":
+            groups["yes_no"].append(row["id"])
+            continue
+        holding = passages_holding(row["answer"], ex.docs)
+        group = "from_cited" if set(holding) & set(row["cited"]) else "elsewhere" if holding else "nowhere"
+        groups[group].append(row["id"])
+    return CitationMisses(n_checked=n_checked, n_missed=sum(map(len, groups.values())),
+                          **{name: len(ids) for name, ids in groups.items()}, first_supports=first, ids=groups)
+
+
+@dataclass
 class CitationEval(JSONRecord):
     """Self-citation of one model over items: the share of answers citing at least one existing document
     (``answers_cited``), of sentences doing so (``sentences_cited``), the number of ids naming no document,
     mean precision/recall/F1 of the cited set against the supporting documents (over the items with at least one;
     the labels judge the annotated answer, so for a generated answer they are an approximation), the
-    share of answers holding the reference answer (``exact_match``), the seconds per answer, and every answer."""
+    share of answers holding the reference answer (``exact_match``), the seconds per answer, every answer, and
+    where the citations that name no supporting passage went (``misses``, :class:`CitationMisses`)."""
 
     model: str
     n_answers: int
@@ -117,6 +179,9 @@ class CitationEval(JSONRecord):
     answers: list[dict[str, Any]] = field(default_factory=list)
     judge: JudgeSummary | None = None
     versions: dict[str, str] = field(default_factory=dict)
+    misses: CitationMisses | None = None
+    #: the command that wrote the report (``mirage tune eval …``), where one did
+    command: str | None = None
 
     def to_text(self) -> str:
         def pct(v: float | None) -> str:
@@ -128,6 +193,7 @@ class CitationEval(JSONRecord):
                 f"{pct(self.precision)} / {pct(self.recall)} / {pct(self.f1)} (cite [1] on the same answers: "
                 f"{' / '.join(pct(v) for v in first)}); exact match {pct(self.exact_match)}; "
                 f"{self.seconds_per_answer:.2f} s per answer"
+                + ("" if self.misses is None or not self.misses.n_missed else "\n" + self.misses.to_text())
                 + ("" if self.judge is None else "\n" + self.judge.to_text()))
 
 
@@ -376,4 +442,5 @@ def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, m
         invalid_citations=sum(a["invalid"] for a in answers),
         precision=precision, recall=recall, f1=f1, exact_match=metrics.mean_or_none(matches),
         seconds_per_answer=round(sum(a["seconds"] for a in answers) / n, 3) if n else 0.0,
-        max_new_tokens=max_new_tokens, answers=answers, judge=summary, versions=library_versions())
+        max_new_tokens=max_new_tokens, answers=answers, judge=summary, versions=library_versions(),
+        misses=citation_misses(answers, examples))

@@ -109,7 +109,9 @@ class FollowReport(JSONRecord):
     citations of the same answers (``mirage``, with a judge, and ``judge``: self-citation beside mirage's citations
     against the labels, and the faithfulness check of both against random sets of the same sizes,
     :class:`~mirage.tune.evaluate.JudgeSummary`); ``quality``: answers and sentences cited and the exact match of
-    the reference answer, from the answers' :class:`~mirage.tune.evaluate.CitationEval`; ``by_answer_kind``: the
+    the reference answer, and where the citations that do not follow went (``misses``,
+    :class:`~mirage.tune.evaluate.CitationMisses`), from the answers' :class:`~mirage.tune.evaluate.CitationEval`;
+    ``by_answer_kind``: the
     rows of the self-citation, the random citer and mirage (with a judge), each over the items of each kind of
     reference answer (:func:`answer_kind`: citer field name -> kind -> row), and ``item_kinds`` each item's kind."""
 
@@ -171,6 +173,10 @@ class FollowReport(JSONRecord):
         lines.append(f"{self.model}: {self.n_items} items x {self.k} positions = {self.n_presentations} answers; "
                      f"answers cited {pct(q.get('answers_cited'))} %, sentences cited {pct(q.get('sentences_cited'))} "
                      f"%, exact match {pct(q.get('exact_match'))} %.")
+        if q.get("misses") and q["misses"].get("n_missed"):
+            from mirage.tune.evaluate import CitationMisses
+
+            lines += ["", CitationMisses.from_dict(q["misses"]).to_text() + "."]
         if self.judge is not None:
             lines += ["", ("The same answers judged (self-citation and mirage's citations against the labels, pooled "
                            "over (answer, passage) pairs; the faithfulness check of each set against random sets of its "
@@ -214,6 +220,8 @@ def follow_report(evaluation: CitationEval, presentations: Sequence[TrainingExam
                "seconds_per_answer": evaluation.seconds_per_answer, "max_new_tokens": evaluation.max_new_tokens}
     if mirage_rule is not None:
         quality["judged"] = len(judged)
+    if evaluation.misses is not None:
+        quality["misses"] = evaluation.misses.to_dict()
     item_kinds = {str(p.meta["follow"]["item"]): x for p, x in zip(presentations, kinds)}
     return FollowReport(
         model=evaluation.model, k=k, seed=seed, n_items=len({p.meta["follow"]["item"] for p in presentations}),

@@ -207,7 +207,7 @@ BIAS_FLAGS = {"metadata": "--metadata", "k": "--k", "n_relevant": "--n-relevant"
               "relevant_side": "--relevant-side", "mixed": "--mixed", "docs": "--docs", "rage_similar": "--rage-similar",
               "rage_embedder": "--rage-embedder", "max_doc_words": "--max-doc-words", "rewrite": "--rewrite",
               "explain": "--explain", "prompts_dir": "--prompts-dir", "baseline_draws": "--baseline-draws",
-              "labels": "--labels", "seed": "--seed"}
+              "labels": "--labels", "seed": "--seed", "sentence_mark": "--sentence-mark"}
 
 
 def _bias_command(res: Mapping[str, Any]) -> str:
@@ -406,8 +406,12 @@ def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
             train_rows))
     from mirage.bias.metrics import mean_citation_set_prf
 
-    eval_rows, judge_rows = [], []
+    eval_rows, judge_rows, miss_rows = [], [], []
     for name, d in files["eval"]:
+        m = d.get("misses")
+        if m:
+            miss_rows.append((f"`{name}`", m["n_checked"], m["n_missed"], m["first_supports"], m["from_cited"],
+                              m["elsewhere"], m["nowhere"], m["yes_no"]))
         by_doc, by_size = documents_cited(d["answers"])
         three = sum(v for k, v in by_doc.items() if k >= 3)
         sizes = f"{by_size[0]} / {by_size[1]} / {by_size[2]} / {sum(v for k, v in by_size.items() if k >= 3)}"
@@ -450,6 +454,15 @@ def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
                         "P / R / F1", "cite [1] P / R / F1", "exact match", "s / answer",
                         "answers citing document 1 / 2 / 3+",
                         "answers citing 0 / 1 / 2 / 3+ documents"], eval_rows))
+    if miss_rows:
+        sections.append(
+            "## Where the missed citations went\n\nOf the answers that cite something and whose row has a passage "
+            "labelled as supporting, those citing none of those passages, by where the generated answer's own words "
+            "are (normalised as exact match compares them): in a passage the answer cites (it answered from that "
+            "passage and cited it; the labels judge the reference answer), only in passages it does not cite, in "
+            "none; yes/no answers have no words to look for.\n\n"
+            + md_table(["record", "cited answers with a label", "missed", "of which passage 1 supports",
+                        "answer in a cited passage", "only in uncited ones", "in none", "yes/no"], miss_rows))
     if judge_rows:
         sections.append(
             "## Judged against the labels and mirage\n\nPooled (answer, document) pairs: agreement / F1 / balanced "
@@ -463,6 +476,7 @@ def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
         stage = "sft" if cfg.stem.startswith("sft") else "reward" if cfg.stem.startswith("reward") else None
         if stage:
             commands.append(portable_command(["tune", stage, "--config", cfg.name, "-o", f"DIR/{cfg.stem}"]))
+    commands += [d["command"] for _n, d in files["eval"] if d.get("command")]
     recon = "\n".join(commands) if commands else None
     versions = next((d.get("versions") for kind in files.values() for _n, d in kind if d.get("versions")), None)
     settings = next((d.get("config") for kind in ("sft", "reward") for _n, d in files[kind]), None)
