@@ -270,6 +270,12 @@ def test_the_judge_rule_is_chosen_and_checked_before_a_model_loads():
     assert judge_config(base, "smollm2-135m-instruct").aggregation.rule == "likelihood"
     assert judge_config(base, "out/tune/run/model") == base  # a tuned folder: no classifier ships, the config's rule
     assert judge_config(base, "smollm2-135m-instruct", rule="reference").aggregation.rule == "reference"
+    # a tuned model's default judge is its base model's classifier: named BASE+ADAPTER, or an adapter shipped by name
+    from mirage.tune.evaluate import judged_base
+
+    assert judged_base("smollm2-135m-instruct+adapter") == judged_base("smollm2-135m-cite-follow") == \
+        "smollm2-135m-instruct" == judged_base("smollm2-135m-instruct")
+    assert judged_base("out/tune/run/model") == "out/tune/run/model"
     tuned = judge_config(base, "out/tune/run/model", rule="learned",  # the old name of the rule
                          learned_model="shipped:smollm2-135m-instruct")
     assert (tuned.aggregation.rule, tuned.aggregation.learned_model) == ("likelihood", "shipped:smollm2-135m-instruct")

@@ -246,11 +246,11 @@ def _eval_mirage(args: argparse.Namespace) -> tuple[Any, MirageConfig | None]:
 def _judge(args: argparse.Namespace, config: MirageConfig, base: str) -> MirageConfig | None:
     """The judge's config (:func:`~mirage.tune.evaluate.judge_config` with ``--judge-rule`` and
     ``--judge-learned-model``, which checks that they go together), or None without any of the judge's flags."""
-    from mirage.tune.evaluate import judge_config
+    from mirage.tune.evaluate import judge_config, judged_base
 
     if not (args.judge or args.judge_rule or args.judge_learned_model):
         return None
-    return judge_config(config, base, rule=args.judge_rule, learned_model=args.judge_learned_model)
+    return judge_config(config, judged_base(base), rule=args.judge_rule, learned_model=args.judge_learned_model)
 
 
 def _leave_out_trained(args: argparse.Namespace, examples: list[TrainingExample]) -> list[TrainingExample]:

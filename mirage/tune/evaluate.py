@@ -197,6 +197,17 @@ class CitationEval(JSONRecord):
                 + ("" if self.judge is None else "\n" + self.judge.to_text()))
 
 
+def judged_base(model: str) -> str:
+    """The model whose shipped classifier judges ``model``'s answers by default: the base of a tuned model named
+    ``BASE+ADAPTER`` or of an adapter shipped by name (``smollm2-135m-cite-follow`` -> ``smollm2-135m-instruct``),
+    else ``model`` itself (a fully fine-tuned model's folder has no shipped classifier)."""
+    from mirage.attribution.models import embedded_adapters
+
+    name = model.split("+", 1)[0]
+    shipped = embedded_adapters().get(name)
+    return shipped.base if shipped is not None else name
+
+
 def judge_config(config: MirageConfig, base_model: str, *, rule: str | None = None,
                  learned_model: str | None = None) -> MirageConfig:
     """mirage's config as the judge of a (tuned) model's answers. By default the learned citation rule with the
@@ -395,7 +406,7 @@ def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, m
     cfg = mirage.config.replace(generation={"max_new_tokens": max_new_tokens, "do_sample": False})
     settings = {"model": mirage.lm.name, "prompt": cfg.to_dict()["prompt"], "max_new_tokens": max_new_tokens,
                 "judge": judge.aggregation.rule if judge is not None else None}
-    base = mirage.lm.name.split("+", 1)[0]  # a tuned model is named BASE+ADAPTER; its default judge is BASE's
+    base = judged_base(mirage.lm.name)  # a tuned model's default judge is its base model's classifier
     if judge is not None and judge.aggregation.rule == "likelihood" and judge.aggregation.learned_model is not None \
             and judge.aggregation.learned_model != shipped_model_spec(base):
         settings["judge_model"] = judge.aggregation.learned_model  # another classifier: other judged citations
