@@ -196,7 +196,12 @@ def test_sentence_marks_of_the_model_a_study_runs(tmp_path, capsys):
     result = BiasStudyResult.load(out / "results.json")
     assert result.config["sentence_mark"] == " [{ID}]"
     assert "each sentence followed by `[{ID}]`" in (out / "tables.md").read_text()
-    assert main(["report", str(out)]) == 0  # the run's page gives the command back, mark included
+    # the run's page gives the command back, mark included: as it was typed (provenance.json), or rebuilt from the
+    # results, with the mark itself, where a folder has no provenance
+    assert main(["report", str(out)]) == 0
+    assert "--sentence-mark trained" in (out / "README.md").read_text()
+    (out / "provenance.json").unlink()
+    assert main(["report", str(out)]) == 0
     assert "--sentence-mark ' [{ID}]'" in (out / "README.md").read_text()
     # a model tuned without marks has no mark to take, and a mark must name the document
     capsys.readouterr()

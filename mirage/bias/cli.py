@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
-from mirage.bias.prompts import resolve_sentence_mark
 from mirage.bias.protocol import (
     BIAS_CONFIG_DIR,
     GRID_MODES,
@@ -186,6 +185,7 @@ def _sweep(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig, *, 
 def cmd_bias(args: argparse.Namespace) -> int:
     """Run the study; write DIR/generations.jsonl (resumable), results.json, tables.md and cab.png."""
     from mirage.attribution.models import load_model
+    from mirage.bias.prompts import resolve_sentence_mark
     from mirage.bias.results import BiasStudyResult
     from mirage.bias.study import run_bias_study
     from mirage.bias.tables import side_by_side
