@@ -58,17 +58,20 @@ YES_NO_MAX_WORDS = 8
 
 #: English words an answer capitalises only because it starts a sentence ("In 1913.", "The Beatles."), written in
 #: lower case inside the question ``Is it in 1913?`` (:func:`as_asked`); names keep their capitals.
-_SENTENCE_START_WORDS = frozenset(
-    ["a", "an", "the", "in", "on", "at", "by", "from", "during", "since", "until", "before", "after", "about", "around", "of", "for", "with", "near", "over", "under", "between", "to", "into", "through", "across", "along", "some", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"])
+_SENTENCE_START_WORDS = frozenset({
+    "a", "an", "the", "in", "on", "at", "by", "from", "during", "since", "until", "before", "after", "about",
+    "around", "of", "for", "with", "near", "over", "under", "between", "to", "into", "through", "across", "along",
+    "some", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+})
 
 
 def as_asked(answer: str) -> str:
     """``answer`` as the middle of a question (``Is it <answer>?``): its first word in lower case where it is an
     English word capitalised only because it started the answer (:data:`_SENTENCE_START_WORDS`, e.g. ``In 1913`` ->
     ``in 1913``); otherwise unchanged, names included."""
-    first, _, rest = answer.partition(" ")
+    first = answer.partition(" ")[0]
     if first.lower() in _SENTENCE_START_WORDS and first[:1].isupper() and first[1:].islower():
-        return f"{first.lower()} {rest}".rstrip() if rest else first.lower()
+        return (first.lower() + answer[len(first):]).rstrip()
     return answer
 
 
