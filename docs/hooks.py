@@ -486,6 +486,7 @@ HEADLINE = [
      "xor_attriqa_firu_authors", "results.json", "ex_top3"),
     ("ContextCite, EX-style rule", "smollm2-135m-instruct, English text", "xor_attriqa_smollm2_en",
      "peers/peers.json", "contextcite_ex"),
+    ("NLI judge, original fi / ru text (11B)", "–", "xor_attriqa_smollm2_en", "results.json", "nli_orig"),
     ("NLI judge, machine-translated to English (11B)", "–", "xor_attriqa_smollm2_en", "results.json", "nli_mt"),
     ("cite no passage", "–", "xor_attriqa_smollm2_en", "results.json", "cite_none"),
 ]
@@ -598,12 +599,16 @@ GENERATORS: dict[str, Callable[..., str]] = {
 
 
 def _results_page(folder: Path) -> str:
-    """A stand-in page for a run folder that has no ``README.md`` yet: its files and folders, linked."""
+    """A stand-in page for a run folder that has no ``README.md`` yet: its files and folders, linked (their names as
+    text, as a results page quotes them)."""
+    from mirage.views.pages.core import link, text
+
     rel = folder.relative_to(RESULTS).as_posix()
     title = "benchmarks/results" if rel == "." else rel
-    lines = [f"# {title}", "", "No results page yet: `mirage report` writes one from the results.", ""]
+    lines = [f"# {text(title)}", "", "No results page yet: `mirage report` writes one from the results.", ""]
     for p in sorted(folder.iterdir()):
-        lines.append(f"- [{p.name}/]({p.name}/README.md)" if p.is_dir() else f"- [{p.name}]({p.name})")
+        lines.append(f"- {link(text(p.name) + '/', p.name + '/README.md')}" if p.is_dir() else
+                     f"- {link(text(p.name), p.name)}")
     return "\n".join(lines) + "\n"
 
 
@@ -640,11 +645,22 @@ def _folder_links(markdown: str, page_dir: Path) -> str:
     return FOLDER_LINK.sub(fix, markdown)
 
 
+def _results_markdown(markdown: str) -> str:
+    """A results page as the site shows it: no raw HTML from the run's values (``no_raw_html``; the page's mark, an
+    HTML comment, stays), so no generated block either."""
+    from mirage.views.pages.core import MARK, no_raw_html
+
+    mark, rest = markdown.split("\n", 1) if markdown.startswith(MARK + "\n") else ("", markdown)
+    return (mark + "\n" if mark else "") + no_raw_html(rest)
+
+
 def on_page_markdown(markdown, page, config, files):
     """Replace each ``<!-- mirage:NAME ARG -->`` line by its generated text; in a results page, point links to
-    folders at their pages."""
-    if page.file.src_uri.startswith(f"{RESULTS_URI}/") and page.file.abs_src_path:
-        markdown = _folder_links(markdown, Path(page.file.abs_src_path).parent)
+    folders at their pages, and let no raw HTML through (:func:`_results_markdown`)."""
+    if page.file.src_uri.startswith(f"{RESULTS_URI}/"):
+        markdown = _results_markdown(markdown)
+        if page.file.abs_src_path:
+            markdown = _folder_links(markdown, Path(page.file.abs_src_path).parent)
     def render(match: re.Match) -> str:
         name, arg = match.group(1), match.group(2)
         if name not in GENERATORS:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from mirage.attribution.models import ModelLoadError
 from mirage.config import ConfigError
 from mirage.data.inputs import InputError, NothingToScore, make_item, read_items
-from mirage.runs.experiment import ExperimentConfig, add_experiment_args, non_negative_int
+from mirage.runs.experiment import ExperimentConfig, add_experiment_args, non_negative_int, positive_int
 from mirage.runs.progress import terminal_progress
 from mirage.runs.sharding import ShardedJSONL, ShardError, StoreFor, in_shards, report_share_done
 from mirage.runs.store import StoreError, changed_ids, disk_error_message, drop_resolved, item_keys, read_records
@@ -64,7 +64,7 @@ class _Skipped:
         self.count += 1
         message = str(err) if isinstance(err, InputError) else f"item {index}: {type(err).__name__}: {err}"
         self.errors.write_once({"key": key, "index": index, "error": message})
-        print(f"skipped: {message}", file=sys.stderr)
+        write_line(f"skipped: {message}", file=sys.stderr)
 
 
 def _valid_items(todo: list[tuple[str, int, Any]], skipped: _Skipped) -> list[tuple[str, int, Any]]:
@@ -97,7 +97,7 @@ def _attribute_items(mirage: Mirage, valid: list[tuple[str, int, Any]], out: Sha
             continue
         out.write({"key": key, "index": index, **res.to_dict()})
         if not quiet:
-            print(result_to_text(res))
+            write_line(result_to_text(res))
 
 
 def cmd_attribute(args: argparse.Namespace) -> int:
@@ -187,13 +187,15 @@ def cmd_view(args: argparse.Namespace) -> int:
     from mirage.views.view import write_view
 
     check_output_file(args.output, args.results)
-    out = write_view(args.results, args.output, title=args.title)
+    out = write_view(args.results, args.output, title=args.title, max_items=args.max_items, offset=args.offset)
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
 def register_view(sub: argparse._SubParsersAction) -> None:
     """Add ``mirage view``."""
+    from mirage.views.report import MAX_ITEMS
+
     view = sub.add_parser("view", help=VIEW_HELP)
     view.add_argument("results", nargs="+", metavar="RESULTS",
                       help="JSONL written by `mirage attribute`; give two (two models or two settings) to compare "
@@ -205,6 +207,12 @@ def register_view(sub: argparse._SubParsersAction) -> None:
                       help="HTML file to write (default: report.html); an existing file is replaced only if it is a "
                       "page mirage view wrote")
     view.add_argument("--title", help="page title (default: the results file or folder names)")
+    view.add_argument("--max-items", type=positive_int, default=MAX_ITEMS, metavar="N",
+                      help=f"items of a results file one page shows (default: {MAX_ITEMS}); the page and a warning "
+                      "say how many the file holds and which --offset shows the next ones")
+    view.add_argument("--offset", type=non_negative_int, default=0, metavar="N",
+                      help="the position of a results file's first item on the page (default: 0; with "
+                      "--max-items 500, --offset 500 is the second page)")
     view.set_defaults(func=cmd_view)
 
 

@@ -151,6 +151,9 @@ class Mirage:
         cfg = with_generation(config or self.config, max_new_tokens=max_new_tokens, do_sample=do_sample,
                               sample=sample, temperature=temperature, top_p=top_p, seed=seed)
         docs_given = docs if isinstance(docs, (str, Mapping)) else list(docs)  # a wrong type is make_item's error
+        if answer is not None and (not isinstance(answer, str) or not answer.strip()):  # named as this call names it
+            raise InputError(f"must be non-blank text, got {answer!r}; give the answer to attribute, or leave it out "
+                             "(None) to generate one.", item=id, field="answer")
         return self.attribute_item({"question": question, "docs": docs_given, "output": answer, "id": id},
                                    config=cfg)
 

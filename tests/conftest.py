@@ -16,6 +16,9 @@ from hypothesis import settings
 settings.register_profile("mirage", derandomize=True)
 settings.load_profile("mirage")
 
+# Under CI a skip that CI could remove is a failure (tests/ci_policy.py).
+pytest_plugins = ["ci_policy"]
+
 ROOT = Path(__file__).resolve().parents[1]
 #: A document whose text would run as code if a page did not escape it.
 SCRIPT_DOC = {

@@ -68,7 +68,8 @@ def test_a_datasets_row_and_a_lazy_row_are_items():
         ({"question": "q", "docs": {"title": ["a"], "text": ["x", "y"]}},
          ("item 0, field 'docs': is given column by column, but the columns differ in length ('title' has 1, 'text' "
          "has 2)")),
-        ({"question": "q", "docs": "just one text"}, "item 0, field 'docs': must be a list, got str."),
+        ({"question": "q", "docs": "just one text"}, ("item 0, field 'docs': must be a list of documents, got "
+                                                      'string; give a list of {"title", "text"} objects')),
         (["q", ["doc"]], 'item 0: must be an object {"question", "docs", "output"?}, got list.'),
     ],
 )

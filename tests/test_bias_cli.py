@@ -209,3 +209,28 @@ def test_sentence_marks_of_the_model_a_study_runs(tmp_path, capsys):
     assert "bias.sentence_mark='trained': smollm2-135m-instruct was not tuned" in capsys.readouterr().err
     assert main(["bias", str(ROWS), "-o", str(tmp_path / "bad"), "--sentence-mark", " [n]", *SMALL]) == 2
     assert "bias.sentence_mark=' [n]' must contain {ID}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("broken", ["missing folder", "missing file", "bad template"])
+def test_a_broken_prompts_dir_is_one_line_before_the_model_loads(tmp_path, capsys, monkeypatch, broken):
+    """The study's prompt files (--prompts-dir) are read before the model loads and before anything is written to
+    the run folder: one line naming the field and the file, not an error after the model loaded."""
+    import mirage.pipeline
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the model was loaded although the study's prompts were never readable")
+
+    for name in ("load_model", "load_adapter"):
+        monkeypatch.setattr(mirage.pipeline, name, refuse)
+    prompts = tmp_path / "prompts"
+    if broken != "missing folder":
+        shutil.copytree(BIAS_CONFIG_DIR, prompts)
+        if broken == "missing file":
+            (prompts / "metadata.yaml").unlink()
+        else:
+            (prompts / "vanilla.yaml").write_text("name: vanilla\n")
+    out = tmp_path / "run"
+    assert main(["bias", str(ROWS), "-o", str(out), "--prompts-dir", str(prompts), *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bias.prompts_dir" in err and str(prompts) in err
+    assert not out.exists()

@@ -76,6 +76,53 @@ def test_cli_attribute_with_an_adapter_and_its_fingerprint(tmp_path, xor_item, c
     assert "adapter" not in ExperimentConfig(command="attribute").fingerprint()
 
 
+def _broken_adapter(folder: Path, case: str) -> str:
+    """A copy of the shipped adapter's folder broken as ``case`` says; the file the error must name."""
+    folder.mkdir()
+    for name in ("adapter_config.json", "mirage-adapter.json"):
+        (folder / name).write_bytes((ADAPTER / name).read_bytes())
+    weights = (ADAPTER / "adapter_model.safetensors").read_bytes()
+    if case == "random bytes":
+        (folder / "adapter_model.safetensors").write_bytes(os.urandom(4096))
+    elif case == "cut short":
+        (folder / "adapter_model.safetensors").write_bytes(weights[: len(weights) // 2])
+    elif case == "pickle":
+        torch.save({"w": torch.zeros(2)}, folder / "adapter_model.bin")
+        return "adapter_model.bin"
+    elif case == "bad config":
+        (folder / "adapter_model.safetensors").write_bytes(weights)
+        (folder / "adapter_config.json").write_text('{"r": 8,')
+        return "adapter_config.json"
+    return "adapter_model.safetensors"  # "no weights": none written
+
+
+@pytest.mark.parametrize("case", ["random bytes", "cut short", "pickle", "no weights", "bad config"])
+@pytest.mark.parametrize("flag", ["--adapter", "--model"])
+def test_a_broken_adapter_folder_is_one_line_before_any_output_or_load(tmp_path, xor_item, capsys, monkeypatch,
+                                                                       case, flag):
+    """Unreadable weights (random bytes, a file cut short), pickle weights, none at all, or an unreadable config:
+    one line naming the folder, the file and the fix, before the model loads and before any output file exists
+    (not a traceback after empty output files, nor a word about the hub's disk cache)."""
+    import mirage.pipeline
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("no model may load for a broken adapter folder")
+
+    for name in ("load_model", "load_adapter"):
+        monkeypatch.setattr(mirage.pipeline, name, refuse)
+    folder = tmp_path / "adapter"
+    culprit = _broken_adapter(folder, case)
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({**xor_item, "id": "x"}) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["attribute", str(items), "-o", str(out), flag, str(folder), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("mirage: error: ") and "Traceback" not in err
+    assert str(folder) in err and culprit in err and "disk cache" not in err
+    assert "save" in err or "pickle" in err  # the fix
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter", "items.jsonl"]
+
+
 def test_quantization_on_a_cpu_is_refused_in_one_line_before_loading(tmp_path, xor_item, capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: bitsandbytes may run")

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -166,6 +167,118 @@ def test_the_join_takes_the_english_query_and_answer_of_the_first_passage(tmp_pa
         for r in match))
     built = build_output("xor-match-join", [tmp_path / "pos.jsonl", tmp_path / "full.jsonl"], "train.jsonl")
     assert built == (DATA / "xor_attriqa_match" / "train.jsonl").read_bytes()
+
+
+# -- hostile copies and caches (issue 64) ------------------------------------------------------------------------------
+
+
+def _copy(data_folder: Path, root: Path, *folders: str) -> Path:
+    """A copy of some of the data folder's folders, laid out as the cache (never the data folder itself)."""
+    for folder in folders:
+        shutil.copytree(data_folder / folder, root / folder)
+        for path in (root / folder).iterdir():
+            path.chmod(0o644)  # the data folder is read-only; this copy is the test's to edit
+    return root
+
+
+def test_a_cached_file_that_is_not_the_pinned_one_is_refused_and_listed_as_differing(data_folder, tmp_path,
+                                                                                    monkeypatch, capsys):
+    """A truncated cached file is neither read, nor listed as cached; `mirage data get` fetches it again."""
+    monkeypatch.setenv("MIRAGE_DATA_DIR", str(tmp_path / "cache"))
+    copy = _copy(data_folder, tmp_path / "copy", "eli5_alce")
+    cached = get("eli5-alce-prompt", source=copy, progress=False)
+    pinned = DATASETS["eli5-alce-prompt"].parts["eli5-alce-prompt"][0].sha256
+    assert _sha(cached) == pinned
+    cached.write_bytes(cached.read_bytes()[:-100])
+    with pytest.raises(DataError) as err:
+        resolve("eli5-alce-prompt")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{cached}: ")
+    assert f"its SHA-256 is {_sha(cached)[:12]}… where {pinned[:12]}… is pinned" in message
+    assert "`mirage data get eli5-alce-prompt`" in message
+    assert main(["attribute", "eli5-alce-prompt", "-o", str(tmp_path / "out.jsonl")]) == 2
+    assert capsys.readouterr().err.strip() == f"mirage: error: {message}"
+    assert main(["data", "list"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("eli5-alce-prompt "))
+    assert "cached: no (differs from its pinned SHA-256" in line
+    get("eli5-alce-prompt", source=copy, progress=False)  # fetched again: the pinned file
+    assert _sha(resolve("eli5-alce-prompt")) == pinned
+
+
+def test_a_from_folder_with_symlink_loops_is_walked_once(data_folder, tmp_path, monkeypatch):
+    """Two links back to the copy's own folder (2^depth paths if followed): each folder is read once, fast."""
+    import signal
+
+    monkeypatch.setenv("MIRAGE_DATA_DIR", str(tmp_path / "cache"))
+    copy = _copy(data_folder, tmp_path / "copy", "eli5_alce")
+    (copy / "loop").symlink_to(copy)
+    (copy / "eli5_alce" / "up").symlink_to("..")
+
+    def too_long(*_):
+        raise TimeoutError("the walk of --from did not end in 10 s")
+
+    before = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(10)
+    try:
+        path = get("eli5-alce-prompt", source=copy, progress=False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+    assert path.read_bytes() == (data_folder / "eli5_alce" / "eli5_alce_prompt.json").read_bytes()
+
+
+def test_a_from_folder_too_deep_or_too_big_stops_in_one_line(data_folder, tmp_path, monkeypatch):
+    from mirage.data import fetch
+
+    monkeypatch.setenv("MIRAGE_DATA_DIR", str(tmp_path / "cache"))
+    copy = _copy(data_folder, tmp_path / "copy", "eli5_alce")
+    (copy / "a" / "b" / "c" / "d").mkdir(parents=True)
+    monkeypatch.setattr(fetch, "WALK_DEPTH", 3)
+    with pytest.raises(DataError, match=r"^--from .*copy: folders nested deeper than 3 levels \(at .*c\); give the "
+                                        r"folder of the copy itself"):
+        get("eli5-alce-prompt", source=copy, progress=False)
+    monkeypatch.setattr(fetch, "WALK_DEPTH", 16)
+    monkeypatch.setattr(fetch, "WALK_ENTRIES", 5)
+    with pytest.raises(DataError, match=r"^--from .*copy: more than 5 files and folders; give the folder of the copy "
+                                        r"itself"):
+        get("eli5-alce-prompt", source=copy, progress=False)
+
+
+def test_a_same_named_file_with_another_checksum_is_named_with_both_checksums(data_folder, tmp_path, monkeypatch):
+    """The built file is in the copy (laid out as the cache) but edited: not "no file of that name"."""
+    monkeypatch.setenv("MIRAGE_DATA_DIR", str(tmp_path / "cache"))
+    copy = _copy(data_folder, tmp_path / "copy", "eli5_alce")
+    edited = copy / "eli5_alce" / "eli5_alce_prompt.json"
+    edited.write_text(edited.read_text(encoding="utf-8").replace("Instruction", "instruction", 1), encoding="utf-8")
+    pinned = DATASETS["eli5-alce-prompt"].parts["eli5-alce-prompt"][0].sha256
+    with pytest.raises(DataError) as err:
+        get("eli5-alce-prompt", source=copy, progress=False)
+    message = str(err.value)
+    assert "no file of that name" not in message and "\n" not in message
+    assert f"the file of that name is there but its SHA-256 is {_sha(edited)[:12]}… where {pinned[:12]}… is " \
+           f"pinned: {edited} differ from the pinned file" in message
+    assert not (tmp_path / "cache" / "eli5_alce" / "eli5_alce_prompt.json").exists()
+
+
+def test_a_partial_copy_of_a_dataset_names_the_parts_it_gives(data_folder, tmp_path, monkeypatch, capsys):
+    """Issue 65: the data folder holds train, val, fi and ru of xor-attriqa-match. `get` of the whole dataset takes
+    those and names them; the whole name stays all seven parts (a run recording `xor-attriqa-match` read them all),
+    so reading it names the cached parts' name instead."""
+    monkeypatch.setenv("MIRAGE_DATA_DIR", str(tmp_path / "cache"))
+    copy = _copy(data_folder, tmp_path / "copy", "xor_attriqa_match")
+    assert main(["data", "get", "xor-attriqa-match", "--from", str(copy), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "data-match/pos-bn.jsonl (or xor_attriqa_match/bn.jsonl) not found" in err
+    assert err.endswith("parts bn, ja, te are not in that copy; the others are now in the cache: read them as "
+                        "`xor-attriqa-match:train,val,fi,ru`.")
+    assert main(["data", "list"]) == 0
+    assert "cached: train,val,fi,ru" in capsys.readouterr().out
+    assert main(["score", "xor-attriqa", "xor-attriqa-match", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("mirage: error: dataset xor-attriqa-match is not in the cache")
+    assert "its cached parts are read as `xor-attriqa-match:train,val,fi,ru`" in err
+    assert resolve("xor-attriqa-match:train,val,fi,ru").is_dir()
+    assert not (tmp_path / "out").exists()
 
 
 # -- commands read datasets by name ------------------------------------------------------------------------------------

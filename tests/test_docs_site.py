@@ -135,6 +135,30 @@ def test_unknown_generated_block_fails_the_build():
         hooks.on_page_markdown("a\n<!-- mirage:nope -->\n", page=Page, config={}, files=[])
 
 
+def test_a_results_page_brings_no_raw_html_into_the_site(tmp_path, monkeypatch):
+    """A results folder's page and the stand-in page of a folder without one reach the site with no raw HTML and no
+    ``javascript:`` link, whatever the run's values and file names held; the page's mark stays a comment."""
+    import markdown
+
+    from mirage.views.pages.core import MARK
+
+    monkeypatch.setattr(hooks, "RESULTS", tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "<img src=x onerror=alert(1)>.json").write_text("{}", encoding="utf-8")
+
+    class Page:
+        class file:
+            src_uri = "results/run/README.md"
+            abs_src_path = None
+
+    written = f"{MARK}\n\n# m <script>alert(2)</script>\n\n| a | [x](javascript:alert(3)) |\n|---|---|\n"
+    for page in (written, hooks._results_page(tmp_path / "run")):
+        shown = hooks.on_page_markdown(page, page=Page, config={}, files=[])
+        site = markdown.markdown(shown, extensions=["tables"])
+        assert "<script" not in site and "<img" not in site and 'href="javascript' not in site, site
+    assert hooks.on_page_markdown(written, page=Page, config={}, files=[]).startswith(MARK + "\n")
+
+
 def test_written_pages_type_no_measured_figure():
     """Times, memory and speedups on the hand-written pages come from the results files through docs/hooks.py (a
     ``<!-- mirage:... -->`` block) or a link to a results page, never typed: outside code, no page has a number with

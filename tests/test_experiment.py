@@ -150,3 +150,46 @@ def test_a_dtype_other_than_float32_is_another_run(tmp_path):
     check_run(tmp_path, ExperimentConfig("xor-attriqa").fingerprint())
     with pytest.raises(InputError, match="dtype: None there, 'bfloat16' now"):
         check_run(tmp_path, ExperimentConfig("xor-attriqa", dtype="bfloat16").fingerprint())
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fail if anything loads a model."""
+    import mirage.pipeline
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the model was loaded although the prompt was never readable")
+
+    for name in ("load_model", "load_adapter"):
+        monkeypatch.setattr(mirage.pipeline, name, refuse)
+
+
+@pytest.mark.parametrize("command", [
+    ["attribute", str(ROOT / "examples" / "rag_items.json"), "-o", "{tmp}/out.jsonl"],
+    ["score", "eli5", str(ROOT / "tests" / "data" / "eli5_alce" / "eli5_eval_sample.json"), "-o", "{tmp}/run"],
+    ["score", "xor-attriqa", str(ROOT / "tests" / "data" / "xor_attriqa_match" / "val.jsonl"), "-o", "{tmp}/run"],
+])
+@pytest.mark.parametrize("given", ["flag", "name", "path", "bad file"])
+def test_an_unknown_or_broken_prompt_is_one_line_before_the_model_loads(tmp_path, capsys, no_model, command, given):
+    """``--prompt NAME`` unknown, or the config file's ``prompt.name`` / ``prompt.path`` naming no template (or a
+    broken one): one line naming the field and the known prompts, before the model loads and before any output is
+    written (not one skip record per item, after the model loaded)."""
+    from mirage.cli import main
+
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in command] + ["--quiet"]
+    config = tmp_path / "exp.yaml"
+    bad = tmp_path / "t.yaml"
+    bad.write_text("name: t\ninstruction: x\n")  # a template without its templates
+    if given == "flag":
+        argv += ["--prompt", "selfcitaton"]
+    else:
+        prompt = {"name": "nope"} if given == "name" else {"path": str(tmp_path / "missing.yaml" if given == "path"
+                                                                       else bad)}
+        config.write_text(json.dumps({"prompt": prompt}))
+        argv += ["--config", str(config)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("mirage: error: ")
+    field = {"flag": "--prompt", "name": "prompt.name"}.get(given, "prompt.path")
+    assert field in err and "selfcitation_marked" in err  # the field and the known names
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["t.yaml", *([] if given == "flag" else ["exp.yaml"])])

@@ -443,3 +443,23 @@ def test_view_a_non_utf8_or_missing_results_file(tmp_path, result_lines):
         read_result_objects(tmp_path)
     with pytest.raises(InputError, match=f"^{tmp_path / 'none.jsonl'} does not exist"):
         read_result_objects(tmp_path / "none.jsonl")
+
+
+def test_a_string_document_list_is_refused_with_the_fix():
+    """A string where the list of documents goes is one error that names the field and says what to give."""
+    with pytest.raises(InputError) as err:
+        make_item({"question": "Why?", "docs": "Rayleigh scattering."})
+    message = str(err.value)
+    assert message.startswith("field 'docs': must be a list of documents, got string;")
+    assert '[{"title": "", "text": "..."}]' in message
+
+
+@pytest.mark.parametrize("answer", ["", "   ", 3])
+def test_a_blank_given_answer_names_the_argument_of_the_call(tiny_causal, answer):
+    """``Mirage.attribute(..., answer="")`` names ``answer``, the argument the caller wrote, not the item's field."""
+    from mirage import Mirage
+
+    with pytest.raises(InputError) as err:
+        Mirage(tiny_causal).attribute("Why?", [{"title": "", "text": "Scattering."}], answer=answer)
+    assert str(err.value).startswith("field 'answer': must be non-blank text")
+    assert "'output'" not in str(err.value)

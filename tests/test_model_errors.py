@@ -1,8 +1,11 @@
 """Model loading fails early and clearly: bad devices and dtypes, folders without weights, an unreachable hub."""
 
+import importlib
+import json
 import os
 import socket
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -320,3 +323,70 @@ def test_probe_goes_through_the_https_proxy(monkeypatch, listening_port):
 def test_probe_uses_hf_endpoint(monkeypatch, listening_port):
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{listening_port}")
     assert hub_reachable(timeout=3)
+
+
+# --- the embedded models' cache -------------------------------------------------------------------------------------
+
+
+def test_what_a_killed_conversion_left_in_the_cache_is_removed_on_the_next_start(tmp_path, monkeypatch):
+    """A first-use conversion killed midway (SIGKILL: no ``finally`` runs) leaves its temporary folder, a model's
+    worth of weights: the next load removes those of processes that are gone, and of the older, unnamed kind once
+    stale, and nothing else (a live conversion's, a finished model, anything not mirage's)."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("MIRAGE_CACHE_DIR", str(tmp_path))
+    cache = tmp_path / "models"
+    (cache / "smollm2-135m-instruct").mkdir(parents=True)  # a converted model: no conversion this time
+    (cache / "smollm2-135m-instruct" / "mirage-cache.json").write_text(json.dumps({"format": models._CACHE_FORMAT}))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    live = cache / f".smollm2-135m-instruct.{os.getpid()}.x1y2z3w4.tmp"  # this process's: it is alive
+    dead = cache / f".smollm2-135m-instruct.{gone}.abcdefgh.tmp"
+    old = cache / ".smollm2-135m-instruct-k2x_9qab"  # from before names carried the process id
+    recent_old = cache / ".gemma3-270m-abcdefgh"
+    others = [cache / ".notes", cache / ".unrelated.12.abc.tmp.bak", cache / ".other-model-abcdefgh"]
+    for folder in (live, dead, old, recent_old, *others):
+        folder.mkdir()
+    for folder in (live, dead, old):
+        (folder / "model.safetensors").write_bytes(b"\0" * 64)
+    hours_ago = time.time() - 2 * 3600
+    for folder in (old, others[2]):
+        os.utime(folder, (hours_ago, hours_ago))
+    gguf = tmp_path / "gguf"
+    gguf.mkdir()
+    dead_gguf = gguf / f".gemma-3-270m-q4_k_m.gguf.{gone}.abcdefgh.tmp"
+    dead_gguf.mkdir()
+    assert models.embedded_checkpoint("smollm2-135m-instruct") == cache / "smollm2-135m-instruct"
+    assert not dead.exists() and not old.exists() and not dead_gguf.exists()
+    assert live.is_dir() and recent_old.is_dir() and all(folder.is_dir() for folder in others)
+    assert (cache / "smollm2-135m-instruct" / "mirage-cache.json").is_file()
+
+
+def test_a_conversion_writes_aside_and_renames(tmp_path, monkeypatch):
+    """An assembled GGUF file is written aside and renamed, so a file cut short never stays under the real name (one
+    left by an earlier stopped run is assembled again); the conversion's temporary folder is named for its process,
+    as the clean-up above recognises it."""
+    monkeypatch.setenv("MIRAGE_CACHE_DIR", str(tmp_path))
+    seen = []
+
+    def assemble(path):  # as the package's: a file already there is checked, and refused when it is not whole
+        path = Path(path)
+        seen.append(path)
+        if path.exists() and path.read_bytes() != b"GGUF":
+            raise FileExistsError(f"{path} already exists with an unexpected sha256")
+        path.write_bytes(b"GGUF")
+        return path
+
+    spec = models.embedded_models()["gemma3-270m"]
+    module, name = spec.assemble.split(":")
+    monkeypatch.setattr(importlib.import_module(module), name, assemble)
+    target = tmp_path / "gguf" / spec.gguf_file
+    target.parent.mkdir()
+    target.write_bytes(b"cut sh")  # left by a run stopped while assembling
+    assert models._gguf_path(spec) == target and target.read_bytes() == b"GGUF"
+    assert seen[-1].parent != target.parent and seen[-1].parent.parent == target.parent
+    assert [p.name for p in target.parent.iterdir()] == [spec.gguf_file]
+    folder = models._temporary_folder(tmp_path, "gemma3-270m")
+    match = models._TEMPORARY.fullmatch(folder.name)
+    assert match and match["name"] == "gemma3-270m" and int(match["pid"]) == os.getpid()

@@ -143,6 +143,31 @@ def test_question_is_blamed_only_when_it_alone_does_not_fit(embedded_mirage):
     assert err.value.field == "question" and "question and prompt template alone" in str(err.value)
 
 
+@pytest.mark.parametrize("fill", ["over the window", "just under the window"])
+def test_an_oversized_instruction_is_blamed_not_the_question_nor_the_titles(template, real_tokenizer, fill):
+    """A template whose instruction takes the window (past it, or all but what the documents' headers need): the
+    error names the instruction of that template and how to fix it, not the question nor the documents' titles."""
+    from mirage.attribution.prompts import format_prompt
+
+    budget = Reservation(window=512, tokens=50, field="generation.max_new_tokens")
+    docs = [Document(title=f"Title {i}", text="Paris is the capital of France.") for i in range(5)]
+
+    def instructed(words: int):
+        big = replace(template, name="long", instruction=" ".join(["Write an accurate answer."] * words))
+        alone = format_prompt(big, QUESTION, (), tokenizer=real_tokenizer, use_chat_template=True)
+        return big, count_tokens(real_tokenizer, alone.contextless_text, alone.add_special_tokens,
+                                 alone.contextless_user_spans)
+
+    words = 200 if fill == "over the window" else next(w for w in range(80, 200) if instructed(w)[1] >= 512 - 20)
+    big, alone = instructed(words)
+    assert (alone > 512) if fill == "over the window" else (alone < 512)
+    with pytest.raises(InputError) as err:
+        _build(big, real_tokenizer, docs, reservation=budget)
+    message = str(err.value)
+    assert "instruction of the prompt template 'long'" in message and "shorten its instruction" in message
+    assert "title" not in message and "shorten the question" not in message and "\n" not in message
+
+
 # -- 3. user text spelling special tokens -----------------------------------------------------------------------------
 
 

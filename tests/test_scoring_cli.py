@@ -299,3 +299,34 @@ def test_xor_attriqa_faithfulness(xor_run, tmp_path):
     summary = json.loads((out / "results.json").read_text())["faithfulness"]
     assert summary["n_results"] == 2 and set(summary["methods"]) == set(METHODS)
     assert len(_lines(out / "faithfulness.jsonl")) == 2
+
+
+def test_the_documented_benchmark_command_reads_dataset_names_of_several_parts(data_dir, tmp_path, capsys):
+    """docs/benchmarks.md's EX / CAL command, as written there with ``-o DIR`` in a temporary folder and ``--limit 1``
+    added (one row of each part, for a shared CPU): ``xor-attriqa-match:fi,ru`` and ``--calibrate-on
+    xor-attriqa-match:train,val`` read each part's file (they stopped at "…/_views/xor-attriqa-match=fi,ru is a
+    directory", leaving run.json behind), and the results name each part."""
+    import re
+    import shlex
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    block = re.findall(r"```bash\n(.*?)\n```", text, flags=re.S)[0].replace("\\\n", " ")
+    line = next(c for c in block.splitlines() if "# the paper's EX / CAL settings" in c)
+    argv = shlex.split(line.split("#")[0])
+    assert argv[:3] == ["mirage", "score", "xor-attriqa"] and "DIR" in argv
+    out = tmp_path / "run"
+    argv = [str(out) if a == "DIR" else a for a in argv[1:]] + ["--limit", "1"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    res = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert res["settings"]["data"] == ["xor-attriqa-match:fi", "xor-attriqa-match:ru"]
+    assert res["settings"]["calibrate_on"] == ["xor-attriqa-match:train", "xor-attriqa-match:val"]
+    assert set(res["f1"]["ex_top3"]) == {"fi", "ru", "avg"}
+
+
+def test_bad_data_leaves_no_run_folder_behind(tmp_path, capsys):
+    """A data file that cannot be read stops the command before the run folder is claimed (no run.json)."""
+    out, bad = tmp_path / "run", tmp_path / "bad.jsonl"
+    bad.write_bytes(b"\xff\xfe not UTF-8\n")
+    assert cli.main(["score", "xor-attriqa", str(bad), "-o", str(out)]) != 0
+    assert "UTF-8" in capsys.readouterr().err
+    assert not (out / "run.json").exists()

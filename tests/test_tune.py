@@ -551,6 +551,35 @@ def test_a_rerun_resumes_and_other_settings_are_refused(sft_run):
     assert again.resumed_from.endswith("checkpoint-1") and again.steps == 1
 
 
+def test_a_checkpoint_left_incomplete_by_a_stopped_run_is_passed_over_and_kept(sft_run, tmp_path, caplog):
+    """A run killed while the trainer saved step 2 left checkpoint-2 with its weights cut short and without its
+    trainer_state.json (written last): the rerun resumes from checkpoint-1, says so in one line, deletes no
+    checkpoint, and the trainer saves step 2 into checkpoint-2 again."""
+    from mirage.tune.sft import complete_checkpoint, last_checkpoint, train_sft
+
+    run, _trained, pristine, cfg, examples = sft_run
+    out = tmp_path / "run"
+    shutil.copytree(run.output_dir, out)
+    (out / "sft.json").unlink()  # the stopped run never finished
+    complete, broken = out / "checkpoints" / "checkpoint-1", out / "checkpoints" / "checkpoint-2"
+    broken.mkdir()
+    shutil.copy(complete / "adapter_config.json", broken)
+    (broken / "adapter_model.safetensors").write_bytes((complete / "adapter_model.safetensors").read_bytes()[:100])
+    with caplog.at_level("WARNING", logger="mirage.tune.sft"):
+        again = train_sft(cfg, out, lm=copy.deepcopy(pristine), examples=examples, progress=False)
+    assert again.resumed_from == str(complete) and again.steps == 2  # the trainer takes one more step on resuming
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "mirage.tune.sft"]
+    assert "\n" not in message and str(broken) in message and "resuming from checkpoint-1" in message
+    assert complete_checkpoint(complete) and complete_checkpoint(broken)  # checkpoint-2 saved whole this time
+    (out / "checkpoints" / "checkpoint-3").mkdir()  # killed while writing the trainer state itself
+    (out / "checkpoints" / "checkpoint-3" / "trainer_state.json").write_text('{"global_st')
+    assert last_checkpoint(out / "checkpoints") == str(broken)
+    for folder in (complete, broken):
+        (folder / "trainer_state.json").unlink()
+    assert last_checkpoint(out / "checkpoints") is None  # none complete: training starts over, nothing deleted
+    assert all((out / "checkpoints" / f"checkpoint-{n}").is_dir() for n in (1, 2, 3))
+
+
 def test_runs_recorded_before_a_field_existed_still_resume(tmp_path):
     """A run folder written before the reward's permutation term existed: an SFT run resumes whatever the reward
     settings (it never reads them), a reward run resumes under the behaviour it had (no permutation term)."""

@@ -241,3 +241,26 @@ def test_mirage_view_refuses_three_files_and_an_output_that_is_an_input(runs, tm
     assert main(["view", str(a), "-o", str(a)]) == 2
     assert "is the input file" in capsys.readouterr().err
     assert a.read_bytes() == before
+
+
+def test_a_given_answer_without_marks_cannot_differ_and_is_left_out_of_the_rates(tiny_causal):
+    """A given answer has no self-citation unless it carries marks: the console, the rows' badges, the sidebar
+    counts and the header rates say "n/a (given answer)" instead of counting it as differing."""
+    from mirage.views.rendering import NO_SELF_CITATION, result_to_text
+    from mirage.views.report import overview
+
+    plain, marked = _attribute(tiny_causal, SETTING_A, [{**PARIS, "output": "Paris is the capital."}, PARIS])
+    assert not plain.can_self_cite and marked.can_self_cite
+    assert any(s.mirage_citations for s in plain.sentences)  # mirage cites, self-citation cannot
+    text = result_to_text(plain)
+    assert f"self {NO_SELF_CITATION}" in text and "(differ)" not in text
+    view = item_view([plain], 1)
+    assert view.n_self_differ == 0 and run_view(plain).n_differ == 0
+    assert [f for r in view.rows for f in row_flags(r, [])] == [("na", NO_SELF_CITATION)] * len(view.rows)
+    ov = overview([plain, marked])
+    assert ov["given"] == len(plain.sentences)
+    assert ov["agreement"] == sum(sorted(s.self_citations) == sorted(s.mirage_citations)
+                                  for s in marked.sentences) / len(marked.sentences)
+    assert overview([plain])["agreement"] is None
+    page = report_html([plain])
+    assert f">{NO_SELF_CITATION}</td>" in page and "same citations n/a" in page and "left out" in page

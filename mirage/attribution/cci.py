@@ -46,6 +46,7 @@ from mirage.attribution.forward import (
     BatchGraph,
     backward_row_bytes,
     budget_room,
+    default_budget_room,
     embed,
     free_memory,
     frozen_parameters,
@@ -136,7 +137,8 @@ class CCIScores:
 def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int, rows: int = 1, *, checkpointed: bool = False,
                     whole_graph: bool = False) -> int:
     """Targets per backward pass (at most 64, at least one): as many as fit beside what the process holds now (the
-    graph included), within the memory budget (``lm.memory_budget``) or else half the free memory. Each target
+    graph included), within the memory budget (``lm.memory_budget``) or else half the free memory (on a CPU, and
+    within the default budget, :func:`~mirage.attribution.forward.default_memory_budget`). Each target
     costs the gradients flowing through one block (:func:`~mirage.attribution.forward.backward_row_bytes`), or with
     ``whole_graph`` (the input repeated per target) a whole differentiable pass besides; ``rows``: the sequences of
     ``seq_len`` positions in the graph; ``checkpointed``: whether the graph's layers were checkpointed (the graph's
@@ -148,7 +150,12 @@ def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int, rows: int = 1
     wide passes."""
     if lm.device.type == "cpu" and rows == 1 and not checkpointed:
         return 1
-    room = budget_room(lm) if lm.memory_budget is not None else free_memory(lm.device) // 2
+    if lm.memory_budget is not None:
+        room = budget_room(lm)
+    else:
+        room, default = free_memory(lm.device) // 2, default_budget_room(lm)
+        if default is not None:  # a CPU
+            room = min(room, default)
     per = backward_row_bytes(lm, seq_len, rows)
     if whole_graph:
         per += graph_bytes(lm, seq_len, checkpoint=False, rows=rows)

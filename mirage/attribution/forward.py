@@ -696,6 +696,29 @@ def _allocator_mode() -> str:
     return mode
 
 
+#: Without a budget, a CPU pass is planned within this share of the memory the process could hold (what it holds
+#: now and what the machine has available, :func:`default_memory_budget`): a prompt that fills a model's context
+#: window is then checkpointed, and CCI's batches narrowed, before it takes most of the machine. ``--memory-budget``
+#: (``memory_budget``) replaces it; on a GPU passes are planned within 80 % of its free memory.
+CPU_DEFAULT_BUDGET_SHARE = 0.5
+
+
+def default_memory_budget(device: torch.device) -> int | None:
+    """The budget passes on ``device`` are planned within when none is given: on a CPU,
+    :data:`CPU_DEFAULT_BUDGET_SHARE` of this process's resident memory and the machine's available memory together
+    (read now); None on other devices. It only changes how passes run (checkpointing, CCI's batch widths), never a
+    score, and a pass that cannot fit it is still tried, as without a budget."""
+    if device.type != "cpu":
+        return None
+    return int(CPU_DEFAULT_BUDGET_SHARE * (memory_in_use(device) + free_memory(device)))
+
+
+def default_budget_room(lm: LoadedModel) -> int | None:
+    """Bytes :func:`default_memory_budget` leaves for new tensors now (its headroom kept), None off a CPU."""
+    budget = default_memory_budget(lm.device)
+    return None if budget is None else int(budget * (1 - BUDGET_HEADROOM)) - memory_in_use(lm.device)
+
+
 def _in_use_under_budget(lm: LoadedModel) -> int:
     """Bytes in use where ``lm``'s budget is counted, its allocator first made to give back what is free."""
     lm.passes["allocator"] = return_freed_memory(lm.device)
@@ -714,6 +737,9 @@ def _limit(lm: LoadedModel) -> tuple[int, str]:
         return int(lm.memory_budget * (1 - BUDGET_HEADROOM)) - used, (
             f"the memory budget {format_size(lm.memory_budget)} ({format_size(used)} already in use, "
             f"{BUDGET_HEADROOM:.0%} kept free)")
+    room = default_budget_room(lm)
+    if room is not None:
+        return room, f"the default CPU budget ({CPU_DEFAULT_BUDGET_SHARE:.0%} of the memory in use and available)"
     free = free_memory(lm.device)
     return int(free * 0.8), f"the free memory ({format_size(free)} on {lm.device})"
 
@@ -721,9 +747,10 @@ def _limit(lm: LoadedModel) -> tuple[int, str]:
 def plan_graph(lm: LoadedModel, seq: int, rows: int = 1) -> GraphPlan:
     """Whether a differentiable pass over ``rows`` x ``seq`` positions fits as it is or with its layers checkpointed
     (each layer's activations recomputed in the backward pass: about one more forward pass of time), within the
-    memory budget (:attr:`~mirage.attribution.models.LoadedModel.memory_budget`) or else 80 % of the free memory. With a budget,
-    a pass that does not fit even checkpointed (with one backward target) raises :class:`MemoryBudgetError`, in one
-    line naming the budget and the switches; without one it is tried (checkpointed), and an out-of-memory error
+    memory budget (:attr:`~mirage.attribution.models.LoadedModel.memory_budget`), else on a CPU the default budget
+    (:func:`default_memory_budget`), else 80 % of the free memory. With a budget given, a pass that does not fit
+    even checkpointed (with one backward target) raises :class:`MemoryBudgetError`, in one line naming the budget
+    and the switches; without one it is tried (checkpointed), and an out-of-memory error
     becomes that message (:func:`out_of_memory_error`). The choice is recorded in ``lm.passes["checkpointing"]``.
     On a CPU without a budget, a pass that needs more than :data:`CPU_ALLOCATOR_SHARE` of the free memory has the
     allocator return freed memory (``lm.passes["allocator"]`` says how)."""
@@ -750,9 +777,9 @@ def plan_graph(lm: LoadedModel, seq: int, rows: int = 1) -> GraphPlan:
 
 def graph_fits(lm: LoadedModel, seq: int) -> bool:
     """Whether a differentiable pass over ``seq`` positions with one backward target fits at all, its layers
-    checkpointed where they can be, within the memory budget or else 80 % of the free memory (what
-    :func:`plan_graph` would try); with the model's attention kernel as it is now (eager attention keeps a square
-    of the length per block, the fused kernels do not)."""
+    checkpointed where they can be, within the memory budget, the default CPU budget or else 80 % of the free
+    memory (what :func:`plan_graph` would try); with the model's attention kernel as it is now (eager attention
+    keeps a square of the length per block, the fused kernels do not)."""
     left, _what = _limit(lm)
     checkpoint = has_checkpoint_layers(lm.model)
     return graph_bytes(lm, seq, checkpoint=checkpoint) + backward_row_bytes(lm, seq) <= left

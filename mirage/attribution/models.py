@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import shutil
 import socket
 import sys
@@ -435,6 +436,49 @@ def is_adapter_folder(name: Any) -> bool:
     return path.is_dir() and (path / "adapter_config.json").is_file() and not (path / "config.json").is_file()
 
 
+#: The weights file of an adapter folder: safetensors only (peft's ``adapter_model.bin`` is a pickle, which can run
+#: code when it is read).
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+def check_adapter_folder(adapter: str | os.PathLike, *, error: type[ModelLoadError] = ModelLoadError) -> Path:
+    """The adapter folder ``adapter``, checked without loading it: its ``adapter_config.json`` a JSON object and its
+    weights an :data:`ADAPTER_WEIGHTS` file whose header reads (a pickle ``adapter_model.bin`` is refused). ``error``
+    (a ModelLoadError, or mirage.tune's AdapterError) names the folder, the file and the fix in one line."""
+    path = Path(adapter).expanduser()
+    config, weights = path / "adapter_config.json", path / ADAPTER_WEIGHTS
+    again = "save the adapter again (`mirage tune sft -o DIR` writes DIR/adapter), or give the folder it was saved to"
+    if not config.is_file():
+        raise error(f"adapter {str(adapter)!r} is not an adapter folder (no adapter_config.json); give the folder "
+                    "`mirage tune sft -o DIR` wrote its adapter to (DIR/adapter).")
+    try:
+        settings = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise error(f"the adapter folder {path}: adapter_config.json cannot be read ({_first_line(err)}); "
+                    f"{again}.") from None
+    if not isinstance(settings, dict):
+        raise error(f"the adapter folder {path}: adapter_config.json is not a JSON object; {again}.")
+    if not weights.is_file():
+        pickled = " (only adapter_model.bin, a pickle file, which mirage does not load: reading one can run code)"
+        raise error(f"the adapter folder {path} has no {ADAPTER_WEIGHTS}"
+                    f"{pickled if (path / 'adapter_model.bin').is_file() else ''}; {again} (peft's save_pretrained "
+                    "writes safetensors).")
+    try:
+        from safetensors import SafetensorError, safe_open
+
+        with safe_open(str(weights), framework="numpy"):  # reads the header and checks it covers the file
+            pass
+    except (OSError, SafetensorError) as err:
+        raise error(f"the adapter folder {path}: {ADAPTER_WEIGHTS} is not a readable safetensors file "
+                    f"({_first_line(err)}); {again}.") from None
+    return path
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0][:200] if lines else type(err).__name__
+
+
 def adapter_base_model(adapter: str | os.PathLike) -> str | None:
     """The base model an adapter folder names: mirage's ``mirage-adapter.json`` ``base_model``, else peft's
     ``adapter_config.json`` ``base_model_name_or_path``; None where neither says."""
@@ -706,8 +750,20 @@ def _gguf_path(spec: EmbeddedModelSpec) -> Path:
         )
     if spec.assemble:
         module_name, func_name = spec.assemble.split(":")
+        assemble = getattr(importlib.import_module(module_name), func_name)
         target = cache_dir() / "gguf" / spec.gguf_file
-        return Path(getattr(importlib.import_module(module_name), func_name)(target))
+        if target.is_file():
+            try:
+                return Path(assemble(target))  # checked against its checksum
+            except FileExistsError:  # cut short by a run stopped while assembling it (before it was assembled aside)
+                pass
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temporary_folder(target.parent, spec.gguf_file)
+        try:  # assembled aside, then renamed: a stopped run leaves no file cut short
+            os.replace(assemble(tmp / spec.gguf_file), target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return target
     path = Path(found.submodule_search_locations[0]) / spec.gguf_file
     if not path.exists():
         raise ModelLoadError(f"{path} is missing; reinstall with `{spec.pip}`.")
@@ -753,6 +809,53 @@ def quiet_transformers_loading() -> Iterator[None]:
         restore_hub()
 
 
+#: A temporary folder of mirage's cache: ``.NAME.PID.RANDOM.tmp``, named for the process writing it.
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[a-z0-9_]+\.tmp")
+#: A conversion's temporary folder from before the names carried the process id: ``.MODEL-RANDOM``.
+_OLD_TEMPORARY = re.compile(r"\.(?P<name>.+)-[a-z0-9_]{8}")
+#: Seconds after which such an old folder is surely no live conversion's (a conversion takes about a minute).
+_OLD_TEMPORARY_AGE = 3600
+
+
+def _temporary_folder(parent: Path, name: str) -> Path:
+    """A new temporary folder in ``parent`` for ``name``, named for this process (:func:`remove_stale_temporaries`
+    removes it if the process dies before renaming it)."""
+    return Path(tempfile.mkdtemp(prefix=f".{name}.{os.getpid()}.", suffix=".tmp", dir=parent))
+
+
+def _process_alive(pid: int) -> bool:
+    if pid <= 0 or os.name != "posix":  # os.kill(pid, 0) would stop a process on Windows: it counts as alive
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: Path) -> None:
+    """Remove the temporary folders conversions killed midway left in ``folder`` of the cache (a model's worth of
+    weights each): those named for a process that is gone (:func:`_temporary_folder`), and the older kind, named
+    for an embedded model without a process id, once an hour old. Nothing else in the folder is touched."""
+    if not folder.is_dir():
+        return
+    for path in folder.iterdir():  # the cache's models: a few entries
+        found = _TEMPORARY.fullmatch(path.name)
+        old = _OLD_TEMPORARY.fullmatch(path.name)
+        try:
+            stale = path.is_dir() and not path.is_symlink() and (
+                (found is not None and not _process_alive(int(found["pid"])))
+                or (old is not None and old["name"] in embedded_models()
+                    and time.time() - path.stat().st_mtime > _OLD_TEMPORARY_AGE))
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(path, ignore_errors=True)
+            logger.info("Removed %s, left by a model conversion that was stopped.", path)
+
+
 def _convert_embedded(spec: EmbeddedModelSpec, target: Path) -> None:
     """Convert the GGUF file to a safetensors checkpoint in ``target`` (written atomically), saying so first."""
     import torch
@@ -773,7 +876,7 @@ def _convert_embedded(spec: EmbeddedModelSpec, target: Path) -> None:
         plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         plain.load_state_dict(model.state_dict())
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=target.parent))
+    tmp = _temporary_folder(target.parent, spec.name)
     try:
         with quiet_transformers_loading():
             plain.save_pretrained(tmp)
@@ -793,6 +896,8 @@ def embedded_checkpoint(name: str) -> Path:
     """Path of the cached safetensors checkpoint of an embedded model, converting it on first use."""
     spec = embedded_models()[name]
     target = cache_dir() / "models" / name
+    for folder in ("models", "gguf"):
+        remove_stale_temporaries(cache_dir() / folder)
     stamp_file = target / "mirage-cache.json"
     if stamp_file.exists():
         stamp = json.loads(stamp_file.read_text())
@@ -1159,10 +1264,7 @@ def load_adapter(adapter: str | os.PathLike, *, base: str | None = None, **load:
     with ``load`` (device, dtype, device_map, …; the chat-template choice the adapter was trained with unless
     ``use_chat_template`` says). A mirage adapter on a base model with other weights is refused (:func:`adapter_fits`).
     Every failure is a one-line ModelLoadError."""
-    path = Path(adapter).expanduser()
-    if not (path / "adapter_config.json").is_file():
-        raise ModelLoadError(f"adapter {str(adapter)!r} is not an adapter folder (no adapter_config.json); give the "
-                             "folder `mirage tune sft -o DIR` wrote its adapter to (DIR/adapter).")
+    path = check_adapter_folder(adapter)
     try:
         from peft import PeftModel
     except ImportError:

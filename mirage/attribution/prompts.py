@@ -117,6 +117,8 @@ class Reservation:
 def _load_template_file(path: str) -> PromptTemplate:
     try:
         data = load_yaml(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"prompt template file {path} does not exist.") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         reason = " ".join(str(getattr(err, "problem", None) or err).split())
         raise ConfigError(f"prompt template file {path} cannot be read as YAML ({reason[:200]}).") from None
@@ -139,14 +141,22 @@ def available_prompts() -> list[str]:
     return sorted(p.stem for p in PROMPTS_DIR.glob("*.yaml"))
 
 
-def load_template(cfg: PromptConfig) -> PromptTemplate:
-    """The template named by ``cfg.name`` (or the file ``cfg.path``)."""
+def load_template(cfg: PromptConfig, *, name_field: str = "prompt.name") -> PromptTemplate:
+    """The template named by ``cfg.name`` (or the file ``cfg.path``). A ConfigError names the field at fault
+    (``prompt.path``, or ``name_field``: how the name was given, e.g. ``--prompt``) and the known prompts."""
+    known = available_prompts()
     if cfg.path:
-        return _load_template_file(str(Path(cfg.path).resolve()))
-    path = PROMPTS_DIR / f"{cfg.name}.yaml"
-    if not path.exists():
-        raise ConfigError(f"prompt.name={short_repr(cfg.name)} is unknown; choose one of {available_prompts()} or set prompt.path.")
-    return _load_template_file(str(path))
+        try:
+            return _load_template_file(str(Path(cfg.path).resolve()))
+        except ConfigError as err:
+            raise ConfigError(f"prompt.path={short_repr(cfg.path)}: {err} Fix the file, or leave prompt.path out "
+                              f"and choose a prompt by name: {', '.join(known)}.") from None
+    if cfg.name not in known:  # a name, never a path: configs/prompts holds the named ones
+        given = f"{name_field} {short_repr(cfg.name)}" if name_field.startswith("-") else \
+            f"{name_field}={short_repr(cfg.name)}"
+        raise ConfigError(f"{given} is unknown; choose one of {', '.join(known)}, or give a template file as "
+                          "prompt.path.")
+    return _load_template_file(str(PROMPTS_DIR / f"{cfg.name}.yaml"))
 
 
 Span = tuple[int, int]
@@ -452,7 +462,16 @@ def _fit_documents(template: PromptTemplate, question: str, docs: tuple[Document
 
 def _overflow_error(template: PromptTemplate, question: str, needed: int, max_tokens: int,
                     reservation: Reservation | None, item: int | str | None, **prompt_kw: Any) -> InputError:
-    """The error for a prompt that does not fit even with every document cut to one token."""
+    """The error for a prompt that does not fit even with every document cut to one token. It blames the template's
+    instruction when the prompt would fit without it and it takes more room than the reservation."""
+    instruction = count_tokens(prompt_kw["tokenizer"], template.instruction, False) if template.instruction else 0
+    if instruction and needed - instruction <= max_tokens and instruction >= (reservation.tokens if reservation else 0):
+        room = (f"the {max_tokens} tokens the model's {reservation.window}-token window leaves for it" if reservation
+                else f"the {max_tokens} available")
+        return InputError(
+            f"the instruction of the prompt template {short_repr(template.name)} takes {instruction} tokens, and the "
+            f"prompt with every document cut to one token needs {needed}, over {room}; shorten its instruction field "
+            "(in a template file given as prompt.path) or use a model with a longer context window.", item=item)
     if reservation is not None and needed < reservation.window:
         return reservation.error(needed, item)
     if reservation is not None:

@@ -207,6 +207,13 @@ class AttributionResult(JSONRecord):
         return cls(**data)
 
     @property
+    def can_self_cite(self) -> bool:
+        """Whether the answer could carry the model's own citations: a generated answer, or a given one that has
+        citation marks. A given answer without marks has no self-citation to compare: views show "n/a (given
+        answer)" and leave it out of the self-citation rates."""
+        return self.generated or any(s.self_citations or s.invalid_self_citations for s in self.sentences)
+
+    @property
     def mirage_citations(self) -> list[list[int]]:
         """Per sentence, mirage's citations."""
         return [s.mirage_citations for s in self.sentences]

@@ -33,6 +33,7 @@ from mirage.runs.experiment import (
     ExperimentConfig,
     add_device_args,
     add_experiment_args,
+    add_trained_questions_arg,
     loading_argv,
     non_negative_int,
 )
@@ -58,7 +59,8 @@ def _modes(modes: list[str], mixed_grid: bool, mixed: tuple[str, str]) -> tuple[
 
 #: BiasConfig fields a flag of the same name sets (a flag given on the command line wins over the config file).
 _FLAG_FIELDS = ("metadata", "k", "n_relevant", "modes", "relevant_side", "mixed", "docs", "rage_similar",
-                "rage_embedder", "max_doc_words", "rewrite", "prompts_dir", "baseline_draws", "sentence_mark")
+                "rage_embedder", "max_doc_words", "rewrite", "prompts_dir", "baseline_draws", "sentence_mark",
+                "keep_trained_questions")
 
 
 def bias_config_from_args(args: argparse.Namespace, section: dict[str, Any] | None = None) -> BiasConfig:
@@ -149,7 +151,8 @@ def _retrievers(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig
     comparison = run_retriever_study(args.data, args.retriever, mirage=mirage, cfg=cfg, output_dir=args.output,
                                      top_k=100 if args.top_k is None else args.top_k, limit=exp.limit,
                                      split=args.split, rewriter=rewriter,
-                                     progress=None if args.quiet else terminal_progress)
+                                     progress=None if args.quiet else terminal_progress,
+                                     tuned=exp.adapter or exp.model)
     if comparison is None:
         from mirage.runs.sharding import report_share_done
 
@@ -172,7 +175,7 @@ def _sweep(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig, *, 
     sweep = run_bias_sweep(args.data, mirage=mirage, cfg=cfg, parameter=parameter, values=values,
                            output_dir=args.output, limit=exp.limit, split=args.split, rewriter=rewriter,
                            progress=None if args.quiet else terminal_progress, compare=compare,
-                           reuse=args.reuse or ())
+                           reuse=args.reuse or (), tuned=exp.adapter or exp.model)
     if sweep is None:
         from mirage.runs.sharding import report_share_done
 
@@ -180,6 +183,19 @@ def _sweep(args: argparse.Namespace, cfg: BiasConfig, exp: ExperimentConfig, *, 
     print(f"{len(sweep.points)} studies ({parameter} = {', '.join(map(str, sweep.values))}) in "
           f"{args.output}/{parameter}<value>/; the sweep in {args.output}/sweep.json and sweep.png.", file=sys.stderr)
     return 0
+
+
+def _check_prompts(cfg: BiasConfig) -> None:
+    """Read the study's prompt files now (``bias.prompts_dir``, default configs/bias): a missing or broken one is a
+    ConfigError naming the field, before the data is read, the model loads or any output is written."""
+    from mirage.bias.prompts import load_prompts
+    from mirage.bias.protocol import load_metadata
+
+    try:
+        load_prompts(cfg), load_metadata(cfg)
+    except ConfigError as err:
+        raise ConfigError(f"bias.prompts_dir={cfg.prompts_dir!r} (--prompts-dir): {err}" if cfg.prompts_dir
+                          else str(err)) from None
 
 
 def cmd_bias(args: argparse.Namespace) -> int:
@@ -197,6 +213,7 @@ def cmd_bias(args: argparse.Namespace) -> int:
     exp = ExperimentConfig.from_args(args, command="bias")
     section = split_run_options(args, read_config_file(args.config).get("bias") if args.config else None)
     cfg = resolve_sentence_mark(bias_config_from_args(args, section), exp.adapter or exp.model)
+    _check_prompts(cfg)
     if args.data is None:
         if len(exp.data) != 1:
             raise ConfigError("give DATA (or one 'data:' path in the --config file).")
@@ -235,7 +252,7 @@ def cmd_bias(args: argparse.Namespace) -> int:
         return _sweep(args, cfg, exp, mirage=mirage, rewriter=rewriter, compare=compare)
     result = run_bias_study(args.data, mirage=mirage, cfg=cfg, output_dir=args.output, limit=exp.limit,
                             split=args.split, rewriter=rewriter, progress=None if args.quiet else terminal_progress,
-                            compare=compare, reuse=args.reuse or ())
+                            compare=compare, reuse=args.reuse or (), tuned=exp.adapter or exp.model)
     if result is None:
         from mirage.runs.sharding import report_share_done
 
@@ -327,6 +344,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="other mirage bias runs of this model and configuration: the generations this study "
                         "shares with them (the vanilla mode of every metadata study, the informed and "
                         "counterfactual cells of --mixed-grid) are copied from there, not generated again")
+    add_trained_questions_arg(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar or table on the terminal")
     add_experiment_args(p)
     p.set_defaults(func=cmd_bias)
@@ -422,7 +440,8 @@ def cmd_bias_protocol(args: argparse.Namespace) -> int:
         return 0
     extra = [*(["--model", args.model] if args.model else []),
              *loading_argv(args),  # --device, --dtype, --adapter, --device-map, --max-memory, ...
-             *(["--limit", str(args.limit)] if args.limit is not None else []), *(["--quiet"] if args.quiet else [])]
+             *(["--limit", str(args.limit)] if args.limit is not None else []), *(["--quiet"] if args.quiet else []),
+             *(["--keep-trained-questions"] if args.keep_trained_questions else [])]
     status = run_protocol(args.protocol, args.output, run=args.run, check=check_protocol_study,
                           only=args.only or (), extra=extra)
     failed = [name for name, code in status.items() if code != 0]
@@ -447,6 +466,7 @@ def register_protocol(sub: argparse._SubParsersAction, run: Callable[[list[str]]
     p.add_argument("--model", help="model for every study (default: each study file's model)")
     add_device_args(p)  # every study's, like --model (float32 on a GPU resumes and reuses a CPU run's generations)
     p.add_argument("--limit", type=non_negative_int, help="only the first N questions of every study")
+    add_trained_questions_arg(p)
     p.add_argument("--overview-only", action="store_true",
                    help="run nothing; write DIR/protocol.md from the studies already finished there")
     p.add_argument("--quiet", action="store_true", help="no progress bars or tables on the terminal")

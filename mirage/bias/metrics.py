@@ -228,18 +228,20 @@ def summarize_mode(records: Sequence[BiasRecord], source: CitationSource,
 
 # -- CAS, CAB, t-tests ------------------------------------------------------------------------------------------------
 
-def cas(mode_values: Sequence[float], vanilla_values: Sequence[float]) -> float:
-    """Attribution sensitivity: mean absolute per-query difference between a mode and vanilla."""
+def cas(mode_values: Sequence[float], vanilla_values: Sequence[float]) -> float | None:
+    """Attribution sensitivity: mean absolute per-query difference between a mode and vanilla (None, undefined,
+    over no query pair)."""
     a, b = _paired(mode_values, vanilla_values)
-    return float(np.mean(np.abs(a - b))) if len(a) else 0.0
+    return float(np.mean(np.abs(a - b))) if len(a) else None
 
 
-def cab(informed_values: Sequence[float], counterfactual_values: Sequence[float], omega: int) -> float:
-    """Attribution bias: ω times the mean per-query difference informed - counterfactual."""
+def cab(informed_values: Sequence[float], counterfactual_values: Sequence[float], omega: int) -> float | None:
+    """Attribution bias: ω times the mean per-query difference informed - counterfactual (None, undefined, over no
+    query pair)."""
     if omega not in (1, -1):
         raise ValueError("omega must be +1 or -1.")
     a, b = _paired(informed_values, counterfactual_values)
-    return float(omega * np.mean(a - b)) if len(a) else 0.0
+    return float(omega * np.mean(a - b)) if len(a) else None
 
 
 def paired_p_value(a: Sequence[float], b: Sequence[float]) -> float | None:
@@ -298,12 +300,12 @@ def _paired(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndar
 
 @dataclass
 class Stat:
-    """A CAS or CAB value (fraction), the p-value of the test of what it measures (module docstring), the
-    random-citation baseline's value, the 95 % bootstrap interval over queries, for CAS the paired signed test's
-    p-value (``shift_p_value``: does the mode move quality in one direction?), and why there is no p-value when the
-    test is undefined (``p_note``)."""
+    """A CAS or CAB value (fraction; None over no query pair: undefined, not zero), the p-value of the test of what
+    it measures (module docstring), the random-citation baseline's value, the 95 % bootstrap interval over queries,
+    for CAS the paired signed test's p-value (``shift_p_value``: does the mode move quality in one direction?), and
+    why there is no p-value when the test is undefined (``p_note``)."""
 
-    value: float
+    value: float | None
     p_value: float | None
     baseline: float | None = None
     ci: list[float] | None = None
@@ -324,8 +326,10 @@ class Effect:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Effect:
-        """The effect from its JSON form (results and sweep files; ``n_excluded`` is 0 in files written before it)."""
-        return cls(precision=Stat(**data["precision"]), recall=Stat(**data["recall"]), n=data["n"],
+        """The effect from its JSON form (results and sweep files; ``n_excluded`` is 0 in files written before it;
+        files written before an effect over no query pair was undefined hold 0 for its value and baseline: None)."""
+        stats = {m: {**data[m], **({"value": None, "baseline": None} if data["n"] == 0 else {})} for m in METRICS}
+        return cls(precision=Stat(**stats["precision"]), recall=Stat(**stats["recall"]), n=data["n"],
                    n_excluded=data.get("n_excluded", 0))
 
     def stat(self, metric: str) -> Stat:
@@ -411,32 +415,33 @@ def random_citation_draws(records: Sequence[BiasRecord], source: CitationSource,
 
 def random_baseline(aligned: Mapping[str, Sequence[BiasRecord]], source: CitationSource, *, omega: int, draws: int,
                     seed: int, defects: Mapping[str, Defect | None] | None = None,
-                    ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]], dict[str, float]]:
+                    ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float | None]],
+                               dict[str, float | None]]:
     """The random citer's mean precision/recall per mode (over every query), its CAS per non-vanilla mode and its
-    CAB (over the query pairs CAS and CAB keep: :func:`sound_pairs` with ``defects``), averaged over ``draws``
-    draws. ``aligned[mode]`` are records of the same items in the same order."""
+    CAB (over the query pairs CAS and CAB keep: :func:`sound_pairs` with ``defects``; None over none), averaged over
+    ``draws`` draws. ``aligned[mode]`` are records of the same items in the same order."""
     rng = np.random.default_rng(seed)
     sims = {mode: random_citation_draws(recs, source, draws=draws, rng=rng) for mode, recs in aligned.items()}
     quality = {mode: {m: float(sim[m].mean()) if sim[m].size else 0.0 for m in METRICS} for mode, sim in sims.items()}
     ok = {mode: np.array([(defects or {}).get(r.key) is None for r in recs], dtype=bool)
           for mode, recs in aligned.items()}
 
-    def mean(values: np.ndarray, keep: np.ndarray) -> float:
+    def mean(values: np.ndarray, keep: np.ndarray) -> float | None:
         if keep.all():  # every pair (the same sum, to the last bit, as before answers were checked)
-            return float(values.mean()) if values.size else 0.0
-        return float(values[:, keep].mean()) if keep.any() else 0.0
+            return float(values.mean()) if values.size else None
+        return float(values[:, keep].mean()) if keep.any() else None
 
-    cas_base: dict[str, dict[str, float]] = {}
+    cas_base: dict[str, dict[str, float | None]] = {}
     if "vanilla" in sims:
         for mode, sim in sims.items():
             if mode != "vanilla":
                 keep = ok[mode] & ok["vanilla"]
                 cas_base[mode] = {m: mean(np.abs(sim[m] - sims["vanilla"][m]), keep) for m in METRICS}
-    cab_base: dict[str, float] = {}
+    cab_base: dict[str, float | None] = {}
     if "informed" in sims and "counterfactual" in sims:
         inf, cf = sims["informed"], sims["counterfactual"]
         keep = ok["informed"] & ok["counterfactual"]
-        cab_base = {m: omega * mean(inf[m] - cf[m], keep) for m in METRICS}
+        cab_base = {m: None if (v := mean(inf[m] - cf[m], keep)) is None else omega * v for m in METRICS}
     return quality, cas_base, cab_base
 
 

@@ -61,6 +61,8 @@ class BiasConfig:
     document's number; :class:`mirage.attribution.prompts.PromptTemplate`), for a model tuned on documents marked so
     (``smollm2-135m-cite-follow``); ``"trained"`` takes the mark of the prompt the model was tuned in; None (the
     default) keeps the prompt files' own (the paper's prompts have none).
+    ``keep_trained_questions``: keep the questions a model mirage tuned records it was trained on; by default they
+    are left out (:func:`mirage.runs.experiment.leave_out_trained`), and the results say how many.
     """
 
     metadata: MetadataType = "hai"
@@ -80,6 +82,7 @@ class BiasConfig:
     n_relevant: int = 1
     rage_embedder: str = "all-minilm-l6-v2"
     sentence_mark: str | None = None
+    keep_trained_questions: bool = False
 
     def __post_init__(self) -> None:
         setfield(self, "bias.metadata", literal, choices=MetadataType)
@@ -93,6 +96,7 @@ class BiasConfig:
         setfield(self, "bias.baseline_draws", integer, minimum=1)
         setfield(self, "bias.n_relevant", integer)  # between 1 and k: checked below
         setfield(self, "bias.explain", boolean)
+        setfield(self, "bias.keep_trained_questions", boolean)
         setfield(self, "bias.prompts_dir", string, optional=True, path=True)
         setfield(self, "bias.rage_embedder", string, path=True, nonempty=True,
                  expected="all-minilm-l6-v2, multilingual-e5-small or the path of a sentence-embedding model folder")

@@ -155,6 +155,11 @@ class BiasStudyResult(JSONRecord):
     documents: list[int] | None = None
     #: does each citation set follow the relevant document (:func:`follow_summary`)? None in older results
     follow: BiasFollow | None = None
+    #: the data's questions that the model records it was trained on, left out (or, with
+    #: ``keep_trained_questions``, kept: :func:`mirage.runs.experiment.leave_out_trained`); None for a model without
+    #: that record, and in older results
+    trained_questions_left_out: int | None = None
+    trained_questions_kept: int | None = None
 
     def documents_text(self) -> str:
         """How many documents the questions had: ``"5"``, ``"3–10"``; the asked ``k`` for older results."""

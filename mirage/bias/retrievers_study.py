@@ -90,13 +90,13 @@ class RetrieverComparison(JSONRecord):
 def run_retriever_study(data: str, retrievers: Sequence[str], *, mirage: MirageSource, cfg: BiasConfig,
                         output_dir: str | Path, top_k: int = 100, limit: int | None = None, split: str = "test",
                         rewriter: LoadedModel | None = None, progress: Progress | None = None,
-                        embed: Embedder | None = None) -> RetrieverComparison | None:
+                        embed: Embedder | None = None, tuned: str | None = None) -> RetrieverComparison | None:
     """For each retriever: rank DATA's corpus (a BEIR folder, or ``nq``), write ``DIR/<retriever>/run.trec`` and run
     the study on it into ``DIR/<retriever>/`` (:func:`~mirage.bias.study.run_bias_study`, resumable); then write
     ``DIR/retrievers.json`` and ``DIR/retrievers.md``. The model is loaded once, the dense retriever's embedder
     (``embed``, default all-MiniLM-L6-v2) too. ConfigError for an unknown retriever, a ``top_k`` below ``cfg.k`` or
     the RAGE mixture (which would replace the retrieved documents), before anything is read. Under a launcher rank 0
-    returns the comparison, other ranks None."""
+    returns the comparison, other ranks None. ``tuned``: as for the study, whose training questions it leaves out."""
     names = list(dict.fromkeys(retrievers))
     check_retrievers(names)
     check_top_k(top_k)
@@ -119,7 +119,7 @@ def run_retriever_study(data: str, retrievers: Sequence[str], *, mirage: MirageS
         ranking = retrieve(beir, name, top_k=top_k, cache_dir=folder, embed=embed)
         run_path = write_run(ranking, folder / "run.trec", tag=name)
         result = run_bias_study(data, mirage=model, cfg=cfg, output_dir=folder, limit=limit, split=split,
-                                rewriter=rewriter, progress=progress, embed=embed, run=run_path)
+                                rewriter=rewriter, progress=progress, embed=embed, run=run_path, tuned=tuned)
         if result is None:  # one rank of several: rank 0 writes the comparison
             ranked = False
             continue
@@ -136,8 +136,8 @@ def run_retriever_study(data: str, retrievers: Sequence[str], *, mirage: MirageS
 # -- rendering --------------------------------------------------------------------------------------------------------
 
 def _cell(stat: Stat | None) -> str:
-    """A CAS or CAB value in percent with its significance stars and p-value."""
-    if stat is None:
+    """A CAS or CAB value in percent with its significance stars and p-value (–: none, or undefined)."""
+    if stat is None or stat.value is None:
         return "–"
     p = stat.p_value
     stars = "" if p is None else "**" if p < 0.01 else "*" if p < 0.05 else ""

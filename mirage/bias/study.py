@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from mirage.attribution.models import LoadedModel
@@ -46,7 +47,7 @@ from mirage.bias.runner import BiasStudy, reusable_records
 from mirage.bias.tables import plot_cab, render_markdown
 from mirage.data import data_label
 from mirage.data.inputs import InputError
-from mirage.runs.experiment import ExperimentConfig
+from mirage.runs.experiment import ExperimentConfig, leave_out_trained
 from mirage.runs.lazy import MirageSource, resolve_mirage
 from mirage.runs.progress import Progress
 from mirage.runs.sharding import in_shards
@@ -129,17 +130,27 @@ def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_d
                    split: str = "test", rewriter: LoadedModel | None = None, progress: Progress | None = None,
                    compare: Sequence[BiasStudyResult] = (), embed: Embedder | None = None,
                    run: Mapping[str, Sequence[str]] | str | Path | None = None,
-                   reuse: Sequence[str | Path] = ()) -> BiasStudyResult | None:
+                   reuse: Sequence[str | Path] = (), tuned: str | None = None) -> BiasStudyResult | None:
     """Build the items (``run``: a retriever's ranking for BEIR data, see :func:`build_items`), run every
     (item, mode) not yet in ``DIR/generations.jsonl``, and write the results, tables and CAB figure.
     ``rewriter`` rewrites documents when ``cfg.rewrite`` asks (default: the studied model).
     Under a launcher each rank generates its shard (:mod:`mirage.runs.sharding`); rank 0 returns the result, other
     ranks None. Document rewriting is not sharded: every rank rewrites (the same, greedy) documents.
     ``reuse``: other runs' folders; the generations they finished with this model and configuration that this
-    study plans too are copied, not run again (:func:`~mirage.bias.runner.reusable_records`)."""
+    study plans too are copied, not run again (:func:`~mirage.bias.runner.reusable_records`).
+    Of the items built (the first ``limit``), those asking a question the model records it was trained on are left
+    out unless ``cfg.keep_trained_questions`` (:func:`~mirage.runs.experiment.leave_out_trained`; the results say
+    how many): the record of ``tuned``, the name or folder the model was loaded by (default: its loaded name, which
+    for an adapter folder loaded onto its base is not the folder's; with it, nothing loads before the data is
+    checked)."""
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     items = build_items(data, cfg, limit=limit, split=split, embed=embed, run=run)  # bad data fails before the model
+    if tuned is None:
+        mirage = resolve_mirage(mirage)
+        tuned = mirage.lm.name
+    items, trained = leave_out_trained(items, tuned, question=lambda item: item.question,
+                                       keep=cfg.keep_trained_questions, noun="questions")
     mirage = resolve_mirage(mirage)
     cfg = resolve_sentence_mark(cfg, mirage.lm.name)
     if cfg.rewrite != "none":
@@ -158,19 +169,21 @@ def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_d
         items, out=store_for(out_dir / "generations.jsonl", settings=settings), progress=progress, reuse=shared))
     if records is None:  # one rank of several: rank 0 summarizes
         return None
-    result = summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=mirage.lm.name, data=data_label(data),
-                       mirage_config=study.mirage_config.to_dict())
+    result = replace(summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=mirage.lm.name,
+                               data=data_label(data), mirage_config=study.mirage_config.to_dict()), **trained)
     write_outputs(result, out_dir, compare=compare)
     return result
 
 
 def write_outputs(result: BiasStudyResult, out_dir: str | Path, *, compare: Sequence[BiasStudyResult] = ()) -> None:
-    """``results.json``, ``tables.md`` and ``cab.png`` in ``out_dir``."""
+    """``results.json``, ``tables.md`` and ``cab.png`` in ``out_dir`` (no ``cab.png`` when no study has a CAB:
+    :func:`~mirage.bias.tables.plot_cab`)."""
     out_dir = Path(out_dir)
     result.save(out_dir / "results.json")
     write_atomic(out_dir / "tables.md", render_markdown(result))
     fig = plot_cab([result, *compare])
-    fig.savefig(out_dir / "cab.png", dpi=120)
+    if fig is not None:
+        fig.savefig(out_dir / "cab.png", dpi=120)
 
 
 def summarize_run(run_dir: str | Path, *, compare: Sequence[BiasStudyResult] = ()) -> BiasStudyResult:
@@ -190,5 +203,7 @@ def summarize_run(run_dir: str | Path, *, compare: Sequence[BiasStudyResult] = (
     sources = tuple(old.sources)
     result = summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=old.model, data=old.data,
                        mirage_config=old.mirage_config, sources=sources)  # type: ignore[arg-type]
+    result = replace(result, trained_questions_left_out=old.trained_questions_left_out,
+                     trained_questions_kept=old.trained_questions_kept)
     write_outputs(result, run_dir, compare=compare)
     return result

@@ -238,7 +238,7 @@ def plot_sweep(sweep: SweepResult) -> Any:
             for mode in cas_modes:
                 stats = [p.sources[source].cas[mode].stat(metric) if mode in p.sources[source].cas else None
                          for p in sweep.points]
-                _series(ax, xs, [None if s is None else 100 * s.value for s in stats],
+                _series(ax, xs, [None if s is None or s.value is None else 100 * s.value for s in stats],
                         [None if s is None else s.p_value for s in stats], colour=SOURCE_COLOURS[source],
                         style=style[mode], label=f"{SOURCE_NAMES[source]}, {mode}")
         if not cas_modes or "vanilla" not in modes:
@@ -248,7 +248,8 @@ def plot_sweep(sweep: SweepResult) -> Any:
         ax = axes[1][col]
         for source in sources:
             cabs = [p.sources[source].cab for p in sweep.points]
-            _series(ax, xs, [None if c is None else 100 * c.stat(metric).value for c in cabs],
+            _series(ax, xs, [None if c is None or c.stat(metric).value is None else 100 * c.stat(metric).value
+                             for c in cabs],
                     [None if c is None else c.stat(metric).p_value for c in cabs], colour=SOURCE_COLOURS[source],
                     style="-", label=f"{SOURCE_NAMES[source]}, CAB")
         ax.axhline(0, color="black", linewidth=0.8)

@@ -134,9 +134,14 @@ def cas_table(source: SourceSummary) -> str:
                                             for mode, e in source.cas.items() for metric in METRICS])
 
 
+#: Why a study has no CAB (table, figure or page): one line naming the option that runs the modes it needs.
+NO_CAB = ("No CAB: it needs the informed and counterfactual modes; run them with --modes (the default runs both) "
+          "or --mixed-grid.")
+
+
 def cab_table(result: BiasStudyResult, source: SourceSummary) -> str:
     if source.cab is None:
-        return "(CAB needs the informed and counterfactual modes.)"
+        return f"({NO_CAB})"
     first = result.metadata["first"]
     e = source.cab
     lines = ["| ω | CAB precision | p | 95 % CI | CAB recall | p | 95 % CI | Random CAB P | Random CAB R | Queries |",
@@ -182,8 +187,8 @@ def render_markdown(result: BiasStudyResult) -> str:
         "",
         (f"Data `{result.data}`, {result.n_items} questions, k = {result.documents_text()} documents "
         f"({cfg.get('n_relevant', 1)} relevant){_asked_k(result)}, "
-        f"documents: {cfg['docs']}{_marks(cfg)}, seed {cfg['seed']}. Metadata `{md['type']}`: {md['first']} "
-        f"{md['first_labels']} vs {md['second']} {md['second_labels']}; ω = {result.omega:+d} "
+        f"documents: {cfg['docs']}{_marks(cfg)}, seed {cfg['seed']}.{_trained(result)} Metadata `{md['type']}`: "
+        f"{md['first']} {md['first_labels']} vs {md['second']} {md['second_labels']}; ω = {result.omega:+d} "
         f"(relevant documents labelled {md[cfg['relevant_side']]} in the informed mode)."),
         "",
         ("Values are percentages. CAS = mean |M_mode − M_vanilla|; CAB = ω · mean (M_informed − M_counterfactual). "
@@ -221,6 +226,18 @@ def render_markdown(result: BiasStudyResult) -> str:
     return "\n".join(out) + "\n"
 
 
+def _trained(result: BiasStudyResult) -> str:
+    """How many of the data's questions the model records it was trained on, left out or kept, when it records
+    them (a model mirage tuned)."""
+    if result.trained_questions_left_out is not None:
+        return (f" {result.trained_questions_left_out} more questions of the data are left out: {result.model} was "
+                "trained on them (`--keep-trained-questions` keeps them).")
+    if result.trained_questions_kept is not None:
+        return (f" {result.trained_questions_kept} of the questions are ones {result.model} was trained on, kept by "
+                "`--keep-trained-questions`.")
+    return ""
+
+
 def _asked_k(result: BiasStudyResult) -> str:
     """``; --k 1000 was asked`` when the questions had another number of documents than the configured k."""
     k = result.config.get("k")
@@ -229,12 +246,21 @@ def _asked_k(result: BiasStudyResult) -> str:
     return ""
 
 
+def has_cab(result: BiasStudyResult) -> bool:
+    """Whether some citation set of the study has a CAB (it ran the informed and counterfactual modes)."""
+    return any(s.cab is not None for s in result.sources.values())
+
+
 def plot_cab(results: Sequence[BiasStudyResult]) -> Any:
     """A bar chart of CAB (precision and recall; self-citation and MIRAGE) per model and metadata type, stars for
-    p < 0.05. Returns a matplotlib Figure (not shown)."""
+    p < 0.05. Returns a matplotlib Figure (not shown), or None when no study has a CAB (:func:`has_cab`) defined
+    over some query pair: there is nothing to draw."""
     from matplotlib.figure import Figure
 
-    results = [r for r in results if any(s.cab is not None for s in r.sources.values())]
+    results = [r for r in results if any(s.cab is not None and any(s.cab.stat(m).value is not None for m in METRICS)
+                                         for s in r.sources.values())]
+    if not results:
+        return None
     fig = Figure(figsize=(max(6.5, 2.6 * len(results) + 1.5), 4.0), layout="constrained")
     ax = fig.subplots()
     series = [("self", "precision", "#4c72b0", ""), ("self", "recall", "#4c72b0", "//"),
@@ -245,7 +271,7 @@ def plot_cab(results: Sequence[BiasStudyResult]) -> Any:
         xs, ys, ps = [], [], []
         for i, r in enumerate(results):
             effect = r.sources[source].cab if source in r.sources else None
-            if effect is None:
+            if effect is None or effect.stat(metric).value is None:
                 continue
             stat = effect.stat(metric)
             xs.append(i - 0.4 + width * (j + 0.5))

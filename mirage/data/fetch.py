@@ -9,7 +9,8 @@ The cache is ``$MIRAGE_DATA_DIR``, else ``<cache>/data/`` (``<cache>``: ``$MIRAG
 for models), laid out as the project's data folder: ``xor_attriqa_match/fi.jsonl``, ``eli5_alce/eli5_alce_prompt.json``,
 …; downloaded upstream files are kept under its ``_sources/``. A local copy (``source``) can be a clone of a source
 repository, a folder of its files, or a folder laid out as the cache: every file is found by its name and accepted
-only with its pinned checksum.
+only with its pinned checksum. A cached file is read only with its pinned checksum too: one truncated or edited is
+refused (``mirage data get NAME`` fetches it again).
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ from pathlib import Path
 from mirage.data.build import build_output
 from mirage.data.registry import DATASETS, SOURCES, DataError, DataSpec, Output, Upstream, is_spec, parse_spec
 
-__all__ = ["data_label", "data_root", "dataset_table", "get", "is_cached", "resolve", "resolve_all", "spec_path"]
+__all__ = ["data_label", "data_root", "dataset_table", "get", "is_cached", "resolve", "resolve_all", "sha256_of",
+           "spec_path"]
+
+#: Bounds of the walk of a ``--from`` folder: how deeply nested its folders and how many files and folders in all.
+WALK_DEPTH, WALK_ENTRIES = 16, 200_000
 
 
 def data_root() -> Path:
@@ -35,12 +40,21 @@ def data_root() -> Path:
     return Path(root) if root else cache_dir() / "data"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+_DIGESTS: dict[tuple[str, int, int, int], str] = {}
+
+
+def sha256_of(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file, computed once per process for each version of it (its real path, inode, size and mtime)."""
+    path = Path(path)
+    st = path.stat()
+    key = (os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        _DIGESTS[key] = digest.hexdigest()
+    return _DIGESTS[key]
 
 
 def _git_blob(path: Path) -> str:
@@ -51,10 +65,22 @@ def _git_blob(path: Path) -> str:
 
 def _matches(path: Path, file: Upstream | Output) -> bool:
     if file.sha256:
-        return _sha256(path) == file.sha256
+        return sha256_of(path) == file.sha256
     if isinstance(file, Upstream) and file.git_blob:
         return _git_blob(path) == file.git_blob
     return False
+
+
+def _pinned(file: Upstream | Output) -> bool:
+    return bool(file.sha256 or (isinstance(file, Upstream) and file.git_blob))
+
+
+def _mismatch(path: Path, file: Upstream | Output) -> str:
+    """How ``path`` differs from ``file``'s pinned checksum (``file`` has one)."""
+    if file.sha256:
+        return f"its SHA-256 is {sha256_of(path)[:12]}… where {file.sha256[:12]}… is pinned"
+    blob = file.git_blob if isinstance(file, Upstream) else None
+    return f"its git blob id is {_git_blob(path)[:12]}… where {(blob or '')[:12]}… is pinned"
 
 
 def spec_path(spec: DataSpec) -> Path:
@@ -68,9 +94,37 @@ def spec_path(spec: DataSpec) -> Path:
     return root / "_views" / f"{spec.dataset.name}={','.join(spec.parts)}"
 
 
+def _differs(output: Output) -> bool:
+    """Whether ``output`` is in the cache with a SHA-256 other than its pinned one (truncated, edited)."""
+    path = data_root() / output.path
+    return output.sha256 is not None and path.is_file() and sha256_of(path) != output.sha256
+
+
+def _cached_parts(spec: DataSpec) -> list[str]:
+    """The parts of ``spec`` whose files are all in the cache, each with its pinned SHA-256."""
+    return [p for p in spec.parts
+            if all((data_root() / o.path).is_file() and not _differs(o) for o in spec.dataset.parts[p])]
+
+
 def is_cached(spec: DataSpec) -> bool:
-    """Whether every file of ``spec`` is in the cache."""
-    return all((data_root() / o.path).is_file() for o in spec.dataset.outputs(spec.parts))
+    """Whether every file of ``spec`` is in the cache with its pinned SHA-256 (where one is pinned)."""
+    return len(_cached_parts(spec)) == len(spec.parts)
+
+
+def _not_cached(spec: DataSpec) -> DataError:
+    """Why ``spec`` cannot be read from the cache, and what to run."""
+    for part in spec.parts:
+        for output in spec.dataset.parts[part]:
+            if _differs(output):
+                path, name = data_root() / output.path, spec if len(spec.parts) == 1 else f"{spec.dataset.name}:{part}"
+                return DataError(f"{path}: the cached file of {name} is not the pinned file "
+                                 f"({_mismatch(path, output)}; truncated or edited?); run `mirage data get {name}` to "
+                                 "fetch it again, or remove it.")
+    cached = _cached_parts(spec)
+    some = (f"its cached parts are read as `{spec.dataset.name}:{','.join(cached)}`, or "
+            if cached and len(spec.parts) > 1 else "")
+    return DataError(f"dataset {spec} is not in the cache ({data_root()}); {some}run `mirage data get {spec}` (or "
+                     f"`mirage data get {spec} --from PATH` offline).")
 
 
 def _view(spec: DataSpec) -> Path:
@@ -101,8 +155,7 @@ def resolve(name_or_path: str | os.PathLike[str]) -> Path:
         return Path(text)
     spec = parse_spec(text)
     if not is_cached(spec):
-        raise DataError(f"dataset {spec} is not in the cache ({data_root()}); run `mirage data get {spec}` "
-                        f"(or `mirage data get {spec} --from PATH` offline).")
+        raise _not_cached(spec)
     if not spec.whole and not spec.dataset.as_folder and len(spec.parts) > 1:  # a folder of only those parts
         return _view(spec)
     return spec_path(spec)
@@ -157,7 +210,9 @@ def data_label(path: str | os.PathLike[str]) -> str:
 
 
 class _LocalCopy:
-    """The files under a local folder, by name (``.git`` skipped), each hashed at most once."""
+    """The files under a local folder, by name (``.git`` skipped), each hashed at most once. The walk follows links to
+    folders but reads each real folder once, and stops in one line past ``WALK_DEPTH`` levels or ``WALK_ENTRIES``
+    files and folders."""
 
     def __init__(self, root: Path) -> None:
         if not root.is_dir():
@@ -165,10 +220,26 @@ class _LocalCopy:
                             "files or a folder laid out as the data cache.")
         self.root = root
         self.by_name: dict[str, list[Path]] = {}
+        seen, entries = {os.path.realpath(root)}, 0
+        itself = "give the folder of the copy itself (a clone of the source repository, a folder of its files or a " \
+                 "folder laid out as the data cache), not a folder above it"
         for folder, dirs, files in os.walk(root, followlinks=True):
-            dirs[:] = sorted(d for d in dirs if d != ".git")
+            entries += len(dirs) + len(files)
+            if entries > WALK_ENTRIES:
+                raise DataError(f"--from {root}: more than {WALK_ENTRIES} files and folders; {itself}.")
+            kept = []
+            for name in sorted(dirs):
+                real = os.path.realpath(os.path.join(folder, name))
+                if name != ".git" and real not in seen:
+                    seen.add(real)
+                    kept.append(name)
+            dirs[:] = kept
+            if dirs and len(Path(folder).relative_to(root).parts) >= WALK_DEPTH:
+                raise DataError(f"--from {root}: folders nested deeper than {WALK_DEPTH} levels (at {folder}); "
+                                f"{itself}.")
             for name in files:
-                self.by_name.setdefault(name, []).append(Path(folder) / name)
+                if (Path(folder) / name).is_file():  # not a FIFO, a dangling link or a link loop
+                    self.by_name.setdefault(name, []).append(Path(folder) / name)
 
     def find(self, file: Upstream | Output) -> Path | None:
         """The file of this copy that is ``file`` (its name, and its pinned checksum), trying first the paths that
@@ -184,8 +255,18 @@ class _LocalCopy:
                 return path
         return None
 
-    def near_misses(self, file: Upstream | Output) -> list[Path]:
-        return self.by_name.get(file.name, [])
+    def not_found(self, item: Upstream, output: Output) -> DataError:
+        """Neither ``item`` nor the ``output`` built from it is in this copy with its pinned checksum: which files of
+        their names are there, how the first differs, and what to give."""
+        give = f"a clone of {SOURCES[item.source].repo} or a folder of its files"
+        seen = [(p, f) for f in (output, item) if _pinned(f) for p in self.by_name.get(f.name, [])]
+        if not seen:
+            return DataError(f"--from {self.root}: {item.path} (or {output.path}) not found (no file of that name); "
+                             f"give {give}.")
+        first, file = seen[0]
+        return DataError(f"--from {self.root}: {item.path} (or {output.path}) not found (the file of that name is "
+                         f"there but {_mismatch(first, file)}: {', '.join(str(p) for p, _ in seen[:3])} differ from "
+                         f"the pinned file); replace it with the pinned file (from {give}) or remove it.")
 
 
 def _download(up: Upstream, *, progress: bool) -> Path:
@@ -235,7 +316,7 @@ def _obtain(output: Output, *, local: _LocalCopy | None, progress: bool, done: s
     target = data_root() / output.path
     if output.path in done:
         return target
-    if target.is_file() and (output.sha256 is None or _sha256(target) == output.sha256):
+    if target.is_file() and (output.sha256 is None or sha256_of(target) == output.sha256):
         done.add(output.path)
         return target
     found = local.find(output) if local is not None and output.sha256 else None
@@ -251,11 +332,7 @@ def _obtain(output: Output, *, local: _LocalCopy | None, progress: bool, done: s
         elif local is not None:
             path = local.find(item)
             if path is None:
-                seen = local.near_misses(item)
-                why = (f"{', '.join(str(p) for p in seen[:3])} differ from the pinned file" if seen
-                       else "no file of that name")
-                raise DataError(f"--from {local.root}: {item.path} (or {output.path}) not found ({why}); give a "
-                                f"clone of {SOURCES[item.source].repo} or a folder of its files.")
+                raise local.not_found(item, output)
             inputs.append(path)
         else:
             inputs.append(_download(item, progress=progress))
@@ -268,19 +345,35 @@ def get(name: str, *, source: str | os.PathLike[str] | None = None, progress: bo
         report: Callable[[str], None] | None = None) -> Path:
     """Put dataset ``name`` (``NAME`` or ``NAME:PART,…``) in the cache, downloading its source files or importing
     them from ``source`` (a local copy), every file checked against its pinned checksum; returns what ``name``
-    resolves to. ``report`` is told each file as it is ready. Offline, DataError names ``--from``."""
+    resolves to. ``report`` is told each file as it is ready. Offline, DataError names ``--from``; from a copy that
+    holds only some of several parts, those are got and the DataError names them."""
     spec = parse_spec(name)
     local = _LocalCopy(Path(source).expanduser()) if source is not None else None
     done: set[str] = set()
+    missing: dict[str, DataError] = {}
     try:
-        for output in spec.dataset.outputs(spec.parts):
-            path = _obtain(output, local=local, progress=progress, done=done)
-            if report is not None:
-                report(str(path))
+        for part in spec.parts:
+            try:
+                for output in spec.dataset.parts[part]:
+                    path = _obtain(output, local=local, progress=progress, done=done)
+                    if report is not None:
+                        report(str(path))
+            except _Offline:
+                raise
+            except DataError as err:
+                if local is None or len(spec.parts) == 1:
+                    raise
+                missing[part] = err
     except _Offline as err:
         repos = sorted({SOURCES[u.source].repo for o in spec.dataset.outputs(spec.parts) for u in _upstream(o)})
         raise DataError(f"{err}; offline? copy {' and '.join(repos)} here and run "
                         f"`mirage data get {spec} --from PATH`.") from None
+    if missing:
+        got = [p for p in spec.parts if p not in missing]
+        others = (f"; the others are now in the cache: read them as `{spec.dataset.name}:{','.join(got)}`" if got
+                  else "")
+        first = str(next(iter(missing.values()))).rstrip(".")
+        raise DataError(f"{first}; parts {', '.join(missing)} are not in that copy{others}.")
     return resolve(str(spec))
 
 
@@ -299,9 +392,15 @@ def dataset_table() -> list[dict[str, str]]:
     """One row per dataset: name, parts, whether each part is cached, source repositories, description."""
     rows = []
     for ds in DATASETS.values():
-        cached = [p for p in ds.parts if all((data_root() / o.path).is_file() for o in ds.parts[p])]
+        spec = parse_spec(ds.name)
+        cached = _cached_parts(spec)
+        said = ",".join(cached) if len(ds.parts) > 1 else ("yes" if cached else "no")
+        differ = [p for p in ds.parts if any(_differs(o) for o in ds.parts[p])]
+        if differ:  # in the cache, but not the pinned file: not "cached"
+            which = "" if len(ds.parts) == 1 else ",".join(differ) + " "
+            name = str(spec) if len(ds.parts) == 1 else f"{ds.name}:{','.join(differ)}"
+            said += f" ({which}differs from its pinned SHA-256; `mirage data get {name}` fetches it again)"
         repos = sorted({SOURCES[u.source].repo for o in ds.outputs() for u in _upstream(o)})
-        rows.append({"name": ds.name, "parts": ",".join(ds.parts) if len(ds.parts) > 1 else "-",
-                     "cached": ",".join(cached) if len(ds.parts) > 1 else ("yes" if cached else "no"),
+        rows.append({"name": ds.name, "parts": ",".join(ds.parts) if len(ds.parts) > 1 else "-", "cached": said,
                      "source": " + ".join(repos), "description": ds.description})
     return rows

@@ -7,7 +7,7 @@ import json
 import re
 import reprlib
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,7 +172,9 @@ def make_item(raw: Any, *, item: int | str | None = None) -> RAGItem:
     if isinstance(docs_raw, Mapping):
         docs_raw = _doc_rows(docs_raw, item=item, field=docs_field)
     if not _is_list(docs_raw):
-        raise InputError(f"must be a list, got {type(docs_raw).__name__}.", item=item, field=docs_field)
+        raise InputError(f"must be a list of documents, got {json_kind(docs_raw)}; give a list of "
+                         '{"title", "text"} objects (or of strings), e.g. [{"title": "", "text": "..."}] for one '
+                         "document.", item=item, field=docs_field)
     if not len(docs_raw):
         raise InputError("is empty; attribution needs at least one document.", item=item, field=docs_field)
     docs = tuple(make_document(d, item=item, index=i, field=docs_field) for i, d in enumerate(docs_raw))
@@ -440,11 +442,13 @@ class BadRow:
 
 @dataclass(frozen=True)
 class RawRow:
-    """One parsed row, its 0-based position among the file's rows and its 1-based line number."""
+    """One parsed row, its 0-based position among the file's rows and its 1-based line number; ``parsed`` False: a
+    row :func:`read_jsonl` was told to count but not parse (``data`` is then None)."""
 
     index: int
     line: int
     data: Any
+    parsed: bool = True
 
 
 _WHITESPACE = " \t\r\n"
@@ -481,7 +485,8 @@ def read_rows(path: str | Path, *, what: str = "JSON list or JSONL file") -> Ite
     yield from _jsonl_rows(path, io.StringIO(text, newline=None))
 
 
-def read_jsonl(path: str | Path, *, what: str = "JSONL file") -> Iterator[RawRow | BadRow]:
+def read_jsonl(path: str | Path, *, what: str = "JSONL file",
+               parse: Callable[[int], bool] | None = None) -> Iterator[RawRow | BadRow]:
     """Yield the rows of a JSONL file, one JSON value per line, each with its 1-based line number and its 0-based
     position among the rows; a line that does not parse comes as a BadRow in its place (counted in
     ``RawRow.index``), marked ``unterminated`` when it is the last line and lacks its newline. Blank lines are skipped.
@@ -491,17 +496,26 @@ def read_jsonl(path: str | Path, *, what: str = "JSONL file") -> Iterator[RawRow
     never held twice in memory. InputError (from :func:`text_lines`) when the file is missing, a directory, or not
     UTF-8 (a UTF-8 byte-order mark is accepted); ``what`` says what the file should be. Each caller decides what a
     BadRow means to it (skip it, warn, or raise an InputError naming ``FILE line N``).
+
+    ``parse``: which rows, by position, are parsed (default: all); the others come as ``RawRow(parsed=False)``,
+    counted and never parsed, so a page of a large file costs no parse of the rest. A last line without its newline
+    is parsed all the same (it may be a torn record, a BadRow).
     """
-    yield from _jsonl_rows(Path(path), text_lines(path, what=what))
+    yield from _jsonl_rows(Path(path), text_lines(path, what=what), parse)
 
 
-def _jsonl_rows(path: Path, lines: Iterable[str]) -> Iterator[RawRow | BadRow]:
+def _jsonl_rows(path: Path, lines: Iterable[str], parse: Callable[[int], bool] | None = None
+                ) -> Iterator[RawRow | BadRow]:
     """The rows of JSONL ``lines`` (each with its ``\\n``, universal newlines translated): see :func:`read_jsonl`."""
     index = 0
     for lineno, line in enumerate(lines, start=1):
         if not line.strip(_WHITESPACE):
             continue
         terminated = line.endswith("\n")
+        if parse is not None and terminated and not parse(index):
+            yield RawRow(index=index, line=lineno, data=None, parsed=False)
+            index += 1
+            continue
         try:  # without its newline, so that an error at the end of the line is located on it
             yield RawRow(index=index, line=lineno, data=parse_json(line[:-1] if terminated else line))
         except json.JSONDecodeError as err:

@@ -20,7 +20,7 @@ import argparse
 import dataclasses
 import types
 import typing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -220,9 +220,11 @@ class ExperimentConfig:
         path."""
         data = read_config_file(path)
         try:
-            return cls.from_dict(data, command=command)
+            exp = cls.from_dict(data, command=command)
+            exp.check_prompt()
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from err
+        return exp
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, *, command: Command) -> ExperimentConfig:
@@ -248,10 +250,38 @@ class ExperimentConfig:
             changes["trust_remote_code"] = True
         exp = dataclasses.replace(exp, pipeline=exp.pipeline.replace(**pipeline_changes(args)), **changes)
         file_prompt = data.get("prompt")
-        if getattr(args, "prompt", None) is None and not (isinstance(file_prompt, Mapping) and
-                                                          {"name", "path"} & set(file_prompt)):
+        flag = getattr(args, "prompt", None) is not None
+        if not flag and not (isinstance(file_prompt, Mapping) and {"name", "path"} & set(file_prompt)):
             exp = exp.with_trained_prompt()
+        exp.check_adapter()
+        try:
+            exp.check_prompt(name_field="--prompt" if flag else "prompt.name")
+        except ConfigError as err:
+            raise ConfigError(f"{config}: {err}" if config and not (flag and exp.pipeline.prompt.path is None)
+                              else str(err)) from None
         return exp
+
+    def check_adapter(self) -> None:
+        """Read the adapter folder (``adapter``, or ``model`` naming one) now as its loader reads it (its config and
+        its weights' header), before any model loads or output is written: a ConfigError naming the field."""
+        from mirage.attribution.models import ModelLoadError, check_adapter_folder, is_adapter_folder
+
+        name = "adapter" if self.adapter is not None else "model" if is_adapter_folder(self.model) else None
+        if name is not None:
+            try:
+                check_adapter_folder(getattr(self, name))
+            except ModelLoadError as err:
+                raise ConfigError(f"experiment.{name}: {err}") from None
+
+    def check_prompt(self, *, name_field: str = "prompt.name") -> None:
+        """Read the prompt template now, before any model loads or output is written: a ConfigError naming the
+        field (``prompt.path``, or ``name_field``: how the name was given) and the known prompts. A bias study's
+        prompts are its own (``bias.prompts_dir``)."""
+        if self.command == "bias":
+            return
+        from mirage.attribution.prompts import load_template
+
+        load_template(self.pipeline.prompt, name_field=name_field)
 
     def with_trained_prompt(self) -> ExperimentConfig:
         """This experiment prompting a model mirage tuned (a shipped adapter by name, an adapter or fully
@@ -301,6 +331,64 @@ def _aggregation(cfg: MirageConfig) -> dict[str, Any]:
     if out["rule"] == "likelihood":
         out["rule"] = "learned"  # its name when stores were first written with it: they resume
     return {k: v for k, v in out.items() if k not in _LATER_AGGREGATION or v != defaults[k]}
+
+
+# -- a tuned model's training questions -------------------------------------------------------------------------------
+
+#: What an evaluation's results say of the questions its model was trained on: how many were left out, or kept.
+TRAINED_LEFT_OUT, TRAINED_KEPT = "trained_questions_left_out", "trained_questions_kept"
+_Item = typing.TypeVar("_Item")
+
+
+def question_digest(question: str) -> str:
+    """The key of a question, whatever its documents or their order: :func:`~mirage.runs.store.content_key` of its
+    whitespace-normalised text. A model mirage tuned records the keys of the questions it was trained on
+    (:func:`mirage.tune.data.trained_questions`), and every evaluation of it leaves them out
+    (:func:`leave_out_trained`)."""
+    from mirage.runs.store import content_key
+
+    return content_key(" ".join(question.split()))
+
+
+def leave_out_trained(items: Sequence[_Item], model: Any, *, question: Callable[[_Item], str], keep: bool = False,
+                      noun: str = "items") -> tuple[list[_Item], dict[str, int]]:
+    """``items`` less those whose ``question(item)`` is one ``model`` records it was trained on (the
+    ``training.questions`` of a model mirage tuned, :func:`~mirage.attribution.models.tuned_record`: a shipped
+    adapter by name, an adapter or fully fine-tuned model folder), and what the results say of it:
+    ``{TRAINED_LEFT_OUT: n}``, or with ``keep`` every item and ``{TRAINED_KEPT: n}``; for any other model (no
+    record, or one saved before mirage kept its questions) every item and ``{}``. The count is said on stderr;
+    InputError when every item is one the model was trained on."""
+    import sys
+
+    from mirage.attribution.models import ModelLoadError, tuned_record
+
+    record = tuned_record(model)
+    training = record.get("training") if record else None
+    trained = training.get("questions") if isinstance(training, dict) else None
+    if trained is None:
+        if record is not None:
+            print(f"{model} records no training questions (saved before mirage recorded them): none of the {noun} "
+                  "is left out.", file=sys.stderr)
+        return list(items), {}
+    if not isinstance(trained, list) or not all(isinstance(q, str) for q in trained):
+        raise ModelLoadError(f"{model}: training.questions of its mirage-adapter.json is not a list of question "
+                             "keys; save the model again.")
+    keys = set(trained)
+    asked = [question_digest(question(item)) in keys for item in items]
+    n = sum(asked)
+    if keep:
+        print(f"{n} of {len(items)} {noun} ask a question {model} was trained on; --keep-trained-questions keeps "
+              "them.", file=sys.stderr)
+        return list(items), {TRAINED_KEPT: n}
+    print(f"{n} of {len(items)} {noun} ask a question {model} was trained on and are left out "
+          "(--keep-trained-questions keeps them).", file=sys.stderr)
+    if items and n == len(items):
+        from mirage.data.inputs import InputError
+
+        raise InputError(f"every one of the {len(items)} {noun} asks a question {model} was trained on, so none is "
+                         "left to evaluate it on; give data it was not trained on (XOR-AttriQA's fi and ru), or "
+                         "--keep-trained-questions.")
+    return [item for item, seen in zip(items, asked) if not seen], {TRAINED_LEFT_OUT: n}
 
 
 # -- command-line flags ----------------------------------------------------------------------------------------------
@@ -363,7 +451,10 @@ def add_device_args(parser: argparse.ArgumentParser, *, placement: bool = True, 
     parser.add_argument("--memory-budget", metavar="SIZE",
                         help="the most memory attribution may use, weights included (3GB; CPU: resident memory, GPU: "
                              "allocated): long prompts get gradient checkpointing and smaller CCI batches, and one "
-                             "that cannot fit is refused in one line")
+                             "that cannot fit is refused in one line. Default on a CPU: half of the memory the "
+                             "process holds and the machine has available, when each pass is planned (a pass that "
+                             "cannot fit it is tried all the same); on a GPU none: passes are planned within its "
+                             "free memory")
     parser.add_argument("--quantization", choices=["8bit", "4bit"],
                         help="load the weights in 8 or 4 bits (bitsandbytes; needs a CUDA GPU)")
 
@@ -379,6 +470,14 @@ def loading_argv(args: argparse.Namespace) -> list[str]:
     """The loading flags of ``args`` as a command line again (for commands that run others, e.g. bias-protocol)."""
     return [item for name, value in loading_args(args).items()
             for item in (f"--{name.replace('_', '-')}", str(value))]
+
+
+def add_trained_questions_arg(parser: argparse.ArgumentParser) -> None:
+    """``--keep-trained-questions``, of every command that evaluates a model (:func:`leave_out_trained`); unset,
+    None."""
+    parser.add_argument("--keep-trained-questions", action="store_true", default=None,
+                        help="keep the questions the model was trained on (a model mirage tuned records them); by "
+                             "default they are left out, and the results say how many")
 
 
 def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:

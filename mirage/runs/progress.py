@@ -27,3 +27,11 @@ def terminal_progress(iterable: Iterable[Any], total: int | None, desc: str) -> 
         from tqdm.std import tqdm
 
     return tqdm(iterable, total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)
+
+
+def write_line(text: str, *, file: Any = None) -> None:
+    """Print ``text`` (to stdout, or ``file``) without breaking a progress bar on the terminal: the bar's line is
+    cleared first and drawn again below the text (``tqdm.write``), so text and bar never share a line."""
+    from tqdm.std import tqdm
+
+    tqdm.write(text, file=file or sys.stdout)

@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import warnings
 import weakref
 from collections import Counter
@@ -157,15 +158,76 @@ def disk_error_message(err: OSError) -> str:
 
 # -- whole-file writes ------------------------------------------------------------------------------------------------
 
+def _standard_fd(path: str | Path) -> int | None:
+    """1 or 2 where ``path`` is this process's standard output or error (``/dev/stdout``, or the file it is
+    redirected to), else None."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    for fd in (1, 2):
+        try:
+            if os.path.samestat(st, os.fstat(fd)):
+                return fd
+        except OSError:  # closed
+            continue
+    return None
+
+
+def is_stream(path: str | Path) -> bool:
+    """Whether ``path`` is a pipe or a character device (a FIFO, ``/dev/null``, a terminal) or this process's
+    standard output or error (``-o /dev/stdout``, wherever it goes): an output written straight into, never read,
+    checked for a mark or replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or _standard_fd(path) is not None
+
+
+def _open_stream(path: Path) -> int:
+    """A descriptor writing into the pipe or device ``path``; a pipe no process reads is a StoreError at once, never
+    a wait for a reader."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno == errno.ENXIO:
+            raise StoreError(f"{path} is a pipe no process reads; start its reader first (e.g. cat {path}), or give "
+                             "a file path.") from None
+        raise with_path(err, path) from err
+    os.set_blocking(fd, True)  # the reader is there: wait for it to take each part
+    return fd
+
+
+def _write_stream(path: Path, payload: bytes) -> Path:
+    """Write ``payload`` into the stream ``path`` (:func:`is_stream`); a standard stream through its own descriptor
+    (which keeps a shell's ``>>``)."""
+    std = _standard_fd(path)
+    fd = std if std is not None else _open_stream(path)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as err:
+        raise with_path(err, path) from err
+    finally:
+        if std is None:
+            os.close(fd)
+    return path
+
+
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """Replace ``path`` with ``data`` (text is written as UTF-8) whole or not at all: it goes to a temporary file
     beside it, is flushed to disk, then renamed over ``path``. A run killed mid-write leaves the previous version
     (or no file), never half of one; processes writing the same path leave one whole version. Makes the parent
-    folder. An ``OSError`` (a full or read-only disk) names ``path``, not the temporary file."""
+    folder. An ``OSError`` (a full or read-only disk) names ``path``, not the temporary file. A pipe or device
+    (:func:`is_stream`: ``-o /dev/stdout``) cannot be replaced: ``data`` is written into it."""
     path = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    if is_stream(path):
+        return _write_stream(path, payload)
     make_parent(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
         with tmp.open("wb") as fh:
             fh.write(payload)
@@ -275,6 +337,9 @@ class ResumableJSONL:
         self.settings = None if settings is None else json.loads(json.dumps(settings, default=str))
         if self.path.is_dir():
             raise StoreError(f"{self.path} is a directory; give a file path for the output.")
+        if self.path.exists() and not self.path.is_file():  # a FIFO: appending would wait for a reader for ever
+            raise StoreError(f"{self.path} is a pipe or device, not a file; results are stored in a file (a re-run "
+                             "resumes it): give a file path for the output.")
         make_parent(self.path)
         self.done: set[str] = set()
         existed = self.path.exists() and self.path.stat().st_size > 0

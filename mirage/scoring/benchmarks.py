@@ -31,9 +31,9 @@ from typing import Any, get_args
 from mirage.attribution.results import AttributionResult
 from mirage.attribution.serialization import library_versions
 from mirage.config import ConfigError, MirageConfig
-from mirage.data import data_label, resolve, resolve_all
+from mirage.data import data_label, resolve, resolve_files
 from mirage.data.inputs import BadRow, InputError, NothingToScore
-from mirage.runs.experiment import ExperimentConfig
+from mirage.runs.experiment import ExperimentConfig, leave_out_trained
 from mirage.runs.lazy import MirageSource, resolve_mirage
 from mirage.runs.progress import Progress
 from mirage.runs.sharding import Shard, StoreFor, in_shards, owns
@@ -79,12 +79,16 @@ class XorAttriQAOptions:
     batch_items: int | None = None
     #: Rows of the per-passage release with the same question and answer become one item with all their passages.
     group_passages: bool = False
-    #: The paper's Algorithm 1: keep the rows whose annotated answer the model reproduces, and attribute its own.
+    #: A one-pass self-match check (the paper's Algorithm 1 without its beam search and reshuffle rounds): keep the
+    #: rows whose annotated answer the model reproduces in one greedy generation, and attribute its own.
     self_match: bool = False
     #: Another run's folder whose stored model outputs (same model, prompt and CCI target: the same ``run.json``)
     #: this run starts from while its own store is empty: settings that only select and aggregate (presets, CTI
     #: spreads, calibration) then cost only the rows they add.
     reuse_from: str | None = None
+    #: Keep the test rows asking a question the model records it was trained on (a model mirage tuned); by default
+    #: they are left out (:func:`~mirage.runs.experiment.leave_out_trained`), and the settings say how many.
+    keep_trained_questions: bool = False
 
     def __post_init__(self) -> None:
         _path_field(self, "output", required=True)
@@ -116,6 +120,8 @@ class ELI5Options:
     at_most: int = 3
     #: Also check how much each citation set matters to the model (``faithfulness.jsonl``).
     faithfulness: bool = False
+    #: Keep the questions the model records it was trained on, as :class:`XorAttriQAOptions` does.
+    keep_trained_questions: bool = False
 
     def __post_init__(self) -> None:
         _path_field(self, "output", required=True)
@@ -321,8 +327,9 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     RAG system did not reproduce, with far fewer supporting passages: measured, they make the learned setting worse
     on held-out match answers (``benchmarks/calibration_data.py``). The experiment's ``dtype``: the dtype a lazily
     loaded model will run in (default: a loaded Mirage's, else the device's default), which the run's fingerprint
-    names unless float32 (as it names an adapter and a quantization). ``self_match``: the paper's Algorithm 1: the
-    scoring model first generates each answer (test and calibration rows) with the scoring prompt, into
+    names unless float32 (as it names an adapter and a quantization). ``self_match``: a one-pass self-match check (the paper's
+    Algorithm 1 without its beam search and its reshuffled passage orders): the scoring model first generates each
+    answer once, greedily, in the file's passage order (test and calibration rows) with the scoring prompt, into
     ``matches.jsonl``; only the rows where it reproduces the annotated answer
     (:func:`mirage.scoring.xor_attriqa.same_answer`) are kept, and its own generation is attributed; results.json's
     ``settings.self_match`` has the rows checked and kept per language (an InputError when none is kept).
@@ -334,18 +341,23 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     cfg, model_name, text, limit = experiment.pipeline, experiment.model, experiment.text, experiment.limit
     calibrate_by, all_tokens, batch_items = options.calibrate_by, options.all_tokens, options.batch_items
     group_passages = options.group_passages
-    data, cal_files = resolve_all(experiment.data), resolve_all(experiment.calibrate_on)
+    # a dataset name of several parts (xor-attriqa-match:fi,ru) reads each part's file
+    data, cal_files = resolve_files(experiment.data), resolve_files(experiment.calibrate_on)
     out = Path(options.output)
-    fingerprint = replace(experiment, dtype=_dtype(model, experiment.dtype)).fingerprint()
-    check_run(out, fingerprint)
-    if options.reuse_from is not None:
-        reuse_store(out / "scores.jsonl", Path(options.reuse_from), fingerprint, shard or Shard.from_env())
 
     def load(path: str | Path) -> XorData:
         return load_xor_attriqa(path, text=text, nli_dir=options.nli_dir, limit=limit, group=group_passages)
 
-    test = concat_data(load(p) for p in data)
+    test = concat_data(load(p) for p in data)  # read before the run folder is claimed: bad data leaves nothing
+    kept, trained = leave_out_trained(test.items, experiment.adapter or experiment.model,
+                                      question=lambda item: item.question, keep=options.keep_trained_questions,
+                                      noun="test rows")
+    test = replace(test, items=tuple(kept))
     cal = concat_data(load(p) for p in cal_files) if cal_files else None
+    fingerprint = replace(experiment, dtype=_dtype(model, experiment.dtype)).fingerprint()
+    check_run(out, fingerprint)
+    if options.reuse_from is not None:
+        reuse_store(out / "scores.jsonl", Path(options.reuse_from), fingerprint, shard or Shard.from_env())
     labels = {"text": text, "data": [data_label(p) for p in data],
               "calibrate_on": [data_label(p) for p in cal_files] or None}
     match = None
@@ -419,7 +431,7 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     require_scored(out, data, sum(key in scores for key in by_key), list(test.bad_rows) + failed)
     settings = {"model": model_name, **labels, "calibrate_by": calibrate_by,
                 "limit": limit, "group_passages": group_passages, "all_tokens": all_tokens, "signals": use_signals,
-                "groups": list(groups), "config": cfg.to_dict()}
+                "groups": list(groups), **trained, "config": cfg.to_dict()}
     if match is not None:
         settings["self_match"] = match
     if options.reuse_from is not None:
@@ -503,6 +515,10 @@ def run_eli5(
     out = Path(options.output)
     check_run(out, replace(experiment, dtype=_dtype(model, experiment.dtype)).fingerprint())
     data = load_alce(source, limit=limit)
+    kept, trained = leave_out_trained(data.items, experiment.adapter or experiment.model,
+                                      question=lambda item: item.question, keep=options.keep_trained_questions,
+                                      noun="questions")
+    data = replace(data, items=tuple(kept))
     if not data.items:  # before any model is loaded
         require_scored(out, source, 0, data.bad_rows)
 
@@ -527,7 +543,7 @@ def run_eli5(
 
         cached = M.CachedJudge(judge, load_judgments(store), on_new=remember)
     settings = {"model": model_name, "data": data_label(source), "seeds": list(seeds), "ndocs": ndocs, "limit": limit,
-                "at_most_citations": at_most, "config": cfg.to_dict()}
+                "at_most_citations": at_most, **trained, "config": cfg.to_dict()}
     if len(set(seeds)) > 1 and not cfg.generation.do_sample:
         settings["note"] = "greedy decoding: the seeds give the same answers; sample to vary them"
     report = evaluate_eli5(data.items, results, seeds=seeds, ndocs=ndocs, judge=cached, at_most=at_most,

@@ -20,7 +20,13 @@ from typing import Any
 
 from mirage.checks import int_flag
 from mirage.config import ConfigError
-from mirage.runs.experiment import ExperimentConfig, add_experiment_args, non_negative_int, positive_int
+from mirage.runs.experiment import (
+    ExperimentConfig,
+    add_experiment_args,
+    add_trained_questions_arg,
+    non_negative_int,
+    positive_int,
+)
 from mirage.runs.progress import terminal_progress
 
 
@@ -32,6 +38,7 @@ def _add_run_args(parser: argparse.ArgumentParser, *, skip: set[str]) -> None:
     parser.add_argument("-o", "--output", required=True,
                         help="output directory (results.json, the plot, and per-item outputs: re-running resumes)")
     parser.add_argument("--quiet", action="store_true", help="do not print the table")
+    add_trained_questions_arg(parser)
     add_experiment_args(parser, skip=skip)
 
 
@@ -90,7 +97,8 @@ def cmd_xor_attriqa(args: argparse.Namespace) -> int:
     options = XorAttriQAOptions(
         output=args.output, calibrate_by=calibrate_by, nli_dir=args.nli_dir, faithfulness=args.faithfulness,
         all_tokens=args.all_tokens, groups=tuple(args.settings), batch_items=args.batch_items,
-        group_passages=args.group_passages, self_match=args.self_match, reuse_from=args.reuse_from)
+        group_passages=args.group_passages, self_match=args.self_match, reuse_from=args.reuse_from,
+        keep_trained_questions=bool(args.keep_trained_questions))
     report = run_xor_attriqa(exp, options, mirage=_model_loader(exp), progress=terminal_progress)
     return _finish(args, report, xor_table, "sweep.png")
 
@@ -109,7 +117,7 @@ def cmd_eli5(args: argparse.Namespace) -> int:
         print(f"loading NLI judge {exp.nli} …", file=sys.stderr)
         judge = HFNLIJudge.from_pretrained(exp.nli, device=exp.device)
     options = ELI5Options(output=args.output, ndocs=args.ndocs, at_most=args.at_most_citations,
-                          faithfulness=args.faithfulness)
+                          faithfulness=args.faithfulness, keep_trained_questions=bool(args.keep_trained_questions))
     report = run_eli5(exp, options, mirage=_model_loader(exp), judge=judge, progress=terminal_progress)
     return _finish(args, report, eli5_table, "length_bins.png")
 
@@ -161,8 +169,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="one threshold, or one per language of the calibration split (as the reference code); "
                           "default global, language under --preset authors")
     xor.add_argument("--self-match", action="store_true",
-                     help="the paper's Algorithm 1: generate each answer with the scoring model (same prompt), keep "
-                          "the rows where it reproduces the annotated answer, and attribute its own generation; "
+                     help="a one-pass self-match check (the paper's Algorithm 1 without its beam search and its "
+                          "reshuffled passage orders): generate each answer once, greedily, with the scoring model "
+                          "(same prompt, the file's passage order), keep the rows where it reproduces the annotated "
+                          "answer, and attribute its own generation; "
                           "DIR/matches.jsonl holds every generation, results.json the rows kept")
     xor.add_argument("--reuse-from", metavar="RUN_DIR",
                      help="start from the stored model outputs of another run (same model, prompt and CCI target), "

@@ -620,7 +620,7 @@ def score_items(
     return scores, failed
 
 
-# -- the model's own match subset (the paper's Algorithm 1) -------------------------------------------------------------
+# -- the model's own match subset (one pass of the paper's Algorithm 1: greedy, one passage order) --------------------
 
 #: New tokens generated per answer when matching: the authors generated with ``max_length=20`` (CORA mGEN, beam 4).
 MATCH_MAX_NEW_TOKENS = 20

@@ -25,6 +25,7 @@ from mirage.attribution.models import (  # the base-model fingerprint is the cor
     ModelLoadError,
     adapter_fits,
     architecture,
+    check_adapter_folder,
     describe,
     load_model,
     tuned_record,
@@ -263,12 +264,10 @@ def adapter_from_model(folder: str | Path, dest: str | Path, *, rank: int, embed
 
 
 def read_adapter_info(directory: str | Path) -> AdapterInfo:
-    """The :class:`AdapterInfo` of an adapter folder; AdapterError when it is not a mirage adapter folder."""
-    directory = Path(directory)
+    """The :class:`AdapterInfo` of an adapter folder; AdapterError when it is not a mirage adapter folder or its
+    weights cannot be read (:func:`~mirage.attribution.models.check_adapter_folder`)."""
+    directory = check_adapter_folder(directory, error=AdapterError)  # its config and weights read, before any load
     meta = directory / ADAPTER_INFO
-    if not directory.is_dir() or not (directory / "adapter_config.json").is_file():
-        raise AdapterError(f"{directory} is not an adapter folder (no adapter_config.json); give the folder "
-                           "`mirage tune sft -o DIR` wrote its adapter to (DIR/adapter).")
     if not meta.is_file():
         raise AdapterError(f"{directory} has no {ADAPTER_INFO}, so its base model is unknown; mirage loads only "
                            "adapters it saved (mirage.tune.adapters.save_adapter), which name their base model.")

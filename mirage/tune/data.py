@@ -36,6 +36,7 @@ from mirage.attribution.sentences import split_sentences
 from mirage.attribution.serialization import JSONRecord
 from mirage.config import MirageConfig
 from mirage.data.inputs import BadRow, InputError, RawRow, read_rows, read_text
+from mirage.runs.experiment import question_digest  # the key an adapter records its questions by
 from mirage.runs.progress import Progress
 from mirage.runs.store import ResumableJSONL, content_key, write_atomic
 from mirage.scoring.eli5 import parse_alce_row
@@ -132,13 +133,6 @@ class BuildReport(JSONRecord):
 
 
 # -- refusing the evaluation ------------------------------------------------------------------------------------------
-
-
-def question_digest(question: str) -> str:
-    """The key of a question, whatever its documents or their order: :func:`~mirage.runs.store.content_key` of its
-    whitespace-normalised text. An adapter records the keys of the questions it was trained on
-    (:func:`trained_questions`), and ``mirage tune eval``/``follow`` leave those questions out."""
-    return content_key(" ".join(question.split()))
 
 
 def trained_questions(examples: Iterable[TrainingExample], earlier: Iterable[str] = ()) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import resource
 import sys
 import time
@@ -223,11 +224,37 @@ def check_run_dir(output_dir: Path, cfg: TuneConfig, stage: str) -> None:
     write_atomic(path, json.dumps(settings, indent=1) + "\n")
 
 
-def last_checkpoint(folder: Path) -> str | None:
-    """The newest ``checkpoint-N`` folder under ``folder``, or None."""
-    from transformers.trainer_utils import get_last_checkpoint
+def complete_checkpoint(checkpoint: Path) -> bool:
+    """Whether a trainer's ``checkpoint-N`` folder was saved whole: the trainer writes its ``trainer_state.json``
+    last, so a run stopped while saving leaves none, or one cut short."""
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(state, dict) and "global_step" in state
 
-    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+def last_checkpoint(folder: Path) -> str | None:
+    """The newest complete ``checkpoint-N`` folder under ``folder`` (:func:`complete_checkpoint`), or None. Newer
+    ones left incomplete (the run was stopped while saving one) are passed over, said on stderr, and left as they
+    are: the trainer saves that step into its folder again."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    if not folder.is_dir():
+        return None
+    steps = {}
+    for path in folder.iterdir():  # one folder's entries: the trainer's checkpoints, a few
+        step = path.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-")
+        if step.isascii() and step.isdigit() and path.is_dir():
+            steps[int(step)] = path
+    newest = next((step for step in sorted(steps, reverse=True) if complete_checkpoint(steps[step])), None)
+    skipped = [str(steps[step]) for step in sorted(steps) if newest is None or step > newest]
+    if skipped:
+        logging.getLogger(__name__).warning(
+            "mirage: skipping incomplete checkpoint %s (no readable trainer_state.json: the run was stopped while "
+            "saving it); %s.", ", ".join(skipped),
+            f"resuming from {steps[newest].name}" if newest is not None else "training starts from step 0")
+    return None if newest is None else str(steps[newest])
 
 
 def checkpoint_adapter(checkpoint: str | Path, dest: str | Path, *, lm: LoadedModel | None = None) -> Path:
@@ -273,10 +300,11 @@ def earlier_questions(cfg: TuneConfig) -> list[str]:
     return questions + list((record or {}).get("questions") or [])
 
 
-def finished_run(output_dir: Path) -> SFTRun | None:
-    """The record of a run that finished in ``output_dir`` (its adapter saved after the newest checkpoint's step),
-    or None. Resuming a finished run trains no further (the trainer would take one more step)."""
-    record, resume = output_dir / RESULT_FILE, last_checkpoint(output_dir / "checkpoints")
+def finished_run(output_dir: Path, resume: str | None) -> SFTRun | None:
+    """The record of a run that finished in ``output_dir`` (its adapter saved after the step of ``resume``, the
+    newest complete checkpoint), or None. Resuming a finished run trains no further (the trainer would take one
+    more step)."""
+    record = output_dir / RESULT_FILE
     saved = ((output_dir / "adapter" / "adapter_config.json").is_file()
              or (output_dir / TUNED_MODEL_DIR / ADAPTER_INFO).is_file())
     if not record.is_file() or resume is None or not saved:
@@ -349,7 +377,8 @@ def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None
     if lm is not None:
         cfg = cfg.replace(model=lm.name)  # what is recorded is the model trained
     check_run_dir(out, cfg, "sft")
-    finished = finished_run(out)
+    resume = last_checkpoint(out / "checkpoints")
+    finished = finished_run(out, resume)
     if finished is not None:
         return finished
     bad: list[str] = []
@@ -376,7 +405,6 @@ def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=copy.deepcopy(lm.tokenizer))
     if not progress:
         trainer.remove_callback(PrinterCallback)  # it prints each log line when there is no bar
-    resume = last_checkpoint(out / "checkpoints")
     t0 = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=resume)
     runtime = time.perf_counter() - t0

@@ -31,7 +31,7 @@ from mirage.attribution.prompts import PromptTemplate, load_template
 from mirage.bias.metrics import QueryMetrics, cited_docs, query_metrics
 from mirage.bias.records import BiasRecord, CitationSource
 from mirage.bias.results import BiasStudyResult
-from mirage.bias.tables import render_markdown
+from mirage.bias.tables import NO_CAB, has_cab, render_markdown
 from mirage.config import ConfigError, PromptConfig
 from mirage.data.inputs import InputError, make_item, parse_json, read_text, short_repr
 from mirage.runs.files import figure_uri, read_json, read_run_records, run_file
@@ -151,6 +151,8 @@ class BiasRunView:
     tables: Markup
     cab_png: str | None  # a data: URI
     texts_note: str
+    #: why there is no CAB figure, when the study has no CAB (:data:`mirage.bias.tables.NO_CAB`)
+    cab_note: str | None = None
 
 
 # --- reading the folder -------------------------------------------------------------------------------------------
@@ -424,9 +426,11 @@ def bias_run_view(folder: str | Path, *, title: str | None = None) -> BiasRunVie
                (f"{len(queries)} queries × {len(modes)} modes ({', '.join(modes)}) · "
                 f"{sum(q.self_moved for q in queries)} with self-citations that move between modes, "
                 f"{sum(q.mirage_moved for q in queries)} with mirage citations that move"))
+    cab = has_cab(result)  # without one, a cab.png left in the folder draws nothing of this study
     return BiasRunView(title=title or f"mirage bias study: {folder.name}", summary=summary, modes=modes,
-                       queries=tuple(queries), tables=markdown_html(tables), cab_png=figure_uri(folder / CAB_FIGURE, folder),
-                       texts_note=note)
+                       queries=tuple(queries), tables=markdown_html(tables), texts_note=note,
+                       cab_png=figure_uri(folder / CAB_FIGURE, folder) if cab else None,
+                       cab_note=None if cab else NO_CAB)
 
 
 # --- rendering ----------------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from markupsafe import Markup
 from mirage.attribution.results import AnswerSpan, AnswerToken, AttributionResult, ContextCue, SentenceAttribution
 from mirage.data.inputs import InputError, RawRow, json_kind, json_repr, read_jsonl, short_repr
 from mirage.runs.store import item_keys, write_atomic
+from mirage.views.rendering import NO_SELF_CITATION
 
 #: Context cues listed per answer span when hovering it.
 CUES_PER_SPAN = 6
@@ -51,6 +52,9 @@ HEAT_RGB = (234, 88, 12)
 SCAFFOLD_RGB = (100, 116, 139)
 #: Names of the runs in a comparison.
 RUN_NAMES = ("A", "B")
+#: Items of a results file one page shows unless told (``mirage view --max-items``; ``--offset`` pages on): each
+#: item adds about 5 kB to the page, and building it holds every result shown.
+MAX_ITEMS = 500
 
 
 def doc_color(doc: int) -> str:
@@ -69,18 +73,35 @@ def read_result_objects(path: str | Path) -> list[AttributionResult]:
     any other line that is not JSON, not an object, or not an attribution result is an InputError naming the file
     and line; so is a file that is missing, a directory, or not UTF-8.
     """
+    return read_result_window(path)[0]
+
+
+def read_result_window(path: str | Path, *, offset: int = 0, limit: int | None = None
+                       ) -> tuple[list[AttributionResult], int]:
+    """The results at positions ``offset`` to ``offset + limit`` of a results file (all from ``offset`` when
+    ``limit`` is None), and how many results the file holds. The file is streamed and only the lines in the window
+    are parsed (:func:`~mirage.data.inputs.read_jsonl`'s ``parse``; the others are counted), so time and memory
+    follow the window, not the file; a line in it that is not a result is refused (a torn last line skipped) as by
+    :func:`read_result_objects`."""
     path = Path(path)
+
+    def wanted(index: int) -> bool:
+        return index >= offset and (limit is None or index < offset + limit)
+
     out = []
-    for row in read_jsonl(path, what="JSONL written by `mirage attribute`"):
+    total = 0
+    for row in read_jsonl(path, what="JSONL written by `mirage attribute`", parse=wanted):
         if isinstance(row, RawRow):
-            out.append(_result(row.data, path, row.line))
+            if row.parsed and wanted(row.index):
+                out.append(_result(row.data, path, row.line))
+            total += 1
         elif row.unterminated:  # the last line, without its newline: a record cut off mid-write
             warnings.warn(f"{path}: skipped line {row.line}, a record cut off mid-write (the run was stopped); "
-                          "re-run `mirage attribute` to finish that item.", stacklevel=2)
+                          "re-run `mirage attribute` to finish that item.", stacklevel=3)
         else:
             raise InputError(f"{path} line {row.line} is {row.error}; a results file has one JSON object per line, "
                              "as `mirage attribute` writes it.")
-    return out
+    return out, total
 
 
 #: What a result record must hold (the fields of AttributionResult without a default).
@@ -487,6 +508,7 @@ class Row:
     cells: tuple[SentenceAttribution | None, ...]
     self_differ: bool
     runs_differ: bool
+    no_self: tuple[bool, ...] = ()  # per cell: its run's answer was given without citation marks (can_self_cite)
 
 
 @dataclass(frozen=True)
@@ -527,14 +549,18 @@ def sentence_shares(s: SentenceAttribution) -> list[float]:
     return list(getattr(s, "doc_scores", None) or [])
 
 
-def _differ(s: SentenceAttribution) -> bool:
-    return not same_citations(s.mirage_citations, s.self_citations)
+def _differ(s: SentenceAttribution, res: AttributionResult) -> bool:
+    """Whether mirage's and the model's own citations of sentence ``s`` of ``res`` differ (never for a given answer
+    that cannot self-cite)."""
+    return res.can_self_cite and not same_citations(s.mirage_citations, s.self_citations)
 
 
 def row_flags(row: Row, names: Sequence[str]) -> list[tuple[str, str]]:
     """The badges of a citations-table row, as (CSS class, text): within a run mirage against self-citation, and
     with two runs (``names``) the runs against each other."""
     if not names:
+        if row.no_self and all(row.no_self):
+            return [("na", NO_SELF_CITATION)]
         return [("differ", "differ")] if row.self_differ else [("agree", "agree")]
     flags = [("differ", "mirage ≠ self")] if row.self_differ else []
     if row.runs_differ:
@@ -656,7 +682,7 @@ def run_view(res: AttributionResult) -> RunView:
     return RunView(res=res, answer=_answer(res, regions), chart=_chart(res), docs=_documents(res, regions, tokens),
                    content_only=context_mode(res) == "content",
                    approximate_shares=bool(res.context_spans or res.spans) and not stores_shares(res),
-                   n_differ=sum(_differ(s) for s in res.sentences))
+                   n_differ=sum(_differ(s, res) for s in res.sentences))
 
 
 def align_sentences(a: AttributionResult, b: AttributionResult) -> list[tuple[SentenceAttribution | None,
@@ -679,15 +705,19 @@ def _rows(results: Sequence[AttributionResult | None]) -> list[Row]:
     present = [r for r in results if r is not None]
     if len(results) == 1 or len(present) == 1:
         k = next(i for i, r in enumerate(results) if r is not None)
+        no_self = tuple(r is not None and not r.can_self_cite for r in results)
         return [Row(text=s.text, cells=tuple(s if i == k else None for i in range(len(results))),
-                    self_differ=_differ(s), runs_differ=len(results) > 1) for s in present[0].sentences]
+                    self_differ=_differ(s, present[0]), runs_differ=len(results) > 1, no_self=no_self)
+                for s in present[0].sentences]
     rows = []
+    no_self = tuple(not r.can_self_cite for r in present)
     for sa, sb in align_sentences(*present):
         cells = (sa, sb)
         runs_differ = sa is None or sb is None or not (same_citations(sa.mirage_citations, sb.mirage_citations)
                                                        and same_citations(sa.self_citations, sb.self_citations))
-        rows.append(Row(text=(sa or sb).text, cells=cells, self_differ=any(_differ(s) for s in cells if s),
-                        runs_differ=runs_differ))
+        rows.append(Row(text=(sa or sb).text, cells=cells,
+                        self_differ=any(_differ(s, r) for s, r in zip(cells, present) if s),
+                        runs_differ=runs_differ, no_self=no_self))
     return rows
 
 
@@ -714,22 +744,32 @@ def pair_runs(a: Sequence[AttributionResult], b: Sequence[AttributionResult]
 
 
 def overview(results: Sequence[AttributionResult]) -> dict[str, float | int]:
-    """Sentence counts over all results: missing citations per method and agreement between them."""
+    """Sentence counts over all results: missing citations per method and agreement between them. The
+    self-citation rates (``no_self_citation``, ``agreement``) are over the sentences of answers that can self-cite
+    (:attr:`~mirage.attribution.results.AttributionResult.can_self_cite`; None when none can), ``given`` counts the
+    sentences left out."""
     sentences = [s for r in results for s in r.sentences]
-    n = len(sentences) or 1
+    citing = [s for r in results if r.can_self_cite for s in r.sentences]
+    n, m = len(sentences) or 1, len(citing)
     return {
         "items": len(results),
         "sentences": len(sentences),
-        "no_self_citation": sum(not s.self_citations for s in sentences) / n,
+        "given": len(sentences) - m,
+        "no_self_citation": sum(not s.self_citations for s in citing) / m if m else None,
         "no_mirage_citation": sum(not s.mirage_citations for s in sentences) / n,
-        "agreement": sum(same_citations(s.self_citations, s.mirage_citations) for s in sentences) / n,
+        "agreement": sum(same_citations(s.self_citations, s.mirage_citations) for s in citing) / m if m else None,
     }
 
 
 def _summary(results: Sequence[AttributionResult]) -> str:
     ov = overview(results)
-    return (f"{ov['items']} item(s), {ov['sentences']} sentence(s) · no self-citation {ov['no_self_citation']:.0%} · "
-            f"no mirage citation {ov['no_mirage_citation']:.0%} · same citations {ov['agreement']:.0%}")
+
+    def rate(key: str) -> str:
+        return "n/a" if ov[key] is None else f"{ov[key]:.0%}"
+
+    given = f" ({ov['given']} of given answers, without self-citations, left out)" if ov["given"] else ""
+    return (f"{ov['items']} item(s), {ov['sentences']} sentence(s) · no self-citation {rate('no_self_citation')} · "
+            f"no mirage citation {ov['no_mirage_citation']:.0%} · same citations {rate('agreement')}{given}")
 
 
 # --- rendering ----------------------------------------------------------------------------------------------------
@@ -741,7 +781,8 @@ def template_env() -> Environment:
     HTML view (this report, :mod:`mirage.views.bias_report`, :mod:`mirage.views.scoring_report`)."""
     env = Environment(loader=PackageLoader("mirage", "templates"), autoescape=True, trim_blocks=True,
                       lstrip_blocks=True, undefined=StrictUndefined)
-    env.globals.update(doc_color=doc_color, sentence_shares=sentence_shares, row_flags=row_flags)
+    env.globals.update(doc_color=doc_color, sentence_shares=sentence_shares, row_flags=row_flags,
+                       no_self_citation=NO_SELF_CITATION)
     return env
 
 
@@ -820,16 +861,18 @@ def _script_data(items: Sequence[ItemView]) -> dict[str, Any]:
 
 def report_html(results: Sequence[AttributionResult], *, title: str = "mirage report",
                 other: Sequence[AttributionResult] | None = None, labels: Sequence[str] = RUN_NAMES,
-                preface: Markup | str = "") -> str:
+                preface: Markup | str = "", first: int = 1, notes: Sequence[str] = ()) -> str:
     """The whole self-contained page for ``results``; with ``other``, the two runs side by side, items matched by
     content (``labels`` name the runs, e.g. their files). ``preface`` goes between the header and the items (a run's
-    summary, :mod:`mirage.views.scoring_report`): a Markup is inserted as HTML, a plain string as text."""
+    summary, :mod:`mirage.views.scoring_report`): a Markup is inserted as HTML, a plain string as text. ``first``:
+    the number of the first item (a later page of a file); ``notes``: lines after the summary (what the page
+    leaves out)."""
     if other is None:
-        items = [item_view([r], k) for k, r in enumerate(results, start=1)]
+        items = [item_view([r], k) for k, r in enumerate(results, start=first)]
         summary = [_summary(results)]
         run_labels: list[str] = []
     else:
-        items = [item_view(pair, k) for k, pair in enumerate(pair_runs(results, other), start=1)]
+        items = [item_view(pair, k) for k, pair in enumerate(pair_runs(results, other), start=first)]
         run_labels = [f"{name}: {label}" for name, label in zip(RUN_NAMES, labels)]
         both = sum(i.only is None for i in items)
         summary = [f"{name} — {_summary(run)}" for name, run in zip(run_labels, (results, other))]
@@ -837,6 +880,7 @@ def report_html(results: Sequence[AttributionResult], *, title: str = "mirage re
                        f"{sum(i.only == 1 for i in items)} only in B · "
                        f"{sum(i.n_runs_differ > 0 for i in items if i.only is None)} of {both} with citations that "
                        "differ between the runs")
+    summary.extend(notes)
     return template_env().get_template("report.html.j2").render(
         title=title, summary=summary, items=items, labels=run_labels, compare=other is not None, preface=preface,
         data=_json_for_script(_script_data(items)), css=template_asset("mirage.css") + template_asset("page.css"),
@@ -849,14 +893,41 @@ def _label(paths: Sequence[Path]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(p) for p in paths]
 
 
+def window_note(names: Sequence[str], totals: Sequence[int], offset: int, max_items: int) -> str | None:
+    """What a page of the items at positions ``offset`` to ``offset + max_items`` of files holding ``totals``
+    results leaves out, and how to see it (None when it leaves out nothing)."""
+    most = max(totals, default=0)
+    if offset == 0 and most <= max_items:
+        return None
+    held = " and ".join(f"{name} holds {n}" for name, n in zip(names, totals))
+    note = f"This page shows items {offset + 1}–{min(offset + max_items, most)} of each file ({held})"
+    after = [f"--offset {offset + max_items} shows the next {max_items}"] if offset + max_items < most else []
+    before = [f"--offset {max(0, offset - max_items)} the ones before"] if offset else []
+    return f"{note}: {', '.join(after + before)} (mirage view … --max-items N sets how many a page holds)."
+
+
 def write_report(results_path: str | Path | Sequence[str | Path], output: str | Path, *,
-                 title: str | None = None) -> Path:
-    """Read one results JSONL (or two, to compare) and write the report page; returns the output path."""
+                 title: str | None = None, max_items: int = MAX_ITEMS, offset: int = 0) -> Path:
+    """Read one results JSONL (or two, to compare) and write the report page; returns the output path. The page
+    holds the items at positions ``offset`` to ``offset + max_items`` of each file (:func:`read_result_window`:
+    the others are counted, never held); when a file holds more, the page says so and how to see them
+    (:func:`window_note`), and so does a warning. An ``offset`` past every file's results is an InputError."""
     paths = [Path(results_path)] if isinstance(results_path, (str, Path)) else [Path(p) for p in results_path]
     if not 1 <= len(paths) <= 2:
         raise InputError(f"mirage view takes one results file, or two to compare; got {len(paths)}.")
-    runs = [read_result_objects(p) for p in paths]
+    if max_items < 1 or offset < 0:
+        raise InputError(f"mirage view --max-items {max_items} --offset {offset}: give --max-items 1 or more and "
+                         "--offset 0 or more.")
+    windows = [read_result_window(p, offset=offset, limit=max_items) for p in paths]
+    runs, totals = [w[0] for w in windows], [w[1] for w in windows]
+    if offset and offset >= max(totals):
+        raise InputError(f"--offset {offset} is past the results of {' and '.join(map(str, paths))} "
+                         f"({' and '.join(map(str, totals))}); give an offset below {max(totals)}.")
     names = _label(paths)
+    note = window_note(names, totals, offset, max_items)
+    if note is not None:
+        warnings.warn(f"{output}: {note}", stacklevel=2)
     html = report_html(runs[0], title=title or f"mirage report: {' vs '.join(names)}",
-                       other=runs[1] if len(runs) == 2 else None, labels=names)
+                       other=runs[1] if len(runs) == 2 else None, labels=names, first=offset + 1,
+                       notes=[note] if note else [])
     return write_atomic(output, html)

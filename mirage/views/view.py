@@ -10,7 +10,7 @@ Naming one of those files of a run folder (``DIR/results.json``, ``DIR/generatio
 
 The page goes to its output only when that file is new or is a page mirage view wrote (its ``<head>`` holds
 :data:`PAGE_MARKER`): any other file (another run's results, a run folder's ``generations.jsonl``, your own page) is
-refused with a StoreError, untouched.
+refused with a StoreError, untouched. A pipe or device (``-o /dev/stdout``, a FIFO) is written into, never read.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Literal
 
 from mirage.data.inputs import InputError
 from mirage.runs.files import run_file
-from mirage.runs.store import StoreError, write_atomic
+from mirage.runs.store import StoreError, is_stream, write_atomic
 from mirage.views.bias_report import GENERATIONS, bias_report_html, bias_run_view
-from mirage.views.report import write_report
+from mirage.views.report import MAX_ITEMS, write_report
 from mirage.views.scoring_report import ANSWERS, eli5_report_html
 
 ViewKind = Literal["results", "bias", "eli5"]
@@ -81,9 +81,11 @@ def view_kind(path: str | Path) -> tuple[ViewKind, Path]:
 
 
 def check_page_output(output: str | Path) -> None:
-    """Refuse (StoreError) an ``output`` that exists and is not a page mirage view wrote (:data:`PAGE_MARKER`)."""
+    """Refuse (StoreError) an ``output`` that exists and is not a page mirage view wrote (:data:`PAGE_MARKER`); a
+    pipe or device (:func:`~mirage.runs.store.is_stream`) is no file to keep, and reading it would wait for
+    ever."""
     out = Path(output)
-    if not out.exists() and not out.is_symlink():
+    if (not out.exists() and not out.is_symlink()) or is_stream(out):
         return
     if out.is_dir():
         raise StoreError(f"-o {output} is a directory; give a file path, e.g. {out / 'report.html'}.")
@@ -98,8 +100,10 @@ def check_page_output(output: str | Path) -> None:
                          "another -o (e.g. report.html), or delete that file first.")
 
 
-def write_view(paths: str | Path | Sequence[str | Path], output: str | Path, *, title: str | None = None) -> Path:
-    """Write the page of what ``paths`` are (:func:`view_kind`): one results file or two to compare, or one run
+def write_view(paths: str | Path | Sequence[str | Path], output: str | Path, *, title: str | None = None,
+               max_items: int = MAX_ITEMS, offset: int = 0) -> Path:
+    """Write the page of what ``paths`` are (:func:`view_kind`): one results file or two to compare (the items at
+    positions ``offset`` to ``offset + max_items`` of each, :func:`~mirage.views.report.write_report`), or one run
     folder; returns the output path. An existing ``output`` that is not a page mirage view wrote is refused
     (:func:`check_page_output`)."""
     check_page_output(output)
@@ -110,7 +114,8 @@ def write_view(paths: str | Path | Sequence[str | Path], output: str | Path, *, 
         raise InputError(f"mirage view opens one run folder at a time (two results files can be compared); got "
                          f"{len(paths)} paths, {runs[0][1]} among them a {runs[0][0]} run.")
     if not runs:
-        return write_report([where for _kind, where in kinds], output, title=title)
+        return write_report([where for _kind, where in kinds], output, title=title, max_items=max_items,
+                            offset=offset)
     kind, folder = runs[0]
     html = bias_report_html(bias_run_view(folder, title=title)) if kind == "bias" else \
         eli5_report_html(folder, title=title)

@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mirage.data.inputs import InputError
 from mirage.runs.files import portable_command
 from mirage.runs.store import write_atomic
-from mirage.views.pages.core import MARK, PAGE, Provenance, data_entries, write_provenance
+from mirage.views.pages.core import MARK, PAGE, Provenance, data_entries, subfolders, write_provenance
 from mirage.views.pages.kinds import BUILTIN, PageKind, first, tail_sections
 
 #: Page writers by results kind, tried in order.
@@ -52,13 +52,30 @@ def render_page(run_dir: str | Path) -> str:
         raise InputError(f"{run_dir} holds no results mirage writes a page for (results.json of `mirage score` or "
                          f"`mirage bias`, protocol.json, sweep.json, retrievers.json, peers.json, tuning records or "
                          f"benchmark JSONs); give a run's output folder.")
-    return kind.render(run_dir, lambda d: tail_sections(d, lambda sub: first(PAGE_KINDS, sub) is not None))
+    try:
+        return kind.render(run_dir, lambda d: tail_sections(d, _holds_results))
+    except InputError:
+        raise
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as err:  # a file hand-edited or another's
+        raise InputError(f"{run_dir / kind.files}: not the {kind.name} results mirage writes "
+                         f"({type(err).__name__}: {err}); restore the file the run wrote, or run it again.") from None
+
+
+def _holds_results(folder: Path) -> bool:
+    """Whether ``folder`` holds results of a known kind, or results files it cannot read (its page says why)."""
+    try:
+        return first(PAGE_KINDS, folder) is not None
+    except InputError:
+        return True
 
 
 def ours(path: Path) -> bool:
-    """Whether ``path`` is absent or a page ``mirage report`` wrote (so it may be rewritten)."""
+    """Whether ``path`` is absent or a page ``mirage report`` wrote (so it may be rewritten); never read when it is
+    no regular file (a FIFO would make the read wait for ever)."""
     if not path.exists():
         return True
+    if not path.is_file():
+        return False
     with path.open(encoding="utf-8", errors="replace") as f:
         return f.readline().rstrip("\n") == MARK
 
@@ -76,17 +93,26 @@ def write_page(run_dir: str | Path) -> Path:
 
 
 def page_folders(root: str | Path) -> list[Path]:
-    """``root`` and every folder below it that holds results of a known kind (sorted)."""
+    """``root`` and every folder below it (:func:`~mirage.views.pages.core.subfolders`: no symbolic link followed)
+    that :func:`_holds_results` (sorted)."""
     root = Path(root)
-    found = [root] if first(PAGE_KINDS, root) else []
-    found += [p for p in sorted(root.rglob("*")) if p.is_dir() and first(PAGE_KINDS, p)]
-    return found
+    return [p for p in [root, *subfolders(root)] if _holds_results(p)]
 
 
-def write_pages(root: str | Path) -> list[Path]:
+def write_pages(root: str | Path, *, failed: Callable[[InputError], None] | None = None) -> list[Path]:
     """:func:`write_page` for every folder of :func:`page_folders`; folders whose README.md is the user's are left
-    alone (and not returned)."""
-    return [write_page(d) for d in page_folders(root) if ours(d / PAGE)]
+    alone (and not returned). A folder whose page cannot be written (its results unreadable or of another shape)
+    goes to ``failed`` and the others are still written; without ``failed`` its InputError is raised."""
+    written = []
+    for folder in page_folders(root):
+        try:
+            if ours(folder / PAGE):
+                written.append(write_page(folder))
+        except InputError as err:
+            if failed is None:
+                raise
+            failed(err)
+    return written
 
 
 def record_run(run_dir: str | Path, argv: Sequence[str], *, cwd: str | Path | None = None) -> Path | None:
@@ -100,7 +126,9 @@ def record_run(run_dir: str | Path, argv: Sequence[str], *, cwd: str | Path | No
     kind = first(PAGE_KINDS, run_dir)
     if kind is None or kind.name == "benchmark-json":  # JSON files alone are no run's results
         return None
-    write_provenance(run_dir, Provenance(command=portable_command(argv, cwd), data=data_entries(kind.data(run_dir))))
+    folders = [p.relative_to(run_dir).as_posix() for p in page_folders(run_dir) if p != run_dir]
+    write_provenance(run_dir, Provenance(command=portable_command(argv, cwd), data=data_entries(kind.data(run_dir)),
+                                         folders=folders))
     write_pages(run_dir)
     return run_dir / PAGE
 
@@ -112,9 +140,15 @@ REPORT_HELP = "write a run folder's results page (DIR/README.md) from its result
 
 def cmd_report(args: argparse.Namespace) -> int:
     folder = Path(args.dir).parent if Path(args.dir).is_file() else Path(args.dir)  # DIR/results.json names DIR
-    written = write_pages(folder) if args.recursive else [write_page(folder)]
+    failed: list[InputError] = []
+    written = write_pages(folder, failed=failed.append) if args.recursive else [write_page(folder)]
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
+    for err in failed:
+        print(f"mirage: error: {err}", file=sys.stderr)
+    if failed:
+        raise InputError(f"{len(failed)} folder{'s' * (len(failed) != 1)} under {args.dir} got no page (each named "
+                         "above); mend their files and run mirage report again.")
     if not written:
         raise InputError(f"no folder under {args.dir} holds results mirage writes a page for.")
     return 0

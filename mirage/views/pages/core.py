@@ -7,10 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from mirage.attribution.serialization import JSONRecord
 from mirage.data.inputs import InputError
@@ -26,8 +28,51 @@ PROVENANCE_FORMAT = 1
 # -- formatting --------------------------------------------------------------------------------------------------------
 
 
+#: A line break as markdown reads one.
+LINE_BREAK = re.compile(r"\r\n?|\n")
+#: Where raw HTML (a tag, a comment, an autolink) would start.
+RAW_HTML = re.compile(r"<(?=[A-Za-z/!?])")
+#: A link to another scheme than http(s) (``javascript:``): its ``(``.
+OTHER_SCHEME = re.compile(r"\]\((?=\s*<?(?!https?:)[A-Za-z][A-Za-z0-9+.-]*:)")
+#: A markdown fence line (a code block's first or last).
+FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+
+
+#: What :func:`text` escapes: ``&`` and ``<`` as entities (a ``<`` starts HTML, an ``&`` an entity; a ``>`` alone is
+#: text), a backtick (a code span) and a backslash (an escape of the next character) with a backslash.
+TEXT_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", "\\": "\\\\", "`": "\\`"})
+#: The ``]`` of a link or an image (``](`` or ``][``), which :func:`text` escapes too.
+LINK_END = re.compile(r"\](?=[(\[])")
+
+
+def text(value: Any) -> str:
+    """A value a run recorded, as plain text on a page: on one line (a newline in it cannot end a heading, a table
+    row or a list item), never HTML, a link, an image or a code span (:data:`TEXT_ESCAPES`, :data:`LINK_END`)."""
+    return LINK_END.sub("\\\\]", LINE_BREAK.sub(" ", str(value)).translate(TEXT_ESCAPES))
+
+
+def _ticks(value: str, least: int) -> str:
+    """A run of backticks longer than any in ``value``, and at least ``least`` long."""
+    return "`" * max(least, 1 + max(map(len, re.findall("`+", value)), default=0))
+
+
+def code(value: Any) -> str:
+    """A value a run recorded, as inline code: on one line, ``|`` escaped (a table cell), between backtick runs
+    longer than any in it (so it cannot end the span)."""
+    value = LINE_BREAK.sub(" ", str(value)).replace("|", "\\|")
+    ticks, pad = _ticks(value, 1), " " if value.startswith("`") or value.endswith("`") else ""
+    return f"{ticks}{pad}{value}{pad}{ticks}"
+
+
+def link(label: str, target: str) -> str:
+    """A link (``label``: markdown) to a file or folder of the run: ``target`` percent-encoded, so no character of a
+    file name ends it or makes it another scheme."""
+    return f"[{label}]({quote(target)})"
+
+
 def cell(value: Any, digits: int = 1) -> str:
-    """A table cell: ``–`` for None, floats to ``digits`` decimals, lists joined, ``|`` escaped."""
+    """A table cell: ``–`` for None, floats to ``digits`` decimals, lists joined, text as :func:`text`, ``|``
+    escaped."""
     if value is None:
         return "–"
     if isinstance(value, bool):
@@ -36,15 +81,16 @@ def cell(value: Any, digits: int = 1) -> str:
         return f"{value:.{digits}f}"
     if isinstance(value, (list, tuple)):
         return ", ".join(cell(v, digits) for v in value) or "–"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    return text(value).replace("|", "\\|")
 
 
 def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A markdown table (cells through :func:`cell` unless already strings)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in rows:
-        lines.append("| " + " | ".join(c if isinstance(c, str) else cell(c) for c in row) + " |")
-    return "\n".join(lines)
+    """A markdown table (cells through :func:`cell` unless already strings, which are markdown: no line break in
+    any)."""
+    def one_line(cells: Iterable[Any]) -> str:
+        return "| " + " | ".join(LINE_BREAK.sub(" ", c) if isinstance(c, str) else cell(c) for c in cells) + " |"
+
+    return "\n".join([one_line(header), "|" + "---|" * len(header), *map(one_line, rows)])
 
 
 def gib(mib: float | None) -> str:
@@ -52,8 +98,42 @@ def gib(mib: float | None) -> str:
     return "–" if mib is None else f"{mib / 1024:.2f} GiB"
 
 
-def fenced(text: str, lang: str = "text") -> str:
-    return f"```{lang}\n{text.rstrip()}\n```"
+def fenced(body: str, lang: str = "text") -> str:
+    """A code block that nothing in ``body`` can close: its fence is longer than any backtick run inside."""
+    fence = _ticks(body, 3)
+    return f"{fence}{lang}\n{body.rstrip()}\n{fence}"
+
+
+def _outside_code_spans(line: str, change: Callable[[str], str]) -> str:
+    """``line`` with ``change`` applied to what is not in a code span (a backtick run up to the next run as long)."""
+    parts, out, i = re.split("(`+)", line), [], 0
+    while i < len(parts):
+        if i % 2 == 0:
+            out.append(change(parts[i]))
+            i += 1
+            continue
+        close = next((j for j in range(i + 2, len(parts), 2) if parts[j] == parts[i]), i)  # none: a literal run
+        out.append("".join(parts[i:close + 1]))
+        i = close + 1
+    return "".join(out)
+
+
+def no_raw_html(markdown: str) -> str:
+    """``markdown`` with nothing a renderer takes as HTML (a tag, a comment, an autolink: its ``<`` as ``&lt;``) or as
+    a link to another scheme than http(s), outside code blocks and code spans (where it is text already): what
+    every page's table writers put on it stays text, whatever a run's values held."""
+    out, fence = [], None
+    for line in markdown.split("\n"):
+        m = FENCE.match(line)
+        if fence is not None:
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not line[m.end():].strip():
+                fence = None
+        elif m and not (m.group(1)[0] == "`" and "`" in line[m.end():]):
+            fence = m.group(1)
+        else:
+            line = _outside_code_spans(line, lambda t: OTHER_SCHEME.sub("]\\(", RAW_HTML.sub("&lt;", t)))
+        out.append(line)
+    return "\n".join(out)
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -81,18 +161,17 @@ def read_json(path: Path) -> Any:
 
 
 def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file; of a folder, SHA-256 over its files' relative names and SHA-256s (sorted)."""
+    """SHA-256 of a file (hashed once per process, :func:`mirage.data.fetch.sha256_of`); of a folder, SHA-256 over
+    its files' relative names and SHA-256s (sorted)."""
+    from mirage.data.fetch import sha256_of
+
     path = Path(path)
     if path.is_dir():
         digest = hashlib.sha256()
         for sub in sorted(p for p in path.rglob("*") if p.is_file()):
             digest.update(f"{sub.relative_to(path).as_posix()}\0{file_sha256(sub)}\n".encode())
         return digest.hexdigest()
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_of(path)
 
 
 
@@ -105,6 +184,29 @@ class Provenance(JSONRecord):
     command: str | None
     data: list[dict[str, Any]] = field(default_factory=list)
     format: int = PROVENANCE_FORMAT
+    #: The run folders below this one the run wrote (relative, ``/``-separated: a sweep's points, a protocol's
+    #: studies): their pages show this command and these checksums, unless they hold a provenance of their own.
+    folders: list[str] = field(default_factory=list)
+
+
+def read_provenance(path: Path) -> Provenance:
+    """A ``provenance.json``; an InputError names it where it is not one mirage writes."""
+    raw = read_json(path)
+    data, folders = (raw.get("data", []), raw.get("folders", [])) if isinstance(raw, dict) else ([], [])
+    if not isinstance(raw, dict):
+        wrong = f"a JSON {type(raw).__name__}, not an object"
+    elif not isinstance(raw.get("command"), (str, type(None))):
+        wrong = '"command" is not text'
+    elif not isinstance(data, list) or not all(
+            isinstance(d, dict) and isinstance(d.get("given"), str) and isinstance(d.get("sha256"), (str, type(None)))
+            for d in data):
+        wrong = '"data" is not a list of {"given": …, "sha256": …} objects'
+    elif not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
+        wrong = '"folders" is not a list of folder names'
+    else:
+        return Provenance.from_dict(raw)
+    raise InputError(f"{path} is not the provenance a run writes ({wrong}); move it away (the page then says the "
+                     "command was not recorded) or run the run again.")
 
 
 def pinned_sha256(given: str) -> str | None:
@@ -126,15 +228,24 @@ def pinned_sha256(given: str) -> str | None:
 
 
 def data_entries(given: Iterable[str]) -> list[dict[str, Any]]:
-    """One entry per data path or name: ``{"given": …, "sha256": …}``: a local file's (or folder's) SHA-256, a
-    dataset name's pinned one, else None (duplicates once)."""
+    """One entry per data path or name: ``{"given": …, "sha256": …}``: the SHA-256 of a local file (or folder), or
+    of the file (or folder) a dataset name stands for in the data cache (the bytes the run read, not the pinned
+    ones), else None (duplicates once)."""
+    from mirage.data.fetch import spec_path
+    from mirage.data.registry import is_spec, parse_spec
+
     out, seen = [], set()
     for item in given:
         if item is None or item in seen:
             continue
         seen.add(item)
         path = Path(item)
-        out.append({"given": str(item), "sha256": file_sha256(path) if path.exists() else pinned_sha256(str(item))})
+        if not path.exists() and is_spec(str(item)):
+            try:
+                path = spec_path(parse_spec(str(item)))
+            except InputError:
+                pass
+        out.append({"given": str(item), "sha256": file_sha256(path) if path.exists() else None})
     return out
 
 
@@ -145,22 +256,47 @@ def write_provenance(run_dir: str | Path, prov: Provenance) -> Path:
 
 
 def find_provenance(run_dir: Path, levels: int = 3) -> tuple[Provenance | None, Path | None]:
-    """The folder's ``provenance.json``, or else the nearest one of up to ``levels`` parent folders (a sweep point or
-    a protocol's study written by the run of the folder above), with the folder it is in."""
-    for k, folder in enumerate([run_dir, *run_dir.parents]):
-        if k > levels:
-            break
+    """The folder's ``provenance.json``, or else that of the nearest of up to ``levels`` parent folders whose run
+    wrote this one (a sweep point, a protocol's study): its ``folders`` name this folder and it has this folder's
+    owner. Any other parent's file (``/tmp/provenance.json``) is not this run's. With the folder it is in."""
+    for k, folder in enumerate([run_dir, *run_dir.parents][:levels + 1]):
         path = folder / PROVENANCE
-        if path.is_file():
-            return Provenance.from_dict(read_json(path)), folder
+        if not path.is_file():
+            continue
+        prov = read_provenance(path)
+        if k == 0 or (run_dir.relative_to(folder).as_posix() in prov.folders
+                      and path.stat().st_uid == run_dir.stat().st_uid):
+            return prov, folder
     return None, None
+
+
+#: The most folders a walk below a run folder visits.
+MAX_FOLDERS = 10_000
+
+
+def subfolders(root: Path, stop: Callable[[Path], bool] | None = None) -> list[Path]:
+    """The folders below ``root``, depth first and by name, not through symbolic links (a link can make a loop) and
+    not below a folder ``stop`` accepts; InputError past :data:`MAX_FOLDERS`."""
+    found: list[Path] = []
+    todo = [root]
+    while todo:
+        folder = todo.pop()
+        if folder != root:
+            found.append(folder)
+            if len(found) > MAX_FOLDERS:
+                raise InputError(f"more than {MAX_FOLDERS} folders below {root}; give a run's output folder (or "
+                                 "a folder of run folders).")
+            if stop is not None and stop(folder):
+                continue
+        todo += sorted((p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()), reverse=True)
+    return found
 
 
 # -- sections ----------------------------------------------------------------------------------------------------------
 
 
 def settings_section(settings: Mapping[str, Any], title: str = "Settings") -> str:
-    rows = [(f"`{k}`", cell(repr(v) if isinstance(v, float) else v)) for k, v in flatten(settings)]
+    rows = [(code(k), cell(repr(v) if isinstance(v, float) else v)) for k, v in flatten(settings)]
     return f"## {title}\n\n" + (md_table(["setting", "value"], rows) if rows else "none recorded")
 
 
@@ -173,46 +309,44 @@ def data_section(run_dir: Path, given: Sequence[str]) -> str:
         return "## Data\n\nnone recorded"
     def checksum(name: str) -> str:
         if known.get(name):
-            return f"`{known[name]}`"
+            return code(known[name])
         pinned = pinned_sha256(name)
-        return f"`{pinned}` (pinned by `mirage data`)" if pinned else "not recorded by the run"
+        return f"{code(pinned)} (pinned by `mirage data`)" if pinned else "not recorded by the run"
 
-    rows = [(f"`{n}`", checksum(n)) for n in names]
+    rows = [(code(n), checksum(n)) for n in names]
     return "## Data\n\n" + md_table(["data (as given to the run)", "SHA-256"], rows)
 
 
 def plots_section(run_dir: Path) -> str | None:
     pngs = sorted(p.name for p in run_dir.glob("*.png"))
-    return "## Plots\n\n" + "\n\n".join(f"![{n}]({n})" for n in pngs) if pngs else None
+    return "## Plots\n\n" + "\n\n".join(f"!{link(text(n), n)}" for n in pngs) if pngs else None
 
 
-def folders_section(run_dir: Path, has_page: Any) -> str | None:
+def folders_section(run_dir: Path, has_page: Callable[[Path], bool]) -> str | None:
     """Links to the folders below ``run_dir`` (any depth, the nearest ones) that have a page of their own."""
-    found: list[Path] = []
+    found: list[str] = []
 
-    def walk(folder: Path) -> None:
-        for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
-            if has_page(sub):
-                found.append(sub)
-            else:
-                walk(sub)
+    def page_here(folder: Path) -> bool:  # the walk goes no deeper
+        here = has_page(folder)
+        if here:
+            found.append(folder.relative_to(run_dir).as_posix())
+        return here
 
-    walk(run_dir)
+    subfolders(run_dir, stop=page_here)
     if not found:
         return None
-    return "## Run folders here\n\n" + "\n".join(
-        f"- [`{p.relative_to(run_dir).as_posix()}/`]({p.relative_to(run_dir).as_posix()}/{PAGE})" for p in found)
+    return "## Run folders here\n\n" + "\n".join(f"- {link(code(f'{p}/'), f'{p}/{PAGE}')}" for p in found)
 
 
 def files_section(run_dir: Path) -> str:
     names = sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir() if p.name != PAGE)
-    return "## Files\n\n" + "\n".join(f"- [`{n}`]({n})" for n in names)
+    return "## Files\n\n" + "\n".join(f"- {link(code(n), n)}" for n in names)
 
 
 def versions_section(versions: Mapping[str, Any] | None) -> str:
     if not versions:
         return "## Versions\n\nnot recorded"
-    return "## Versions\n\n" + md_table(["library", "version"], [(k, str(v)) for k, v in versions.items()])
+    return "## Versions\n\n" + md_table(["library", "version"], [(cell(k), cell(str(v))) for k, v in versions.items()])
 
 
 def command_section(run_dir: Path, reconstructed: str | None = None,
@@ -224,11 +358,11 @@ def command_section(run_dir: Path, reconstructed: str | None = None,
     prov, where = find_provenance(run_dir)
     if prov and prov.command:
         note = "" if where == run_dir else (
-            f"This folder was written by the run of `{os.path.relpath(where, run_dir)}/`:\n\n")
+            f"This folder was written by the run of {code(os.path.relpath(where, run_dir) + '/')}:\n\n")
         flags = list(changed(prov.command)) if changed else []
         if flags:
             return ("## Command\n\n" + note + fenced(prov.command, "bash") + "\n\nA default this run used has "
-                    f"changed since (`{' '.join(flags)}` was the default then); with today's mirage the same run "
+                    f"changed since ({code(' '.join(flags))} was the default then); with today's mirage the same run "
                     "is:\n\n" + fenced(f"{prov.command} {' '.join(flags)}", "bash"))
         return "## Command\n\n" + note + fenced(prov.command, "bash")
     if reconstructed:
@@ -239,12 +373,13 @@ def command_section(run_dir: Path, reconstructed: str | None = None,
 
 
 def page(title: str, intro: str | None, sections: Sequence[str | None]) -> str:
-    """The page: the mark, the title, an intro line and the sections that are not None."""
-    parts = [MARK, f"# {title}"]
+    """The page: the mark, the title (on one line; the values in it as :func:`text` or :func:`code`), an intro line
+    and the sections that are not None, with no raw HTML (:func:`no_raw_html`)."""
+    parts = [f"# {LINE_BREAK.sub(' ', title)}"]
     if intro:
         parts.append(intro)
     parts += [s for s in sections if s]
-    return "\n\n".join(p.rstrip() for p in parts) + "\n"
+    return MARK + "\n\n" + no_raw_html("\n\n".join(p.rstrip() for p in parts)) + "\n"
 
 
 def demote(markdown: str, levels: int = 1) -> str:

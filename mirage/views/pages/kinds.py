@@ -18,16 +18,19 @@ from mirage.config import flags_for_changed_defaults
 from mirage.runs.files import portable_command
 from mirage.views.pages.core import (
     cell,
+    code,
     command_section,
     data_section,
     fenced,
     files_section,
     gib,
+    link,
     md_table,
     page,
     plots_section,
     read_json,
     settings_section,
+    text,
     versions_section,
 )
 
@@ -39,12 +42,14 @@ SELF_MATCH = "self_match.json"
 @dataclass(frozen=True)
 class PageKind:
     """A kind of results folder: ``detect(dir)``, ``data(dir)`` (the data paths or names the results record) and
-    ``render(dir, sections)`` (the page's text; ``sections(dir)`` gives the shared tail: folders, files)."""
+    ``render(dir, sections)`` (the page's text; ``sections(dir)`` gives the shared tail: folders, files); ``files``:
+    the file(s) of the folder the page is written from, as an error names them."""
 
     name: str
     detect: Callable[[Path], bool]
     data: Callable[[Path], list[str]]
     render: Callable[[Path, Callable[[Path], list[str | None]]], str]
+    files: str = RESULTS
 
 
 def _results(run_dir: Path) -> dict[str, Any] | None:
@@ -114,6 +119,7 @@ def _xor_command(s: Mapping[str, Any]) -> str:
     argv += ["--all-tokens"] if s.get("all_tokens") else []
     argv += ["--group-passages"] if s.get("group_passages") else []
     argv += ["--reuse-from", str(s["reuse_from"])] if s.get("reuse_from") else []
+    argv += ["--keep-trained-questions"] if s.get("trained_questions_kept") is not None else []
     argv += pipeline_flags_of(s.get("config", {}), xor_attriqa_pipeline().to_dict(), XOR_SKIP)
     argv += flags_for_changed_defaults("xor-attriqa", s.get("config", {}), " ".join(argv))
     return portable_command([*argv, "-o", "DIR"])
@@ -137,13 +143,14 @@ def _xor_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
     features = report.features or {}
     if features.get("roc_auc"):
         langs = [*report.languages, "avg"]
-        rows = [(f"`{name}`", *[cell(v.get(lang), 3) for lang in langs]) for name, v in features["roc_auc"].items()]
+        rows = [(code(name), *[cell(v.get(lang), 3) for lang in langs]) for name, v in features["roc_auc"].items()]
         tables.append("Per-passage ROC-AUC of each feature of the learned setting (the passage score is "
-                      f"`{features.get('passage_score')}`):\n\n" + md_table(["feature", *langs], rows))
+                      f"{code(features.get('passage_score'))}):\n\n"
+                      + md_table(["feature", *map(cell, langs)], rows))
     return page(
-        f"XOR-AttriQA: {s.get('model')}, {s.get('text', 'en')} view",
-        f"{counts.get('items', 0)} answers, {counts.get('pairs', 0)} (answer, passage) pairs, "
-        f"{counts.get('supporting', 0)} supporting; languages {', '.join(report.languages)}. Written by "
+        f"XOR-AttriQA: {text(s.get('model'))}, {text(s.get('text', 'en'))} view",
+        f"{text(counts.get('items', 0))} answers, {text(counts.get('pairs', 0))} (answer, passage) pairs, "
+        f"{text(counts.get('supporting', 0))} supporting; languages {text(', '.join(report.languages))}. Written by "
         "`mirage score xor-attriqa` (`results.json`).",
         ["## Tables\n\n" + "\n\n".join(tables), plots_section(run_dir),
          settings_section({k: v for k, v in s.items() if k not in ("config", "self_match")}),
@@ -173,6 +180,7 @@ def _eli5_command(s: Mapping[str, Any]) -> str:
         argv += ["--at-most-citations", str(s["at_most_citations"])]
     if s.get("limit") is not None:
         argv += ["--limit", str(s["limit"])]
+    argv += ["--keep-trained-questions"] if s.get("trained_questions_kept") is not None else []
     argv += pipeline_flags_of(s.get("config", {}), MirageConfig().to_dict(), ("--seed",))
     return portable_command([*argv, "-o", "DIR"])
 
@@ -189,11 +197,11 @@ def _eli5_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
         tables.append(fenced(FaithfulnessSummary.from_dict(report.faithfulness).to_text()))
     bins = report.length_bins or {}
     if bins.get("bins"):
-        rows = [(b, n, *[cell(bins["cited_pct"][src][i]) for src in bins["cited_pct"]])
+        rows = [(cell(b), cell(n), *[cell(bins["cited_pct"][src][i]) for src in bins["cited_pct"]])
                 for i, (b, n) in enumerate(zip(bins["bins"], bins["sentences"], strict=True))]
         tables.append("Sentences cited by answer length (words), in %:\n\n"
-                      + md_table(["length", "sentences", *bins["cited_pct"]], rows))
-    return page(f"ELI5 (ALCE): {s.get('model')}", "Self-citations beside MIRAGE's citations. Written by "
+                      + md_table(["length", "sentences", *map(cell, bins["cited_pct"])], rows))
+    return page(f"ELI5 (ALCE): {text(s.get('model'))}", "Self-citations beside MIRAGE's citations. Written by "
                 "`mirage score eli5` (`results.json`).",
                 ["## Tables\n\n" + "\n\n".join(tables), plots_section(run_dir),
                  settings_section({k: v for k, v in s.items() if k != "config"}),
@@ -207,7 +215,8 @@ BIAS_FLAGS = {"metadata": "--metadata", "k": "--k", "n_relevant": "--n-relevant"
               "relevant_side": "--relevant-side", "mixed": "--mixed", "docs": "--docs", "rage_similar": "--rage-similar",
               "rage_embedder": "--rage-embedder", "max_doc_words": "--max-doc-words", "rewrite": "--rewrite",
               "explain": "--explain", "prompts_dir": "--prompts-dir", "baseline_draws": "--baseline-draws",
-              "labels": "--labels", "seed": "--seed", "sentence_mark": "--sentence-mark"}
+              "labels": "--labels", "seed": "--seed", "sentence_mark": "--sentence-mark",
+              "keep_trained_questions": "--keep-trained-questions"}
 
 
 def _bias_command(res: Mapping[str, Any]) -> str:
@@ -237,7 +246,7 @@ def _bias_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
     raw = _results(run_dir) or {}
     result = BiasStudyResult.from_dict(raw)
     tables = render_markdown(result).split("\n", 1)[1]  # its own title is the page's
-    return page(f"Attribution sensitivity and bias: {result.model}, {result.metadata.get('type')}",
+    return page(f"Attribution sensitivity and bias: {text(result.model)}, {text(result.metadata.get('type'))}",
                 "Written by `mirage bias` (`results.json`; `tables.md` holds the same tables).",
                 [tables.strip(), plots_section(run_dir), settings_section(result.config),
                  settings_section(result.mirage_config or {}, "Pipeline"), data_section(run_dir, [str(result.data)]),
@@ -249,9 +258,9 @@ def _protocol_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) ->
 
     rows = [OverviewRow.from_dict(r) for r in read_json(run_dir / "protocol.json")]
     models = sorted({r.model for r in rows})
-    links = "\n".join(f"- [`{r.study}`]({r.study}/README.md)" for r in rows if (run_dir / r.study).is_dir())
+    links = "\n".join(f"- {link(code(r.study), f'{r.study}/README.md')}" for r in rows if (run_dir / r.study).is_dir())
     return page("Attribution-bias protocol: overview",
-                f"{len(rows)} finished studies (model: {', '.join(models) or '–'}), a row per citation source. "
+                f"{len(rows)} finished studies (model: {text(', '.join(models)) or '–'}), a row per citation source. "
                 "Percentages; CAS = mean |change| of precision against vanilla, CAB = ω · mean (informed − "
                 "counterfactual); * p < 0.05, ** p < 0.01 by each study's tests. Written by `mirage bias-protocol` "
                 "(`protocol.json`, `protocol.md`).",
@@ -278,13 +287,13 @@ def _sweep_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> st
     for p in sweep.points:
         for name, src in p.sources.items():
             van = src.modes.get("vanilla", {})
-            rows.append((f"[{p.value}]({p.run_dir}/README.md)", p.n_items, name, pct(van.get("precision")),
+            rows.append((link(text(p.value), f"{p.run_dir}/README.md"), p.n_items, cell(name), pct(van.get("precision")),
                          pct(van.get("recall")), cell(van.get("n_citations"), 2), effect(src.cab)))
-    return page(f"Bias sweep over `{sweep.parameter}`: {sweep.model}",
-                f"Metadata {sweep.metadata.get('first')} vs {sweep.metadata.get('second')}; one study per value "
+    return page(f"Bias sweep over {code(sweep.parameter)}: {text(sweep.model)}",
+                f"Metadata {text(sweep.metadata.get('first'))} vs {text(sweep.metadata.get('second'))}; one study per value "
                 "(its folder has the full tables). Percentages; * p < 0.05, ** p < 0.01. Written by `mirage bias "
                 "--sweep` (`sweep.json`).",
-                ["## Sweep\n\n" + md_table([sweep.parameter, "questions", "source", "P vanilla", "R vanilla",
+                ["## Sweep\n\n" + md_table([cell(sweep.parameter), "questions", "source", "P vanilla", "R vanilla",
                                              "citations per answer", "CAB P"], rows),
                  plots_section(run_dir), settings_section({k: v for k, v in sweep.config.items() if v is not None}),
                  data_section(run_dir, [sweep.data]), versions_section(sweep.versions),
@@ -316,13 +325,13 @@ def _peers_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> st
         if not table:
             continue
         digits = 3 if metric == "roc_auc" else 1
-        rows = [(SETTING_NAMES.get(s, s), *[cell(v.get(lang), digits) for lang in [*langs, "avg"]])
+        rows = [(cell(SETTING_NAMES.get(s, s)), *[cell(v.get(lang), digits) for lang in [*langs, "avg"]])
                 for s, v in table.items()]
-        blocks.append(f"### {label}\n\n" + md_table(["setting", *langs, "avg"], rows))
+        blocks.append(f"### {label}\n\n" + md_table(["setting", *map(cell, langs), "avg"], rows))
     cc = data.get("contextcite", {})
     return page("XOR-AttriQA: mirage beside ContextCite",
-                f"{data.get('items')} answers; ContextCite's calibrated thresholds fitted on "
-                f"{data.get('calibration_items')} calibration items; ContextCite took a median "
+                f"{text(data.get('items'))} answers; ContextCite's calibrated thresholds fitted on "
+                f"{text(data.get('calibration_items'))} calibration items; ContextCite took a median "
                 f"{cell(cc.get('seconds_per_item'))} s per answer. Written by `benchmarks/xor_attriqa_peers.py` "
                 "(`peers.json`).",
                 ["## Tables\n\n" + "\n\n".join(blocks),
@@ -387,18 +396,19 @@ def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
     train_rows = []
     for name, d in files["sft"]:
         loss = d["loss_curve"][-1].get("loss") if d.get("loss_curve") else None
-        train_rows.append((f"[`{name}`]({name})", "SFT", d.get("n_train"), d.get("steps"), cell(d.get("epochs")),
+        train_rows.append((link(code(name), name), "SFT", cell(d.get("n_train")), cell(d.get("steps")),
+                           cell(d.get("epochs")),
                            cell(d.get("runtime_s", 0) / 60), gib(d.get("peak_rss_mb")),
                            f"train loss {cell(d.get('train_loss'), 3)}, last step {cell(loss, 3)}"
-                           + (f"; resumed from `{Path(d['resumed_from']).name}` (minutes of the resumed part)"
+                           + (f"; resumed from {code(Path(d['resumed_from']).name)} (minutes of the resumed part)"
                               if d.get("resumed_from") else "")))
     for name, d in files["reward"]:
         (r0, r1), (k0, k1) = _quarters(d["curve"], "reward"), _quarters(d["curve"], "kl")
-        train_rows.append((f"[`{name}`]({name})", "reward (GRPO)", d.get("n_prompts"), d.get("steps"), "–",
+        train_rows.append((link(code(name), name), "reward (GRPO)", cell(d.get("n_prompts")), cell(d.get("steps")), "–",
                            cell(d.get("runtime_s", 0) / 60), gib(d.get("peak_rss_mb")),
                            f"reward {cell(r0, 2)} → {cell(r1, 2)}, KL {cell(k0, 3)} → {cell(k1, 3)} "
                            "(first → last quarter of the steps)" + _group_spread(d["curve"])
-                           + (f"; resumed from `{Path(d['resumed_from']).name}` (minutes of the resumed part)"
+                           + (f"; resumed from {code(Path(d['resumed_from']).name)} (minutes of the resumed part)"
                               if d.get("resumed_from") else "")))
     if train_rows:
         sections.append("## Training runs\n\n" + md_table(
@@ -410,8 +420,8 @@ def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
     for name, d in files["eval"]:
         m = d.get("misses")
         if m:
-            miss_rows.append((f"`{name}`", m["n_checked"], m["n_missed"], m["first_supports"], m["from_cited"],
-                              m["elsewhere"], m["nowhere"], m["yes_no"]))
+            miss_rows.append((code(name), *(cell(m[k]) for k in ("n_checked", "n_missed", "first_supports",
+                                                                  "from_cited", "elsewhere", "nowhere", "yes_no"))))
         by_doc, by_size = documents_cited(d["answers"])
         three = sum(v for k, v in by_doc.items() if k >= 3)
         sizes = f"{by_size[0]} / {by_size[1]} / {by_size[2]} / {sum(v for k, v in by_size.items() if k >= 3)}"
@@ -419,8 +429,8 @@ def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
         def pc(x: float | None) -> str:
             return "–" if x is None else f"{100 * x:.1f}"
 
-        eval_rows.append((f"[`{name}`]({name})", d.get("model"), d.get("n_answers"), pc(d.get("answers_cited")),
-                          pc(d.get("sentences_cited")), d.get("invalid_citations"),
+        eval_rows.append((link(code(name), name), cell(d.get("model")), cell(d.get("n_answers")),
+                          pc(d.get("answers_cited")), pc(d.get("sentences_cited")), cell(d.get("invalid_citations")),
                           f"{pc(d.get('precision'))} / {pc(d.get('recall'))} / {pc(d.get('f1'))}",
                           " / ".join(pc(v) for v in mean_citation_set_prf(d["answers"], cite_first=True)),
                           pc(d.get("exact_match")), cell(d.get("seconds_per_answer"), 2),
@@ -439,7 +449,7 @@ def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
                         f"(n={meth[a].get('n_sentences')})")
 
             svm = j.get("self_vs_mirage", {})
-            judge_rows.append((f"`{name}`", trio(j.get("self_vs_labels", {})), trio(j.get("mirage_vs_labels", {})),
+            judge_rows.append((code(name), trio(j.get("self_vs_labels", {})), trio(j.get("mirage_vs_labels", {})),
                                trio(j.get("first_vs_labels", {})),
                                f"{cell(svm.get('pair_agreement'))} / {cell(svm.get('kappa'), 3)}",
                                drop("selfcitation", "random_selfcitation"), drop("mirage", "random_mirage")))
@@ -521,26 +531,26 @@ def _table_of(items: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
 
 def _bench_section(path: Path) -> str:
     data = read_json(path)
-    parts = [f"### [`{path.name}`]({path.name})"]
+    parts = [f"### {link(code(path.name), path.name)}"]
     if isinstance(data, list):
         data = {"rows": data}
     if not isinstance(data, dict):
         return parts[0] + "\n\n" + cell(data)
     if data.get("command"):
         parts.append(fenced(str(data["command"]), "bash"))
-    scalars = [(f"`{k}`", _bench_value(k, v)) for k, v in data.items() if _scalar(v) and k != "command"]
+    scalars = [(code(k), _bench_value(k, v)) for k, v in data.items() if _scalar(v) and k != "command"]
     if scalars:
         parts.append(md_table(["field", "value"], scalars))
     for key, value in data.items():
         if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
-            parts.append(f"`{key}`:\n\n" + _table_of([(str(i + 1), r) for i, r in enumerate(value)]))
+            parts.append(f"{code(key)}:\n\n" + _table_of([(str(i + 1), r) for i, r in enumerate(value)]))
         elif isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
-            parts.append(f"`{key}`:\n\n" + _table_of([(f"`{k}`", v) for k, v in value.items()]))
+            parts.append(f"{code(key)}:\n\n" + _table_of([(code(k), v) for k, v in value.items()]))
         elif isinstance(value, dict) and value and all(_scalar(v) for v in value.values()):
-            parts.append(f"`{key}`:\n\n" + md_table(["", "value"], [(f"`{k}`", _bench_value(k, v))
+            parts.append(f"{code(key)}:\n\n" + md_table(["", "value"], [(code(k), _bench_value(k, v))
                                                                     for k, v in value.items()]))
         elif isinstance(value, list) and value and all(_scalar(v) for v in value):
-            parts.append(f"`{key}`: " + cell(value, 3))
+            parts.append(f"{code(key)}: " + cell(value, 3))
     return "\n\n".join(parts)
 
 
@@ -564,38 +574,49 @@ def _is_scale(run_dir: Path) -> bool:
     return res is not None and {"machine", "settings", "points", "growth"} <= res.keys()
 
 
+def _as_text(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record whose fields a hand-built table shows: its text fields (and texts in its lists) as :func:`cell`
+    shows them, so none ends a row or a cell; numbers stay numbers."""
+    def shown(v: Any) -> Any:
+        return cell(v) if isinstance(v, str) else [shown(x) for x in v] if isinstance(v, list) else v
+
+    return {k: shown(v) for k, v in record.items()}
+
+
 def _scale_page(results: dict[str, Any]) -> str:
     """The scaling benchmark's page body (``benchmarks/bench_scale.py``'s ``results.json``)."""
-    m, s = results["machine"], results["settings"]
+    m, s = _as_text(results["machine"]), _as_text(results["settings"])
+    points, growth = [_as_text(p) for p in results["points"]], [_as_text(g) for g in results["growth"]]
     limit = "as its steps set them" if s["point_timeout_s"] is None else f"{s['point_timeout_s']:.0f} s"
-    lines = [(f"Measured by `{results['command']}`; this page is written from its `results.json` by `mirage report`."),
+    lines = [(f"Measured by {code(results['command'])}; this page is written from its `results.json` by "
+              "`mirage report`."),
              "",
              (f"Machine: {m['device']}, {m['cpus']} CPU(s), {m['threads']} torch thread(s), torch {m['torch']}, "
              f"Python {m['python']}. Models other than the embedded one have random weights (time and memory only). "
              f"dtype {s['dtype']}; limits per point {limit} wall-clock, "
               f"{s.get('cpu_limit_s') or '-'} CPU seconds; passages from "
              f"{', '.join(s['docs'])}."), "",
-             *(f"Note: {n}" for n in results.get("notes", [])), *([""] if results.get("notes") else []),
+             *(f"Note: {text(n)}" for n in results.get("notes", [])), *([""] if results.get("notes") else []),
              ("Wall-clock times on a shared machine vary with its load; CPU seconds (`cpu`) are this process's own. "
              "Peak memory: resident memory of the point's process on a CPU (weights included), allocated GPU memory "
              "on a GPU."), "",
              ("| model | budget | prompt tokens | answer | generation s | attribution s (cpu s) | CTI s | CCI s | "
              "CCI s per selected token | attribution / generation | peak GiB | selected | passes |"),
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for p in results["points"]:
+    for p in points:
         budget = p["budget"] or "-"
         if p["status"] != "ok":
             lines.append(f"| {p['model']} | {budget} | {p.get('prompt_tokens', p['prompt'])} | {p['answer']} | "
                          f"{p['status']}: {str(p.get('error', ''))[:90].replace('|', '/')} | | | | | | | | |")
             continue
-        passes = ", ".join(f"{k} {v}" for k, v in p.get("passes", {}).items())
+        passes = ", ".join(f"{cell(k)} {cell(v)}" for k, v in p.get("passes", {}).items())
         lines.append(f"| {p['model']} | {budget} | {p['prompt_tokens']} | {p['answer_tokens']} | "
                      f"{p['generation_s']:.1f} | {p['attribution_s']:.1f} ({p['attribution_cpu_s']:.1f}) | "
                      f"{p['cti_s']:.1f} | {p['cci_s']:.1f} | {p['cci_s'] / max(1, p['n_selected']):.1f} | "
                      f"{p['attribution_s'] / p['generation_s']:.2f} | "
                      f"{p['peak_bytes'] / 2**30:.2f} | {p['n_selected']} | {passes} |")
     fits: dict[tuple, int] = {}
-    for p in results["points"]:
+    for p in points:
         if p["status"] == "ok":
             key = (p["model"], p["answer"], p["budget"] or "-")
             fits[key] = max(fits.get(key, 0), p["prompt_tokens"])
@@ -608,11 +629,11 @@ def _scale_page(results: dict[str, Any]) -> str:
                "`selected`)."), "",
               "| model | answer | budget | prompts | attribution time k (cpu k) | arithmetic k | peak memory k |",
               "|---|---:|---|---|---:|---:|---:|"]
-    for g in results["growth"]:
+    for g in growth:
         flop_k = f"{g['flop_exponent']:.2f}" if "flop_exponent" in g else "-"
         lines.append(f"| {g['model']} | {g['answer']} | {g['budget'] or '-'} | {g['from']}-{g['to']} | "
                      f"{g['time_exponent']:.2f} ({g['cpu_exponent']:.2f}) | {flop_k} | {g['memory_exponent']:.2f} |")
-    counted = [p for p in results["points"] if p["status"] == "ok" and p.get("flops")]
+    counted = [p for p in points if p["status"] == "ok" and p.get("flops")]
     if counted:
         lines += ["", "## Time per operation", "",
                   ("The arithmetic of each point (`flops`: counted from the model's sizes and the passes it ran, by "
@@ -622,21 +643,21 @@ def _scale_page(results: dict[str, Any]) -> str:
                   "| model | answer | budget | prompt tokens | selected | TFLOP | cpu s per TFLOP |",
                   "|---|---:|---|---:|---:|---:|---:|"]
         lines += [f"| {p['model']} | {p['answer']} | {p['budget'] or '-'} | {p['prompt_tokens']} | "
-                  f"{p['n_selected']} | {p['flops'] / 1e12:.2f} | {p['attribution_cpu_s'] / (p['flops'] / 1e12):.1f} |"
+                  f"{p['n_selected']} | {p['flops'] / 1e12:.2f} | {p['attribution_cpu_s'] / (p['flops'] / 1e12):#.3g} |"
                   for p in sorted(counted, key=lambda r: (r["model"], r["answer"], str(r["budget"]),
                                                           r["prompt_tokens"]))]
-    same = _scale_same_citations(results["points"])
+    same = _scale_same_citations(points)
     if same:
-        lines += ["", "## The budget changes no score", ""]
+        lines += ["", "## CCI's strongest context tokens with and without a budget", ""]
         lines += [f"- {line}" for line in same]
-    within = _scale_within_budget(results["points"])
+    within = _scale_within_budget(points)
     if within:
         lines += ["", "## Peak memory against the budget", "",
                   ("The point's peak (resident memory of its process on a CPU, weights and interpreter included) "
                    "divided by its budget."), "", "| model | answer | prompt tokens | budget | peak / budget | within |",
                   "|---|---:|---:|---|---:|---|"]
         lines += within
-    planned = _scale_plan(results["points"])
+    planned = _scale_plan(points)
     if planned:
         lines += ["", "## Memory plan against the measured peak", "",
                   ("What mirage's memory plan expected of the differentiable pass (its graph, checkpointed or not as "
@@ -680,24 +701,28 @@ def _scale_within_budget(points: list[dict[str, Any]]) -> list[str]:
 
 
 def _scale_same_citations(points: list[dict[str, Any]]) -> list[str]:
-    """Points measured with and without a budget: whether CCI's three strongest context tokens agree."""
+    """Points measured with and without a budget: for how many selected answer tokens CCI's three strongest context
+    tokens agree (and the strongest one, where the three do not)."""
     by = {(p["model"], p["prompt"], p["answer"], p["budget"]): p for p in points if p["status"] == "ok"}
     out = []
     for (model, prompt, answer, budget), p in sorted(by.items(), key=str):
         base = by.get((model, prompt, answer, None))
         if budget is None or base is None:
             continue
-        agree = p["cci_top3"] == base["cci_top3"]
+        n = len(p["cci_top3"])
+        same = sum(a == b for a, b in zip(p["cci_top3"], base["cci_top3"]))
+        first = sum(a[:1] == b[:1] for a, b in zip(p["cci_top3"], base["cci_top3"]))
+        agree = ("the same as without a budget, for each of " if same == n and len(base["cci_top3"]) == n else
+                 f"the same as without a budget for {same} (the strongest one for {first}) of ")
         out.append(f"{model}, {p['prompt_tokens']} prompt tokens, budget {budget}: CCI's three strongest context "
-                   f"tokens {'the same as' if agree else 'DIFFERENT from'} without a budget, for each of "
-                   f"{len(p['cci_top3'])} selected answer tokens")
+                   f"tokens {agree}{n} selected answer tokens")
     return out
 
 
 def _scale_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
     results = _results(run_dir) or {}
     models = ", ".join(results.get("settings", {}).get("models", []))
-    return page(f"Scaling: {models}", None, [_scale_page(results), *tail(run_dir)])
+    return page(f"Scaling: {text(models)}", None, [_scale_page(results), *tail(run_dir)])
 
 
 # -- the permutation test ---------------------------------------------------------------------------------------------
@@ -716,14 +741,14 @@ def _follow_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> s
     folder = follow_folder(run_dir)
     sections = []
     for name, report in folder.reports.items():
-        command = f"\n\n```bash\n{report.command}\n```" if report.command else ""
-        sections.append(f"## `{name}`{command}\n\n{report.to_markdown()}")
+        command = "\n\n" + fenced(report.command, "bash") if report.command else ""
+        sections.append(f"## {code(name)}{command}\n\n{report.to_markdown()}")
     for name, (command, changes) in folder.changes.items():
         reference = changes[0].reference if changes else ""
         sections.append(
-            f"## Paired changes (`{name}`)\n\n```bash\n{command}\n```\n\n"
+            f"## Paired changes ({code(name)})\n\n{fenced(command, 'bash')}\n\n"
             f"Self-citation only, means over items with 95 % bootstrap intervals over items; each change is "
-            f"from `{reference}` on the items both answered (paired), in points.\n\n"
+            f"from {code(reference)} on the items both answered (paired), in points.\n\n"
             f"{follow_changes_table(changes)}")
     return page("Permutation test: does the self-citation follow the supporting passage?",
                 "Each item with exactly one supporting passage is presented k times, that passage at position "
@@ -743,22 +768,23 @@ def _self_match_table(counts: Mapping[str, Any]) -> str:
     for split in ("test", "calibration"):
         for lang, c in (counts.get(split) or {}).items():
             share = 100 * c["kept"] / c["rows"] if c.get("rows") else None
-            rows.append((split, lang, c.get("rows"), c.get("kept"), cell(share, 1)))
+            rows.append((split, cell(lang), cell(c.get("rows")), cell(c.get("kept")), cell(share, 1)))
     return md_table(["split", "language", "rows", "kept", "kept %"], rows)
 
 
-def self_match_overview(folder: Path, link: Callable[[Path], str]) -> str:
+def self_match_overview(folder: Path, target: Callable[[Path], str]) -> str:
     """Every self-match check in ``folder``'s run folders (their ``self_match.json``), one row each: the run (linked
-    by ``link(run_folder)``), model, text view, prompt, data, test rows checked and kept, and per language."""
+    to ``target(run_folder)``), model, text view, prompt, data, test rows checked and kept, and per language."""
     rows = []
     for path in sorted(folder.glob(f"*/{SELF_MATCH}")):
         data = read_json(path)
         test = data.get("test") or {}
         total = test.get("all", {})
         langs = ", ".join(f"{lang} {c['kept']}/{c['rows']}" for lang, c in test.items() if lang != "all")
-        rows.append((f"[`{path.parent.name}`]({link(path.parent)})", data.get("model"), data.get("text", "–"),
-                     (data.get("prompt") or {}).get("name"), ", ".join(_as_list(data.get("data"))) or "–",
-                     total.get("rows"), total.get("kept"), langs))
+        rows.append((link(code(path.parent.name), target(path.parent)), cell(data.get("model")),
+                     cell(data.get("text", "–")), cell((data.get("prompt") or {}).get("name")),
+                     cell(", ".join(_as_list(data.get("data"))) or "–"), cell(total.get("rows")),
+                     cell(total.get("kept")), cell(langs)))
     return md_table(["run", "model", "text", "prompt", "data", "rows", "kept", "kept per language"], rows)
 
 
@@ -785,7 +811,7 @@ def _self_match_checks_render(run_dir: Path, tail: Callable[[Path], list[str | N
 
 def _self_match_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
     data = read_json(run_dir / SELF_MATCH)
-    return page(f"Self-match check: {data.get('model')}",
+    return page(f"Self-match check: {text(data.get('model'))}",
                 "The paper's Algorithm 1 (`mirage score xor-attriqa --self-match`): the scoring model generates each "
                 "answer with the scoring prompt, and a row is kept where its generation is the annotated answer "
                 "(the authors' exact string test). No `results.json`: no test row was kept, so nothing was scored; "
@@ -801,19 +827,19 @@ BUILTIN: tuple[PageKind, ...] = (
     PageKind("eli5", _has_keys("per_seed", "length_bins"), _eli5_data, _eli5_render),
     PageKind("bias-study", _has_keys("sources", "metadata", "config"),
              lambda d: _as_list((_results(d) or {}).get("data")), _bias_render),
-    PageKind("bias-protocol", lambda d: (d / "protocol.json").is_file(), _none, _protocol_render),
+    PageKind("bias-protocol", lambda d: (d / "protocol.json").is_file(), _none, _protocol_render, "protocol.json"),
     PageKind("bias-sweep", lambda d: (d / "sweep.json").is_file(),
-             lambda d: _as_list(read_json(d / "sweep.json").get("data")), _sweep_render),
+             lambda d: _as_list(read_json(d / "sweep.json").get("data")), _sweep_render, "sweep.json"),
     PageKind("bias-retrievers", lambda d: (d / "retrievers.json").is_file(),
-             lambda d: _as_list(read_json(d / "retrievers.json").get("data")), _retrievers_render),
-    PageKind("xor-peers", lambda d: (d / "peers.json").is_file(), _none, _peers_render),
-    PageKind("tune", _is_tune, _none, _tune_render),
+             lambda d: _as_list(read_json(d / "retrievers.json").get("data")), _retrievers_render, "retrievers.json"),
+    PageKind("xor-peers", lambda d: (d / "peers.json").is_file(), _none, _peers_render, "peers.json"),
+    PageKind("tune", _is_tune, _none, _tune_render, "*.json"),
     PageKind("bench-scale", _is_scale, lambda d: _as_list(((_results(d) or {}).get("settings") or {}).get("docs")),
              _scale_render),
-    PageKind("tune-follow", _has_follow_reports, _none, _follow_render),
-    PageKind("self-match-checks", _has_self_match_checks, _none, _self_match_checks_render),
-    PageKind("self-match", _is_self_match, _self_match_data, _self_match_render),
-    PageKind("benchmark-json", _is_bench, _none, _bench_render),
+    PageKind("tune-follow", _has_follow_reports, _none, _follow_render, "*.json"),
+    PageKind("self-match-checks", _has_self_match_checks, _none, _self_match_checks_render, f"*/{SELF_MATCH}"),
+    PageKind("self-match", _is_self_match, _self_match_data, _self_match_render, SELF_MATCH),
+    PageKind("benchmark-json", _is_bench, _none, _bench_render, "*.json"),
 )
 
 
