@@ -99,14 +99,33 @@ def _argument_rows(parser: argparse.ArgumentParser) -> list[list[str]]:
         what = formatter._expand_help(action) if action.help else ""
         if action.choices is not None and not isinstance(action.choices, dict):
             what += f" (one of: {', '.join(map(str, action.choices))})"
-        default = action.default
-        if isinstance(default, (str, Path)) and str(default).startswith(f"{ROOT}/"):
-            default = Path(default).relative_to(ROOT).as_posix()  # a packaged file, not this machine's path
-        shown = "" if default in (None, False, argparse.SUPPRESS) or action.nargs == 0 else f"`{default}`"
-        if isinstance(default, (list, tuple)):
-            shown = f"`{' '.join(map(str, default))}`" if default else ""
-        rows.append([name, shown, what])
+        rows.append([name, _shown_default(action), what])
     return rows
+
+
+#: A default the help states: ``… (default: 200)``, ``…; default: X``, ``Default on a CPU: …``,
+#: ``en: … (…, default)``.
+HELP_DEFAULT = re.compile(r"\(default:? ((?:[^()]|\([^()]*\))+)\)|[;,] default:? (.+?)\)?$|Default (on .*)$"
+                          r"|^(\w+):? [^;()]*\([^()]*, default\)")
+
+
+def _shown_default(action: argparse.Action) -> str:
+    """An option's default for the CLI reference: argparse's; else, where the flag stands for a config field
+    (``config_default``, :func:`mirage.runs.experiment.add_experiment_args`), the field's; else what the help says.
+    Empty for a switch, a required argument, or an option whose default is "not given"."""
+    if action.nargs == 0 or action.required:
+        return ""
+    default = action.default
+    if default is None:
+        default = getattr(action, "config_default", None)
+    if default is None or default == argparse.SUPPRESS:
+        said = HELP_DEFAULT.search(" ".join((action.help or "").split()))
+        return next((g for g in said.groups() if g), "") if said else ""
+    if isinstance(default, (str, Path)) and str(default).startswith(f"{ROOT}/"):
+        default = Path(default).relative_to(ROOT).as_posix()  # a packaged file, not this machine's path
+    if isinstance(default, (list, tuple)):
+        return f"`{' '.join(map(str, default))}`" if default else ""
+    return f"`{default}`"
 
 
 def cli_reference() -> str:

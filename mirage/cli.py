@@ -28,7 +28,7 @@ from mirage.attribution.models import ModelLoadError
 from mirage.config import ConfigError
 from mirage.data.inputs import InputError, NothingToScore, make_item, read_items
 from mirage.runs.experiment import ExperimentConfig, add_experiment_args, non_negative_int, positive_int
-from mirage.runs.progress import terminal_progress
+from mirage.runs.progress import terminal_progress, write_line
 from mirage.runs.sharding import ShardedJSONL, ShardError, StoreFor, in_shards, report_share_done
 from mirage.runs.store import StoreError, changed_ids, disk_error_message, drop_resolved, item_keys, read_records
 

@@ -320,6 +320,60 @@ def test_result_round_trip_tables_and_plot(tmp_path):
     assert len(fig.axes[0].patches) == 8  # 2 studies x (self, mirage) x (precision, recall)
 
 
+def test_cas_and_cab_over_no_query_pair_are_undefined_not_zero(tmp_path):
+    """Every informed answer is empty, so CAS (informed vs vanilla) and CAB (informed vs counterfactual) keep no
+    query pair: their values (and the random citer's) are None, stored as null, shown as – in the tables and the
+    side-by-side table, and no CAB bar is drawn; a results file written when they were 0 reads the same."""
+    from mirage.bias.study import write_outputs
+    from mirage.bias.tables import side_by_side
+
+    assert cas([], []) is None and cab([], [], -1) is None
+    cfg = BiasConfig(modes=("vanilla", "informed", "counterfactual"), baseline_draws=20)
+    recs = records("vanilla") + [rec(f"q{i}", "informed", [], answer="") for i in range(4)] + records("counterfactual")
+    result = summarize(recs, cfg=cfg, metadata=load_metadata(cfg), model="m", data="d", mirage_config={})
+    for source in result.sources.values():
+        for effect in (source.cas["informed"], source.cab):
+            assert effect.n == 0 and effect.n_excluded == 4
+            assert effect.precision.value is None and effect.recall.value is None
+            assert effect.precision.baseline is None
+        assert source.cas["counterfactual"].n == 4 and source.cas["counterfactual"].precision.value is not None
+    saved = json.loads(result.to_json())
+    assert saved["sources"]["self"]["cas"]["informed"]["precision"]["value"] is None
+    assert saved["sources"]["self"]["cab"]["recall"]["value"] is None
+    table = side_by_side(result)
+    assert "| CAS P / R, informed | – / – | – / – |" in table and "| CAB P / R | – / – | – / – |" in table
+    md = render_markdown(result)
+    assert "| informed | – | – | – | – | – | – | – | – |" in md and "0.00 / 0.00" not in md
+    assert plot_cab([result]) is None  # nothing to draw: no cab.png
+    write_outputs(result, tmp_path)
+    assert (tmp_path / "tables.md").read_text(encoding="utf-8") == md and not (tmp_path / "cab.png").exists()
+    for source in saved["sources"].values():  # as written before: 0 over no query pair
+        for effect in (source["cas"]["informed"], source["cab"]):
+            for metric in ("precision", "recall"):
+                effect[metric].update(value=0.0, baseline=0.0)
+    assert render_markdown(BiasStudyResult.from_dict(saved)) == md
+
+
+def test_a_study_without_the_counterfactual_mode_draws_no_cab_plot(tmp_path):
+    """CAB needs the informed and counterfactual modes: without them no empty figure is drawn, and the tables say in
+    one line which option runs them."""
+    from mirage.bias.study import write_outputs
+    from mirage.bias.tables import NO_CAB
+
+    cfg = BiasConfig(modes=("vanilla", "informed"), baseline_draws=20)
+    result = summarize(records("vanilla") + records("informed"), cfg=cfg, metadata=load_metadata(cfg), model="m",
+                       data="d", mirage_config={})
+    assert all(source.cab is None for source in result.sources.values())
+    assert plot_cab([result]) is None
+    write_outputs(result, tmp_path)
+    assert not (tmp_path / "cab.png").exists()
+    assert "--modes" in NO_CAB and f"({NO_CAB})" in (tmp_path / "tables.md").read_text(encoding="utf-8")
+    with_cab = summarize(records("vanilla") + records("informed") + records("counterfactual"),
+                         cfg=BiasConfig(baseline_draws=20, modes=("vanilla", "informed", "counterfactual")),
+                         metadata=load_metadata(cfg), model="m", data="d", mirage_config={})
+    assert len(plot_cab([result, with_cab]).axes[0].patches) == 4  # the compared study's bars only
+
+
 def test_rewrite_items_rewrites_the_chosen_documents_once(tiny_causal, tmp_path, monkeypatch):
     from mirage.bias import rewrite as rewrite_mod
     from mirage.runs.store import ResumableJSONL

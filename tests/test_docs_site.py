@@ -71,6 +71,38 @@ def test_cli_page_lists_every_command_and_flag(site):
     assert str(ROOT) not in text, "the CLI page names this machine's paths"
 
 
+def test_cli_page_shows_each_options_default():
+    """The CLI reference shows each option's default: argparse's, else the config field's that a flag stands for
+    (``--max-new-tokens``: GenerationConfig's 200; xor-attriqa's own ``--cci-target`` prob), else the one its help
+    states. Only switches, required arguments and options whose default is "not given" (None, no config field, and
+    a help that names no default: ``--limit``) show none."""
+    import argparse
+
+    from mirage.cli import build_parser
+
+    page = hooks.cli_reference()
+    attribute = page.split("## `mirage attribute`", 1)[1].split("\n## ", 1)[0]
+    assert re.search(r"^\| `--max-new-tokens` .*? \| `200` \|", attribute, re.MULTILINE), "--max-new-tokens' default"
+    xor = page.split("### `mirage score xor-attriqa`", 1)[1].split("\n### ", 1)[0]
+    assert re.search(r"^\| `--cci-target` .*? \| `prob` \|", xor, re.MULTILINE), "xor-attriqa's --cci-target default"
+    shown, not_given, missing = 0, [], []
+    for path, sub, _help in hooks._parsers(build_parser()):
+        for a in sub._actions:
+            if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)) or a.help == argparse.SUPPRESS:
+                continue
+            if a.nargs == 0 or a.required:
+                continue
+            name = f"{' '.join(path)} {'/'.join(a.option_strings) or a.dest}"
+            if hooks._shown_default(a):
+                shown += 1
+            elif a.default is None and getattr(a, "config_default", None) is None and "default" not in (a.help or ""):
+                not_given.append(name)
+            else:
+                missing.append(name)
+    assert shown > 150 and not missing, (f"{len(missing)} options with a default the CLI page does not show: "
+                                         f"{missing}; {len(not_given)} show none as they have none: {not_given}")
+
+
 def test_config_page_lists_every_field(site):
     text = _text(site, "configuration/index.html")
     for heading, cls in hooks.config_classes():

@@ -142,6 +142,33 @@ def test_cpu_passes_near_the_free_memory_return_freed_memory_without_a_budget(sm
     assert "\n" not in str(err.value)
 
 
+def test_without_a_budget_a_cpu_pass_is_planned_within_the_default_budget(smollm2, monkeypatch):
+    """No --memory-budget on a CPU: a prompt that fills the context window (``mirage bias --k 1000``) is planned
+    within half of the memory in use and available (CPU_DEFAULT_BUDGET_SHARE), not 80 % of what is free: with the
+    available memory forced to a little more than the whole graph needs from 80 % of it, the graph is checkpointed
+    and CCI's batches stay within what the default leaves. The model's own budget stays None (a pass too large for
+    the default is still tried), and a GPU has no default."""
+    from mirage.attribution import cci, forward
+
+    seq = smollm2.context_window
+    full = graph_bytes(smollm2, seq, checkpoint=False) + backward_row_bytes(smollm2, seq)
+    free = int(full / 0.8) + 2**30  # 80 % of it holds the whole graph: what ran before there was a default
+    monkeypatch.setattr(forward, "free_memory", lambda device: free)
+    monkeypatch.setattr(cci, "free_memory", lambda device: free)
+    monkeypatch.setenv("MIRAGE_CPU_ALLOCATOR", "keep")  # the allocator is not what this test is about
+    lm = _fresh(smollm2)
+    plan = plan_graph(lm, seq)
+    assert lm.memory_budget is None and plan.checkpoint is True and lm.passes["checkpointing"] == "on"
+    budget = forward.default_memory_budget(lm.device)
+    assert budget == pytest.approx(forward.CPU_DEFAULT_BUDGET_SHARE * (memory_in_use(lm.device) + free), rel=0.01)
+    light = graph_bytes(smollm2, seq, checkpoint=True)
+    assert plan.room + light <= budget * 0.9 - memory_in_use(lm.device) + 2**26  # planned within the default
+    row = backward_row_bytes(smollm2, seq)
+    width = cci.auto_batch_size(lm, seq, 64, checkpointed=True)
+    assert width * row <= forward.default_budget_room(lm) + 2**26 < free // 2  # the default, not half the free
+    assert forward.default_memory_budget(torch.device("meta")) is None
+
+
 def test_a_budget_changes_how_the_passes_run_not_the_scores(smollm2, one_thread):
     """~650 prompt tokens under a budget the whole graph does not fit: checkpointed, CCI in small batches; the same
     CTI, the same CCI scores (to float rounding) and the same citations as without a budget, and the result names

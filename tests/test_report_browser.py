@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from mirage import Mirage, MirageConfig
+from mirage.attribution.prompts import mark_sentences
 from mirage.cli import main as cli_main
 from mirage.views.report import align_sentences, cue_share, report_html, span_cues
 
@@ -250,5 +252,60 @@ def test_two_runs_compared_in_a_real_browser(browser, compare_report):
     entries.nth(1).click()
     path_png = ROOT / "artifacts" / "report_compare.png"
     page.screenshot(path=str(path_png), full_page=True)
+    assert errors == []
+    page.close()
+
+
+#: An item attributed under selfcitation_marked, whose prompt writes `` [n]`` after each sentence of document n.
+MARKED_DOCS = [{"title": "Cats", "text": "Why do cats purr? They purr when content. They also purr when hurt!"},
+               {"title": "", "text": "Dogs bark. Highly scalable, dogs fetch sticks."},
+               {"title": "Birds", "text": "Birds sing at dawn. They nest in trees."}]
+
+
+@pytest.fixture(scope="module")
+def marked_report(tiny_causal, tmp_path_factory):
+    """The report, written through ``mirage view``, of a given answer attributed under selfcitation_marked (the tiny
+    in-memory model: the cards' layout does not depend on the model)."""
+    cfg = MirageConfig().replace(prompt={"name": "selfcitation_marked"}, cti={"std_k": 0.0},
+                                 cci={"top_k": 8, "top_percent": None})
+    res = Mirage(tiny_causal, config=cfg).attribute("Why do cats purr?", MARKED_DOCS,
+                                                    answer="They purr when content [1]. Highly scalable [2].")
+    folder = tmp_path_factory.mktemp("marked")
+    (folder / "attributed.jsonl").write_text(json.dumps(res.to_dict()) + "\n")
+    assert cli_main(["view", str(folder / "attributed.jsonl"), "-o", str(folder / "report.html")]) == 0
+    return folder / "report.html", res
+
+
+def test_marked_documents_show_in_their_own_cards(browser, marked_report):
+    path, res = marked_report
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(path.as_uri())
+    cards = page.locator("section.item:not([hidden]) ol.docs li.doc")
+    assert cards.count() == len(MARKED_DOCS)
+    marked = [mark_sentences(d["text"], f" [{i}]") for i, d in enumerate(MARKED_DOCS, start=1)]
+    for i, (doc, text) in enumerate(zip(MARKED_DOCS, marked), start=1):
+        shown = cards.nth(i - 1).locator(".doctext")
+        content = shown.evaluate("e => { const c = e.cloneNode(true); c.querySelectorAll('.scaffold')"
+                                 ".forEach(s => s.remove()); return c.textContent.replace(/\\s+/g, ' ').trim(); }")
+        assert content == f"{doc['title']}{text}".strip()  # its own text with its marks, nothing else
+        words = shown.inner_text()
+        assert words.startswith(f"Document [{i}]")
+        assert all(f"[{j}]" not in words for j in range(1, len(MARKED_DOCS) + 1) if j != i)
+    # Each card lists its document's selected context, scaffolding marked as such and the document's words not.
+    base, words_kept = res.prompt.index(res.context), 0
+    for i, (doc, text) in enumerate(zip(MARKED_DOCS, marked), start=1):
+        head = f"Document [{i}](Title: {doc['title']}): " if doc["title"] else f"Document [{i}]: "
+        at = res.prompt.index(head + text, base)
+        content = [(at + len(head), at + len(head + text))]
+        content += [(at + len(head) - 3 - len(doc["title"]), at + len(head) - 3)] if doc["title"] else []
+        expected = sorted((c.text.strip(), not any(a < c.end and c.start < b for a, b in content))
+                          for c in res.context_spans if c.doc == i)
+        chips = cards.nth(i - 1).locator(".ctx .cue").evaluate_all(
+            "cs => cs.map(c => [c.firstChild.textContent.trim(), c.classList.contains('scaffold')])")
+        assert sorted(map(tuple, chips)) == expected
+        words_kept += sum(not scaffold for _, scaffold in expected)
+    assert words_kept > 0
     assert errors == []
     page.close()

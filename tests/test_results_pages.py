@@ -4,8 +4,12 @@ is never overwritten. The run test scores two rows of the XOR-AttriQA slice in t
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import hashlib
 import json
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -147,6 +151,21 @@ def test_a_readme_mirage_did_not_write_is_left_alone(tmp_path, capsys):
     assert "not written by mirage" in capsys.readouterr().err
 
 
+def test_a_readme_that_is_a_pipe_is_left_alone_never_read(tmp_path):
+    """A README.md that is a FIFO is no page mirage wrote: refused in one line (reading it for the mark waited for
+    ever; the run is its own process, stopped after two minutes, so that a wait fails instead of hanging)."""
+    import os
+
+    run = tmp_path / "eli5"
+    shutil.copytree(RESULTS / "eli5_smollm2_selfcitation", run)
+    (run / PAGE).unlink()
+    os.mkfifo(run / PAGE)
+    out = subprocess.run([sys.executable, "-m", "mirage", "report", str(run)], capture_output=True, text=True, check=False,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode == 2 and "not written by mirage" in out.stderr and out.stderr.count("\n") == 1
+    assert (run / PAGE).is_fifo()
+
+
 def test_report_names_a_folder_without_results_and_a_results_file_that_is_not_json(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path)]) == 2
     assert "holds no results" in capsys.readouterr().err
@@ -279,3 +298,145 @@ def test_report_r_names_each_folder_it_cannot_read_and_writes_the_others(tmp_pat
     assert any(f"{bad_provenance / 'provenance.json'}" in line and "list" in line for line in lines)
     assert any(f"{bad_entry / 'provenance.json'}" in line and "data" in line for line in lines)
     assert lines[-1].startswith("mirage: error: 3 folders")
+
+
+# -- every page's command reproduces its results ----------------------------------------------------------------------
+
+
+def _page_commands(page_text: str) -> list[list[str]]:
+    """The commands in the fenced bash blocks of a page's ``## Command`` section, one per line, shlex-split."""
+    section = page_text.split("\n## Command\n", 1)[1].split("\n## ", 1)[0] if "\n## Command\n" in page_text else ""
+    blocks = re.findall(r"^```bash\n(.*?)\n```$", section, flags=re.DOTALL | re.MULTILINE)
+    return [shlex.split(line) for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def _data_args(args: argparse.Namespace) -> list[str]:
+    return [str(v) for name in ("data", "calibrate_on", "eval") for v in
+            (getattr(args, name, None) if isinstance(getattr(args, name, None), list) else [getattr(args, name, None)])
+            if v is not None]
+
+
+def _same_data(given: str, recorded: str) -> bool:
+    """The command's data is what the run read: the same name or path, or the dataset name of the run's local copy
+    (its files have the SHA-256 the data registry pins)."""
+    from mirage.data.registry import is_spec
+    from mirage.views.pages.core import registered_name
+
+    if given == recorded:
+        return True
+    return Path(recorded).exists() and given == registered_name(recorded) and is_spec(given)
+
+
+def _questions(data: str, config: dict, run: Path | None) -> list[str] | None:
+    """The ids of the questions a bias study of ``data`` with ``config`` has without a limit; None without the data."""
+    from mirage.bias.protocol import BiasConfig
+    from mirage.bias.study import build_items
+
+    if not Path(data).exists():
+        return None
+    fields = {f.name for f in dataclasses.fields(BiasConfig)}
+    cfg = BiasConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in fields})
+    return [i.id for i in build_items(data, dataclasses.replace(cfg, docs="retrieved"), run=run)]
+
+
+def _check_bias(folder: Path, args: argparse.Namespace, argv: list[str]) -> None:
+    from mirage.bias.cli import bias_config_from_args
+    from mirage.bias.items import read_items
+    from mirage.runs.experiment import ExperimentConfig
+
+    res = json.loads((folder / "results.json").read_text())
+    exp = ExperimentConfig.from_args(args, command="bias")
+    cfg = json.loads(json.dumps(dataclasses.asdict(bias_config_from_args(args))))
+    assert exp.model == res["model"] and _same_data(args.data, res["data"])
+    for name in ("metadata", "k", "modes", "docs", "rage_similar", "explain", "n_relevant", "seed", "mixed",
+                 "max_doc_words", "rewrite", "relevant_side"):
+        assert cfg[name] == res["config"][name], name
+    recorded = res.get("mirage_config") or {}
+    assert exp.pipeline.prompt.name == recorded["prompt"]["name"]
+    assert exp.pipeline.generation.max_new_tokens == recorded["generation"]["max_new_tokens"]
+    retrievers = folder.parent / "retrievers.json"
+    runs = json.loads(retrievers.read_text())["runs"] if retrievers.is_file() else {}
+    assert args.retriever == ([runs[folder.name]["retriever"]] if folder.name in runs else None)
+    run = folder / "run.trec" if folder.name in runs else None
+    every = _questions(res["data"], res["config"], run)
+    if args.limit is not None:
+        ids = [i.id for i in read_items(folder / "items.jsonl")] if (folder / "items.jsonl").is_file() else None
+        assert args.limit == res["n_items"] and (ids is None or len(ids) == args.limit)
+        assert every is None or ids is None or ids == every[:args.limit], "the first questions of the data"
+    else:
+        assert every is None or len(every) == res["n_items"], "all questions, or a --limit the page leaves out"
+
+
+def _check_xor(folder: Path, args: argparse.Namespace, argv: list[str]) -> None:
+    from mirage.runs.experiment import ExperimentConfig
+
+    s = json.loads((folder / "results.json").read_text())["settings"]
+    exp = ExperimentConfig.from_args(args, command="xor-attriqa")
+    assert exp.model == s["model"] and exp.text == s.get("text", "en") and exp.limit == s.get("limit")
+    data, cal = list(exp.data), list(exp.calibrate_on or ())
+    assert len(data) == len(_strings(s["data"])) and all(map(_same_data, data, _strings(s["data"])))
+    assert len(cal) == len(_strings(s.get("calibrate_on"))) and all(
+        map(_same_data, cal, _strings(s.get("calibrate_on"))))
+    def groups(names: list[str]) -> list[str]:  # "learned" is the old name of "likelihood"
+        return sorted("likelihood" if n == "learned" else n for n in names)
+
+    assert groups(args.settings) == groups(s.get("groups") or ["cal", "ex", "likelihood"])
+    config = s.get("config") or {}
+    assert exp.pipeline.prompt.name == config["prompt"]["name"]
+    pipeline = exp.pipeline.to_dict()
+    for section in ("cti", "cci", "aggregation"):
+        assert pipeline[section] == {**pipeline[section], **config.get(section, {})}, section
+
+
+def _check_eli5(folder: Path, args: argparse.Namespace, argv: list[str]) -> None:
+    from mirage.runs.experiment import ExperimentConfig
+
+    s = json.loads((folder / "results.json").read_text())["settings"]
+    exp = ExperimentConfig.from_args(args, command="eli5")
+    assert exp.model == s["model"] and exp.limit == s.get("limit") and list(exp.seeds) == s["seeds"]
+    assert len(exp.data) == len(_strings(s["data"])) and all(map(_same_data, exp.data, _strings(s["data"])))
+
+
+def _check_self_match(folder: Path, args: argparse.Namespace, argv: list[str]) -> None:
+    from mirage.runs.experiment import ExperimentConfig
+
+    s = json.loads((folder / "self_match.json").read_text())
+    exp = ExperimentConfig.from_args(args, command="xor-attriqa")
+    assert args.self_match and exp.model == s["model"] and exp.text == s["text"]
+    assert list(exp.data) == s["data"] and exp.pipeline.prompt.name == s["prompt"]["name"]
+
+
+def _check_tune(folder: Path, args: argparse.Namespace, argv: list[str]) -> None:
+    if getattr(args, "config", None):  # sft / reward: the run's YAML, kept in the folder
+        assert (folder / args.config).is_file()
+        return
+    records = [json.loads(p.read_text()) for p in folder.glob("*.json")]
+    record = next(r for r in records if isinstance(r, dict) and r.get("command")
+                  and shlex.split(r["command"])[1:] == argv)
+    assert record["model"] == args.model
+
+
+def _strings(value) -> list[str]:
+    return [] if value is None else [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+CHECKS = {"bias-study": _check_bias, "xor-attriqa": _check_xor, "eli5": _check_eli5, "self-match": _check_self_match,
+          "tune": _check_tune}
+PAGES_WITH_COMMANDS = sorted(p.parent for p in RESULTS.rglob(PAGE) if _page_commands(p.read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("folder", PAGES_WITH_COMMANDS, ids=lambda p: p.relative_to(RESULTS).as_posix())
+def test_a_pages_command_parses_to_the_settings_its_results_record(folder):
+    """Each command a results page prints, parsed by mirage's own parser, asks for what the results record (model,
+    data, limit, retriever, k, modes, prompt, seeds, …: the last block where a changed default adds one), and names
+    its data by dataset name or by a path inside the repository, never a machine's folder (``../shared``)."""
+    commands = _page_commands((folder / PAGE).read_text(encoding="utf-8"))
+    kind = page_kind(folder)
+    if kind in ("xor-attriqa", "bias-study"):
+        commands = commands[-1:]  # a recorded command and, where a default changed since, the same run today
+    for argv in commands:
+        assert argv[0] == "mirage"
+        args = cli.build_parser(argv[1:]).parse_args(argv[1:])
+        for data in _data_args(args):
+            assert not Path(data).is_absolute() and ".." not in Path(data).parts, data
+        CHECKS[kind](folder, args, argv[1:])

@@ -287,6 +287,39 @@ def test_eli5_faithfulness_is_scored_per_method_and_resumed(eli5_run, tmp_path, 
     assert (out / "faithfulness.jsonl").read_text() == first
 
 
+def test_a_tuned_models_training_questions_are_left_out_and_counted(xor_run, no_model, monkeypatch, tmp_path,
+                                                                     capsys):
+    """The model's record names the first row's question: that test row is left out (the calibration rows are
+    not), results.json's settings say so, and --keep-trained-questions keeps it, the page's command saying so; the
+    scores come from the run's store."""
+    import shutil
+
+    from mirage.attribution import models
+    from mirage.runs.experiment import question_digest
+    from mirage.scoring.xor_attriqa import load_xor_attriqa
+
+    out, args = xor_run
+    first = question_digest(load_xor_attriqa(XOR_VAL, limit=1).items[0].question)
+    monkeypatch.setattr(models, "tuned_record", lambda model, **_: {"training": {"questions": [first]}}
+                        if model == "smollm2-135m-instruct" else None)
+    left, kept = tmp_path / "left", tmp_path / "kept"
+    for copy in (left, kept):
+        shutil.copytree(out, copy)
+        (copy / "results.json").unlink()
+    capsys.readouterr()
+    assert cli.main([*args[:-1], str(left)]) == 0
+    res = json.loads((left / "results.json").read_text())
+    assert res["settings"]["trained_questions_left_out"] == 1 and res["counts"]["all"]["items"] == 1
+    assert "1 of 2 test rows ask a question smollm2-135m-instruct was trained on" in capsys.readouterr().err
+    assert cli.main([*args[:-1], str(kept), "--keep-trained-questions"]) == 0
+    res = json.loads((kept / "results.json").read_text())
+    assert res["settings"]["trained_questions_kept"] == 1 and res["counts"]["all"]["items"] == 2
+    (kept / "provenance.json").unlink(missing_ok=True)  # the page's command rebuilt from the results
+    assert cli.main(["report", str(kept)]) == 0
+    page = (kept / "README.md").read_text()
+    assert "--keep-trained-questions" in page and "trained_questions_kept" in page
+
+
 def test_xor_attriqa_faithfulness(xor_run, tmp_path):
     import shutil
 
@@ -301,16 +334,23 @@ def test_xor_attriqa_faithfulness(xor_run, tmp_path):
     assert len(_lines(out / "faithfulness.jsonl")) == 2
 
 
-def test_the_documented_benchmark_command_reads_dataset_names_of_several_parts(data_dir, tmp_path, capsys):
+def test_the_documented_benchmark_command_reads_dataset_names_of_several_parts(data_dir, tmp_path, capsys,
+                                                                              monkeypatch, tiny_causal):
     """docs/benchmarks.md's EX / CAL command, as written there with ``-o DIR`` in a temporary folder and ``--limit 1``
-    added (one row of each part, for a shared CPU): ``xor-attriqa-match:fi,ru`` and ``--calibrate-on
-    xor-attriqa-match:train,val`` read each part's file (they stopped at "…/_views/xor-attriqa-match=fi,ru is a
-    directory", leaving run.json behind), and the results name each part."""
+    added (one row of each part): ``xor-attriqa-match:fi,ru`` and ``--calibrate-on xor-attriqa-match:train,val``
+    read each part's file (they stopped at "…/_views/xor-attriqa-match=fi,ru is a directory", leaving run.json
+    behind), and the results name each part. The tiny in-memory model stands in for smollm2 (the command's data
+    handling is under test, and the real model's default settings take minutes per row on a shared CPU here)."""
     import re
     import shlex
 
+    from mirage.pipeline import Mirage
+
+    monkeypatch.setattr(Mirage, "from_pretrained", classmethod(lambda cls, *a, config=None, **k: cls(
+        tiny_causal, config=config)))
+
     text = (Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
-    block = re.findall(r"```bash\n(.*?)\n```", text, flags=re.S)[0].replace("\\\n", " ")
+    block = re.findall(r"```bash\n(.*?)\n```", text, flags=re.DOTALL)[0].replace("\\\n", " ")
     line = next(c for c in block.splitlines() if "# the paper's EX / CAL settings" in c)
     argv = shlex.split(line.split("#")[0])
     assert argv[:3] == ["mirage", "score", "xor-attriqa"] and "DIR" in argv
@@ -330,3 +370,23 @@ def test_bad_data_leaves_no_run_folder_behind(tmp_path, capsys):
     assert cli.main(["score", "xor-attriqa", str(bad), "-o", str(out)]) != 0
     assert "UTF-8" in capsys.readouterr().err
     assert not (out / "run.json").exists()
+
+
+def test_a_limit_that_cuts_the_calibration_files_is_said_and_a_tiny_calibration_set_warned_of(
+        tmp_path, capsys, monkeypatch, tiny_causal):
+    """``--limit`` keeps the first N rows of the calibration files too: the run says what it calibrated on, warns
+    when that is too few to mean anything, and records the calibration set's size (the tiny in-memory model stands
+    in for smollm2: only the data handling is under test)."""
+    from mirage.pipeline import Mirage
+    from mirage.scoring.benchmarks import MIN_CALIBRATION
+
+    monkeypatch.setattr(Mirage, "from_pretrained", classmethod(lambda cls, *a, config=None, **k: cls(
+        tiny_causal, config=config)))
+    out = tmp_path / "run"
+    assert cli.main(["score", "xor-attriqa", str(XOR_VAL), "--calibrate-on", str(XOR_VAL), "--limit", "2",
+                     "--settings", "ex", "cal", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert ("mirage: warning: calibrating on 2 answers, " in err and f"fewer than {MIN_CALIBRATION} of each" in err
+            and "--limit cuts each calibration file too" in err)
+    size = json.loads((out / "results.json").read_text(encoding="utf-8"))["settings"]["calibration_size"]
+    assert size["answers"] == 2 and 0 <= size["supporting"] <= size["passages"]

@@ -46,3 +46,59 @@ def test_a_runner_refuses_another_commands_experiment(tmp_path):
     with pytest.raises(ConfigError, match="experiment.data"):
         run_eli5(ExperimentConfig("eli5"), ELI5Options(output=str(out)))
     assert not out.exists()
+
+
+def test_a_runner_leaves_out_the_questions_the_model_was_trained_on(tmp_path, capsys):
+    """A model mirage tuned records the questions it was trained on (``training.questions`` of its
+    ``mirage-adapter.json``): the runners leave them out of what they score, and refuse in one line, before any
+    model loads, when nothing is left."""
+    from pathlib import Path
+
+    from mirage.data.inputs import InputError
+    from mirage.runs.experiment import question_digest
+    from mirage.scoring.eli5 import load_alce
+    from mirage.scoring.xor_attriqa import load_xor_attriqa
+
+    data = Path(__file__).parent / "data"
+    xor, eli5 = data / "xor_attriqa_match" / "val.jsonl", data / "eli5_alce" / "eli5_eval_sample.json"
+    questions = [i.question for i in load_xor_attriqa(xor, limit=2).items]
+    questions += [i.question for i in load_alce(eli5, limit=2).items]
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    (tuned / "mirage-adapter.json").write_text(json.dumps({"training": {"questions": [question_digest(q) for q in
+                                                                                      questions]}}))
+
+    def load():
+        raise AssertionError("the model was loaded")
+
+    out = tmp_path / "xor"
+    with pytest.raises(InputError, match="every one of the 2 test rows asks a question .* was trained on"):
+        run_xor_attriqa(ExperimentConfig("xor-attriqa", model=str(tuned), data=(str(xor),), limit=2),
+                        XorAttriQAOptions(output=str(out)), mirage=load)
+    assert not out.exists()
+    with pytest.raises(InputError, match="every one of the 2 questions asks a question .* was trained on"):
+        run_eli5(ExperimentConfig("eli5", model=str(tuned), data=(str(eli5),), limit=2),
+                 ELI5Options(output=str(tmp_path / "eli5")), mirage=load)
+    err = capsys.readouterr().err
+    assert "2 of 2 test rows ask a question" in err and "2 of 2 questions ask a question" in err
+
+
+def test_the_commands_take_keep_trained_questions(monkeypatch):
+    from mirage.cli import main
+    from mirage.scoring import benchmarks
+
+    seen = {}
+
+    def fake_run(experiment, options, **kwargs):
+        seen["options"] = options
+        raise SystemExit(0)
+
+    monkeypatch.setattr(benchmarks, "run_xor_attriqa", fake_run)
+    monkeypatch.setattr(benchmarks, "run_eli5", fake_run)
+    for command in (["xor-attriqa", "x.jsonl"], ["eli5", "x.json"]):
+        with pytest.raises(SystemExit):
+            main(["score", *command, "-o", "unused"])
+        assert seen.pop("options").keep_trained_questions is False
+        with pytest.raises(SystemExit):
+            main(["score", *command, "--keep-trained-questions", "-o", "unused"])
+        assert seen.pop("options").keep_trained_questions is True

@@ -248,6 +248,27 @@ def test_a_whole_file_write_that_fails_leaves_the_previous_version(tmp_path, mon
     assert path.read_bytes() == b"\x93NUMPY"
 
 
+def test_a_store_on_a_pipe_is_refused_at_once_never_waiting_for_a_reader(tmp_path, capsys):
+    """A FIFO as a results file (``mirage attribute … -o FIFO``): appending a record larger than the pipe's buffer
+    waited for a reader for ever, and no re-run could resume it; it is refused in one line before the model loads,
+    the pipe left as it was."""
+    import os
+
+    from mirage.cli import main
+
+    fifo = tmp_path / "out.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(StoreError, match=rf"^{fifo} is a pipe or device, not a file; .*give a file path") as err:
+        ResumableJSONL(fifo)
+    assert "\n" not in str(err.value) and fifo.is_fifo()
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"question": "q?", "docs": [{"title": "t", "text": "x."}], "output": "a."}) + "\n")
+    assert main(["attribute", str(items), "-o", str(fifo), "--quiet"]) == 2
+    err_text = capsys.readouterr().err
+    assert "is a pipe or device, not a file" in err_text and "Traceback" not in err_text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["items.jsonl", "out.jsonl"]  # no errors file either
+
+
 def _lock_is_free(path: Path) -> bool:
     """Whether another open file description could take the store's flock now (as another process would)."""
     import fcntl

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
+from mirage import Mirage, MirageConfig
 from mirage.attribution.models import embedded_checkpoint
-from mirage.attribution.prompts import build_prompt, load_template, tokenize_prompt
+from mirage.attribution.prompts import build_prompt, load_template, mark_sentences, tokenize_prompt
 from mirage.config import PromptConfig
 from mirage.data.inputs import make_item
 from mirage.scoring.xor_attriqa import load_xor_attriqa
@@ -50,3 +51,40 @@ def test_context_tokens_lie_inside_the_documents_block(which, gemma_tokenizer, r
         assert set(tok.context_docs) == set(range(len(rag.docs)))
     if which == "gemma":  # the case that motivated the rule: "\n" + "\n" -> "\n\n" across the block's end
         assert straddling == len(items) > 0
+
+
+#: Documents whose sentences selfcitation_marked marks: a question mark, a quote after the stop, no stop at the end.
+MARKED_DOCS = [{"title": "Cats", "text": "Why do cats purr? They purr when content. They also purr when hurt!"},
+               {"title": "", "text": 'Dogs bark. Highly scalable, dogs "fetch sticks." Dogs sleep a lot'},
+               {"title": "Birds", "text": "Birds sing at dawn."}]
+
+
+def test_marked_documents_spans_cover_each_text_with_its_marks(tiny_causal):
+    cfg = MirageConfig().replace(prompt={"name": "selfcitation_marked"}, aggregation={"keep_saliency": True},
+                                 cti={"std_k": 0.0})
+    res = Mirage(tiny_causal, config=cfg).attribute("Why do cats purr?", MARKED_DOCS,
+                                                    answer="Cats purr when content [1]. Highly scalable [2].")
+    sal = res.saliency
+    base = res.prompt.index(res.context)
+    assert res.context == "".join(
+        (f"Document [{d}](Title: {doc['title']}): " if doc["title"] else f"Document [{d}]: ")
+        + mark_sentences(doc["text"], f" [{d}]") + "\n" for d, doc in enumerate(MARKED_DOCS, start=1))
+    assert mark_sentences(MARKED_DOCS[0]["text"], " [1]").startswith("Why do cats purr [1]? They purr when")
+    cursor = base
+    for d, doc in enumerate(MARKED_DOCS, start=1):
+        marked = mark_sentences(doc["text"], f" [{d}]")
+        text_at = res.prompt.index(marked, cursor)
+        title_at = res.prompt.index(doc["title"], cursor, text_at) if doc["title"] else text_at
+        entry = (res.prompt.index(f"Document [{d}]", cursor), text_at + len(marked) + 1)  # with its closing newline
+        content = [range(title_at, title_at + len(doc["title"])), range(text_at, text_at + len(marked))]
+        cursor = entry[1]
+        columns = [j for j, doc_of in enumerate(sal.context_docs) if doc_of == d]
+        covered = {c for j in columns for c in range(*sal.context_offsets[j])}
+        assert covered == set(range(*entry))  # document d's tokens cover exactly its entry, marks included
+        for j in columns:
+            a, b = sal.context_offsets[j]
+            assert sal.content[j] == any(a < r.stop and r.start < b for r in content), res.prompt[a:b]
+        assert {c for j in columns if sal.content[j] for c in range(*sal.context_offsets[j])} >= set(content[1])
+        for span in (s for s in res.context_spans if s.doc == d):
+            assert entry[0] <= span.start < span.end <= entry[1]
+    assert res.context_spans

@@ -38,20 +38,27 @@ def _one_line(err: str) -> str:
     return lines[0]
 
 
-def test_a_pipe_or_device_output_is_written_into_never_read(tmp_path, capsys):
+def _view(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``mirage view ARGS`` in its own process, stopped after two minutes: a read of a pipe that waits for ever
+    fails the test instead of hanging it."""
+    return subprocess.run([sys.executable, "-m", "mirage", "view", *args], capture_output=True, check=False,
+                          timeout=120, cwd=cwd)
+
+
+def test_a_pipe_or_device_output_is_written_into_never_read(tmp_path):
     results = _results(tmp_path / "r.jsonl", 1)
     # -o /dev/stdout into a pipe: the page comes out (it used to read /dev/stdout for its mark and wait for ever)
-    run = subprocess.run([sys.executable, "-m", "mirage", "view", str(results), "-o", "/dev/stdout"],
-                         capture_output=True, timeout=120, cwd=tmp_path)
+    run = _view(str(results), "-o", "/dev/stdout", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith(b"<!DOCTYPE html>") and PAGE_MARKER.encode() in run.stdout[:4096]
     assert Path("/dev/stdout").is_symlink() or not Path("/dev/stdout").is_file()  # not replaced by a file
-
     fifo = tmp_path / "page.fifo"
     os.mkfifo(fifo)
-    assert main(["view", str(results), "-o", str(fifo)]) == 2  # nobody reads it: one line at once, no wait
-    line = _one_line(capsys.readouterr().err)
+    run = _view(str(results), "-o", str(fifo), cwd=tmp_path)  # nobody reads it: one line at once, no wait
+    assert run.returncode == 2
+    line = _one_line(run.stderr.decode())
     assert f"{fifo} is a pipe no process reads" in line and "give a file path" in line
+
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:
         fcntl.fcntl(reader, fcntl.F_SETPIPE_SZ, 2**20)  # room for the whole page: the write never waits here

@@ -11,6 +11,7 @@ import re
 import pytest
 
 from mirage import AttributionResult, Mirage, MirageConfig
+from mirage.attribution.prompts import mark_sentences
 from mirage.cli import main
 from mirage.views.report import (
     align_sentences,
@@ -160,6 +161,44 @@ def test_documents_are_found_in_the_prompt_with_their_scaffolding(runs):
     cut.truncated_docs = [1]
     assert doc_regions(cut)[0].text == regions[0].text
     assert run_view(cut).docs[0].rest == " And then much more that did not fit."
+
+
+MARKED = MirageConfig().replace(prompt={"name": "selfcitation_marked"}, cti={"std_k": 0.0},
+                               cci={"top_k": 6, "top_percent": None})
+#: An item for selfcitation_marked, whose prompt writes `` [n]`` after each sentence of document n.
+MARKED_ITEM = {"question": "Why do cats purr?",
+               "docs": [{"title": "Cats", "text": "Why do cats purr? They purr when content. They also purr when hurt!"},
+                        {"title": "", "text": "Dogs bark. Highly scalable, dogs fetch sticks."},
+                        {"title": "Birds", "text": "Birds sing at dawn."}],
+               "output": "They purr when content [1]. Highly scalable [2]."}
+
+
+def test_documents_are_found_with_their_sentence_marks(tiny_causal):
+    res = _attribute(tiny_causal, MARKED, [MARKED_ITEM])[0]
+    regions = doc_regions(res)
+    view = run_view(res)
+    for region, doc, card in zip(regions, res.docs, view.docs):
+        marked = mark_sentences(doc["text"], f" [{region.doc}]")
+        assert res.prompt[slice(*region.text)] == marked and region.kept == len(doc["text"])
+        assert res.prompt[region.start : region.end].startswith(f"Document [{region.doc}]")
+        assert res.prompt[region.end - len(marked) - 1 : region.end] == marked + "\n"
+        assert "".join(s.text for s in card.segments if not s.scaffold) == doc["title"] + marked
+        assert card.rest == ""
+    for span in res.context_spans:  # a selected span of the copied text is content, not scaffolding
+        region = regions[span.doc - 1]
+        assert region.start <= span.start < span.end <= region.end
+        inside = region.text[0] <= span.start and span.end <= region.text[1]
+        assert not (inside and is_scaffolding(regions, span.doc, span.start, span.end))
+    # A document cut to fit the window: the prompt holds its kept words, marked again; the rest is shown apart.
+    short = copy.deepcopy(MARKED_ITEM)
+    short["docs"][0]["text"] = "Why do cats purr? They purr when"
+    cut = _attribute(tiny_causal, MARKED, [short])[0]
+    cut.docs[0]["text"] = MARKED_ITEM["docs"][0]["text"]
+    cut.truncated_docs = [1]
+    region = doc_regions(cut)[0]
+    assert cut.prompt[slice(*region.text)] == "Why do cats purr [1]? They purr when [1]"
+    assert run_view(cut).docs[0].rest == " content. They also purr when hurt!"
+    assert doc_regions(cut)[1].start == region.text[1] + 1
 
 
 def test_document_heat_covers_the_entries_and_follows_the_content_option(runs):

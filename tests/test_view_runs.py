@@ -168,6 +168,29 @@ def test_the_study_tables_come_from_tables_md_or_results_json(result, tmp_path):
     assert "<script>" not in markdown_html("| a |\n|---|\n| <script>x</script> |")
 
 
+def test_a_run_without_cab_shows_no_plot_and_says_why(records, result, tmp_path):
+    """A study without the counterfactual mode has no CAB: its page embeds no figure (not the one a cab.png left in
+    the folder would draw) and says, in one line, which option runs the modes CAB needs."""
+    from mirage.bias.protocol import load_metadata
+    from mirage.bias.results import summarize
+    from mirage.bias.study import write_outputs
+    from mirage.bias.tables import NO_CAB
+
+    folder = tmp_path / "run"
+    shutil.copytree(BIAS_RUN, folder, ignore=shutil.ignore_patterns("generations.jsonl*", "tables.md"))
+    kept = [r for r in records if r.mode != "counterfactual"]
+    (folder / "generations.jsonl").write_text("".join(r.to_json() + "\n" for r in kept), encoding="utf-8")
+    cfg = BiasConfig.from_dict({**result.config, "modes": ["vanilla", "informed"]})
+    write_outputs(summarize(kept, cfg=cfg, metadata=load_metadata(cfg), model=result.model, data=result.data,
+                            mirage_config=result.mirage_config), folder)
+    assert (folder / "cab.png").exists()  # the copied run's, which drew another study's CAB
+    view = bias_run_view(folder)
+    assert view.cab_png is None and view.cab_note == NO_CAB
+    page = bias_report_html(view)
+    assert 'alt="CAB per model' not in page and f'<p class="note no-cab">{NO_CAB}</p>' in page
+    assert 'alt="CAB per model' in bias_report_html(bias_run_view(BIAS_RUN))  # a study with CAB shows it
+
+
 # --- what PATH is ---------------------------------------------------------------------------------------------------
 
 

@@ -210,15 +210,23 @@ def mark_sentences(text: str, mark: str) -> str:
     """``text`` with ``mark`` written at the end of each of its sentences (:func:`split_sentences`), before the
     sentence's closing punctuation where it has one, as a cited answer places it (``… in 1986 [4].``)."""
     out, last = [], 0
+    for close in mark_points(text):
+        out += [text[last:close], mark]
+        last = close
+    return "".join(out) + text[last:]
+
+
+def mark_points(text: str) -> list[int]:
+    """Where :func:`mark_sentences` writes its marks: per sentence of ``text``, the offset its mark goes before."""
+    points = []
     for start, end in split_sentences(text):
         close = end
         while close > start and text[close - 1] in _CLOSING:
             close -= 1
         if close == start or not any(c in _TERMINAL for c in text[close:end]):  # no closing stop: the mark at the end
             close = end
-        out += [text[last:close], mark]
-        last = close
-    return "".join(out) + text[last:]
+        points.append(close)
+    return points
 
 
 #: A sentence's closing stops, and the quotes that may follow them: a sentence mark goes before them.

@@ -480,9 +480,19 @@ def add_trained_questions_arg(parser: argparse.ArgumentParser) -> None:
                              "default they are left out, and the results say how many")
 
 
-def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:
+def flag_help(help_text: str, default: Any) -> str:
+    """A flag's help with the config default it stands for (``… (default: 200)``), unless it says its default
+    already or there is none (None)."""
+    if default is None or "default" in help_text:
+        return help_text
+    return f"{help_text} (default: {str(default).lower() if isinstance(default, bool) else default})"
+
+
+def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] = (),
+                        benchmark: str | None = None) -> None:
     """The model, config-file and pipeline flags every run command takes, less the pipeline flags in ``skip`` (those
-    the command sets itself)."""
+    the command sets itself); each pipeline flag's help shows the field's default (``benchmark``'s, where it has its
+    own: :data:`mirage.config.BENCHMARK_DEFAULTS`)."""
     parser.add_argument("--model", default=None,
                         help=f"embedded model name, Hugging Face id or local path (default: {DEFAULT_MODEL})")
     parser.add_argument("--config", help="YAML config: pipeline sections (prompt, generation, cti, cci, aggregation), "
@@ -496,8 +506,11 @@ def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] 
     add_device_args(parser)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the hub")
     groups: dict[str, Any] = {}  # flags of fields with the same metadata "exclusive" name: at most one of them
-    for _section, f, kind in pipeline_flags():
-        flag, help_text = f.metadata["flag"], f.metadata["help"]
+    defaults = MirageConfig.from_dict({}, benchmark=benchmark)
+    for section, f, kind in pipeline_flags():
+        flag = f.metadata["flag"]
+        default = None if kind is bool else getattr(getattr(defaults, section), f.name)
+        help_text = flag_help(f.metadata["help"], default)
         if flag in skip:
             continue
         exclusive = f.metadata.get("exclusive")
@@ -505,10 +518,11 @@ def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] 
             groups[exclusive] = parser.add_mutually_exclusive_group()
         target = groups[exclusive] if exclusive else parser
         if kind is bool:
-            target.add_argument(flag, action="store_true", default=None, help=help_text)
+            action = target.add_argument(flag, action="store_true", default=None, help=help_text)
         else:  # numbers read as the field's check reads them (``--cci-top-k 3.0`` is 3, as ``top_k: 3.0`` is)
-            target.add_argument(flag, type={int: int_flag, float: float_flag}.get(kind, kind), default=None,
-                                help=help_text)
+            action = target.add_argument(flag, type={int: int_flag, float: float_flag}.get(kind, kind),
+                                         default=None, help=help_text)
+        action.config_default = default  # the value unless given (None: "not given"); the CLI reference shows it
 
 
 def pipeline_changes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:

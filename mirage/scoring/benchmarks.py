@@ -354,6 +354,8 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
                                       noun="test rows")
     test = replace(test, items=tuple(kept))
     cal = concat_data(load(p) for p in cal_files) if cal_files else None
+    if cal is not None:
+        _note_calibration_size(cal, limit)
     fingerprint = replace(experiment, dtype=_dtype(model, experiment.dtype)).fingerprint()
     check_run(out, fingerprint)
     if options.reuse_from is not None:
@@ -429,6 +431,8 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     scores, failed, faith = done
     bad = list(test.bad_rows) + (list(cal.bad_rows) if cal else []) + failed
     require_scored(out, data, sum(key in scores for key in by_key), list(test.bad_rows) + failed)
+    if cal is not None:
+        labels["calibration_size"] = calibration_size(cal)
     settings = {"model": model_name, **labels, "calibrate_by": calibrate_by,
                 "limit": limit, "group_passages": group_passages, "all_tokens": all_tokens, "signals": use_signals,
                 "groups": list(groups), **trained, "config": cfg.to_dict()}
@@ -450,6 +454,34 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
 
     _save(out, report, sweep_figure(report.sweep) if report.sweep else None, "sweep.png")
     return report
+
+
+#: Fewer calibration answers, or supporting / unsupported passages among them, than this calibrate nothing worth
+#: reporting: the run says so (a CTI threshold or a classifier fitted on a handful of rows is noise).
+MIN_CALIBRATION = 20
+
+
+def calibration_size(cal: XorData) -> dict[str, int]:
+    """What a calibration set holds: its answers, their passages, and how many of those support the answer."""
+    labels = [label for item in cal.items for label in item.labels]
+    return {"answers": len(cal.items), "passages": len(labels), "supporting": sum(labels)}
+
+
+def _note_calibration_size(cal: XorData, limit: int | None) -> None:
+    """Say on stderr what the run calibrates on when ``--limit`` cut the calibration files too, and warn when the
+    set is too small to mean anything (:data:`MIN_CALIBRATION`)."""
+    size = calibration_size(cal)
+    unsupported = size["passages"] - size["supporting"]
+    held = (f"{size['answers']} answers, {size['passages']} passages of which {size['supporting']} support their "
+            "answer")
+    if min(size["answers"], size["supporting"], unsupported) < MIN_CALIBRATION:
+        print(f"mirage: warning: calibrating on {held}: fewer than {MIN_CALIBRATION} of each, too few for the "
+              "calibrated thresholds and the passage-likelihood classifier to mean much"
+              + ("; --limit cuts each calibration file too, so give a larger --limit or none" if limit else
+                 "; give a larger calibration split") + ".", file=sys.stderr)
+    elif limit is not None:
+        print(f"mirage: note: --limit {limit} cuts each calibration file too: calibrating on {held}.",
+              file=sys.stderr)
 
 
 #: The rows each split's self-match check kept, per language (written before scoring, also when none is kept).

@@ -30,7 +30,7 @@ from mirage.runs.experiment import (
 from mirage.runs.progress import terminal_progress
 
 
-def _add_run_args(parser: argparse.ArgumentParser, *, skip: set[str]) -> None:
+def _add_run_args(parser: argparse.ArgumentParser, *, skip: set[str], benchmark: str) -> None:
     """The experiment flags (as ``mirage attribute``, less the pipeline flags the command sets itself), the row limit,
     the output directory and --quiet."""
     parser.add_argument("--limit", type=non_negative_int, default=None,
@@ -39,7 +39,7 @@ def _add_run_args(parser: argparse.ArgumentParser, *, skip: set[str]) -> None:
                         help="output directory (results.json, the plot, and per-item outputs: re-running resumes)")
     parser.add_argument("--quiet", action="store_true", help="do not print the table")
     add_trained_questions_arg(parser)
-    add_experiment_args(parser, skip=skip)
+    add_experiment_args(parser, skip=skip, benchmark=benchmark)
 
 
 def _model_loader(exp: ExperimentConfig):
@@ -180,7 +180,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "calibration) computes only the rows it adds; used while this run's store is empty")
     xor.add_argument("--nli-dir", help="folder of <split>.nli-*.json baseline predictions (default: beside DATA)")
     _add_run_args(xor, skip={"--cci-top-k", "--cci-top-percent", "--cti-threshold", "--max-citations",
-                             "--max-new-tokens", "--sample", "--temperature", "--top-p", "--seed"})
+                             "--max-new-tokens", "--sample", "--temperature", "--top-p", "--seed"},
+                  benchmark="xor-attriqa")
     xor.set_defaults(func=_run(cmd_xor_attriqa))
 
     eli5 = bench.add_parser("eli5", help="ELI5 (ALCE): MIRAGE citations beside the model's self-citations",
@@ -195,5 +196,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     eli5.add_argument("--faithfulness", action="store_true",
                       help="also score how much each citation set matters to the model (mirage.scoring.faithfulness)")
     eli5.add_argument("--at-most-citations", type=int_flag, default=3, help="citations judged per sentence (ALCE: 3)")
-    _add_run_args(eli5, skip={"--seed"})
+    _add_run_args(eli5, skip={"--seed"}, benchmark="eli5")
     eli5.set_defaults(func=_run(cmd_eli5))

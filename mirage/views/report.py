@@ -36,7 +36,9 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
+from mirage.attribution.prompts import PromptTemplate, load_template, mark_points, mark_sentences
 from mirage.attribution.results import AnswerSpan, AnswerToken, AttributionResult, ContextCue, SentenceAttribution
+from mirage.config import ConfigError, PromptConfig
 from mirage.data.inputs import InputError, RawRow, json_kind, json_repr, read_jsonl, short_repr
 from mirage.runs.store import item_keys, write_atomic
 from mirage.views.rendering import NO_SELF_CITATION
@@ -296,13 +298,15 @@ def context_mode(res: AttributionResult) -> str:
 class DocRegion:
     """Where 1-based document ``doc``'s entry lies in ``res.prompt`` (character offsets): ``start:end`` from its
     scaffolding (``Document [1](Title: ``) to the next entry, ``title`` and ``text`` the spans of its title (None
-    when absent) and of its text as inserted (cut short when the document was truncated)."""
+    when absent) and of its text as inserted (with the template's sentence marks, ``selfcitation_marked``; cut short
+    when the document was truncated), ``kept`` how many characters of the stored text the prompt holds."""
 
     doc: int
     start: int
     end: int
     title: tuple[int, int] | None
     text: tuple[int, int]
+    kept: int
 
     def is_content(self, start: int, end: int) -> bool:
         """Whether the characters ``start:end`` overlap the document's title or text (else: prompt scaffolding)."""
@@ -324,27 +328,60 @@ def _located(prompt: str, text: str, lo: int, hi: int) -> tuple[int, int] | None
     return at, at + good
 
 
+def _inserted(prompt: str, text: str, mark: str | None, lo: int, hi: int) -> tuple[tuple[int, int], int] | None:
+    """Where a document's ``text`` lies in ``prompt[lo:hi]`` as the prompt holds it, and how many of its characters
+    that is: whole, or its kept prefix (a document cut to fit the window); with ``mark`` after each of its sentences
+    when the template writes one (:func:`mark_sentences`: a kept prefix is marked again, its last sentence cut)."""
+    if mark is None:
+        found = _located(prompt, text, lo, hi)
+        return None if found is None else (found, found[1] - found[0])
+    marked = mark_sentences(text, mark)
+    found = _located(prompt, marked, lo, hi)
+    if found is None or found[1] - found[0] == len(marked):
+        return None if found is None else (found, len(text))
+    at, held = found[0], found[1] - found[0]
+    kept = held - sum(min(len(mark), max(0, held - p - k * len(mark))) for k, p in enumerate(mark_points(text)))
+    for n in range(min(len(text), kept + len(mark)), max(0, kept - len(mark)), -1):  # the cut, marked again
+        cut = text[:n].rstrip()
+        again = mark_sentences(cut, mark)
+        if prompt.startswith(again, at, hi):
+            return (at, at + len(again)), len(cut)
+    return found, kept
+
+
+def _template_of(res: AttributionResult) -> PromptTemplate | None:
+    """The prompt template ``res`` was built with (``config.prompt``); None when it cannot be loaded any more (a
+    template file gone, a config edited by hand)."""
+    prompt = res.config.get("prompt") if isinstance(res.config, dict) else None
+    try:
+        return load_template(PromptConfig(**prompt)) if isinstance(prompt, dict) else None
+    except (ConfigError, TypeError):
+        return None
+
+
 def doc_regions(res: AttributionResult) -> list[DocRegion] | None:
     """Each document's entry in the prompt, found from the stored texts: the documents block ``res.context`` in the
-    prompt, then each document's text (or its kept prefix) in order and its title before it. None when the prompt
-    does not hold them (a result edited by hand)."""
+    prompt, then each document's text as the prompt template inserted it (with its sentence marks), or its kept
+    prefix, in order and its title before it. None when the prompt does not hold them (a result edited by hand)."""
     base = res.prompt.find(res.context) if res.context else -1
     if base < 0:
         return None
+    template = _template_of(res)
     stop, cursor, found = base + len(res.context), base, []
-    for d in res.docs:
-        text = _located(res.prompt, d.get("text", ""), cursor, stop)
-        if text is None:
+    for i, d in enumerate(res.docs, start=1):
+        inserted = _inserted(res.prompt, d.get("text", ""), template.mark_of(i) if template else None, cursor, stop)
+        if inserted is None:
             return None
+        text, kept = inserted
         start = cursor
         while start < text[0] and res.prompt[start].isspace():
             start += 1
         title = d.get("title") or ""
         at = res.prompt.find(title, start, text[0]) if title else -1
-        found.append((start, (at, at + len(title)) if at >= 0 else None, text))
+        found.append((start, (at, at + len(title)) if at >= 0 else None, text, kept))
         cursor = text[1]
     return [DocRegion(doc=k + 1, start=start, end=found[k + 1][0] if k + 1 < len(found) else stop, title=title,
-                      text=text) for k, (start, title, text) in enumerate(found)]
+                      text=text, kept=kept) for k, (start, title, text, kept) in enumerate(found)]
 
 
 def is_scaffolding(regions: list[DocRegion] | None, doc: int, start: int, end: int) -> bool:
@@ -622,7 +659,7 @@ def _documents(res: AttributionResult, regions: list[DocRegion] | None, tokens: 
     for i, d in enumerate(res.docs, start=1):
         region = regions[i - 1] if regions else None
         segments = document_segments(res, region, heat, top, tokens) if region else None
-        kept_len = region.text[1] - region.text[0] if region else len(d["text"])
+        kept_len = region.kept if region else len(d["text"])
         cues = sorted((Cue(text=c.text, share=spans.get((c.start, c.end), 0.0),
                            scaffold=is_scaffolding(regions, i, c.start, c.end))
                        for c in res.context_spans if c.doc == i), key=lambda c: -c.share)[:CUES_PER_DOC]

@@ -227,6 +227,39 @@ def pinned_sha256(given: str) -> str | None:
     return spec.dataset.parts[spec.parts[0]][0].sha256
 
 
+def registered_name(given: str) -> str:
+    """``given`` as the dataset name it is a copy of, else as it is: a local file that is the first file of a part
+    of a dataset in the data registry (:mod:`mirage.data`), with its pinned SHA-256 and its part's other files beside
+    it with theirs (``xor-attriqa-match:fi``), or a local folder whose files are exactly the files of some parts of
+    one dataset, each with its pinned SHA-256 (``xor-attriqa-match:train,val,fi,ru``; the whole dataset's name where
+    they are all its parts). A command printed with the name reads the same bytes from the data cache."""
+    from mirage.data.fetch import sha256_of
+    from mirage.data.registry import DATASETS, DataSpec, is_spec
+
+    path = Path(given)
+    if (is_spec(given) and not path.exists()) or not (path.is_file() or path.is_dir()):
+        return given
+    folder = path.parent if path.is_file() else path
+    here = {p.name: p for p in folder.iterdir() if p.is_file()}
+
+    def pinned_here(outputs: Iterable[Any]) -> bool:
+        return all(o.sha256 and o.name in here and sha256_of(here[o.name]) == o.sha256 for o in outputs)
+
+    for ds in DATASETS.values():
+        if ds.as_folder:
+            continue
+        if path.is_file():
+            part = next((p for p, outs in ds.parts.items() if outs[0].name == path.name and pinned_here(outs)), None)
+            if part is not None:
+                return str(DataSpec(ds, (part,), whole=len(ds.parts) == 1))
+            continue
+        parts = tuple(p for p, outs in ds.parts.items() if all(o.name in here for o in outs))
+        names = {o.name for p in parts for o in ds.parts[p]}
+        if parts and names == set(here) and pinned_here(ds.outputs(parts)):
+            return str(DataSpec(ds, parts, whole=len(parts) == len(ds.parts)))
+    return given
+
+
 def data_entries(given: Iterable[str]) -> list[dict[str, Any]]:
     """One entry per data path or name: ``{"given": …, "sha256": …}``: the SHA-256 of a local file (or folder), or
     of the file (or folder) a dataset name stands for in the data cache (the bytes the run read, not the pinned
@@ -350,11 +383,12 @@ def versions_section(versions: Mapping[str, Any] | None) -> str:
 
 
 def command_section(run_dir: Path, reconstructed: str | None = None,
-                    changed: Callable[[str], Sequence[str]] | None = None) -> str:
+                    changed: Callable[[str], Sequence[str]] | None = None, missing: Sequence[str] = ()) -> str:
     """The command the run recorded (``provenance.json``, here or in the folder of the run that wrote this one), or
-    else ``reconstructed`` from the settings, said to be so. ``changed(command)``: the flags that command needs
-    today to reproduce the run, where a default it ran with has changed since
-    (:func:`mirage.config.flags_for_changed_defaults`)."""
+    else ``reconstructed`` from the settings, said to be so; where the results do not record (and do not show) the
+    value of an option the command needs (``missing``: ``--limit``), no command is rebuilt and the page says which.
+    ``changed(command)``: the flags that command needs today to reproduce the run, where a default it ran with has
+    changed since (:func:`mirage.config.flags_for_changed_defaults`)."""
     prov, where = find_provenance(run_dir)
     if prov and prov.command:
         note = "" if where == run_dir else (
@@ -365,6 +399,10 @@ def command_section(run_dir: Path, reconstructed: str | None = None,
                     f"changed since ({code(' '.join(flags))} was the default then); with today's mirage the same run "
                     "is:\n\n" + fenced(f"{prov.command} {' '.join(flags)}", "bash"))
         return "## Command\n\n" + note + fenced(prov.command, "bash")
+    if reconstructed and missing:
+        return ("## Command\n\nThis run predates recorded commands, and its results do not record all that its "
+                f"command needs (not recorded: {', '.join(map(code, missing))}), so the command cannot be rebuilt "
+                "fully; its recorded settings are above.")
     if reconstructed:
         return ("## Command\n\nThis run predates recorded commands; rebuilt from its recorded settings (options the "
                 "results do not record, such as a pipeline YAML or an adapter, are not in it):\n\n"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mirage.config import flags_for_changed_defaults
+from mirage.data.inputs import InputError
 from mirage.runs.files import portable_command
 from mirage.views.pages.core import (
     cell,
@@ -29,6 +30,7 @@ from mirage.views.pages.core import (
     page,
     plots_section,
     read_json,
+    registered_name,
     settings_section,
     text,
     versions_section,
@@ -105,10 +107,10 @@ def _xor_data(run_dir: Path) -> list[str]:
 def _xor_command(s: Mapping[str, Any]) -> str:
     from mirage.scoring.xor_attriqa import xor_attriqa_pipeline
 
-    argv = ["score", "xor-attriqa", *_as_list(s.get("data")), "--model", str(s.get("model")), "--text",
-            str(s.get("text", "en"))]
+    argv = ["score", "xor-attriqa", *map(registered_name, _as_list(s.get("data"))), "--model", str(s.get("model")),
+            "--text", str(s.get("text", "en"))]
     if s.get("calibrate_on"):
-        argv += ["--calibrate-on", *_as_list(s["calibrate_on"])]
+        argv += ["--calibrate-on", *map(registered_name, _as_list(s["calibrate_on"]))]
     if s.get("calibrate_by", "global") != "global":
         argv += ["--calibrate-by", s["calibrate_by"]]
     if s.get("limit") is not None:
@@ -136,8 +138,9 @@ def _xor_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
     counts = report.counts.get("all", {})
     tables = [fenced(xor_table(report))]
     if s.get("self_match"):
-        tables.append("Self-match (the paper's Algorithm 1): only the rows where the model generated the annotated "
-                      "answer were scored, its own generation attributed:\n\n" + _self_match_table(s["self_match"]))
+        tables.append("Self-match (a one-pass check: the paper's Algorithm 1 without its beam search and its "
+                      "reshuffled passage orders): only the rows where the model generated the annotated answer once, "
+                      "greedily, in the file's passage order, were scored, its own generation attributed:\n\n" + _self_match_table(s["self_match"]))
     if report.faithfulness:
         tables.append(fenced(FaithfulnessSummary.from_dict(report.faithfulness).to_text()))
     features = report.features or {}
@@ -171,7 +174,7 @@ def _eli5_data(run_dir: Path) -> list[str]:
 def _eli5_command(s: Mapping[str, Any]) -> str:
     from mirage.config import MirageConfig
 
-    argv = ["score", "eli5", *_as_list(s.get("data")), "--model", str(s.get("model"))]
+    argv = ["score", "eli5", *map(registered_name, _as_list(s.get("data"))), "--model", str(s.get("model"))]
     if s.get("seeds"):
         argv += ["--seeds", *[str(x) for x in s["seeds"]]]
     if s.get("ndocs", 5) != 5:
@@ -219,12 +222,63 @@ BIAS_FLAGS = {"metadata": "--metadata", "k": "--k", "n_relevant": "--n-relevant"
               "keep_trained_questions": "--keep-trained-questions"}
 
 
-def _bias_command(res: Mapping[str, Any]) -> str:
+def _retriever_of(run_dir: Path) -> tuple[str, int] | None:
+    """The retriever (and its ``--top-k``) of a study that ``mirage bias --retriever`` wrote into DIR/NAME/: the
+    parent folder's ``retrievers.json`` names this folder as one of its runs."""
+    path = run_dir.parent / "retrievers.json"
+    raw = read_json(path) if path.is_file() else None
+    run = (raw.get("runs") or {}).get(run_dir.name) if isinstance(raw, dict) else None
+    if not isinstance(run, dict) or run.get("run") != f"{run_dir.name}/run.trec":
+        return None
+    return str(run.get("retriever", run_dir.name)), int(raw.get("top_k", 100))
+
+
+def _bias_limit(run_dir: Path, res: Mapping[str, Any]) -> tuple[int | None, bool]:
+    """``(limit, known)``: the ``--limit`` a bias study ran with, which its results do not record, found from the
+    results where that is exact: the study's questions (``n_items``; their ids in ``items.jsonl``) against the
+    questions its data and settings give without a limit (:func:`mirage.bias.study.build_items`, the non-relevant
+    documents as retrieved: RAGE's replace them after the limit, keeping the questions). No limit where they are
+    all of them; ``n_items`` where they are the first ``n_items``; unknown where the data is not here, the ids are
+    not recorded or the questions are not a first part (questions left out after the limit)."""
+    import contextlib
+    import dataclasses
+    import io
+
+    from mirage.bias.items import read_items
+    from mirage.bias.protocol import BiasConfig
+    from mirage.bias.study import build_items
+    from mirage.data import resolve
+
+    n = res.get("n_items")
+    names = {f.name for f in dataclasses.fields(BiasConfig)}
+    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in (res.get("config") or {}).items() if k in names}
+    try:
+        cfg = dataclasses.replace(BiasConfig(**settings), docs="retrieved")
+        run = run_dir / "run.trec" if _retriever_of(run_dir) else None
+        with contextlib.redirect_stderr(io.StringIO()):  # its notes on skipped rows are the run's, not the page's
+            every = [item.id for item in build_items(str(resolve(str(res.get("data")))), cfg, run=run)]
+        ids = [item.id for item in read_items(run_dir / "items.jsonl")] if (run_dir / "items.jsonl").is_file() else None
+    except (InputError, OSError, TypeError, ValueError):
+        return None, False
+    if n == len(every) and ids in (None, every):
+        return None, True
+    if ids is not None and len(ids) == n and ids == every[:n]:
+        return n, True
+    return None, False
+
+
+def _bias_command(run_dir: Path, res: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """The command rebuilt from a bias study's results, and the options it needs that they do not record."""
     from mirage.bias.protocol import BiasConfig
     from mirage.config import MirageConfig
 
     base = json.loads(json.dumps(asdict(BiasConfig())))  # as the results hold it (tuples are lists)
-    argv = ["bias", str(res.get("data")), "--model", str(res.get("model"))]
+    argv = ["bias", registered_name(str(res.get("data"))), "--model", str(res.get("model"))]
+    retriever = _retriever_of(run_dir)
+    if retriever:
+        argv += ["--retriever", retriever[0], *(["--top-k", str(retriever[1])] if retriever[1] != 100 else [])]
+    limit, known = _bias_limit(run_dir, res)
+    argv += ["--limit", str(limit)] if limit is not None else []
     for name, value in (res.get("config") or {}).items():
         flag = BIAS_FLAGS.get(name)
         if flag is None or value == base.get(name) or value is None:
@@ -236,7 +290,7 @@ def _bias_command(res: Mapping[str, Any]) -> str:
         else:
             argv += [flag, str(value)]
     argv += pipeline_flags_of(res.get("mirage_config") or {}, MirageConfig().to_dict(), ("--seed",))
-    return portable_command([*argv, "-o", "DIR"])
+    return portable_command([*argv, "-o", "DIR"]), [] if known else ["--limit"]
 
 
 def _bias_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
@@ -246,11 +300,13 @@ def _bias_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
     raw = _results(run_dir) or {}
     result = BiasStudyResult.from_dict(raw)
     tables = render_markdown(result).split("\n", 1)[1]  # its own title is the page's
+    command, missing = _bias_command(run_dir, raw)
     return page(f"Attribution sensitivity and bias: {text(result.model)}, {text(result.metadata.get('type'))}",
                 "Written by `mirage bias` (`results.json`; `tables.md` holds the same tables).",
                 [tables.strip(), plots_section(run_dir), settings_section(result.config),
                  settings_section(result.mirage_config or {}, "Pipeline"), data_section(run_dir, [str(result.data)]),
-                 versions_section(result.versions), command_section(run_dir, _bias_command(raw)), *tail(run_dir)])
+                 versions_section(result.versions), command_section(run_dir, command, missing=missing),
+                 *tail(run_dir)])
 
 
 def _protocol_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
@@ -803,8 +859,10 @@ def _self_match_data(run_dir: Path) -> list[str]:
 
 def _self_match_checks_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
     return page("Self-match checks",
-                "Each run folder below ran `mirage score xor-attriqa --self-match` (the paper's Algorithm 1) on one "
-                "split: the test rows whose annotated answer the scoring model generated itself, kept to be scored.",
+                "Each run folder below ran `mirage score xor-attriqa --self-match` (a one-pass check: the paper's "
+                "Algorithm 1 without its beam search and its reshuffled passage orders) on one split: the test rows "
+                "whose annotated answer the scoring model generated itself, once, greedily, in the file's passage "
+                "order, kept to be scored.",
                 ["## Rows kept\n\n" + self_match_overview(run_dir, lambda d: f"{d.name}/README.md"),
                  *tail(run_dir)])
 
@@ -812,9 +870,10 @@ def _self_match_checks_render(run_dir: Path, tail: Callable[[Path], list[str | N
 def _self_match_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
     data = read_json(run_dir / SELF_MATCH)
     return page(f"Self-match check: {text(data.get('model'))}",
-                "The paper's Algorithm 1 (`mirage score xor-attriqa --self-match`): the scoring model generates each "
-                "answer with the scoring prompt, and a row is kept where its generation is the annotated answer "
-                "(the authors' exact string test). No `results.json`: no test row was kept, so nothing was scored; "
+                "A one-pass self-match check (`mirage score xor-attriqa --self-match`: the paper's Algorithm 1 "
+                "without its beam search and its reshuffled passage orders): the scoring model generates each answer "
+                "once, greedily, with the scoring prompt and the file's passage order, and a row is kept where its "
+                "generation is the annotated answer (the authors' exact string test). No `results.json`: no test row was kept, so nothing was scored; "
                 "each generation is in `matches.jsonl`.",
                 ["## Rows kept\n\n" + _self_match_table(data),
                  settings_section({k: v for k, v in data.items() if k not in ("test", "calibration")}),
