@@ -338,14 +338,15 @@ def test_what_a_killed_conversion_left_in_the_cache_is_removed_on_the_next_start
     monkeypatch.setenv("MIRAGE_CACHE_DIR", str(tmp_path))
     cache = tmp_path / "models"
     (cache / "smollm2-135m-instruct").mkdir(parents=True)  # a converted model: no conversion this time
-    (cache / "smollm2-135m-instruct" / "mirage-cache.json").write_text(json.dumps({"format": models._CACHE_FORMAT}))
+    (cache / "smollm2-135m-instruct" / "mirage-cache.json").write_text(json.dumps({"format": models.CACHE_FORMAT}))
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
                           check=True).stdout.strip()
     live = cache / f".smollm2-135m-instruct.{os.getpid()}.x1y2z3w4.tmp"  # this process's: it is alive
     dead = cache / f".smollm2-135m-instruct.{gone}.abcdefgh.tmp"
     old = cache / ".smollm2-135m-instruct-k2x_9qab"  # from before names carried the process id
     recent_old = cache / ".gemma3-270m-abcdefgh"
-    others = [cache / ".notes", cache / ".unrelated.12.abc.tmp.bak", cache / ".other-model-abcdefgh"]
+    others = [cache / ".notes", cache / ".unrelated.12.abc.tmp.bak", cache / ".other-model-abcdefgh",
+              cache / f".not-a-model.{gone}.abcdefgh.tmp"]
     for folder in (live, dead, old, recent_old, *others):
         folder.mkdir()
     for folder in (live, dead, old):
@@ -384,9 +385,9 @@ def test_a_conversion_writes_aside_and_renames(tmp_path, monkeypatch):
     target = tmp_path / "gguf" / spec.gguf_file
     target.parent.mkdir()
     target.write_bytes(b"cut sh")  # left by a run stopped while assembling
-    assert models._gguf_path(spec) == target and target.read_bytes() == b"GGUF"
+    assert models.gguf_path(spec) == target and target.read_bytes() == b"GGUF"
     assert seen[-1].parent != target.parent and seen[-1].parent.parent == target.parent
     assert [p.name for p in target.parent.iterdir()] == [spec.gguf_file]
-    folder = models._temporary_folder(tmp_path, "gemma3-270m")
-    match = models._TEMPORARY.fullmatch(folder.name)
+    folder = models.temporary_folder(tmp_path, "gemma3-270m")
+    match = models.TEMPORARY_NAME.fullmatch(folder.name)
     assert match and match["name"] == "gemma3-270m" and int(match["pid"]) == os.getpid()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import itertools
 import json
 import logging
 import os
@@ -43,7 +44,8 @@ if TYPE_CHECKING:  # torch is imported when a model is loaded or a device checke
 
 logger = logging.getLogger(__name__)
 
-_CACHE_FORMAT = 1
+#: The format of a converted model folder's ``mirage-cache.json`` stamp (a folder of another format is converted again).
+CACHE_FORMAT = 1
 
 
 class ModelLoadError(ValueError):
@@ -741,7 +743,7 @@ def _from_pretrained(what: str, name: str, source: str | Path, offline: str | No
         ) from None
 
 
-def _gguf_path(spec: EmbeddedModelSpec) -> Path:
+def gguf_path(spec: EmbeddedModelSpec) -> Path:
     """Locate (or assemble) the GGUF file without importing the carrier package's dependencies."""
     found = importlib.util.find_spec(spec.package)
     if found is None or not found.submodule_search_locations:
@@ -758,7 +760,7 @@ def _gguf_path(spec: EmbeddedModelSpec) -> Path:
             except FileExistsError:  # cut short by a run stopped while assembling it (before it was assembled aside)
                 pass
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temporary_folder(target.parent, spec.gguf_file)
+        tmp = temporary_folder(target.parent, spec.gguf_file)
         try:  # assembled aside, then renamed: a stopped run leaves no file cut short
             os.replace(assemble(tmp / spec.gguf_file), target)
         finally:
@@ -810,16 +812,18 @@ def quiet_transformers_loading() -> Iterator[None]:
 
 
 #: A temporary folder of mirage's cache: ``.NAME.PID.RANDOM.tmp``, named for the process writing it.
-_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[a-z0-9_]+\.tmp")
+TEMPORARY_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]{1,10})\.[a-z0-9_]+\.tmp")
 #: A conversion's temporary folder from before the names carried the process id: ``.MODEL-RANDOM``.
 _OLD_TEMPORARY = re.compile(r"\.(?P<name>.+)-[a-z0-9_]{8}")
 #: Seconds after which such an old folder is surely no live conversion's (a conversion takes about a minute).
 _OLD_TEMPORARY_AGE = 3600
+#: The most entries of a cache folder looked at for temporary folders (it holds a few).
+_CACHE_ENTRIES = 1000
 
 
-def _temporary_folder(parent: Path, name: str) -> Path:
-    """A new temporary folder in ``parent`` for ``name``, named for this process (:func:`remove_stale_temporaries`
-    removes it if the process dies before renaming it)."""
+def temporary_folder(parent: Path, name: str) -> Path:
+    """A new temporary folder in ``parent`` for ``name`` (an embedded model or its GGUF file), named for this process
+    (:func:`remove_stale_temporaries` removes it if the process dies before renaming it)."""
     return Path(tempfile.mkdtemp(prefix=f".{name}.{os.getpid()}.", suffix=".tmp", dir=parent))
 
 
@@ -830,24 +834,26 @@ def _process_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:  # another user's process
+    except (OSError, OverflowError):  # another user's process, or no pid this system has: left alone
         return True
     return True
 
 
 def remove_stale_temporaries(folder: Path) -> None:
     """Remove the temporary folders conversions killed midway left in ``folder`` of the cache (a model's worth of
-    weights each): those named for a process that is gone (:func:`_temporary_folder`), and the older kind, named
-    for an embedded model without a process id, once an hour old. Nothing else in the folder is touched."""
+    weights each), named for an embedded model or its GGUF file: those of a process that is gone
+    (:func:`temporary_folder`), and the older kind, without a process id, once an hour old. Nothing else in the
+    folder is touched."""
     if not folder.is_dir():
         return
-    for path in folder.iterdir():  # the cache's models: a few entries
-        found = _TEMPORARY.fullmatch(path.name)
-        old = _OLD_TEMPORARY.fullmatch(path.name)
+    specs = embedded_models().values()
+    ours = {spec.name for spec in specs} | {spec.gguf_file for spec in specs}
+    for path in itertools.islice(folder.iterdir(), _CACHE_ENTRIES):
+        found, old = TEMPORARY_NAME.fullmatch(path.name), _OLD_TEMPORARY.fullmatch(path.name)
         try:
             stale = path.is_dir() and not path.is_symlink() and (
-                (found is not None and not _process_alive(int(found["pid"])))
-                or (old is not None and old["name"] in embedded_models()
+                (found is not None and found["name"] in ours and not _process_alive(int(found["pid"])))
+                or (old is not None and old["name"] in ours
                     and time.time() - path.stat().st_mtime > _OLD_TEMPORARY_AGE))
         except OSError:
             continue
@@ -861,7 +867,7 @@ def _convert_embedded(spec: EmbeddedModelSpec, target: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf = _gguf_path(spec)
+    gguf = gguf_path(spec)
     logger.warning("mirage: converting the embedded model %s from GGUF to a safetensors checkpoint, once (about "
                    "20-60 s on a CPU); later loads read the cache in %s.", spec.name, target)
     start = time.perf_counter()
@@ -876,12 +882,12 @@ def _convert_embedded(spec: EmbeddedModelSpec, target: Path) -> None:
         plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         plain.load_state_dict(model.state_dict())
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary_folder(target.parent, spec.name)
+    tmp = temporary_folder(target.parent, spec.name)
     try:
         with quiet_transformers_loading():
             plain.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
-        stamp = {"format": _CACHE_FORMAT, "source": str(gguf), "source_size": gguf.stat().st_size}
+        stamp = {"format": CACHE_FORMAT, "source": str(gguf), "source_size": gguf.stat().st_size}
         (tmp / "mirage-cache.json").write_text(json.dumps(stamp))
         if target.exists():
             shutil.rmtree(target)
@@ -901,7 +907,7 @@ def embedded_checkpoint(name: str) -> Path:
     stamp_file = target / "mirage-cache.json"
     if stamp_file.exists():
         stamp = json.loads(stamp_file.read_text())
-        if stamp.get("format") == _CACHE_FORMAT:
+        if stamp.get("format") == CACHE_FORMAT:
             return target
     _convert_embedded(spec, target)
     return target

@@ -7,7 +7,8 @@ Each example is rendered by mirage's own prompt builder (:meth:`mirage.pipeline.
 applied as mirage applies it), so the model learns on the very prompt it is asked with at inference; the answer
 follows as mirage force-decodes one (:func:`mirage.attribution.tokenization.tokenize_answer`), then the end-of-turn token.
 Examples longer than ``train.max_length`` tokens are left out and listed, never cut. Checkpoints go to
-``DIR/checkpoints``; running again with the same ``-o`` resumes from the newest, and refuses other settings.
+``DIR/checkpoints``; running again with the same ``-o`` resumes from the newest complete one (one a stopped run
+left half-saved is passed over, :func:`last_checkpoint`), and refuses other settings.
 """
 
 from __future__ import annotations
@@ -268,10 +269,11 @@ def checkpoint_adapter(checkpoint: str | Path, dest: str | Path, *, lm: LoadedMo
     checkpoint = Path(checkpoint)
     run_dir = checkpoint.parent.parent
     state, record = checkpoint / "trainer_state.json", run_dir / RUN_FILE
-    if not state.is_file() or not record.is_file() or not ((checkpoint / "adapter_config.json").is_file()
-                                                           or (checkpoint / "config.json").is_file()):
+    weights = (checkpoint / "adapter_config.json").is_file() or (checkpoint / "config.json").is_file()
+    if not complete_checkpoint(checkpoint) or not record.is_file() or not weights:
         raise AdapterError(f"{checkpoint} is not a checkpoint of a mirage tune run (DIR/checkpoints/checkpoint-N "
-                           f"with its trainer_state.json and adapter, and DIR/{RUN_FILE}).")
+                           f"with a readable trainer_state.json and its adapter, and DIR/{RUN_FILE}); a checkpoint a "
+                           "stopped run left half-saved is not one: take an earlier one.")
     stored = json.loads(record.read_text(encoding="utf-8"))
     cfg = TuneConfig.from_dict(stored["config"])
     if cfg.train.method == "full":
@@ -364,7 +366,7 @@ def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None
 
     ``lm``: a model already loaded (its modules get the adapter injected, or with ``full`` its weights trained, in
     place); by default ``cfg.model`` is
-    loaded on ``cfg.device`` in ``cfg.dtype`` (fp32 on a CPU). Resumes from the newest checkpoint in
+    loaded on ``cfg.device`` in ``cfg.dtype`` (fp32 on a CPU). Resumes from the newest complete checkpoint in
     ``DIR/checkpoints``. ``progress``: the trainer's progress bar.
     """
     require_training_libraries()
