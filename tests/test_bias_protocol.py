@@ -212,3 +212,19 @@ def test_overview_rows_follow_the_protocol_and_sweep_values_and_skip_other_resul
     assert (round(f["cab_precision"], 2), round(f["cab_recall"], 2)) == (-0.31, 1.47)
     assert "| hai | hai | 5 | 141 | mirage | 46.1 / 67.4 | 1.70 | 18.76** | 17.48** | -0.31 | 1.47 | – |" in \
         overview_table(rows)
+
+
+def test_the_walk_below_a_protocol_folder_is_capped_and_loop_safe(tmp_path, monkeypatch):
+    """overview_rows walks the protocol's output folder: a folder link back up is read once, and past the cap the walk
+    stops in one line instead of reading on."""
+    from mirage.bias import full_protocol
+    from mirage.data.inputs import InputError
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "loop").symlink_to(tmp_path, target_is_directory=True)
+    assert full_protocol.overview_rows(tmp_path) == []
+    for k in range(5):
+        (tmp_path / f"study{k}").mkdir()
+    monkeypatch.setattr(full_protocol, "MAX_WALK_FOLDERS", 4)
+    with pytest.raises(InputError, match=r"more than 4 folders below"):
+        full_protocol.overview_rows(tmp_path)

@@ -440,3 +440,19 @@ def test_a_pages_command_parses_to_the_settings_its_results_record(folder):
         for data in _data_args(args):
             assert not Path(data).is_absolute() and ".." not in Path(data).parts, data
         CHECKS[kind](folder, args, argv[1:])
+
+
+def test_hashing_a_data_folder_is_capped(tmp_path, monkeypatch):
+    """A data folder's checksum reads its files through no folder link, and stops in one line past the cap."""
+    from mirage.data.inputs import InputError
+    from mirage.views.pages import core
+
+    (tmp_path / "d").mkdir()
+    for k in range(3):
+        (tmp_path / "d" / f"{k}.jsonl").write_text("{}\n", encoding="utf-8")
+    (tmp_path / "d" / "loop").symlink_to(tmp_path, target_is_directory=True)
+    first = core.file_sha256(tmp_path / "d")
+    assert first == core.file_sha256(tmp_path / "d")
+    monkeypatch.setattr(core, "MAX_HASHED_FILES", 2)
+    with pytest.raises(InputError, match=r"holds more than 2 files"):
+        core.file_sha256(tmp_path / "d")

@@ -93,8 +93,15 @@ def load_protocol(path: str | Path) -> list[ProtocolStudy]:
     return out
 
 
+#: The most folders :func:`_walk` reads below a protocol's output folder (a protocol writes a few dozen).
+MAX_WALK_FOLDERS = 10_000
+
+
 def _walk(root: Path, filename: str) -> list[Path]:
-    """Every ``filename`` under ``root``, symlinked folders followed (each real folder once)."""
+    """Every ``filename`` under ``root``, symlinked folders followed (each real folder once); InputError past
+    :data:`MAX_WALK_FOLDERS` folders."""
+    from mirage.data.inputs import InputError
+
     found, seen = [], set()
     for folder, dirs, files in os.walk(root, followlinks=True):
         real = os.path.realpath(folder)
@@ -102,6 +109,9 @@ def _walk(root: Path, filename: str) -> list[Path]:
             dirs[:] = []
             continue
         seen.add(real)
+        if len(seen) > MAX_WALK_FOLDERS:
+            raise InputError(f"more than {MAX_WALK_FOLDERS} folders below {root}; give the output folder of a bias "
+                             "protocol or study.")
         dirs.sort()
         if filename in files:
             found.append(Path(folder) / filename)

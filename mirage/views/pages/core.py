@@ -160,6 +160,10 @@ def read_json(path: Path) -> Any:
 # -- provenance: what the run knew about its command and data ----------------------------------------------------------
 
 
+#: The most files :func:`file_sha256` hashes in one data folder.
+MAX_HASHED_FILES = 100_000
+
+
 def file_sha256(path: str | Path) -> str:
     """SHA-256 of a file (hashed once per process, :func:`mirage.data.fetch.sha256_of`); of a folder, SHA-256 over
     its files' relative names and SHA-256s (sorted)."""
@@ -168,7 +172,14 @@ def file_sha256(path: str | Path) -> str:
     path = Path(path)
     if path.is_dir():
         digest = hashlib.sha256()
-        for sub in sorted(p for p in path.rglob("*") if p.is_file()):
+        files = []
+        for sub in path.rglob("*"):  # folder links are not followed (no loop); the count is capped
+            if sub.is_file():
+                files.append(sub)
+                if len(files) > MAX_HASHED_FILES:
+                    raise InputError(f"{path} holds more than {MAX_HASHED_FILES} files; give the data file or the "
+                                     "dataset's own folder.")
+        for sub in sorted(files):
             digest.update(f"{sub.relative_to(path).as_posix()}\0{file_sha256(sub)}\n".encode())
         return digest.hexdigest()
     return sha256_of(path)
