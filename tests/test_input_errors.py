@@ -463,3 +463,18 @@ def test_a_blank_given_answer_names_the_argument_of_the_call(tiny_causal, answer
         Mirage(tiny_causal).attribute("Why?", [{"title": "", "text": "Scattering."}], answer=answer)
     assert str(err.value).startswith("field 'answer': must be non-blank text")
     assert "'output'" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["json", "jsonl"])
+def test_view_of_an_input_file_says_to_attribute_it_first(tmp_path, capsys, kind):
+    """`mirage view` given the items to attribute (the examples' JSON list, or JSONL items) says so and names the
+    command, instead of "line 1 is not valid JSON"."""
+    items = json.loads((Path(__file__).resolve().parents[1] / "examples" / "rag_items.json").read_text("utf-8"))
+    path = tmp_path / f"items.{kind}"
+    path.write_text(json.dumps(items, indent=1) if kind == "json" else
+                    "".join(json.dumps(it) + "\n" for it in items), encoding="utf-8")
+    assert main(["view", str(path), "-o", str(tmp_path / "page.html")]) != 0
+    err = capsys.readouterr().err
+    assert "this is an input file of items (question, docs), not results: attribute it first" in err
+    assert f"mirage attribute {path} -o OUT.jsonl" in err and "not valid JSON" not in err.split("; ")[-1]
+    assert not (tmp_path / "page.html").exists()

@@ -101,9 +101,22 @@ def read_result_window(path: str | Path, *, offset: int = 0, limit: int | None =
             warnings.warn(f"{path}: skipped line {row.line}, a record cut off mid-write (the run was stopped); "
                           "re-run `mirage attribute` to finish that item.", stacklevel=3)
         else:
-            raise InputError(f"{path} line {row.line} is {row.error}; a results file has one JSON object per line, "
-                             "as `mirage attribute` writes it.")
+            raise InputError(f"{path} line {row.line} is {row.error}; "
+                             + (_INPUT_FILE.format(path=path) if total == 0 and _looks_like_items(path) else
+                                "a results file has one JSON object per line, as `mirage attribute` writes it."))
     return out, total
+
+
+#: What ``mirage view`` says of a file of items to attribute, not of results.
+_INPUT_FILE = ("this is an input file of items (question, docs), not results: attribute it first (`mirage attribute "
+               "{path} -o OUT.jsonl`), then view OUT.jsonl.")
+
+
+def _looks_like_items(path: Path) -> bool:
+    """Whether the file opens as a JSON list of items (``[{"question": …, "docs": …}``): its first 64 KiB only."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        head = f.read(1 << 16)
+    return head.lstrip().startswith("[") and '"question"' in head and ('"docs"' in head or '"ctxs"' in head)
 
 
 #: What a result record must hold (the fields of AttributionResult without a default).
@@ -115,6 +128,8 @@ def _result(data: Any, path: Path, lineno: int) -> AttributionResult:
         raise InputError(f"{path} line {lineno} is a JSON {json_kind(data)}, not an object; a results file has one "
                          "attribution result object per line, as `mirage attribute` writes it.")
     missing = [name for name in _REQUIRED if name not in data]
+    if missing and "question" in data and ("docs" in data or "ctxs" in data) and "sentences" not in data:
+        raise InputError(f"{path} line {lineno} is an item to attribute; " + _INPUT_FILE.format(path=path))
     if missing:
         errors_file = " (it looks like the .errors.jsonl of a run: view the results file beside it)" if (
             "error" in data and "key" in data) else ""
