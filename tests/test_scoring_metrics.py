@@ -332,3 +332,25 @@ def test_best_threshold_matches_trying_every_cut_and_moves_equal_scores_together
         assert not any(score_at(c) == pytest.approx(best) for c in cuts if c < t)  # the lowest such threshold
     with pytest.raises(ValueError, match="one label per score"):
         best_threshold([0.1], [True, False])
+
+
+def test_the_printed_xor_table_names_the_papers_row_of_each_of_its_rows():
+    """`mirage score xor-attriqa` prints, under its table, what each row is and which row of the paper's Table 2 it
+    reproduces, or that the paper has none (read on a published run's results)."""
+    import json
+    from pathlib import Path
+
+    from mirage.scoring.tables import SETTING_NAMES, xor_legend, xor_table
+    from mirage.scoring.xor_eval import XorAttriQAReport
+
+    root = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    for run in ("xor_attriqa_smollm2_en", "xor_attriqa_firu_target_prob"):
+        report = XorAttriQAReport.from_dict(json.loads((root / run / "results.json").read_text(encoding="utf-8")))
+        table, legend = xor_table(report), xor_legend(report).splitlines()
+        assert legend[0] == "Rows"
+        names = [SETTING_NAMES[s] for s in SETTING_NAMES if f"\n{SETTING_NAMES[s]} " in table]
+        assert sorted(line.split("  ")[0].strip() for line in legend[1:]) == sorted(names)
+        assert all(("the paper's" in line) != ("not in the paper" in line) for line in legend[1:])
+        if "ex_top3" in report.f1:
+            assert any(line.startswith("MIRAGE-EX top-3") and "the paper's MIRAGE EX Top-3 row" in line
+                       for line in legend)

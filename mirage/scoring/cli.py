@@ -84,7 +84,7 @@ def _finish(args: argparse.Namespace, report: Any, table: Callable[[Any], str], 
 def cmd_xor_attriqa(args: argparse.Namespace) -> int:
     from mirage.config import preset_option
     from mirage.scoring.benchmarks import XorAttriQAOptions, run_xor_attriqa
-    from mirage.scoring.tables import xor_table
+    from mirage.scoring.tables import xor_legend, xor_table
 
     exp = ExperimentConfig.from_args(args, command="xor-attriqa")
     if not exp.data:
@@ -100,7 +100,7 @@ def cmd_xor_attriqa(args: argparse.Namespace) -> int:
         group_passages=args.group_passages, self_match=args.self_match, reuse_from=args.reuse_from,
         keep_trained_questions=bool(args.keep_trained_questions))
     report = run_xor_attriqa(exp, options, mirage=_model_loader(exp), progress=terminal_progress)
-    return _finish(args, report, xor_table, "sweep.png")
+    return _finish(args, report, lambda r: f"{xor_table(r)}\n\n{xor_legend(r)}", "sweep.png")
 
 
 def cmd_eli5(args: argparse.Namespace) -> int:

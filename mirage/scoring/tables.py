@@ -21,6 +21,34 @@ SETTING_NAMES = {
     "learned_agreement": "passage-likelihood classifier, threshold for agreement",
     "passage_score": "passage likelihood gain (alone vs none)",
 }
+#: What each row is, and which row of the MIRAGE paper's Table 2 (XOR-AttriQA, agreement with the human labels)
+#: it stands for; rows the paper does not have say so.
+SETTING_NOTES = {
+    "ex_top3": "the paper's MIRAGE EX Top-3 row: tokens past the per-answer CTI spread, each citing the passages of "
+               "its 3 most salient context tokens",
+    "ex_top5pct": "the paper's MIRAGE EX Top-5% row: the same, the top 5 % of context tokens",
+    "cal_top3": "the paper's MIRAGE CAL Top-3 row: a CTI threshold calibrated on --calibrate-on, top-3 tokens",
+    "cal_top5pct": "the paper's MIRAGE CAL Top-5% row: the calibrated threshold, top 5 %",
+    "nli_mt": "the paper's NLI baseline on machine-translated English text (an 11B TRUE model, precomputed)",
+    "nli_orig": "the paper's NLI baseline on the original fi / ru text (the same judge)",
+    "cite_all": "not in the paper: every passage cited (full recall; its precision is the share that supports)",
+    "cite_none": "not in the paper: no passage cited (agreement's floor: most passages do not support)",
+    "learned": "not in the paper: mirage's passage-likelihood classifier, fitted on --calibrate-on",
+    "learned_agreement": "not in the paper: the same classifier at the threshold that maximised agreement on "
+                         "--calibrate-on",
+    "passage_score": "not in the paper: the threshold-free likelihood gain of each passage alone (ROC-AUC only)",
+    "mirage_raw": "not in the paper: |CTI| x CCI share summed per passage, threshold-free (ROC-AUC only)",
+}
+
+
+def xor_legend(report: XorAttriQAReport) -> str:
+    """One line per row of :func:`xor_table`: what it is and the paper's row it reproduces (or that it has none)."""
+    shown = [s for s in TABLE_ORDER if any(s in getattr(report, m) for m in XOR_METRICS)]
+    width = max((len(SETTING_NAMES.get(s, s)) for s in shown), default=0)
+    return "\n".join(["Rows"] + [f"{SETTING_NAMES.get(s, s).ljust(width)}  {SETTING_NOTES.get(s, '')}".rstrip()
+                                  for s in shown])
+
+
 XOR_METRICS = {
     "agreement": "Agreement with human labels (%)",
     "f1": "F1 on supporting passages (%)",
