@@ -45,7 +45,8 @@ from mirage.peers.inseq import fit_to_prompt_context, run_reference
 from mirage.runs.store import read_records
 from mirage.scoring import metrics as M
 from mirage.scoring.benchmarks import stored_xor_pipeline
-from mirage.scoring.xor_attriqa import load_xor_attriqa, prepare_item
+from mirage.scoring.xor_attriqa import prepare_item
+from mirage.scoring.xor_data import load_xor_attriqa
 
 SETTINGS = ("ex_top3", "ex_top5pct", "cal_top3", "cal_top5pct")
 

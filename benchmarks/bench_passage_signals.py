@@ -32,7 +32,8 @@ from mirage.attribution.serialization import library_versions
 from mirage.attribution.tokenization import tokenize_answer
 from mirage.data import resolve
 from mirage.likelihood import signals as ps
-from mirage.scoring.xor_attriqa import SIGNALS, load_xor_attriqa, prepare_item, xor_attriqa_pipeline
+from mirage.scoring.xor_attriqa import SIGNALS, prepare_item, xor_attriqa_pipeline
+from mirage.scoring.xor_data import load_xor_attriqa
 
 
 def full_head(lm: Any, positions: Any, **kwargs: Any) -> Any:

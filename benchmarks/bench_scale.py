@@ -238,7 +238,7 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from mirage import Mirage, MirageConfig
-    from mirage.attribution.forward import MemoryBudgetError
+    from mirage.attribution.planner import MemoryBudgetError
 
     torch.set_num_threads(point["threads"])
     if point.get("cpu_limit"):  # a limit on this process's CPU seconds: the same work on a loaded or idle machine
@@ -307,7 +307,7 @@ def _plan(lm: Any, seq: int) -> dict[str, Any]:
     target adds, and how many targets each CCI pass took (from ``passes``), to set beside the measured peak."""
     import re
 
-    from mirage.attribution.forward import backward_row_bytes, graph_bytes
+    from mirage.attribution.planner import backward_row_bytes, graph_bytes
 
     width = re.search(r"(\d+) target\(s\) per pass", str(lm.passes.get("cci_backward", "")))
     return {"seq": seq, "graph_bytes": graph_bytes(lm, seq, checkpoint=False),

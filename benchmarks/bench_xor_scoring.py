@@ -17,12 +17,24 @@ first-call costs (kernel loading on a GPU) fall in no run; ``--runs`` picks runs
 every pre-existing setting (and the sweep and the calibration) between before and after, prints the wall time of each and the ratios, the seconds per
 test item by answer length, and writes ``benchmarks/results/xor_scoring.json``. Run it on an otherwise idle
 machine.
+
+With ``--commands``, it times whole commands instead, each in its own process (interpreter start, imports, model
+loading and scoring all counted), on the first N rows of fi only, in one run: **reference**, the reference procedure
+(inseq ``attribute_context``, :mod:`mirage.peers.inseq`) on every row and its MIRAGE-EX passage predictions at
+top-3 and top-5 % (``python benchmarks/bench_xor_scoring.py --reference-command FI.jsonl``); **paper_settings**,
+``mirage score xor-attriqa FI --settings ex`` (the paper's MIRAGE-EX at top-3 and top-5 %, what the reference
+computes); and **default**, ``mirage score xor-attriqa FI`` with today's defaults. It prints each command, its wall
+time and the reference's time over each, and writes ``benchmarks/results/xor_commands.json``:
+
+    python benchmarks/bench_xor_scoring.py xor-attriqa-match:fi --commands --limit 6 --threads 2
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,11 +49,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import device_name
 from mirage import Mirage
 from mirage.attribution.models import dtype_name
-from mirage.data import resolve
+from mirage.data import resolve, resolve_files
 from mirage.runs.experiment import ExperimentConfig
 from mirage.runs.store import write_atomic
 from mirage.scoring.benchmarks import XorAttriQAOptions, run_xor_attriqa
-from mirage.scoring.xor_attriqa import load_xor_attriqa, score_item, score_item_batch, xor_attriqa_pipeline
+from mirage.scoring.xor_attriqa import score_item, score_item_batch, xor_attriqa_pipeline
+from mirage.scoring.xor_data import load_xor_attriqa
 from mirage.scoring.xor_eval import SETTINGS
 
 #: (name, all_tokens, signals, settings): the scorer before (every CCI row); the new default without the passage
@@ -68,9 +81,71 @@ class Timed:
             last = now
 
 
+def reference_command(path: str, *, limit: int, model: str, text: str) -> dict:
+    """The reference procedure as a whole command: the model loaded, then for each of the first ``limit`` rows of
+    ``path`` inseq's CTI and CCI on mirage's prompt and its MIRAGE-EX passage predictions (top-3, top-5 %), scored
+    against the human labels."""
+    from mirage.attribution.cci import select_context
+    from mirage.config import CCIConfig
+    from mirage.peers.inseq import run_reference
+    from mirage.scoring import metrics as M
+    from mirage.scoring.xor_attriqa import prepare_item
+    from mirage.scoring.xor_eval import CCI_SELECTIONS
+
+    cfg = xor_attriqa_pipeline()
+    m = Mirage.from_pretrained(model, config=cfg)
+    selections = {name: CCIConfig(**{**vars(cfg.cci), **sel}) for name, sel in CCI_SELECTIONS.items()}
+    labels: list[bool] = []
+    preds: dict[str, list[bool]] = {name: [] for name in selections}
+    for item in load_xor_attriqa(resolve_files([path])[0], text=text, limit=limit).items:
+        _, prep = prepare_item(m, item, config=cfg)
+        ref = run_reference(m.lm.model, m.lm.tokenizer, prompt=prep.prompt.text,
+                            contextless_prompt=prep.prompt.contextless_text, context=prep.prompt.context,
+                            answer=item.answer, std_k=cfg.cti.std_k)
+        docs = list(prep.tokens.context_docs)
+        if len(docs) != len(ref.context_tokens):
+            continue
+        labels += list(item.labels)
+        for name, selection in selections.items():
+            kept = {docs[j] for t in ref.selected for j in select_context(ref.cci_scores[t], selection)}
+            preds[name] += [d in kept for d in range(len(item.passages))]
+    return {name: {k: fn(M.BinaryCounts.of(p, labels)) for k, fn in M.BINARY_METRICS.items()}
+            for name, p in preds.items()}
+
+
+def time_commands(data: str, *, limit: int, model: str, text: str, threads: int | None, out: str) -> None:
+    """``--commands``: the reference procedure, ``mirage score xor-attriqa --settings ex`` and the default scorer,
+    each a whole command in its own process on the first ``limit`` rows of ``data``'s fi file, one after another."""
+    fi = data if not resolve(data).is_dir() else str(Path(data) / "fi.jsonl")  # a dataset name stays a name
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else {}))
+    walls: dict[str, float] = {}
+    commands: dict[str, list[str]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        mirage = [sys.executable, "-m", "mirage", "score", "xor-attriqa", fi, "--limit", str(limit),
+                  "--model", model, "--text", text]
+        commands = {
+            "reference": [sys.executable, "benchmarks/bench_xor_scoring.py", "--reference-command", fi, "--limit",
+                          str(limit), "--model", model, "--text", text],
+            "paper_settings": [*mirage, "--settings", "ex", "-o", str(Path(tmp) / "paper")],
+            "default": [*mirage, "-o", str(Path(tmp) / "default")],
+        }
+        for name, command in commands.items():
+            start = time.perf_counter()
+            subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[1])
+            walls[name] = time.perf_counter() - start
+            print(f"{name}: {walls[name]:.1f} s  ({' '.join(command[1:])})")
+    result = {"model": model, "text": text, "limit": limit, "threads": threads, "data": data,
+              "commands": {name: " ".join(c[1:]) for name, c in commands.items()},
+              "seconds": {name: round(s, 1) for name, s in walls.items()},
+              "reference_over": {name: round(walls["reference"] / walls[name], 2) for name in walls
+                                 if name != "reference"}}
+    print(json.dumps(result, indent=2))
+    write_atomic(out, json.dumps(result, indent=2) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("data_dir", help="folder with fi.jsonl, ru.jsonl, val.jsonl (XOR-AttriQA match release), or the "
+    ap.add_argument("data_dir", nargs="?", default="xor-attriqa-match:val,fi,ru", help="folder with fi.jsonl, ru.jsonl, val.jsonl (XOR-AttriQA match release), or the "
                                      "dataset xor-attriqa-match:val,fi,ru (`mirage data get` it first)")
     ap.add_argument("--limit", type=int, default=5, help="rows of each file (default 5)")
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -83,8 +158,25 @@ def main() -> None:
     ap.add_argument("--device", default=None, help="cpu or cuda (default: mirage's choice)")
     ap.add_argument("--dtype", default=None, help="model dtype, e.g. float32 (default: mirage's for the device)")
     ap.add_argument("--runs", nargs="+", default=None, help="only these runs (names as printed)")
-    ap.add_argument("--out", default="benchmarks/results/xor_scoring.json")
+    ap.add_argument("--out", default=None,
+                    help="results file (default benchmarks/results/xor_scoring.json, with --commands "
+                         "benchmarks/results/xor_commands.json)")
+    ap.add_argument("--commands", action="store_true",
+                    help="time whole commands instead: the reference procedure, --settings ex and the default")
+    ap.add_argument("--reference-command", metavar="FILE", default=None,
+                    help="(used by --commands) run the reference procedure on FILE's first --limit rows")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.reference_command:
+        print(json.dumps(reference_command(args.reference_command, limit=args.limit, model=args.model,
+                                           text=args.text), indent=2))
+        return
+    if args.commands:
+        time_commands(args.data_dir, limit=args.limit, model=args.model, text=args.text, threads=args.threads,
+                      out=args.out or "benchmarks/results/xor_commands.json")
+        return
+    args.out = args.out or "benchmarks/results/xor_scoring.json"
     runs = [(*run, 1) for run in RUNS]  # the last field: items per batch of passes
     if args.batch_items and args.batch_items > 1:
         runs.insert(2, (f"after_batch{args.batch_items}", False, False, ("ex", "cal", "learned"), args.batch_items))
@@ -96,8 +188,6 @@ def main() -> None:
         if unknown:
             ap.error(f"--runs: unknown {sorted(unknown)}; choose from {[r[0] for r in runs]}")
         runs = [r for r in runs if r[0] in args.runs]
-    if args.threads:
-        torch.set_num_threads(args.threads)
     data = resolve(args.data_dir)
     test = [data / "fi.jsonl", data / "ru.jsonl"]
     cal = [data / "val.jsonl"]

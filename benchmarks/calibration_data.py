@@ -44,7 +44,8 @@ from mirage.likelihood.classifier import LearnedModel
 from mirage.likelihood.features import matrix
 from mirage.runs.store import read_records, write_atomic
 from mirage.scoring import metrics as M
-from mirage.scoring.xor_attriqa import XorItem, concat_data, load_xor_attriqa, scores_from_records
+from mirage.scoring.xor_attriqa import scores_from_records
+from mirage.scoring.xor_data import XorItem, concat_data, load_xor_attriqa
 from mirage.scoring.xor_eval import fit_learned_model, passage_features
 
 EX = CTIConfig(selector="std")

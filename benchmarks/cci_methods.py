@@ -41,14 +41,8 @@ from mirage.likelihood.features import CCI_FEATURES
 from mirage.runs.progress import terminal_progress
 from mirage.runs.store import read_records, write_atomic
 from mirage.scoring.benchmarks import stored_xor_pipeline
-from mirage.scoring.xor_attriqa import (
-    ItemScores,
-    XorItem,
-    concat_data,
-    load_xor_attriqa,
-    method_rows,
-    scores_from_records,
-)
+from mirage.scoring.xor_attriqa import ItemScores, method_rows, scores_from_records
+from mirage.scoring.xor_data import XorItem, concat_data, load_xor_attriqa
 from mirage.scoring.xor_eval import passage_features
 
 METHODS = ("saliency", "input_x_gradient", "integrated_gradients")

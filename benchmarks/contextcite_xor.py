@@ -19,11 +19,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from mirage.config import DEFAULT_MODEL
 from mirage.peers.contextcite import CONTEXTCITE_NUM_ABLATIONS, STORE_NAME, run_contextcite, store_settings
-from mirage.runs.experiment import DEFAULT_MODEL, ExperimentConfig
+from mirage.runs.experiment import ExperimentConfig
 from mirage.runs.progress import terminal_progress
 from mirage.runs.store import ResumableJSONL
-from mirage.scoring.xor_attriqa import concat_data, load_xor_attriqa
+from mirage.scoring.xor_data import concat_data, load_xor_attriqa
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -47,7 +47,8 @@ from mirage.likelihood.features import CCI_FEATURES, FEATURES, LOO_FEATURES, mat
 from mirage.runs.store import read_records, write_atomic
 from mirage.scoring import metrics as M
 from mirage.scoring.benchmarks import stored_xor_pipeline
-from mirage.scoring.xor_attriqa import XorItem, concat_data, load_xor_attriqa, scores_from_records
+from mirage.scoring.xor_attriqa import scores_from_records
+from mirage.scoring.xor_data import XorItem, concat_data, load_xor_attriqa
 from mirage.scoring.xor_eval import passage_features
 
 ONLY = FEATURES  # the shipped default: the single-document family and the item's context

@@ -47,41 +47,42 @@ def measure(point: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from mirage.attribution import forward as F
+    from mirage.attribution import planner
     from mirage.attribution.models import load_model
 
     torch.set_num_threads(point["threads"])
     lm = load_model(point["model"], dtype="float32")
     seq, checkpoint = point["prompt"], point["checkpoint"]
     ids = torch.tensor([[(7 + 13 * i) % lm.sizes.vocab for i in range(seq)]])
-    estimate_first = F.activation_bytes(lm)  # the probe runs before anything is measured
+    estimate_first = planner.activation_bytes(lm)  # the probe runs before anything is measured
     with F.frozen_parameters(lm.model):
         with torch.no_grad():
             embeds = lm.model.get_input_embeddings()(ids)
             lm.model(input_ids=ids[:, :64], use_cache=False)  # weights paged in before the base reading
-        F.return_freed_memory(lm.device)
-        base = F.memory_in_use(lm.device)
+        planner.return_freed_memory(lm.device)
+        base = planner.memory_in_use(lm.device)
         _peak_reset()
         leaf = embeds.clone().requires_grad_(True)
-        with F.checkpointed_layers(lm.model, checkpoint):
+        with planner.checkpointed_layers(lm.model, checkpoint):
             logits = lm.model(inputs_embeds=leaf, use_cache=False, logits_to_keep=2).logits
         forward_peak = _peak() - base
-        F.return_freed_memory(lm.device)
-        kept = F.memory_in_use(lm.device) - base
+        planner.return_freed_memory(lm.device)
+        kept = planner.memory_in_use(lm.device) - base
         values = logits[0, -1, :2]
         over: list[int] = []
         for k in (1, 2):
-            F.return_freed_memory(lm.device)
-            level = F.memory_in_use(lm.device)
+            planner.return_freed_memory(lm.device)
+            level = planner.memory_in_use(lm.device)
             _peak_reset()
             (grad,) = torch.autograd.grad(values, leaf, grad_outputs=torch.eye(2)[:k], is_grads_batched=True,
                                           retain_graph=True)
             over.append(_peak() - level)
             del grad
-    act, old = estimate_first, F.guessed_activations(lm)
-    per_block = F.layer_token_bytes(lm, seq)
-    kept_new = F.graph_bytes(lm, seq, checkpoint=checkpoint) - (seq * per_block if checkpoint else 0)
-    need_new = F.graph_bytes(lm, seq, checkpoint=checkpoint) + F.backward_row_bytes(lm, seq)
-    width = F.element_bytes(lm)
+    act, old = estimate_first, planner.guessed_activations(lm)
+    per_block = planner.layer_token_bytes(lm, seq)
+    kept_new = planner.graph_bytes(lm, seq, checkpoint=checkpoint) - (seq * per_block if checkpoint else 0)
+    need_new = planner.graph_bytes(lm, seq, checkpoint=checkpoint) + planner.backward_row_bytes(lm, seq)
+    width = planner.element_bytes(lm)
     old_block = old.block + old.block_square * seq
     kept_old = seq * (old.blocks * old.block_input if checkpoint else old.blocks * old_block)
     target_old = seq * 2 * old_block * 4 // width
@@ -91,10 +92,10 @@ def measure(point: dict[str, Any]) -> dict[str, Any]:
            "kept_mb": kept / MB, "kept_estimate_mb": kept_new / MB, "kept_previous_mb": kept_old / MB,
            "need_mb": measured_need / MB, "need_estimate_mb": need_new / MB, "need_previous_mb": need_old / MB,
            "per_target_mb": (over[1] - over[0]) / MB,
-           "per_target_estimate_mb": F.backward_row_bytes(lm, seq) / MB, "per_target_previous_mb": target_old / MB}
+           "per_target_estimate_mb": planner.backward_row_bytes(lm, seq) / MB, "per_target_previous_mb": target_old / MB}
     row["need_estimate_over_measured"] = need_new / max(1, measured_need)
     row["need_previous_over_measured"] = need_old / max(1, measured_need)
-    row["per_target_estimate_over_measured"] = F.backward_row_bytes(lm, seq) / max(1, over[1] - over[0])
+    row["per_target_estimate_over_measured"] = planner.backward_row_bytes(lm, seq) / max(1, over[1] - over[0])
     row["per_target_previous_over_measured"] = target_old / max(1, over[1] - over[0])
     row["probe"] = (f"{act.source}: {act.block / 1024:.1f} KiB per token per block"
                     f"{f' + {act.block_square:.1f} B x seq' if act.block_square else ''}, "

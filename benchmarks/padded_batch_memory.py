@@ -30,10 +30,10 @@ SHORTER = 100  # how many tokens shorter the second row is
 
 def saved_bytes(lm: Any, pairs: list[tuple[list[int], list[int]]]) -> int:
     """Bytes of the distinct tensors the batched differentiable pass over ``pairs`` saves for its backward pass."""
-    from mirage.attribution import forward as F
+    from mirage.attribution import graphs, planner
 
-    with F.counting_saved_tensors(lm) as total:
-        graph = F.batched_attribution_graph(lm, pairs)
+    with planner.counting_saved_tensors(lm) as total:
+        graph = graphs.batched_attribution_graph(lm, pairs)
     del graph
     return sum(total.values())
 
@@ -42,7 +42,7 @@ def measure(model: str, kernel: str, prompts: list[int]) -> list[dict[str, Any]]
     """Every prompt length of one model and kernel."""
     import torch
 
-    from mirage.attribution import forward as F
+    from mirage.attribution import planner
     from mirage.attribution.models import load_model
 
     lm = load_model(model, dtype="float32")
@@ -54,8 +54,8 @@ def measure(model: str, kernel: str, prompts: list[int]) -> list[dict[str, Any]]
         one = saved_bytes(lm, [(ids, answer)])
         two = saved_bytes(lm, [(ids, answer), (ids[:n - SHORTER], answer)])
         width = n + len(answer)
-        padded_estimate = F.graph_bytes(lm, width, checkpoint=False, rows=2)
-        unpadded_estimate = 2 * F.graph_bytes(lm, width, checkpoint=False)
+        padded_estimate = planner.graph_bytes(lm, width, checkpoint=False, rows=2)
+        unpadded_estimate = 2 * planner.graph_bytes(lm, width, checkpoint=False)
         rows.append({"model": model, "kernel": kernel, "prompt": n, "one_row_mb": round(one / MB, 1),
                      "padded_two_rows_mb": round(two / MB, 1), "padded_over_twice_one": round(two / (2 * one), 3),
                      "padded_estimate_over_measured": round(padded_estimate / two, 3),

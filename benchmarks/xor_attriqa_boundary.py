@@ -30,14 +30,8 @@ sys.path.insert(0, str(ROOT))
 from mirage import Mirage, MirageConfig
 from mirage.runs.store import read_records
 from mirage.scoring.benchmarks import stored_xor_pipeline
-from mirage.scoring.xor_attriqa import (
-    ItemScores,
-    XorItem,
-    load_xor_attriqa,
-    prepare_item,
-    run_lengths,
-    scores_from_records,
-)
+from mirage.scoring.xor_attriqa import ItemScores, prepare_item, run_lengths, scores_from_records
+from mirage.scoring.xor_data import XorItem, load_xor_attriqa
 from mirage.scoring.xor_eval import evaluate
 
 SETTINGS = ("ex_top3", "ex_top5pct", "cal_top3", "cal_top5pct", "mirage_raw")

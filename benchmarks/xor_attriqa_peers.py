@@ -39,7 +39,8 @@ from mirage.likelihood.classifier import best_threshold
 from mirage.peers.contextcite import STORE_NAME, contextcite_scores
 from mirage.runs.store import read_records
 from mirage.scoring.tables import SETTING_NAMES, XOR_METRICS, grid
-from mirage.scoring.xor_attriqa import XorItem, concat_data, load_xor_attriqa, scores_from_records
+from mirage.scoring.xor_attriqa import scores_from_records
+from mirage.scoring.xor_data import XorItem, concat_data, load_xor_attriqa
 from mirage.scoring.xor_eval import (
     LearnedModel,
     RowsNeeded,

@@ -26,7 +26,8 @@ from mirage.peers.inseq import fit_to_prompt_context, run_reference
 from mirage.runs.store import read_records
 from mirage.scoring import metrics as M
 from mirage.scoring.benchmarks import stored_xor_pipeline
-from mirage.scoring.xor_attriqa import load_xor_attriqa, prepare_item, scores_from_records
+from mirage.scoring.xor_attriqa import prepare_item, scores_from_records
+from mirage.scoring.xor_data import load_xor_attriqa
 from mirage.scoring.xor_eval import CCI_SELECTIONS, build_views, predict, selected_tokens
 
 

@@ -301,6 +301,20 @@ def bench_xor_scoring() -> str:
     return "\n".join(out)
 
 
+def bench_xor_commands() -> str:
+    """Whole commands against the reference procedure (``bench_xor_scoring.py --commands``)."""
+    rel = "xor_commands.json"
+    if not (RESULTS / rel).exists():
+        return "Not measured yet: `python benchmarks/bench_xor_scoring.py xor-attriqa-match:fi --commands --limit 6`."
+    data = _read(rel)
+    rows = [[run, _code(data["commands"][run]), _num(s, 1, " s"),
+             _num(data["reference_over"].get(run), 2, "×") if run != "reference" else "1.00×"]
+            for run, s in data["seconds"].items()]
+    intro = (f"{data.get('threads') or 'default'} threads: {data['model']}, first {data['limit']} rows of "
+             f"{_code(data['data'])}, each command in its own process, from {_source(rel)}:")
+    return "\n".join([intro, "", table(["command", "as run", "seconds", "reference / this"], rows), ""])
+
+
 def _cost_attribute() -> str:
     parts = []
     for rel in ("attribution.json", "gpu/attribution_gpu.json"):
@@ -562,7 +576,7 @@ def compare_table(rel: str) -> str:
 def self_match_table(rel: str) -> str:
     """The self-match checks below ``rel`` (each run folder's ``self_match.json``, ``mirage score xor-attriqa
     --self-match``): per model, prompt and data, the test rows checked and kept (the folder page's table)."""
-    from mirage.views.pages.kinds import self_match_overview
+    from mirage.views.pages.scoring import self_match_overview
 
     def link(run: Path) -> str:
         return f"{RESULTS_URI}/{run.relative_to(RESULTS).as_posix()}/README.md"
@@ -604,7 +618,7 @@ def adapter_card(name: str) -> str:
 GENERATORS: dict[str, Callable[..., str]] = {
     "cli": cli_reference, "config": config_reference, "headline": lambda: headline_table(f"{RESULTS_URI}/"),
     "bench": lambda name: {"attribution": bench_attribution, "precision": bench_precision,
-                           "xor-scoring": bench_xor_scoring}[name](),
+                           "xor-scoring": bench_xor_scoring, "xor-commands": bench_xor_commands}[name](),
     "cost": lambda command: COSTS[command](),
     "xor": xor_table,
     "protocol": protocol_overview,

@@ -19,10 +19,9 @@ if TYPE_CHECKING:
     from mirage.views.frames import read_results
 
 #: Names imported from their module on first access (they bring torch).
-_LAZY = {"Mirage": "pipeline", "attribute_dataset": "pipeline", "read_results": "views.frames"}
-
-
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "Mirage": "pipeline", "attribute_dataset": "pipeline", "read_results": "views.frames",
+})
 
 
 __all__ = [

@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from mirage.attribution.models import ModelLoadError
 from mirage.config import ConfigError
-from mirage.data.inputs import InputError, NothingToScore, make_item, read_items
+from mirage.data.inputs import InputError, NothingToScore, make_item
+from mirage.data.readers import read_items
+from mirage.options import add_options, cli_arg
 from mirage.runs.experiment import ExperimentConfig, add_experiment_args, non_negative_int, positive_int
 from mirage.runs.progress import terminal_progress, write_line
 from mirage.runs.sharding import ShardedJSONL, ShardError, StoreFor, in_shards, report_share_done
@@ -167,16 +169,26 @@ ATTRIBUTE_HELP = "attribute answers of a JSON/JSONL file of items"
 VIEW_HELP = "write a browsable static HTML report of a results JSONL (or compare two), a bias run or an ELI5 run"
 
 
+@dataclass(frozen=True, kw_only=True)
+class AttributeOptions:
+    """What ``mirage attribute`` reads and writes beside its experiment (:class:`ExperimentConfig`: the model, the
+    pipeline, ``--limit``)."""
+
+    input: str = cli_arg(flag="input", help=(
+        'JSON list or JSONL of {"question", "docs": [{"title", "text"}], "output"?}, or a dataset of such items '
+        "(e.g. eli5-alce; `mirage data list`)"))
+    output: str = cli_arg(flag="--output", aliases=("-o",), help=(
+        "output JSONL (re-running skips finished items; an id names one item's result, so an item whose content "
+        "changed under an id already stored is refused: give a new -o)"))
+    quiet: bool = cli_arg(False, flag="--quiet", help="do not print the attributed answers")
+
+
 def register_attribute(sub: argparse._SubParsersAction) -> None:
     """Add ``mirage attribute``."""
     att = sub.add_parser("attribute", help=ATTRIBUTE_HELP)
-    att.add_argument("input", help='JSON list or JSONL of {"question", "docs": [{"title", "text"}], "output"?}, or a '
-                                   "dataset of such items (e.g. eli5-alce; `mirage data list`)")
-    att.add_argument("-o", "--output", required=True,
-                     help="output JSONL (re-running skips finished items; an id names one item's result, so an item "
-                     "whose content changed under an id already stored is refused: give a new -o)")
-    att.add_argument("--limit", type=non_negative_int, help="only the first N items")
-    att.add_argument("--quiet", action="store_true", help="do not print the attributed answers")
+    add_options(att, AttributeOptions, ["input", "output"])
+    add_options(att, ExperimentConfig, ["limit"], unset=True)
+    add_options(att, AttributeOptions, ["quiet"])
     add_experiment_args(att)
     att.set_defaults(func=cmd_attribute)
 
@@ -192,27 +204,35 @@ def cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True, kw_only=True)
+class ViewOptions:
+    """What ``mirage view`` shows and where (:func:`mirage.views.view.write_view`)."""
+
+    results: tuple[str, ...] = cli_arg(flag="results", metavar="RESULTS", help=(
+        "JSONL written by `mirage attribute`; give two (two models or two settings) to compare them side by side, "
+        "items matched by question and documents. Or one run folder: a bias study (`mirage bias -o DIR`: "
+        "generations.jsonl[.gz] and results.json; per query its modes side by side, filters for queries whose "
+        "citations moved, the study's tables) or an ELI5 run (`mirage score eli5 -o DIR`: answers.jsonl and "
+        "results.json)"))
+    output: str = cli_arg("report.html", flag="--output", aliases=("-o",), help=(
+        "HTML file to write (default: report.html); an existing file is replaced only if it is a page mirage view "
+        "wrote"))
+    title: str | None = cli_arg(None, flag="--title", help="page title (default: the results file or folder names)")
+    #: None: :data:`mirage.views.report.MAX_ITEMS` (the parser shows and sets it).
+    max_items: int | None = cli_arg(None, flag="--max-items", type=positive_int, metavar="N", help=(
+        "items of a results file one page shows; the page and a warning say how many the file holds and which "
+        "--offset shows the next ones"))
+    offset: int = cli_arg(0, flag="--offset", type=non_negative_int, metavar="N", help=(
+        "the position of a results file's first item on the page (default: 0; with --max-items 500, --offset 500 "
+        "is the second page)"))
+
+
 def register_view(sub: argparse._SubParsersAction) -> None:
     """Add ``mirage view``."""
     from mirage.views.report import MAX_ITEMS
 
     view = sub.add_parser("view", help=VIEW_HELP)
-    view.add_argument("results", nargs="+", metavar="RESULTS",
-                      help="JSONL written by `mirage attribute`; give two (two models or two settings) to compare "
-                      "them side by side, items matched by question and documents. Or one run folder: a bias study "
-                      "(`mirage bias -o DIR`: generations.jsonl[.gz] and results.json; per query its modes side by "
-                      "side, filters for queries whose citations moved, the study's tables) or an ELI5 run "
-                      "(`mirage score eli5 -o DIR`: answers.jsonl and results.json)")
-    view.add_argument("-o", "--output", default="report.html",
-                      help="HTML file to write (default: report.html); an existing file is replaced only if it is a "
-                      "page mirage view wrote")
-    view.add_argument("--title", help="page title (default: the results file or folder names)")
-    view.add_argument("--max-items", type=positive_int, default=MAX_ITEMS, metavar="N",
-                      help=f"items of a results file one page shows (default: {MAX_ITEMS}); the page and a warning "
-                      "say how many the file holds and which --offset shows the next ones")
-    view.add_argument("--offset", type=non_negative_int, default=0, metavar="N",
-                      help="the position of a results file's first item on the page (default: 0; with "
-                      "--max-items 500, --offset 500 is the second page)")
+    add_options(view, ViewOptions, defaults={"max_items": MAX_ITEMS})
     view.set_defaults(func=cmd_view)
 
 
@@ -332,11 +352,18 @@ class MirageParser(argparse.ArgumentParser):
         super().error(f"{message}; {hint}" if hint else message)
 
 
+@dataclass(frozen=True)
+class MainOptions:
+    """The options of ``mirage`` itself, before the command."""
+
+    verbose: bool = cli_arg(False, flag="--verbose", aliases=("-v",), help="log progress details")
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``mirage`` argument parser. Without ``argv`` every subcommand of :func:`commands` is built in full; with
     it, only the one ``argv`` names (the others are listed by name and help only), so parsing imports nothing else."""
     parser = MirageParser(prog="mirage", description="Model-internals-based RAG answer attribution.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    add_options(parser, MainOptions)
     sub = parser.add_subparsers(dest="command", required=True)
     wanted = None if argv is None else _command_name(argv)
     for command in commands():

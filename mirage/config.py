@@ -43,6 +43,10 @@ from mirage.checks import (
 )
 from mirage.registry import CCI_METHODS, CITATION_RULES, CTI_METRICS, CTI_SELECTORS
 
+#: The model every command and config loads unless told another (an embedded name, see
+#: :func:`mirage.attribution.models.load_model`).
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
 #: The built-in CTI metrics, CTI selectors, CCI methods (and citation rules, below); ``cti.metric`` / ``cti.selector``
 #: / ``cci.method`` / ``aggregation.rule`` take any name registered in :data:`mirage.registry.CTI_METRICS` /
 #: :data:`mirage.registry.CTI_SELECTORS` / :data:`mirage.registry.CCI_METHODS` /
@@ -284,7 +288,10 @@ class MirageConfig:
     cci: CCIConfig = field(default_factory=CCIConfig)
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     #: The preset the tree started from (:data:`PRESETS`; fields set after it may differ from it), or None.
-    preset: str | None = None
+    preset: str | None = field(default=None, metadata={
+        "flag": "--preset", "choices": lambda: list(PRESETS), "help": "start the pipeline from a preset: authors "
+        "(the MIRAGE authors' released scripts, per benchmark) or inseq (inseq's attribute_context); the file's "
+        "fields and the flags override it (docs/fidelity.md)"})
 
     def __post_init__(self) -> None:
         for name, section_cls in _SECTIONS.items():
@@ -539,6 +546,17 @@ def load_yaml(text: str) -> Any:
         raise
     except ValueError as err:  # an integer of more digits than Python converts
         raise yaml.YAMLError(f"a value cannot be read ({str(err).split(';')[0]})") from None
+
+
+def read_yaml(path: str | Path, *, name: str | None = None) -> Any:
+    """The value of a YAML file (:func:`load_yaml`): the one reader of mirage's YAML files beside
+    :func:`read_config_file` (which says more, for the files users write). A file that cannot be read or is not YAML
+    is a ConfigError ``{name} cannot be read as YAML (reason).``; ``name`` defaults to ``{path}:``."""
+    try:
+        return load_yaml(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        reason = " ".join(str(getattr(err, "problem", None) or err).split())
+        raise ConfigError(f"{name or f'{path}:'} cannot be read as YAML ({reason[:200]}).") from None
 
 
 def read_config_file(path: str | Path, *, expected: str = "a mapping of sections (prompt, generation, cti, cci, "

@@ -32,7 +32,7 @@ from mirage.attribution.results import AttributionResult, SentenceAttribution
 from mirage.attribution.serialization import library_versions
 from mirage.attribution.token_scores import TargetSpec, TokenScores, score_batch, score_tokens
 from mirage.attribution.tokenization import TokenizedAnswer, max_token_chars, tokenize_answer
-from mirage.config import ConfigError, MirageConfig
+from mirage.config import DEFAULT_MODEL, ConfigError, MirageConfig
 from mirage.data.inputs import InputError, RAGItem, make_item
 from mirage.likelihood.classifier import learned_citations, load_learned
 from mirage.likelihood.signals import passage_signals
@@ -71,7 +71,8 @@ class Mirage:
         quantization: str | None = None,
         memory_budget: str | int | None = None,
     ) -> Mirage:
-        """Load an embedded model name, a Hugging Face id or a local path (default ``smollm2-135m-instruct``).
+        """Load an embedded model name, a Hugging Face id or a local path (default
+        :data:`~mirage.config.DEFAULT_MODEL`, ``smollm2-135m-instruct``).
         Without ``config``, a model mirage tuned (a shipped adapter such as ``smollm2-135m-cite-follow``, an adapter
         or a fully fine-tuned model folder) is prompted in the template it was trained in.
 
@@ -81,7 +82,7 @@ class Mirage:
         ``max_memory`` per device, ``quantization`` ``"8bit"``/``"4bit"`` (bitsandbytes, CUDA). ``memory_budget``
         (or ``max_memory`` as one size, ``"3GB"``): the most memory attribution may bring the process to; long
         prompts then run with gradient checkpointing and CCI's backward passes in smaller batches (see
-        :func:`mirage.attribution.models.load_model`, :func:`mirage.attribution.forward.plan_graph`)."""
+        :func:`mirage.attribution.models.load_model`, :func:`mirage.attribution.planner.plan_graph`)."""
         from mirage.attribution.models import is_adapter_folder, trained_prompt_name
 
         cfg = config or MirageConfig()
@@ -96,7 +97,7 @@ class Mirage:
             lm = load_adapter(adapter, base=name_or_path, device=device, dtype=dtype,
                               use_chat_template=cfg.prompt.chat_template, **placement)
             return cls(lm, config=cfg)
-        lm = load_model(name_or_path or "smollm2-135m-instruct", device=device, dtype=dtype,
+        lm = load_model(name_or_path or DEFAULT_MODEL, device=device, dtype=dtype,
                         use_chat_template=cfg.prompt.chat_template, **placement)
         return cls(lm, config=cfg)
 

@@ -1,9 +1,10 @@
 """Named implementations of one pipeline concept, so a user adds one without editing the stage's code.
 
 The CTI metrics (:data:`CTI_METRICS`), the CTI selectors (:data:`CTI_SELECTORS`), the CCI methods
-(:data:`CCI_METHODS`) and the citation rules (:data:`CITATION_RULES`) are registries; the configuration accepts any
-registered name for ``cti.metric`` / ``cti.selector`` / ``cci.method`` / ``aggregation.rule``. The registries live
-here, and the stages that define the built-ins (:mod:`mirage.attribution.cti`, :mod:`mirage.attribution.cci`,
+(:data:`CCI_METHODS`), the document attribution methods (:data:`DOCUMENT_METHODS`) and the citation rules
+(:data:`CITATION_RULES`) are registries; the configuration accepts any registered name for ``cti.metric`` /
+``cti.selector`` / ``cci.method`` / ``aggregation.rule``. The registries live here, and the stages that define the
+built-ins (:mod:`mirage.attribution.cti`, :mod:`mirage.attribution.cci`, :mod:`mirage.attribution.methods`,
 :mod:`mirage.pipeline`) register them on import, so that the configuration checks a name without importing those
 stages and no stage's types depend on the configuration in a cycle.
 """
@@ -13,17 +14,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+EntryT = TypeVar("EntryT")
 
 
-class Registry(dict[str, T]):
+class Registry(dict[str, EntryT]):
     """A dict name → implementation that refuses to overwrite silently and names the registered choices."""
 
     def __init__(self, kind: str) -> None:
         super().__init__()
         self.kind = kind
 
-    def register(self, name: str, value: T, *, overwrite: bool = False) -> None:
+    def register(self, name: str, value: EntryT, *, overwrite: bool = False) -> None:
         """Add ``value`` under ``name``; an existing name is replaced only with ``overwrite=True``."""
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"a {self.kind} name must be a non-empty string, got {name!r}.")
@@ -31,7 +32,7 @@ class Registry(dict[str, T]):
             raise ValueError(f"{self.kind} {name!r} is already registered; pass overwrite=True to replace it.")
         self[name] = value
 
-    def lookup(self, name: str) -> T:
+    def lookup(self, name: str) -> EntryT:
         """The implementation registered as ``name``; a ValueError listing the registered names otherwise."""
         if name not in self:
             raise ValueError(f"unknown {self.kind} {name!r}; registered: {', '.join(map(repr, self))}.")
@@ -58,6 +59,11 @@ CTI_SELECTORS: Registry[Callable[..., Any]] = Registry("CTI selector")
 #: The CCI methods by name (see :class:`mirage.attribution.cci.CCIMethodSpec`;
 #: :func:`mirage.attribution.cci.register_cci_method` adds one).
 CCI_METHODS: Registry[Any] = Registry("CCI method")
+
+#: The document attribution methods by name: each a :class:`mirage.attribution.methods.DocumentMethod` whose
+#: ``attribute(inputs)`` gives per answer token a score per document (:mod:`mirage.attribution.methods` registers the
+#: built-ins on import; :func:`mirage.attribution.methods.register_document_method` adds one).
+DOCUMENT_METHODS: Registry[Any] = Registry("document attribution method")
 
 #: The citation rules by name: ``rule(inputs) -> sentences``, given a :class:`mirage.pipeline.CitationInputs` (the
 #: item, its answer, its token scores and the sentences with the reference rule's citations), the answer's sentences

@@ -265,11 +265,11 @@ def refuse_batched_grad(monkeypatch):
 
 @pytest.fixture
 def registries():
-    """Whatever a test registers in mirage's registries (CTI metrics and selectors, CCI methods, citation rules) is
-    gone afterwards."""
-    from mirage.registry import CCI_METHODS, CITATION_RULES, CTI_METRICS, CTI_SELECTORS
+    """Whatever a test registers in mirage's registries (CTI metrics and selectors, CCI methods, document
+    attribution methods, citation rules) is gone afterwards."""
+    from mirage.registry import CCI_METHODS, CITATION_RULES, CTI_METRICS, CTI_SELECTORS, DOCUMENT_METHODS
 
-    every = (CTI_METRICS, CTI_SELECTORS, CCI_METHODS, CITATION_RULES)
+    every = (CTI_METRICS, CTI_SELECTORS, CCI_METHODS, DOCUMENT_METHODS, CITATION_RULES)
     saved = [dict(registry) for registry in every]
     yield
     for registry, entries in zip(every, saved):

@@ -58,7 +58,8 @@ def test_the_authors_preset_cites_what_their_script_does_on_inseqs_outputs(smoll
     from mirage.cli import main
     from mirage.peers.inseq import fit_to_prompt_context, run_reference
     from mirage.scoring.benchmarks import stored_xor_pipeline
-    from mirage.scoring.xor_attriqa import load_xor_attriqa, prepare_item
+    from mirage.scoring.xor_attriqa import prepare_item
+    from mirage.scoring.xor_data import load_xor_attriqa
 
     out = tmp_path / "run"
     assert main(["score", "xor-attriqa", str(DATA / "val.jsonl"), "--limit", "2", "--preset", "authors",

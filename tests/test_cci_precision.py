@@ -11,7 +11,8 @@ import torch
 
 from mirage import Mirage, MirageConfig
 from mirage.attribution.cci import autocast_dtype, compute_cci, shares_cti_graph
-from mirage.attribution.forward import attribution_graph, model_inputs
+from mirage.attribution.forward import model_inputs
+from mirage.attribution.graphs import attribution_graph
 from mirage.cli import build_parser
 from mirage.config import CCIConfig, ConfigError
 from mirage.runs.experiment import ExperimentConfig

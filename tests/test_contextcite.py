@@ -17,7 +17,8 @@ import pytest
 from mirage import Mirage, MirageConfig
 from mirage.attribution.tokenization import tokenize_answer
 from mirage.runs.store import ResumableJSONL
-from mirage.scoring.xor_attriqa import XorItem, load_xor_attriqa, prepare_item
+from mirage.scoring.xor_attriqa import prepare_item
+from mirage.scoring.xor_data import XorItem, load_xor_attriqa
 
 # Not pytest.importorskip: importing context_cite as is runs nltk.download (network); the adapter imports it offline.
 if importlib.util.find_spec("context_cite") is None:

@@ -8,7 +8,8 @@ import torch
 from mirage import Mirage, MirageConfig
 from mirage.attribution.cci import compute_cci, select_context
 from mirage.attribution.cti import compute_cti, contrast_scores, select_tokens
-from mirage.attribution.forward import answer_logits, attribution_graph, model_inputs
+from mirage.attribution.forward import answer_logits, model_inputs
+from mirage.attribution.graphs import attribution_graph
 from mirage.config import CCIConfig, CTIConfig
 
 QUESTION = "When was the Ikhwan party formed?"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from mirage.cli import build_parser
-from mirage.config import EXPERIMENT_KEYS, ConfigError, MirageConfig
+from mirage.config import DEFAULT_MODEL, EXPERIMENT_KEYS, ConfigError, MirageConfig
 from mirage.data.inputs import InputError
-from mirage.runs.experiment import DEFAULT_MODEL, ExperimentConfig
+from mirage.runs.experiment import ExperimentConfig
 from mirage.scoring.benchmarks import check_run
 
 ROOT = Path(__file__).resolve().parents[1]

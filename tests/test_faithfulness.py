@@ -19,7 +19,7 @@ from mirage.scoring.faithfulness import (
     citation_sets,
     faithfulness,
     random_set,
-    summarize,
+    summarize_faithfulness,
 )
 
 QUESTION = "When was the Ikhwan party formed?"
@@ -117,7 +117,7 @@ def test_result_and_summary_round_trip_and_empty_sets_are_counted(tiny):
     assert FaithfulnessResult.from_json(fr.to_json()) == fr
     other = copy.deepcopy(fr)
     other.id = "copy"
-    summary = summarize([fr, other])
+    summary = summarize_faithfulness([fr, other])
     assert FaithfulnessSummary.from_dict(summary.to_dict()) == summary
     assert summary.n_results == 2 and summary.n_sentences == 6
     mirage = summary.methods["mirage"]

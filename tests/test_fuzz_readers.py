@@ -118,7 +118,8 @@ def _read_all(iterator) -> None:
 
 def _json_readers(path: Path) -> list[tuple[str, object]]:
     """Every reader that takes one JSON or JSONL file, as (name, call)."""
-    from mirage.data.inputs import make_item, read_items, read_jsonl, read_rows
+    from mirage.data.inputs import make_item
+    from mirage.data.readers import read_items, read_jsonl, read_rows
     from mirage.runs.store import read_records
     from mirage.views.report import read_result_objects
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from mirage.cli import main
-from mirage.data.inputs import MAX_JSON_DEPTH, BadRow, InputError, RawRow, parse_json, read_items, read_rows
+from mirage.data.inputs import InputError
+from mirage.data.readers import MAX_JSON_DEPTH, BadRow, RawRow, parse_json, read_items, read_rows
 
 GOOD = {"question": "When was the Ikhwan party formed?",
         "docs": [{"title": "Ikhwan", "text": "The Ikhwan was formed in 1913."}], "output": "In 1913."}

@@ -14,8 +14,9 @@ import pytest
 
 from mirage.bias.items import detect_format, load_xor_rows, read_xor_rows, xor_items
 from mirage.cli import main
-from mirage.data.inputs import BadRow, InputError, RawRow, make_item, read_items, read_jsonl, read_rows
-from mirage.scoring.xor_attriqa import load_xor_attriqa
+from mirage.data.inputs import InputError, make_item
+from mirage.data.readers import BadRow, RawRow, read_items, read_jsonl, read_rows
+from mirage.scoring.xor_data import load_xor_attriqa
 
 DATA = Path(__file__).parent / "data"
 XOR_ROWS = DATA / "xor_bias_rows.jsonl"
@@ -73,7 +74,7 @@ def test_read_text_gunzips_a_gz_name_and_names_one_that_is_not_gzip(tmp_path):
     text checked as any other; a .gz name over plain bytes is one line naming the file."""
     import gzip
 
-    from mirage.data.inputs import read_text
+    from mirage.data.readers import read_text
 
     packed = _write(tmp_path / "rows.jsonl.gz", gzip.compress("\ufeffé\n".encode()))
     assert read_text(packed) == "é\n"
@@ -285,7 +286,7 @@ def test_malformed_xor_rows_are_skipped_and_reported_with_file_and_line(tmp_path
         f"{path}:2: not valid JSON (Expecting ',' delimiter, column 35)",
         f"{path}:4: row must be a JSON object, got list",
         f"{path}:5: 'split_passages_en' has 1 passages for 4 'ais' labels",
-    ]  # the scorer's reading of a row (mirage.scoring.xor_attriqa.parse_xor_row), its messages
+    ]  # the scorer's reading of a row (mirage.scoring.xor_data.parse_xor_row), its messages
     reference = [(f"rows-{n}", row) for n, (_, row) in zip([1, 3, 6, 7], load_xor_rows(XOR_ROWS)[0])]
     assert rows == reference
     assert xor_items(rows, k=5, seed=3) == xor_items(reference, k=5, seed=3)

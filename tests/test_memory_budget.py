@@ -14,20 +14,20 @@ import pytest
 import torch
 
 from mirage import Mirage
-from mirage.attribution.forward import (
+from mirage.attribution.forward import frozen_parameters
+from mirage.attribution.models import wrap_model
+from mirage.attribution.planner import (
     CPU_ALLOCATOR_SHARE,
     MemoryBudgetError,
     activation_bytes,
     backward_row_bytes,
     checkpointed_layers,
-    frozen_parameters,
     graph_bytes,
     memory_in_use,
     plan_graph,
     return_freed_memory,
     saved_tensor_bytes,
 )
-from mirage.attribution.models import wrap_model
 from mirage.cli import main
 from mirage.runs.experiment import ExperimentConfig
 
@@ -117,14 +117,14 @@ def test_cpu_passes_near_the_free_memory_return_freed_memory_without_a_budget(sm
     freed blocks (they add much to a long pass's peak, benchmarks/cpu_allocator.py); one with room to spare
     leaves the allocator alone (returning costs time). MIRAGE_CPU_ALLOCATOR=return / keep decide for every pass; any
     other value is refused in one line."""
-    from mirage.attribution import forward
+    from mirage.attribution import planner
 
     seq = 2000
     need = graph_bytes(smollm2, seq, checkpoint=False) + backward_row_bytes(smollm2, seq)
     monkeypatch.delenv("MIRAGE_CPU_ALLOCATOR", raising=False)
 
     def planned(free: int) -> dict:
-        monkeypatch.setattr(forward, "free_memory", lambda device: free)
+        monkeypatch.setattr(planner, "free_memory", lambda device: free)
         lm = _fresh(smollm2)
         plan_graph(lm, seq)
         return lm.passes
@@ -148,25 +148,25 @@ def test_without_a_budget_a_cpu_pass_is_planned_within_the_default_budget(smollm
     available memory forced to a little more than the whole graph needs from 80 % of it, the graph is checkpointed
     and CCI's batches stay within what the default leaves. The model's own budget stays None (a pass too large for
     the default is still tried), and a GPU has no default."""
-    from mirage.attribution import cci, forward
+    from mirage.attribution import cci, planner
 
     seq = smollm2.context_window
     full = graph_bytes(smollm2, seq, checkpoint=False) + backward_row_bytes(smollm2, seq)
     free = int(full / 0.8) + 2**30  # 80 % of it holds the whole graph: what ran before there was a default
-    monkeypatch.setattr(forward, "free_memory", lambda device: free)
+    monkeypatch.setattr(planner, "free_memory", lambda device: free)
     monkeypatch.setattr(cci, "free_memory", lambda device: free)
     monkeypatch.setenv("MIRAGE_CPU_ALLOCATOR", "keep")  # the allocator is not what this test is about
     lm = _fresh(smollm2)
     plan = plan_graph(lm, seq)
     assert lm.memory_budget is None and plan.checkpoint is True and lm.passes["checkpointing"] == "on"
-    budget = forward.default_memory_budget(lm.device)
-    assert budget == pytest.approx(forward.CPU_DEFAULT_BUDGET_SHARE * (memory_in_use(lm.device) + free), rel=0.01)
+    budget = planner.default_memory_budget(lm.device)
+    assert budget == pytest.approx(planner.CPU_DEFAULT_BUDGET_SHARE * (memory_in_use(lm.device) + free), rel=0.01)
     light = graph_bytes(smollm2, seq, checkpoint=True)
     assert plan.room + light <= budget * 0.9 - memory_in_use(lm.device) + 2**26  # planned within the default
     row = backward_row_bytes(smollm2, seq)
     width = cci.auto_batch_size(lm, seq, 64, checkpointed=True)
-    assert width * row <= forward.default_budget_room(lm) + 2**26 < free // 2  # the default, not half the free
-    assert forward.default_memory_budget(torch.device("meta")) is None
+    assert width * row <= planner.default_budget_room(lm) + 2**26 < free // 2  # the default, not half the free
+    assert planner.default_memory_budget(torch.device("meta")) is None
 
 
 def test_a_budget_changes_how_the_passes_run_not_the_scores(smollm2, one_thread):
@@ -384,7 +384,7 @@ def test_without_a_batched_backward_a_long_prompt_keeps_its_kernel_where_eager_a
     backward pass, with the same scores."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from mirage.attribution.forward import graph_bytes, graph_fits
+    from mirage.attribution.planner import graph_bytes, graph_fits
 
     kernel = _unbatchable_attention()
     config = LlamaConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -512,7 +512,7 @@ def test_a_backward_eager_attention_cannot_batch_either_leaves_the_kernel(real_t
 
 _CHURN = """
 import json, sys, torch
-from mirage.attribution.forward import memory_in_use, return_freed_memory
+from mirage.attribution.planner import memory_in_use, return_freed_memory
 cpu = torch.device("cpu")
 how = return_freed_memory(cpu) if sys.argv[1] == "budget" else None
 # what a pass does to the heap: one 8 MiB block freed (glibc then keeps blocks of that size on its heap), then many

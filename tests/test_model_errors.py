@@ -13,9 +13,11 @@ import torch
 from mirage.attribution import models
 from mirage.attribution.models import (
     ModelLoadError,
+    checkpoints,
     default_device,
     hub_reachable,
     load_model,
+    loading,
     resolve_device,
     resolve_dtype,
 )
@@ -94,7 +96,7 @@ def test_bogus_device_is_a_model_load_error():
 
 
 def test_bogus_device_fails_before_anything_is_loaded(monkeypatch):
-    monkeypatch.setattr(models, "embedded_checkpoint", _no_probe)
+    monkeypatch.setattr(loading, "embedded_checkpoint", _no_probe)
     with pytest.raises(ModelLoadError, match="device='bogus' is not a torch device"):
         load_model("smollm2-135m-instruct", device="bogus")
 
@@ -150,7 +152,7 @@ def test_bad_dtype_is_a_model_load_error(dtype):
 
 
 def test_bad_dtype_fails_before_anything_is_loaded(monkeypatch):
-    monkeypatch.setattr(models, "embedded_checkpoint", _no_probe)
+    monkeypatch.setattr(loading, "embedded_checkpoint", _no_probe)
     with pytest.raises(ModelLoadError, match="dtype='float8'"):
         load_model("smollm2-135m-instruct", device="cpu", dtype="float8")
 
@@ -159,7 +161,7 @@ def test_bad_dtype_fails_before_anything_is_loaded(monkeypatch):
 
 
 def test_a_complete_local_folder_loads(tmp_path, monkeypatch):
-    monkeypatch.setattr(models, "hub_reachable", _no_probe)
+    monkeypatch.setattr(checkpoints, "hub_reachable", _no_probe)
     folder = write_checkpoint(tmp_path / "tiny")
     lm = load_model(folder, device="cpu")  # a pathlib.Path works too
     assert lm.name == str(folder) and lm.device == torch.device("cpu") and lm.dtype == torch.float32
@@ -168,7 +170,7 @@ def test_a_complete_local_folder_loads(tmp_path, monkeypatch):
 
 
 def test_a_folder_without_weights_names_the_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(models, "hub_reachable", _no_probe)
+    monkeypatch.setattr(checkpoints, "hub_reachable", _no_probe)
     folder = write_checkpoint(tmp_path / "no-weights", weights=False)
     assert (folder / "config.json").exists()
     with pytest.raises(ModelLoadError) as err:
@@ -216,7 +218,7 @@ def test_a_folder_without_tokenizer_files(tmp_path):
 
 
 def test_a_missing_path_fails_at_once_without_probing_the_hub(monkeypatch):
-    monkeypatch.setattr(models, "hub_reachable", _no_probe)
+    monkeypatch.setattr(checkpoints, "hub_reachable", _no_probe)
     with pytest.raises(ModelLoadError, match="^Cannot load model '/nonexistent/model-folder': it is not an embedded model .*no folder /nonexistent/mod"):
         load_model("/nonexistent/model-folder", device="cpu")
 
@@ -225,7 +227,7 @@ def test_a_missing_path_fails_at_once_without_probing_the_hub(monkeypatch):
 
 
 def test_unknown_name_with_an_unreachable_hub_fails_fast(monkeypatch, timer):
-    monkeypatch.setattr(models, "hub_reachable", lambda *a, **k: False)
+    monkeypatch.setattr(checkpoints, "hub_reachable", lambda *a, **k: False)
     start = timer()
     with pytest.raises(ModelLoadError) as err:
         load_model("nobody-x/not-a-model-y", device="cpu")
@@ -248,7 +250,7 @@ def test_real_probe_of_an_unreachable_endpoint_fails_fast(monkeypatch, timer):
 
 def test_offline_mode_skips_the_probe(monkeypatch, timer):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(models, "hub_reachable", _no_probe)
+    monkeypatch.setattr(checkpoints, "hub_reachable", _no_probe)
     start = timer()
     with pytest.raises(ModelLoadError, match="not in the local Hugging Face cache .*HF_HUB_OFFLINE"):
         load_model("nobody-x/not-a-model-y", device="cpu")
@@ -269,7 +271,7 @@ def test_a_cached_model_still_loads_when_the_hub_is_unreachable(monkeypatch, tmp
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(_fake_hub_cache(tmp_path / "hub", "tiny-org/tiny-model")))
-    monkeypatch.setattr(models, "hub_reachable", lambda *a, **k: False)
+    monkeypatch.setattr(checkpoints, "hub_reachable", lambda *a, **k: False)
     start = timer()
     lm = load_model("tiny-org/tiny-model", device="cpu")
     assert timer() - start < FAST  # from the cache at once, never asking the hub
@@ -281,7 +283,7 @@ def test_a_partly_cached_model_says_only_the_cache_was_searched(monkeypatch, tmp
 
     cache = _fake_hub_cache(tmp_path / "hub", "tiny-org/no-weights", weights=False)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(models, "hub_reachable", lambda *a, **k: False)
+    monkeypatch.setattr(checkpoints, "hub_reachable", lambda *a, **k: False)
     start = timer()
     with pytest.raises(ModelLoadError, match=r"model 'tiny-org/no-weights' \(weights\): .*only the local Hugging Face"):
         load_model("tiny-org/no-weights", device="cpu")

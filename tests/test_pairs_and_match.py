@@ -12,7 +12,8 @@ from mirage import cli
 from mirage.attribution.citations import parse_answer
 from mirage.data.fetch import data_label
 from mirage.scoring import metrics as M
-from mirage.scoring.xor_attriqa import load_xor_attriqa, same_answer
+from mirage.scoring.xor_attriqa import same_answer
+from mirage.scoring.xor_data import load_xor_attriqa
 from mirage.scoring.xor_eval import SCORE_ONLY
 
 pytestmark = pytest.mark.slow

@@ -90,7 +90,8 @@ def test_score_item_adds_the_leave_one_out_signals_only_when_asked(tiny_causal):
     """The scorer's signals leave the leave-one-out passes out (the learned features do not use them);
     ``leave_one_out=True`` adds them (what benchmarks/learned_features.py needs), equal to passage_signals' own, and
     the ``loo_*`` features appear; the other signals are unchanged."""
-    from mirage.scoring.xor_attriqa import load_xor_attriqa, score_item
+    from mirage.scoring.xor_attriqa import score_item
+    from mirage.scoring.xor_data import load_xor_attriqa
 
     m = Mirage(tiny_causal)
     item = next(i for i in load_xor_attriqa(DATA / "val.jsonl").items if len(i.passages) > 1)
@@ -149,7 +150,7 @@ def test_learned_setting_on_too_few_calibration_items_is_a_config_error():
     from dataclasses import replace
 
     from mirage.config import ConfigError, CTIConfig
-    from mirage.scoring.xor_attriqa import XorItem
+    from mirage.scoring.xor_data import XorItem
     from mirage.scoring.xor_eval import fit_learned_model
 
     def item(q: str, labels: tuple[bool, ...]) -> XorItem:

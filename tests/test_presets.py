@@ -58,12 +58,12 @@ def test_threshold_floor_keeps_a_calibrated_threshold_above_the_answers_mean():
 
 def test_calibration_never_selects_below_the_mean_under_the_floor():
     """The exact calibration search and the calibrated setting agree on what the floor leaves out."""
-    from mirage.scoring.xor_eval import ItemView, TokenView, calibrate_threshold, predict, selected_tokens
+    from mirage.scoring.xor_eval import TokenView, XorItemView, calibrate_threshold, predict, selected_tokens
 
     def view(ctis, kept, labels, floor):
         item_tokens = tuple(TokenView(cti=c, kept={"s": frozenset(k)}, share=(0.0,) * len(labels))
                             for c, k in zip(ctis, kept))
-        return ItemView(item=_item(labels), tokens=item_tokens, floor=floor)
+        return XorItemView(item=_item(labels), tokens=item_tokens, floor=floor)
 
     # the low token (0.2, below its answer's mean 0.5) is the only one citing the supporting passage
     ctis, kept, labels = [0.2, 0.4, 0.9], [{0}, set(), {1}], (True, False)
@@ -76,7 +76,7 @@ def test_calibration_never_selects_below_the_mean_under_the_floor():
 
 
 def _item(labels):
-    from mirage.scoring.xor_attriqa import XorItem
+    from mirage.scoring.xor_data import XorItem
 
     return XorItem(file="t", line=1, lang="en", question="q?", passages=tuple("p" for _ in labels), answer="a",
                    labels=labels, idxs=tuple(range(len(labels))))
@@ -154,7 +154,8 @@ def test_prob_target_with_a_contrast_token_matches_finite_differences(tiny_case)
 def test_content_view_gives_marker_tokens_no_score(tiny_causal):
     """``aggregation.context: content`` leaves the prompt's scaffolding out before the top-% rule: a passage whose only
     salient token is its marker (``Document [2]:``) is cited under ``all`` and not under ``content``."""
-    from mirage.scoring.xor_attriqa import XorItem, score_item
+    from mirage.scoring.xor_attriqa import score_item
+    from mirage.scoring.xor_data import XorItem
     from mirage.scoring.xor_eval import build_views, predict
 
     item = XorItem(file="t", line=1, lang="en", question="Who wrote it?", passages=("Anna wrote it.", "Bob read it."),

@@ -20,7 +20,7 @@ import pytest
 from mirage import cli
 from mirage.views.pages import core, page_folders, page_kind, record_run, render_page
 from mirage.views.pages.core import MARK, PAGE
-from mirage.views.pages.kinds import documents_cited
+from mirage.views.pages.tune import documents_cited
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -341,7 +341,7 @@ def _questions(data: str, config: dict, run: Path | None) -> list[str] | None:
 
 def _check_bias(folder: Path, args: argparse.Namespace, argv: list[str]) -> None:
     from mirage.bias.cli import bias_config_from_args
-    from mirage.bias.items import read_items
+    from mirage.bias.items import read_bias_items
     from mirage.runs.experiment import ExperimentConfig
 
     res = json.loads((folder / "results.json").read_text())
@@ -359,12 +359,13 @@ def _check_bias(folder: Path, args: argparse.Namespace, argv: list[str]) -> None
     assert args.retriever == ([runs[folder.name]["retriever"]] if folder.name in runs else None)
     run = folder / "run.trec" if folder.name in runs else None
     every = _questions(res["data"], res["config"], run)
+    left_out = int(res.get("trained_questions_left_out") or 0)  # built by the limit, then left out as trained
     if args.limit is not None:
-        ids = [i.id for i in read_items(folder / "items.jsonl")] if (folder / "items.jsonl").is_file() else None
-        assert args.limit == res["n_items"] and (ids is None or len(ids) == args.limit)
-        assert every is None or ids is None or ids == every[:args.limit], "the first questions of the data"
+        ids = [i.id for i in read_bias_items(folder / "items.jsonl")] if (folder / "items.jsonl").is_file() else None
+        assert args.limit == res["n_items"] + left_out and (ids is None or len(ids) == res["n_items"])
+        assert every is None or ids is None or set(ids) <= set(every[:args.limit]), "the first questions of the data"
     else:
-        assert every is None or len(every) == res["n_items"], "all questions, or a --limit the page leaves out"
+        assert every is None or len(every) == res["n_items"] + left_out, "all questions, or a --limit the page leaves out"
 
 
 def _check_xor(folder: Path, args: argparse.Namespace, argv: list[str]) -> None:

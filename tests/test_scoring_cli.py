@@ -296,7 +296,7 @@ def test_a_tuned_models_training_questions_are_left_out_and_counted(xor_run, no_
 
     from mirage.attribution import models
     from mirage.runs.experiment import question_digest
-    from mirage.scoring.xor_attriqa import load_xor_attriqa
+    from mirage.scoring.xor_data import load_xor_attriqa
 
     out, args = xor_run
     first = question_digest(load_xor_attriqa(XOR_VAL, limit=1).items[0].question)
@@ -390,3 +390,17 @@ def test_a_limit_that_cuts_the_calibration_files_is_said_and_a_tiny_calibration_
             and "--limit cuts each calibration file too" in err)
     size = json.loads((out / "results.json").read_text(encoding="utf-8"))["settings"]["calibration_size"]
     assert size["answers"] == 2 and 0 <= size["supporting"] <= size["passages"]
+
+
+def test_without_calibration_files_the_default_computes_no_passage_signal(tmp_path, capsys):
+    """The passage-likelihood classifier is fitted on the calibration files: without ``--calibrate-on`` the default
+    scorer computes no passage signal (a pass per passage) that no row would use, and says that the classifier was
+    not run, as it says for MIRAGE-CAL."""
+    out = tmp_path / "run"
+    assert cli.main(["score", "xor-attriqa", str(XOR_VAL), "--limit", "1", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    res = json.loads((out / "results.json").read_text())
+    assert res["settings"]["signals"] is False and "likelihood" in res["settings"]["groups"]
+    assert "passage_score" not in res["roc_auc"] and "learned" not in res["agreement"]
+    assert "Passage-likelihood classifier: not run (no --calibrate-on" in printed
+    assert "MIRAGE-CAL: not run (no --calibrate-on)." in printed

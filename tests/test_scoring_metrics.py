@@ -15,7 +15,8 @@ from mirage.data import resolve
 from mirage.likelihood.classifier import best_threshold
 from mirage.scoring import metrics as M
 from mirage.scoring.rows import BadRow, RowError, read_rows
-from mirage.scoring.xor_attriqa import ItemScores, XorItem, load_xor_attriqa, split_marked_passages
+from mirage.scoring.xor_attriqa import ItemScores
+from mirage.scoring.xor_data import XorItem, load_xor_attriqa, split_marked_passages
 from mirage.scoring.xor_eval import SETTINGS, XorAttriQAReport, evaluate
 
 DATA = Path(__file__).parent / "data"

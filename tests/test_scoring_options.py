@@ -57,7 +57,7 @@ def test_a_runner_leaves_out_the_questions_the_model_was_trained_on(tmp_path, ca
     from mirage.data.inputs import InputError
     from mirage.runs.experiment import question_digest
     from mirage.scoring.eli5 import load_alce
-    from mirage.scoring.xor_attriqa import load_xor_attriqa
+    from mirage.scoring.xor_data import load_xor_attriqa
 
     data = Path(__file__).parent / "data"
     xor, eli5 = data / "xor_attriqa_match" / "val.jsonl", data / "eli5_alce" / "eli5_eval_sample.json"

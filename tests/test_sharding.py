@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mirage.runs.sharding import Shard, ShardedJSONL, ShardError, consolidate, in_shards, shard_files, shard_path
-from mirage.scoring.xor_attriqa import load_xor_attriqa
+from mirage.scoring.xor_data import load_xor_attriqa
 
 DATA = Path(__file__).parent / "data"
 XOR_VAL = DATA / "xor_attriqa_match" / "val.jsonl"

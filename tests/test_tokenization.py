@@ -14,7 +14,7 @@ from mirage.attribution.models import embedded_checkpoint
 from mirage.attribution.prompts import build_prompt, load_template, mark_sentences, tokenize_prompt
 from mirage.config import PromptConfig
 from mirage.data.inputs import make_item
-from mirage.scoring.xor_attriqa import load_xor_attriqa
+from mirage.scoring.xor_data import load_xor_attriqa
 
 VAL = Path(__file__).parent / "data" / "xor_attriqa_match" / "val.jsonl"
 

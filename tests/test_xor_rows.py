@@ -1,4 +1,4 @@
-"""One reading of an XOR-AttriQA row, :func:`mirage.scoring.xor_attriqa.parse_xor_row`, for the scorer and the bias
+"""One reading of an XOR-AttriQA row, :func:`mirage.scoring.xor_data.parse_xor_row`, for the scorer and the bias
 study (before, the scorer's ``parse_row`` and the study's ``_xor_passages`` each parsed the rows, with two regexes for
 the same stray mark).
 
@@ -17,7 +17,7 @@ import pytest
 from mirage.bias.items import load_xor_rows, xor_distractor_pool, xor_items
 from mirage.data.inputs import InputError
 from mirage.scoring.rows import RowError
-from mirage.scoring.xor_attriqa import clean_query, load_xor_attriqa, parse_xor_row
+from mirage.scoring.xor_data import clean_query, load_xor_attriqa, parse_xor_row
 
 DATA = Path(__file__).parent / "data"
 MATCH_FILES = [DATA / "xor_attriqa_match" / "val.jsonl", DATA / "xor_attriqa_match" / "train.jsonl",

@@ -13,12 +13,12 @@ How the gradients are computed for gradient methods (``saliency``, ``input_x_gra
 
 - one forward pass over the attributed input, cut after the furthest selected position (a causal model's later
   positions cannot affect earlier targets), with the model's parameters frozen so no weight gradient is computed
-  (or the caller's :class:`~mirage.attribution.forward.AttributionGraph`, whose logits CTI already read);
+  (or the caller's :class:`~mirage.attribution.graphs.AttributionGraph`, whose logits CTI already read);
 - the gradients of all selected targets from that one graph, by vmapped backward passes
   (``torch.autograd.grad(..., is_grads_batched=True)``) in memory-bounded chunks; each chunk is reduced to
   ``[chunk, seq]`` at once;
 - for several items at once (:func:`compute_cci_batch`), one left-padded pass over all of them
-  (:class:`~mirage.attribution.forward.BatchGraph`): rows of a padded batch do not interact, so the k-th target of every item
+  (:class:`~mirage.attribution.graphs.BatchGraph`): rows of a padded batch do not interact, so the k-th target of every item
   shares one vmapped backward pass (as many passes as the largest item has targets).
 
 The reference runs a forward and a backward pass per selected token. Models whose operations vmap cannot batch
@@ -41,22 +41,18 @@ from typing import TYPE_CHECKING
 import torch
 import torch.utils.checkpoint
 
-from mirage.attribution.forward import (
-    AttributionGraph,
-    BatchGraph,
+from mirage.attribution.forward import embed, frozen_parameters, logits_from_embeds
+from mirage.attribution.graphs import AttributionGraph, BatchGraph, graph_from_embeds
+from mirage.attribution.models import LoadedModel, cpu_flags
+from mirage.attribution.planner import (
     backward_row_bytes,
     budget_room,
     default_budget_room,
-    embed,
     free_memory,
-    frozen_parameters,
     graph_bytes,
     graph_fits,
-    graph_from_embeds,
-    logits_from_embeds,
     out_of_memory_error,
 )
-from mirage.attribution.models import LoadedModel, cpu_flags
 from mirage.registry import CCI_METHODS
 
 if TYPE_CHECKING:
@@ -138,11 +134,11 @@ def auto_batch_size(lm: LoadedModel, seq_len: int, n_targets: int, rows: int = 1
                     whole_graph: bool = False) -> int:
     """Targets per backward pass (at most 64, at least one): as many as fit beside what the process holds now (the
     graph included), within the memory budget (``lm.memory_budget``) or else half the free memory (on a CPU, and
-    within the default budget, :func:`~mirage.attribution.forward.default_memory_budget`). Each target
-    costs the gradients flowing through one block (:func:`~mirage.attribution.forward.backward_row_bytes`), or with
+    within the default budget, :func:`~mirage.attribution.planner.default_memory_budget`). Each target
+    costs the gradients flowing through one block (:func:`~mirage.attribution.planner.backward_row_bytes`), or with
     ``whole_graph`` (the input repeated per target) a whole differentiable pass besides; ``rows``: the sequences of
     ``seq_len`` positions in the graph; ``checkpointed``: whether the graph's layers were checkpointed (the graph's
-    own ``checkpointed``, as :func:`~mirage.attribution.forward.plan_graph` chose). On a CPU one input's graph that
+    own ``checkpointed``, as :func:`~mirage.attribution.planner.plan_graph` chose). On a CPU one input's graph that
     is not checkpointed takes one target per pass: there a wider vmapped pass takes about the time of the narrow
     ones it replaces (``benchmarks/cci_batch_width.py``) and holds each more target's gradients
     (``benchmarks/memory_estimates.py``), whereas under checkpointing each pass recomputes the blocks, so fewer
@@ -314,7 +310,7 @@ def _eager_fallback(lm: LoadedModel, err: BaseException, seq: int) -> str | None
     """Switch the model to eager attention when vmap could not batch the backward pass of its attention kernel
     (SDPA's fused or FlashAttention's backward), naming the fallback in ``lm.passes["attention"]``, and return the
     kernel it replaced; None where attention already is eager, cannot be switched, or where eager attention's
-    square of the ``seq``-token length would not fit (:func:`~mirage.attribution.forward.graph_fits`; the kernel is
+    square of the ``seq``-token length would not fit (:func:`~mirage.attribution.planner.graph_fits`; the kernel is
     kept): the caller then repeats the input per target."""
     kernel = str(getattr(lm.model.config, "_attn_implementation", "eager") or "eager")
     switch = getattr(lm.model, "set_attn_implementation", None)
@@ -384,7 +380,7 @@ def compute_cci(
     """Saliency of each context token for each selected answer token, batched in memory-bounded chunks.
 
     ``input_ids`` is the attributed input (see :func:`mirage.attribution.forward.model_inputs`) and ``answer_positions[i]`` the
-    position whose logits predict answer token i. ``graph``: the pass of :func:`mirage.attribution.forward.attribution_graph`
+    position whose logits predict answer token i. ``graph``: the pass of :func:`mirage.attribution.graphs.attribution_graph`
     over the same input, when the caller already ran it (otherwise one is run, cut after the furthest selected
     position).
     """
@@ -443,7 +439,7 @@ def select_context(scores: Sequence[float], cfg: CCIConfig) -> list[int]:
 
 @dataclass(frozen=True)
 class CCIRequest:
-    """What one row of a :class:`~mirage.attribution.forward.BatchGraph` needs for :func:`compute_cci_batch`: its answer ids, the
+    """What one row of a :class:`~mirage.attribution.graphs.BatchGraph` needs for :func:`compute_cci_batch`: its answer ids, the
     answer indices to attribute, the contextless model's top token at each answer step, and the context positions
     (in the row's unpadded input) whose scores are kept."""
 

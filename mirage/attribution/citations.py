@@ -1,9 +1,12 @@
-"""Self-citation parsing: ``[1]``, ``[1][2]``, ``[1, 2]`` marks, per sentence, and the answer stripped of them."""
+"""Self-citation parsing: ``[1]``, ``[1][2]``, ``[1, 2]`` marks, per sentence, and the answer stripped of them; the
+marks written for a list of ids, and the two sources of an answer's citations (its own marks, mirage's)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from mirage.attribution.sentences import sentence_index, split_sentences
 
@@ -11,6 +14,16 @@ from mirage.attribution.sentences import sentence_index, split_sentences
 _MARK = r"\[\s*\d+(?:\s*[,;]\s*\d+)*\s*\]"
 _GROUP = re.compile(rf"\s*{_MARK}(?:\s*{_MARK})*")
 _NUMBER = re.compile(r"\d+")
+
+#: Where a sentence's citations come from: the model's own ``[n]`` marks (``self``) or mirage's attribution.
+CitationSource = Literal["self", "mirage"]
+#: The two citation sources, in the order the studies compare them.
+CITATION_SOURCES: tuple[CitationSource, ...] = ("self", "mirage")
+
+
+def citation_marks(ids: Iterable[int]) -> str:
+    """Document ids as citation marks, ``[1][3]`` (empty for none)."""
+    return "".join(f"[{i}]" for i in ids)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mirage.attribution.sentences import split_sentences
 from mirage.attribution.tokenization import (
     TokenizedPrompt,
@@ -19,7 +17,7 @@ from mirage.attribution.tokenization import (
     max_token_chars,
     render_chat,
 )
-from mirage.config import ConfigError, PromptConfig, load_yaml
+from mirage.config import ConfigError, PromptConfig, read_yaml
 from mirage.data.inputs import Document, InputError, RAGItem, short_repr
 
 PROMPTS_DIR = Path(__file__).parents[1] / "configs" / "prompts"
@@ -115,13 +113,9 @@ class Reservation:
 
 @cache
 def _load_template_file(path: str) -> PromptTemplate:
-    try:
-        data = load_yaml(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"prompt template file {path} does not exist.") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        reason = " ".join(str(getattr(err, "problem", None) or err).split())
-        raise ConfigError(f"prompt template file {path} cannot be read as YAML ({reason[:200]}).") from None
+    if not Path(path).exists():
+        raise ConfigError(f"prompt template file {path} does not exist.")
+    data = read_yaml(path, name=f"prompt template file {path}")
     keys = {"name", "instruction", "template", "contextless_template", "doc_template"}
     if not isinstance(data, dict):
         raise ConfigError(f"prompt template file {path} must be a mapping with {', '.join(sorted(keys))}.")
@@ -159,6 +153,7 @@ def load_template(cfg: PromptConfig, *, name_field: str = "prompt.name") -> Prom
     return _load_template_file(str(PROMPTS_DIR / f"{cfg.name}.yaml"))
 
 
+#: A character range ``(start, end)`` of a text, end exclusive.
 Span = tuple[int, int]
 
 

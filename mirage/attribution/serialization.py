@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, fields
+from pathlib import Path
 from typing import Any, TypeVar
 
-T = TypeVar("T", bound="JSONRecord")
+RecordT = TypeVar("RecordT", bound="JSONRecord")
 
 
 class JSONRecord:
@@ -29,12 +30,26 @@ class JSONRecord:
         return {k: v for k, v in data.items() if k in names}
 
     @classmethod
-    def from_dict(cls: type[T], data: dict[str, Any]) -> T:  # noqa: PYI019
+    def from_dict(cls: type[RecordT], data: dict[str, Any]) -> RecordT:  # noqa: PYI019
         return cls(**cls.known_fields(data))
 
     @classmethod
-    def from_json(cls: type[T], text: str) -> T:  # noqa: PYI019
+    def from_json(cls: type[RecordT], text: str) -> RecordT:  # noqa: PYI019
         return cls.from_dict(json.loads(text))
+
+    def save(self, path: str | Path) -> None:
+        """Write the record to ``path`` as indented JSON, atomically (:func:`mirage.runs.store.write_atomic`)."""
+        from mirage.runs.store import write_atomic
+
+        write_atomic(path, self.to_json(indent=2))
+
+    @classmethod
+    def load(cls: type[RecordT], path: str | Path) -> RecordT:  # noqa: PYI019
+        """The record :meth:`save` wrote to ``path`` (plain or gzipped; :func:`mirage.runs.files.read_json`: an
+        InputError names a file that is missing or not JSON)."""
+        from mirage.runs.files import read_json
+
+        return cls.from_dict(read_json(path))
 
 
 def library_versions(*extra: str) -> dict[str, str]:

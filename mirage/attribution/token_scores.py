@@ -19,18 +19,11 @@ from typing import Literal, get_args
 
 from mirage.attribution.cci import CCIRequest, CCIScores, compute_cci, compute_cci_batch, shares_cti_graph
 from mirage.attribution.cti import CTIScores, compute_cti
-from mirage.attribution.forward import (
-    AttributionGraph,
-    answer_logits,
-    batched_answer_logits,
-    batched_attribution_graph,
-    graph_token_budget,
-    model_inputs,
-    token_groups,
-    with_documents_logits,
-)
+from mirage.attribution.forward import answer_logits, batched_answer_logits, model_inputs, token_groups
 from mirage.attribution.generation import Generated
+from mirage.attribution.graphs import AttributionGraph, batched_attribution_graph, with_documents_logits
 from mirage.attribution.models import LoadedModel
+from mirage.attribution.planner import graph_token_budget
 from mirage.attribution.tokenization import TokenizedAnswer, TokenizedPrompt
 from mirage.config import MirageConfig
 
@@ -106,7 +99,7 @@ def score_batch(lm: LoadedModel, prompts: Sequence[TokenizedPrompt], answers: Se
                 max_batch_tokens: int | None = None) -> list[TokenScores]:
     """:func:`score_tokens` of several answers (each after its own prompt), in padded batches: every contextless
     input in batched inference passes (:func:`mirage.attribution.forward.batched_answer_logits`); the with-documents inputs of
-    items that may need CCI in batched differentiable passes (:func:`mirage.attribution.forward.batched_attribution_graph`,
+    items that may need CCI in batched differentiable passes (:func:`mirage.attribution.graphs.batched_attribution_graph`,
     causal models whose CCI shares CTI's graph), from which CTI reads its logits and CCI takes every row's
     gradients at once (:func:`mirage.attribution.cci.compute_cci_batch`); the other items' with-documents inputs in batched
     inference passes, with CCI item by item. ``targets``: the spec for every item, or ``item_targets``: one per

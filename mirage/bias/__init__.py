@@ -36,14 +36,18 @@ if TYPE_CHECKING:
     from mirage.bias.tables import plot_cab, render_markdown
 
 #: Imported on first access: the study brings torch, and ``mirage bias --help`` should not.
-_LAZY = {"BiasItem": "items", "beir_items": "items", "msmarco_items": "items", "read_beir": "items",
-         "xor_items": "items", "cab": "metrics", "cas": "metrics", "citation_set_prf": "metrics",
-         "exact_match": "metrics", "paired_p_value": "metrics", "BiasConfig": "protocol", "Metadata": "protocol",
-         "doc_labels": "protocol", "load_metadata": "protocol", "BiasRecord": "records",
-         "BiasStudyResult": "results", "summarize": "results", "BiasStudy": "runner", "build_items": "study",
-         "run_bias_study": "study", "plot_cab": "tables", "render_markdown": "tables",
-         "run_answers_study": "answers", "write_study_requests": "answers", "abs_change_p_value": "metrics", "bootstrap_ci": "metrics", "read_generations": "records", "summarize_run": "study", "analyse_run": "explanations", "ExplanationAnalysis": "explanations", "retrieve": "retrieval", "write_run": "retrieval", "run_retriever_study": "retrievers_study", "run_bias_sweep": "sweep", "SweepResult": "sweep", "load_embedder": "rage"}
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "BiasItem": "items", "beir_items": "items", "msmarco_items": "items", "read_beir": "items", "xor_items": "items",
+    "cab": "metrics", "cas": "metrics", "citation_set_prf": "metrics", "exact_match": "metrics",
+    "paired_p_value": "metrics", "BiasConfig": "protocol", "Metadata": "protocol", "doc_labels": "protocol",
+    "load_metadata": "protocol", "BiasRecord": "records", "BiasStudyResult": "results", "summarize": "results",
+    "BiasStudy": "runner", "build_items": "study", "run_bias_study": "study", "plot_cab": "tables",
+    "render_markdown": "tables", "run_answers_study": "answers", "write_study_requests": "answers",
+    "abs_change_p_value": "metrics", "bootstrap_ci": "metrics", "read_generations": "records", "summarize_run": "study",
+    "analyse_run": "explanations", "ExplanationAnalysis": "explanations", "retrieve": "retrieval",
+    "write_run": "retrieval", "run_retriever_study": "retrievers_study", "run_bias_sweep": "sweep",
+    "SweepResult": "sweep", "load_embedder": "rage",
+})
 
 __all__ = [
     "BiasConfig",

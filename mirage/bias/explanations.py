@@ -28,7 +28,6 @@ whether it is true. Run on a finished run folder without generating anything::
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import Counter
@@ -42,7 +41,10 @@ from mirage.attribution.sentences import split_sentences
 from mirage.attribution.serialization import JSONRecord
 from mirage.bias.records import BiasRecord, read_generations
 from mirage.data.inputs import InputError
+from mirage.options import add_options, cli_arg
+from mirage.runs.files import read_json
 from mirage.runs.store import write_atomic
+from mirage.views.markdown import fmt_p, fmt_pct, md_table
 
 Category = Literal["content", "metadata", "both", "none"]
 #: How the documents an explanation claims (N) relate to a citation set (C): ``none`` N empty; ``exact`` N = C;
@@ -500,7 +502,8 @@ def analyse_run(run_dir: str | Path) -> ExplanationAnalysis:
                          "with --explain (into a new folder: explained generations are keyed apart).")
     results = run_dir / "results.json"
     if results.is_file():
-        words = label_words(json.loads(results.read_text(encoding="utf-8")).get("metadata", {}))
+        stored = read_json(results, fix="give the results.json the run wrote, or delete it.")
+        words = label_words(stored.get("metadata", {}))
     else:
         words = list(dict.fromkeys(lab for r in records for lab in r.labels if lab))
     return analyse_explanations(records, label_words=words)
@@ -508,27 +511,18 @@ def analyse_run(run_dir: str | Path) -> ExplanationAnalysis:
 
 # -- rendering -------------------------------------------------------------------------------------------------------
 
-def _pct(k: int, n: int) -> str:
-    return "–" if not n else f"{100 * k / n:.1f}"
-
-
-def _p(p: float | None) -> str:
-    return "–" if p is None else (f"{p:.3f}" if p >= 0.001 else f"{p:.1e}")
-
-
-def _naming_row(name: str, s: ExplanationSummary) -> str:
+def _naming_row(name: str, s: ExplanationSummary) -> list[str]:
     sr, mr = s.self_relation, s.mirage_relation
     partial = sr["subset"] + sr["superset"] + sr["overlap"]
-    versus_self = " / ".join(_pct(k, s.n) for k in (sr["exact"], partial, sr["disjoint"], sr["none"]))
-    return (f"| {name} | {s.n} | {_pct(s.named, s.n)} | {_pct(s.declined, s.n)} | "
-            f"{_pct(s.names_self_cited, s.self_cited)} (n={s.self_cited}) | {versus_self} | "
-            f"{_pct(mr['exact'] + mr['subset'], s.named)} / {_pct(mr['superset'] + mr['overlap'], s.named)} / "
-            f"{_pct(mr['disjoint'], s.named)} |")
+    versus_self = " / ".join(fmt_pct(k, of=s.n) for k in (sr["exact"], partial, sr["disjoint"], sr["none"]))
+    versus_mirage = " / ".join(fmt_pct(k, of=s.named) for k in (mr["exact"] + mr["subset"],
+                                                                  mr["superset"] + mr["overlap"], mr["disjoint"]))
+    return [name, str(s.n), fmt_pct(s.named, of=s.n), fmt_pct(s.declined, of=s.n),
+            f"{fmt_pct(s.names_self_cited, of=s.self_cited)} (n={s.self_cited})", versus_self, versus_mirage]
 
 
-def _reason_row(name: str, s: ExplanationSummary) -> str:
-    return (f"| {name} | {s.n} | {_pct(s.copies_prompt, s.n)} | " +
-            " | ".join(_pct(s.categories[c], s.n) for c in CATEGORIES) + " |")
+def _reason_row(name: str, s: ExplanationSummary) -> list[str]:
+    return [name, str(s.n), fmt_pct(s.copies_prompt, of=s.n), *(fmt_pct(s.categories[c], of=s.n) for c in CATEGORIES)]
 
 
 def render_explanations(analysis: ExplanationAnalysis) -> str:
@@ -542,16 +536,14 @@ def render_explanations(analysis: ExplanationAnalysis) -> str:
              "negated clause, *declined* when every reference to it is negated (`I did not cite Document 3`); "
              "sentences copied verbatim from the prompt (recited instructions, a `Document [1]: …` line) are left "
              "out. Values are percentages; the agreement with MIRAGE is over the explanations that claim a document.")
-    naming_head = ("| Mode | Explanations | Claims a document | Declines a document | Claims every self-cited "
-                   "document | vs self-citation: exact / partial / disjoint / none claimed | vs MIRAGE: ⊆ MIRAGE / "
-                   "overlap / disjoint |")
-    out = [intro, "", "### Does the explanation name the cited documents?", "", naming_head,
-           "|---|---|---|---|---|---|---|"]
-    out += [_naming_row(name, s) for name, s in groups]
+    naming_head = ["Mode", "Explanations", "Claims a document", "Declines a document",
+                   "Claims every self-cited document", "vs self-citation: exact / partial / disjoint / none claimed",
+                   "vs MIRAGE: ⊆ MIRAGE / overlap / disjoint"]
+    out = [intro, "", "### Does the explanation name the cited documents?", "",
+           md_table(naming_head, [_naming_row(name, s) for name, s in groups])]
     out += ["", "### The stated reason", "",
-            "| Mode | Explanations | Copies the prompt | " + " | ".join(CATEGORIES) + " |",
-            "|---|---|---|" + "---|" * len(CATEGORIES)]
-    out += [_reason_row(name, s) for name, s in groups]
+            md_table(["Mode", "Explanations", "Copies the prompt", *CATEGORIES],
+                     [_reason_row(name, s) for name, s in groups])]
     cues = ", ".join(f"{c} ({n})" for c, n in analysis.overall.metadata_cues.items()) or "none"
     labels = ", ".join(f"`{w}`" for w in analysis.label_words)
     out += ["", f"Metadata cues matched (the study's labels {labels} and authorship words), in explanations: {cues}."]
@@ -566,22 +558,33 @@ def _split_table(split: ConfidenceSplit) -> str:
     lo, hi = split.low, split.high
 
     def meta(s: ExplanationSummary) -> str:
-        return _pct(s.categories["metadata"] + s.categories["both"], s.n)
+        return fmt_pct(s.categories["metadata"] + s.categories["both"], of=s.n)
 
     def cats(s: ExplanationSummary) -> str:
-        return " / ".join(_pct(s.categories[c], s.n) for c in CATEGORIES)
+        return " / ".join(fmt_pct(s.categories[c], of=s.n) for c in CATEGORIES)
 
     intro = (f"Explained answers with self-citations, split at the median of their mean self-citation probability, "
              f"{split.median:.3f} ({split.unsplit} explained answers without one left out). p: Fisher's exact test; "
              "the categories: chi-square.")
     rows = [intro, "", "| | low (≤ median) | high (> median) | p |", "|---|---|---|---|",
             f"| explanations | {lo.n} | {hi.n} | |",
-            f"| claims a document | {_pct(lo.named, lo.n)} | {_pct(hi.named, hi.n)} | {_p(split.p_named)} |",
-            (f"| claims every self-cited document | {_pct(lo.names_self_cited, lo.self_cited)} | "
-             f"{_pct(hi.names_self_cited, hi.self_cited)} | {_p(split.p_names_self_cited)} |"),
-            f"| mentions metadata (metadata or both) | {meta(lo)} | {meta(hi)} | {_p(split.p_metadata)} |",
-            f"| content / metadata / both / none | {cats(lo)} | {cats(hi)} | {_p(split.p_category)} |"]
+            (f"| claims a document | {fmt_pct(lo.named, of=lo.n)} | {fmt_pct(hi.named, of=hi.n)} | "
+             f"{fmt_p(split.p_named)} |"),
+            (f"| claims every self-cited document | {fmt_pct(lo.names_self_cited, of=lo.self_cited)} | "
+             f"{fmt_pct(hi.names_self_cited, of=hi.self_cited)} | {fmt_p(split.p_names_self_cited)} |"),
+            f"| mentions metadata (metadata or both) | {meta(lo)} | {meta(hi)} | {fmt_p(split.p_metadata)} |",
+            f"| content / metadata / both / none | {cats(lo)} | {cats(hi)} | {fmt_p(split.p_category)} |"]
     return "\n".join(rows)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExplanationsOptions:
+    """What ``python -m mirage.bias.explanations`` analyses (:func:`analyse_run`) and where it writes."""
+
+    run_dir: str = cli_arg(flag="run_dir", help=(
+        "output folder of a `mirage bias --explain` run (with generations.jsonl)"))
+    output: str | None = cli_arg(None, flag="--output", aliases=("-o",), help=(
+        "where to write the analysis (default DIR/explanations.json)"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -592,8 +595,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Analyse the explanations of a `mirage bias --explain` run folder without generating anything: "
                     "which documents each explanation names, whether they match the self-citations and mirage's "
                     "citations, and whether it gives content or metadata reasons.")
-    parser.add_argument("run_dir", help="output folder of a `mirage bias --explain` run (with generations.jsonl)")
-    parser.add_argument("-o", "--output", help="where to write the analysis (default DIR/explanations.json)")
+    add_options(parser, ExplanationsOptions)
     args = parser.parse_args(argv)
     try:
         analysis = analyse_run(args.run_dir)

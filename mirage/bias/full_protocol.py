@@ -35,6 +35,7 @@ from mirage.bias.results import BiasStudyResult, SourceSummary
 from mirage.config import ConfigError, read_config_file
 from mirage.data.inputs import short_repr
 from mirage.runs.store import write_atomic
+from mirage.views.markdown import md_table, stars
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -160,6 +161,8 @@ def run_protocol(path: str | Path, out_dir: str | Path, *, run: Callable[[list[s
             print(f"== {study.name}: mirage {' '.join(study_argv(study, out, extra))}"
                   + (f" (+ --reuse of {len(reuse)} runs)" if reuse else ""), file=sys.stderr)
             status[study.name] = run(study_argv(study, out, extra, reuse))  # refused: the others still run
+            if status[study.name] == 0:  # finished again: what it withdrew stands again
+                _reinstate(out, study.name)
     finally:  # also after a stop: the overview of what is finished
         write_overview(out, [s.name for s in studies])
     return status
@@ -228,14 +231,18 @@ def _study_order(root: Path, order: Sequence[str]):
 def overview_rows(out_dir: str | Path, order: Sequence[str] = ()) -> list[OverviewRow]:
     """A row per bias study's ``results.json`` under ``out_dir`` (studies, sweep points, retrievers): the studies
     named in ``order`` first, in that order (a protocol's), then the others by folder name; sweep points by value.
-    Files that are not a bias study's result (another command's, unreadable) are left out."""
+    Files that are not a bias study's result (another command's, unreadable) are left out, and so are the studies
+    withdrawn from the folder (:func:`withdrawn`)."""
     root = Path(out_dir)
+    gone = {w.study for w in withdrawn(root)}
     rows = []
     for path in sorted(_walk(root, "results.json"), key=_study_order(root, order)):
+        rel = path.parent.relative_to(root).as_posix() or "."
+        if rel in gone:
+            continue
         try:
             result = BiasStudyResult.load(path)
             modes = tuple(dict.fromkeys(m for source in result.sources.values() for m in source.modes))
-            rel = path.parent.relative_to(root).as_posix() or "."
             rows.append(OverviewRow(study=rel, model=result.model, metadata=str(result.metadata.get("type", "")),
                                     k=int(result.config.get("k", 0)), n_items=result.n_items, modes=modes,
                                     figures={name: _figures(source) for name, source in result.sources.items()}))
@@ -247,27 +254,23 @@ def overview_rows(out_dir: str | Path, order: Sequence[str] = ()) -> list[Overvi
 def _num(x: float | None, p: float | None = None, digits: int = 1) -> str:
     if x is None:
         return "–"
-    stars = "" if p is None else "**" if p < 0.01 else "*" if p < 0.05 else ""
-    return f"{x:.{digits}f}{stars}"
+    return f"{x:.{digits}f}{stars(p)}"
 
 
 def overview_table(rows: Sequence[OverviewRow]) -> str:
     """The overview as markdown, a row per study and citation source: vanilla precision / recall and citations per answer,
     CAS of precision (informed, counterfactual), CAB of precision and recall, and the mixed grid's CAB where run
     (* p < 0.05, ** p < 0.01 by each study's own tests)."""
-    head = ("| study | metadata | k | questions | source | P / R vanilla | citations per answer | "
-            "CAS P informed | CAS P counterfactual | CAB P | CAB R | mixed CAB P |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for row in rows:
-        for source, f in row.figures.items():
-            lines.append(
-                f"| {row.study} | {row.metadata} | {row.k} | {row.n_items} | {source} | "
-                f"{_num(f['precision_vanilla'])} / {_num(f['recall_vanilla'])} | {_num(f['citations_vanilla'], digits=2)} | "
-                f"{_num(f['cas_precision_informed'], f['cas_precision_informed_p'], 2)} | "
-                f"{_num(f['cas_precision_counterfactual'], f['cas_precision_counterfactual_p'], 2)} | "
-                f"{_num(f['cab_precision'], f['cab_precision_p'], 2)} | {_num(f['cab_recall'], f['cab_recall_p'], 2)} | "
-                f"{_num(f.get('mixed_cab_precision'), f.get('mixed_cab_precision_p'), 2)} |")
-    return "\n".join(lines)
+    head = ["study", "metadata", "k", "questions", "source", "P / R vanilla", "citations per answer", "CAS P informed",
+            "CAS P counterfactual", "CAB P", "CAB R", "mixed CAB P"]
+    cells = [[str(row.study), str(row.metadata), str(row.k), str(row.n_items), str(source),
+              f"{_num(f['precision_vanilla'])} / {_num(f['recall_vanilla'])}", _num(f["citations_vanilla"], digits=2),
+              _num(f["cas_precision_informed"], f["cas_precision_informed_p"], 2),
+              _num(f["cas_precision_counterfactual"], f["cas_precision_counterfactual_p"], 2),
+              _num(f["cab_precision"], f["cab_precision_p"], 2), _num(f["cab_recall"], f["cab_recall_p"], 2),
+              _num(f.get("mixed_cab_precision"), f.get("mixed_cab_precision_p"), 2)]
+             for row in rows for source, f in row.figures.items()]
+    return md_table(head, cells)
 
 
 def finished_results(n: int) -> str:
@@ -277,7 +280,8 @@ def finished_results(n: int) -> str:
 
 def write_overview(out_dir: str | Path, order: Sequence[str] = ()) -> list[OverviewRow]:
     """Write ``out_dir/protocol.md`` and ``protocol.json`` from the finished studies under ``out_dir`` (``order``:
-    the protocol's study names, the order of the rows)."""
+    the protocol's study names, the order of the rows); ``protocol.md`` ends with the studies withdrawn and why
+    (:func:`withdrawn_text`)."""
     rows = overview_rows(out_dir, order)
     out = Path(out_dir)
     models = sorted({r.model for r in rows})
@@ -287,6 +291,120 @@ def write_overview(out_dir: str | Path, order: Sequence[str] = ()) -> list[Overv
             "mean |change| of precision against vanilla, CAB = ω · mean (informed − counterfactual); * p < 0.05, "
             "** p < 0.01 by each study's tests; each study's `tables.md` has the full tables.\n\n"
             + overview_table(rows) + "\n")
+    note = withdrawn_text(out)
+    text += f"\n{note}\n" if note else ""
     write_atomic(out / "protocol.md", text)
     write_atomic(out / "protocol.json", json.dumps([r.to_dict() for r in rows], indent=2) + "\n")
     return rows
+
+
+# -- studies withdrawn, and the folder summarized again ------------------------------------------------------------
+
+#: The file of a protocol folder that lists the studies withdrawn from its results (:func:`withdraw`).
+WITHDRAWN = "withdrawn.json"
+
+
+@dataclass(frozen=True)
+class Withdrawal(JSONRecord):
+    """A study (or sweep point, or retriever) withdrawn from a protocol folder's results: its folder (relative to
+    the protocol's), its model, the questions it had and why it cannot stand."""
+
+    study: str
+    model: str
+    n_items: int
+    reason: str
+
+
+def withdrawn(out_dir: str | Path) -> list[Withdrawal]:
+    """The studies withdrawn from a protocol folder (its ``withdrawn.json``; none without one)."""
+    from mirage.runs.files import read_json
+
+    path = Path(out_dir) / WITHDRAWN
+    return [Withdrawal.from_dict(w) for w in read_json(path)] if path.is_file() else []
+
+
+def _write_withdrawn(out_dir: Path, entries: Sequence[Withdrawal]) -> None:
+    path = out_dir / WITHDRAWN
+    if entries:
+        write_atomic(path, json.dumps([w.to_dict() for w in entries], indent=2) + "\n")
+    elif path.is_file():
+        path.unlink()
+
+
+def withdraw(out_dir: str | Path, withdrawal: Withdrawal) -> list[Withdrawal]:
+    """Record in ``out_dir/withdrawn.json`` that a study is withdrawn (replacing what it said of that study before):
+    the overview leaves it out and says why. Its folder is not touched (the caller removes it from what it
+    publishes). Returns every withdrawal."""
+    out = Path(out_dir)
+    entries = [w for w in withdrawn(out) if w.study != withdrawal.study] + [withdrawal]
+    _write_withdrawn(out, entries)
+    return entries
+
+
+def _reinstate(out_dir: Path, study: str) -> None:
+    """A study run again: it and the sweep points or retrievers below it are no longer withdrawn."""
+    entries = withdrawn(out_dir)
+    kept = [w for w in entries if w.study != study and not w.study.startswith(f"{study}/")]
+    if len(kept) != len(entries):
+        _write_withdrawn(out_dir, kept)
+
+
+def withdrawn_text(out_dir: str | Path) -> str | None:
+    """A paragraph naming the studies withdrawn from a protocol folder and why (None when none is)."""
+    entries = withdrawn(out_dir)
+    if not entries:
+        return None
+    said = "; ".join(f"`{w.study}` ({w.n_items} questions, {w.model}): {w.reason}" for w in entries)
+    return (f"Withdrawn from this folder's results, and so not in the table: {said}. A withdrawn study that "
+            "`mirage bias-protocol` runs again to the end stands again.")
+
+
+def summarize_protocol(out_dir: str | Path, order: Sequence[str] = ()) -> tuple[list[OverviewRow], list[Withdrawal]]:
+    """Summarize a protocol folder again from its generations, generating nothing: every study, sweep point and
+    retriever by :func:`~mirage.bias.study.summarize_run` (so an older result of a tuned model has its training
+    questions left out), one whose every question is one its model was trained on withdrawn (:func:`withdraw`; its
+    folder is the caller's to remove), then each sweep's ``sweep.json`` and each retriever comparison's
+    ``retrievers.json`` from the results as they are now, less the withdrawn ones, and the overview
+    (:func:`write_overview`). Returns the overview's rows and every withdrawal."""
+    from mirage.bias.study import EveryQuestionTrained, summarize_run
+    from mirage.bias.sweep import summarize_sweep_dir
+    from mirage.runs.files import run_file
+
+    root = Path(out_dir)
+    gone = {w.study for w in withdrawn(root)}
+    for path in _walk(root, "results.json"):
+        folder = path.parent
+        rel = folder.relative_to(root).as_posix()
+        if rel in gone or run_file(folder, "generations.jsonl") is None:  # withdrawn, or no bias study's folder
+            continue
+        try:
+            summarize_run(folder)
+        except EveryQuestionTrained as err:
+            print(f"{err}", file=sys.stderr)
+            withdraw(root, Withdrawal(study=rel, model=err.model, n_items=err.n_items,
+                                      reason="every question is one the model was trained on"))
+            gone.add(rel)
+    for path in _walk(root, "sweep.json"):
+        rel = path.parent.relative_to(root).as_posix()
+        summarize_sweep_dir(path.parent, without=[g.removeprefix(f"{rel}/") for g in gone if g.startswith(f"{rel}/")])
+    for path in _walk(root, "retrievers.json"):
+        _summarize_retrievers(path.parent, {g.removeprefix(f"{path.parent.relative_to(root).as_posix()}/")
+                                            for g in gone})
+    return write_overview(root, order), withdrawn(root)
+
+
+def _summarize_retrievers(folder: Path, gone: set[str]) -> None:
+    """A retriever comparison's ``retrievers.json`` and ``retrievers.md`` from its runs' results as they are now,
+    less the withdrawn ones (``gone``: their folder names); left as it is when every run is withdrawn."""
+    from dataclasses import replace
+
+    from mirage.bias.retrievers_study import RetrieverComparison, render_retrievers
+
+    comparison = RetrieverComparison.load(folder / "retrievers.json")
+    runs = {name: replace(run, result=BiasStudyResult.load(folder / name / "results.json"))
+            for name, run in comparison.runs.items() if name not in gone}
+    if not runs:
+        return
+    comparison = replace(comparison, runs=runs)
+    comparison.save(folder / "retrievers.json")
+    write_atomic(folder / "retrievers.md", render_retrievers(comparison))

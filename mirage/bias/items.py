@@ -21,20 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mirage.data.inputs import (
-    BadRow,
-    Document,
-    InputError,
-    RawRow,
-    json_kind,
-    read_jsonl,
-    read_rows,
-    read_text,
-    text_lines,
-)
+from mirage.data.inputs import Document, InputError, json_kind
+from mirage.data.readers import BadRow, RawRow, read_jsonl, read_rows, read_text, text_lines
 from mirage.runs.store import write_atomic
 from mirage.scoring.rows import RowError
-from mirage.scoring.xor_attriqa import XorRow, clean_query, parse_xor_row  # noqa: F401 - clean_query: public here too
+from mirage.scoring.xor_data import XorRow, clean_query, parse_xor_row  # noqa: F401 - clean_query: public here too
 
 
 @dataclass(frozen=True)
@@ -116,7 +107,7 @@ XorRows = list[tuple[str, dict[str, Any]]]
 
 def load_xor_rows(path: str | Path) -> tuple[XorRows, list[BadRow]]:
     """``(row id, row)`` of an XOR-AttriQA-match JSONL file, or of every ``*.jsonl`` in a folder (sorted by name),
-    and the rows skipped: lines that are not JSON, and rows that :func:`~mirage.scoring.xor_attriqa.parse_xor_row`
+    and the rows skipped: lines that are not JSON, and rows that :func:`~mirage.scoring.xor_data.parse_xor_row`
     (the scorer's reading of a row) rejects or that are not match rows (each a BadRow with its file and line,
     ``str()`` gives ``FILE:LINE: reason``). The id is ``<file stem>-<line number>``. InputError when there is no such
     file, or one is not UTF-8."""
@@ -178,7 +169,7 @@ def xor_relevant_counts(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[int]
 
 def xor_items(rows: Sequence[tuple[str, dict[str, Any]]], *, k: int, seed: int,
               max_doc_words: int | None = None, n_relevant: int = 1) -> list[BiasItem]:
-    """Items from XOR-AttriQA-match rows (English view, read by :func:`~mirage.scoring.xor_attriqa.parse_xor_row`;
+    """Items from XOR-AttriQA-match rows (English view, read by :func:`~mirage.scoring.xor_data.parse_xor_row`;
     InputError naming the row id for a row it rejects) with exactly ``n_relevant`` passages labelled as supporting.
 
     The supporting passages are the relevant documents; up to ``k - n_relevant`` of the row's other passages (in
@@ -406,7 +397,7 @@ def load_msmarco(split: str = "validation") -> list[dict[str, Any]]:  # pragma: 
 
 # -- prepared items and the dispatcher ---------------------------------------------------------------------------------
 
-def read_items(path: str | Path) -> list[BiasItem]:
+def read_bias_items(path: str | Path) -> list[BiasItem]:
     """Items written by :func:`write_items` (one :meth:`BiasItem.to_dict` per line)."""
     return [BiasItem.from_dict(row.data) for row in _jsonl(Path(path))]
 

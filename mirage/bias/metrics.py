@@ -37,8 +37,9 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
+from mirage.attribution.citations import CitationSource
 from mirage.attribution.serialization import JSONRecord
-from mirage.bias.records import BiasRecord, CitationSource
+from mirage.bias.records import BiasRecord
 from mirage.scoring.metrics import mean_or_none
 
 METRICS = ("precision", "recall")

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from mirage.bias.protocol import BIAS_CONFIG_DIR, BiasConfig, Metadata
-from mirage.config import ConfigError, load_yaml
+from mirage.config import ConfigError, read_yaml
 from mirage.data.inputs import Document
 
 _TEMPLATE_KEYS = ("name", "instruction", "template", "contextless_template", "doc_template")
@@ -43,11 +43,7 @@ def _read(folder: Path, name: str, needed: tuple[str, ...]) -> dict[str, Any]:
     path = folder / f"{name}.yaml"
     if not path.exists():
         raise ConfigError(f"{path} does not exist; copy configs/bias/{name}.yaml there.")
-    try:
-        data = load_yaml(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        reason = " ".join(str(getattr(err, "problem", None) or err).split())
-        raise ConfigError(f"{path}: cannot be read as YAML ({reason[:200]}).") from None
+    data = read_yaml(path) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with {', '.join(needed)}.")
     missing = [k for k in needed if k not in data]

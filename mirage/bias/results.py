@@ -7,9 +7,9 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from mirage.attribution.citations import CITATION_SOURCES, CitationSource
 from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.bias.explanations import ExplanationAnalysis, analyse_explanations, label_words
 from mirage.bias.metrics import (
@@ -32,10 +32,9 @@ from mirage.bias.metrics import (
 )
 from mirage.bias.prompts import load_prompts, mode_template
 from mirage.bias.protocol import BiasConfig, Metadata, Side, grid_modes
-from mirage.bias.records import SOURCES, BiasRecord, CitationSource
-from mirage.runs.store import write_atomic
+from mirage.bias.records import BiasRecord
 
-RESULT_FORMAT = 1
+BIAS_RESULT_FORMAT = 1
 
 
 #: The mixed grid's contrasts: name -> ((relevant, non-relevant) sides of A, of B); each is mean (M_A − M_B), signed
@@ -147,7 +146,7 @@ class BiasStudyResult(JSONRecord):
     omega: int
     sources: dict[str, SourceSummary]
     versions: dict[str, str] = field(default_factory=dict)
-    format: int = RESULT_FORMAT
+    format: int = BIAS_RESULT_FORMAT
     #: the analysis of the ``--explain`` explanations (:mod:`mirage.bias.explanations`); None without them
     explanations: ExplanationAnalysis | None = None
     #: the fewest and the most documents a question of the study had (``config["k"]`` is what was asked: items
@@ -178,12 +177,6 @@ class BiasStudyResult(JSONRecord):
             data["follow"] = BiasFollow.from_dict(data["follow"])
         return cls(**data)
 
-    def save(self, path: str | Path) -> None:
-        write_atomic(path, self.to_json(indent=2))
-
-    @classmethod
-    def load(cls, path: str | Path) -> BiasStudyResult:
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
     @property
     def self_citation(self) -> SourceSummary:
@@ -259,7 +252,7 @@ def summarize_source(records: Sequence[BiasRecord], source: CitationSource, *, m
 
 
 def summarize(records: Sequence[BiasRecord], *, cfg: BiasConfig, metadata: Metadata, model: str, data: str,
-              mirage_config: dict[str, Any], sources: Sequence[CitationSource] = SOURCES) -> BiasStudyResult:
+              mirage_config: dict[str, Any], sources: Sequence[CitationSource] = CITATION_SOURCES) -> BiasStudyResult:
     """The study result of ``records`` (one per item and mode), for the citation sets ``sources`` (both by
     default; answers generated elsewhere without a local model have self-citations only). Answers that are empty
     or echo their mode's instruction (:func:`~mirage.bias.metrics.answer_defect`, the instruction from the study's

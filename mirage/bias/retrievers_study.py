@@ -14,7 +14,6 @@ documents. How often the retriever would have found the relevant document itself
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ from mirage.data import data_label
 from mirage.runs.lazy import MirageSource, resolve_mirage
 from mirage.runs.progress import Progress
 from mirage.runs.store import write_atomic
+from mirage.views.markdown import fmt_p, md_table, stars
 
 COMPARISON_FORMAT = 1
 
@@ -79,12 +79,6 @@ class RetrieverComparison(JSONRecord):
         data["runs"] = {k: RetrieverRun.from_dict(v) for k, v in data["runs"].items()}
         return cls(**data)
 
-    def save(self, path: str | Path) -> None:
-        write_atomic(path, self.to_json(indent=2))
-
-    @classmethod
-    def load(cls, path: str | Path) -> RetrieverComparison:
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 def run_retriever_study(data: str, retrievers: Sequence[str], *, mirage: MirageSource, cfg: BiasConfig,
@@ -139,22 +133,16 @@ def _cell(stat: Stat | None) -> str:
     """A CAS or CAB value in percent with its significance stars and p-value (–: none, or undefined)."""
     if stat is None or stat.value is None:
         return "–"
-    p = stat.p_value
-    stars = "" if p is None else "**" if p < 0.01 else "*" if p < 0.05 else ""
-    shown = "–" if p is None else f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
-    return f"{100 * stat.value:.2f}{stars} (p {shown})"
+    return f"{100 * stat.value:.2f}{stars(stat.p_value)} (p {fmt_p(stat.p_value)})"
 
 
 def retrieval_table(comparison: RetrieverComparison) -> str:
     """Per retriever: recall@k, recall@top_k and MRR of the relevant documents, and the questions studied."""
     k, top_k = comparison.k, comparison.top_k
-    lines = [f"| Retriever | Recall@{k} | Recall@{top_k} | MRR | Queries ranked | Questions studied |",
-             "|---|---|---|---|---|---|"]
-    for name, run in comparison.runs.items():
-        q = run.quality
-        lines.append(f"| {name} | {100 * q.recall_at_k:.1f} | {100 * q.recall_at_top_k:.1f} | {100 * q.mrr:.1f} | "
-                     f"{q.n_queries} | {run.result.n_items} |")
-    return "\n".join(lines)
+    head = ["Retriever", f"Recall@{k}", f"Recall@{top_k}", "MRR", "Queries ranked", "Questions studied"]
+    return md_table(head, [[name, f"{100 * run.quality.recall_at_k:.1f}", f"{100 * run.quality.recall_at_top_k:.1f}",
+                            f"{100 * run.quality.mrr:.1f}", str(run.quality.n_queries), str(run.result.n_items)]
+                           for name, run in comparison.runs.items()])
 
 
 def bias_table(comparison: RetrieverComparison) -> str:
@@ -162,7 +150,7 @@ def bias_table(comparison: RetrieverComparison) -> str:
     modes = list(dict.fromkeys(m for run in comparison.runs.values() for s in run.result.sources.values()
                                for m in s.cas))
     head = ["Retriever", "Citations"] + [f"CAS {m} {x}" for m in modes for x in ("P", "R")] + ["CAB P", "CAB R"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for name, run in comparison.runs.items():
         for key, source in run.result.sources.items():
             cells = [name, "self-citation" if key == "self" else "MIRAGE" if key == "mirage" else key]
@@ -171,8 +159,8 @@ def bias_table(comparison: RetrieverComparison) -> str:
                 cells += [_cell(effect.precision if effect else None), _cell(effect.recall if effect else None)]
             cab = source.cab
             cells += [_cell(cab.precision if cab else None), _cell(cab.recall if cab else None)]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            rows.append(cells)
+    return md_table(head, rows)
 
 
 def render_retrievers(comparison: RetrieverComparison) -> str:

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from mirage.attribution.models import LoadedModel
 from mirage.bias.items import (
@@ -30,7 +31,7 @@ from mirage.bias.items import (
     msmarco_items,
     read_answers,
     read_beir,
-    read_items,
+    read_bias_items,
     read_run,
     relevant_counts_note,
     write_items,
@@ -106,7 +107,7 @@ def build_items(data: str, cfg: BiasConfig, *, limit: int | None = None, split: 
         items = msmarco_items(load_msmarco("validation"), k=cfg.k, seed=cfg.seed, max_doc_words=cfg.max_doc_words,
                               n_relevant=cfg.n_relevant)
     else:
-        items = read_items(data)
+        items = read_bias_items(data)
         if cfg.docs == "rage":
             raise InputError("--docs rage needs the source data (XOR-AttriQA or BEIR), not prepared items.")
     if items and counts and cfg.n_relevant > 1:  # the default (one) leaves the others out silently, as it always did
@@ -186,10 +187,88 @@ def write_outputs(result: BiasStudyResult, out_dir: str | Path, *, compare: Sequ
         fig.savefig(out_dir / "cab.png", dpi=120)
 
 
-def summarize_run(run_dir: str | Path, *, compare: Sequence[BiasStudyResult] = ()) -> BiasStudyResult:
+class EveryQuestionTrained(InputError):
+    """A run of a tuned model whose every question is one the model records it was trained on: none is left to
+    evaluate it on (:func:`summarize_run`). ``run_dir``, ``model`` and ``n_items`` say which run."""
+
+    def __init__(self, run_dir: Path, model: str, n_items: int) -> None:
+        super().__init__(f"{run_dir}: every one of its {n_items} questions is one {model} was trained on, so none is "
+                         "left to evaluate it on; withdraw the run, or summarize it with leave_out_trained=False to "
+                         "keep them.")
+        self.run_dir, self.model, self.n_items = run_dir, model, n_items
+
+
+def _trained_ids(run_dir: Path, old: BiasStudyResult, cfg: BiasConfig, records: Sequence[Any], *, data: str | None,
+                 tuned: str | None) -> tuple[set[str], int] | None:
+    """The ids of the run's items that ask a question its model records it was trained on, and how many: the items
+    rebuilt as the study built them (the first ``n_items`` of its data; RAGE's documents are not rebuilt: they
+    replace the non-relevant ones after the limit, keeping the ids and questions), then
+    :func:`~mirage.runs.experiment.leave_out_trained`. None for a model without that record."""
+    import contextlib
+    import io
+
+    from mirage.data import resolve
+    from mirage.runs import experiment
+
+    model = tuned or old.model
+    if experiment.trained_question_keys(model, noun="questions") is None:
+        return None
+    given = data or old.data
+    run = run_dir / "run.trec" if (run_dir / "run.trec").is_file() else None  # a retriever's run (retrievers study)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # its notes on the data are the run's, said when it ran
+            items = build_items(str(resolve(given)), replace(cfg, docs="retrieved"), limit=old.n_items, run=run)
+    except InputError as err:
+        raise InputError(f"{run_dir}: its questions cannot be rebuilt from {given} to leave out those {model} was "
+                         f"trained on ({str(err).rstrip('.')}); give the data it ran on (data=PATH), or "
+                         "leave_out_trained=False.") from None
+    built = {item.id: item for item in items}
+    stray = sorted({r.item_id for r in records  # the same item: its id and its gold answers
+                    if r.item_id not in built or list(r.answers) != list(built[r.item_id].answers)})
+    if stray:
+        raise InputError(f"{run_dir}: its generations answer items ({', '.join(stray[:3])}) that are not among the "
+                         f"{len(items)} rebuilt from {given}; give the data it ran on (data=PATH).")
+    try:
+        kept, said = experiment.leave_out_trained(items, model, question=lambda item: item.question, noun="questions")
+    except InputError:
+        raise EveryQuestionTrained(run_dir, str(model), len(items)) from None
+    ids = {item.id for item in kept}
+    return {item.id for item in items if item.id not in ids}, said[experiment.TRAINED_LEFT_OUT]
+
+
+def _drop_lines(path: Path, field: str, ids: set[str]) -> None:
+    """Rewrite the JSONL file ``path`` (plain or gzipped) without the lines whose object's ``field`` is in ``ids``;
+    the other lines stay as they were."""
+    import gzip
+    import json
+
+    from mirage.data.readers import read_text
+
+    def kept(line: str) -> bool:
+        try:
+            value = json.loads(line)
+        except ValueError:
+            return True
+        return not (isinstance(value, dict) and value.get(field) in ids)
+
+    text = "".join(line for line in read_text(path).splitlines(keepends=True) if kept(line))
+    write_atomic(path, gzip.compress(text.encode("utf-8"), mtime=0) if path.suffix == ".gz" else text)
+
+
+def summarize_run(run_dir: str | Path, *, compare: Sequence[BiasStudyResult] = (), leave_out_trained: bool = True,
+                  data: str | None = None, tuned: str | None = None) -> BiasStudyResult:
     """Summarize a run folder again from its generations, generating nothing (after the summary's code changed, or
     to summarize a stopped run): its ``results.json`` says the study's settings; ``results.json``, ``tables.md``
-    and ``cab.png`` are rewritten."""
+    and ``cab.png`` are rewritten.
+
+    A result that records neither ``trained_questions_left_out`` nor ``trained_questions_kept`` (written before
+    studies left out a tuned model's training questions) has them left out as :func:`run_bias_study` does, unless
+    ``leave_out_trained`` is False or its config keeps them: its items are rebuilt from its data (``data``: where that
+    is now, default the data the results name; a retriever's ``run.trec`` beside them), those asking a question the
+    model (``tuned``: the name or folder it was loaded by, default the results' model) records it was trained on are
+    left out, their records are removed from ``generations.jsonl`` and ``items.jsonl``, and the results record how
+    many: what running the study again gives, every item's generations depending on that item alone.
+    :class:`EveryQuestionTrained` (an InputError) when every question is one, before any file changes."""
     from mirage.bias.records import read_generations
     from mirage.runs.files import read_json, run_file
 
@@ -200,10 +279,22 @@ def summarize_run(run_dir: str | Path, *, compare: Sequence[BiasStudyResult] = (
     old = BiasStudyResult.from_dict(read_json(path))
     cfg = BiasConfig.from_dict(old.config)
     records = read_generations(run_dir)
+    counts = {"trained_questions_left_out": old.trained_questions_left_out,
+              "trained_questions_kept": old.trained_questions_kept}
+    left_out: set[str] = set()
+    if leave_out_trained and counts == dict.fromkeys(counts) and not cfg.keep_trained_questions:
+        found = _trained_ids(run_dir, old, cfg, records, data=data, tuned=tuned)
+        if found is not None:
+            left_out, counts["trained_questions_left_out"] = found
+            records = [r for r in records if r.item_id not in left_out]
     sources = tuple(old.sources)
     result = summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=old.model, data=old.data,
                        mirage_config=old.mirage_config, sources=sources)  # type: ignore[arg-type]
-    result = replace(result, trained_questions_left_out=old.trained_questions_left_out,
-                     trained_questions_kept=old.trained_questions_kept)
+    result = replace(result, **counts)
+    if left_out:
+        for name, key in (("generations.jsonl", "item_id"), ("items.jsonl", "id")):
+            file = run_file(run_dir, name)
+            if file is not None:
+                _drop_lines(file, key, left_out)
     write_outputs(result, run_dir, compare=compare)
     return result

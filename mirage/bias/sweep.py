@@ -25,7 +25,6 @@ from mirage.bias.results import BiasStudyResult, SourceSummary
 from mirage.bias.study import run_bias_study
 from mirage.config import ConfigError
 from mirage.runs.lazy import MirageSource
-from mirage.runs.store import write_atomic
 
 SWEEP_FORMAT = 1
 
@@ -141,12 +140,6 @@ class SweepResult(JSONRecord):
         data["points"] = [SweepPoint.from_dict(p) for p in data["points"]]
         return cls(**data)
 
-    def save(self, path: str | Path) -> None:
-        write_atomic(path, self.to_json(indent=2))
-
-    @classmethod
-    def load(cls, path: str | Path) -> SweepResult:
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 def summarize_sweep(parameter: str, cfg: BiasConfig, results: Sequence[tuple[int, BiasStudyResult]],
@@ -198,6 +191,35 @@ def write_sweep(sweep: SweepResult, out_dir: str | Path) -> None:
     out_dir = Path(out_dir)
     sweep.save(out_dir / "sweep.json")
     plot_sweep(sweep).savefig(out_dir / "sweep.png", dpi=120)
+
+
+
+def summarize_sweep_dir(out_dir: str | Path, *, without: Sequence[str] = ()) -> SweepResult | None:
+    """A sweep folder's ``sweep.json`` and ``sweep.png`` written again (:func:`summarize_sweep`) from its points'
+    ``results.json``, as they are now (after :func:`~mirage.bias.study.summarize_run` rewrote them), less the points
+    whose folders ``without`` names (withdrawn: None, and nothing written, when that is every point); its settings
+    from the ``sweep.json`` there. InputError for a folder without one, or a point without results."""
+    from mirage.data.inputs import InputError
+
+    out_dir = Path(out_dir)
+    if not (out_dir / "sweep.json").is_file():
+        raise InputError(f"{out_dir} has no sweep.json; give the output folder of a `mirage bias --sweep` run.")
+    old = SweepResult.load(out_dir / "sweep.json")
+    if not old.points:
+        raise InputError(f"{out_dir}/sweep.json has no points; run the sweep again.")
+    results = []
+    points = [p for p in old.points if p.run_dir not in without]
+    if not points:
+        return None
+    for point in points:
+        path = out_dir / point.run_dir / "results.json"
+        if not path.is_file():
+            raise InputError(f"{out_dir}: sweep point {point.run_dir}/ has no results.json; run the sweep again.")
+        results.append((point.value, BiasStudyResult.load(path)))
+    cfg = BiasConfig.from_dict({**old.config, old.parameter: points[0].value})
+    sweep = summarize_sweep(old.parameter, cfg, results)
+    write_sweep(sweep, out_dir)
+    return sweep
 
 
 # -- the figure -------------------------------------------------------------------------------------------------------

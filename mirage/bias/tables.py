@@ -10,27 +10,14 @@ from mirage.bias.explanations import render_explanations
 from mirage.bias.metrics import METRICS, Effect, FollowSide, Stat
 from mirage.bias.protocol import BiasConfig, doc_sides
 from mirage.bias.results import BiasStudyResult, SourceSummary
+from mirage.views.markdown import fmt_p, fmt_pct, md_table, stars
 
 SOURCE_TITLES = {"self": "Self-citation (what the model says it cites)",
                  "mirage": "MIRAGE (what the model uses, from its internals)"}
 
 
-def _pct(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{100 * value:.{digits}f}"
-
-
-def _p(p: float | None) -> str:
-    return "–" if p is None else (f"{p:.3f}" if p >= 0.001 else f"{p:.1e}")
-
-
-def _stars(p: float | None) -> str:
-    if p is None:
-        return ""
-    return "**" if p < 0.01 else "*" if p < 0.05 else ""
-
-
 def _stat(stat: Stat) -> str:
-    return f"{_pct(stat.value, 2)}{_stars(stat.p_value)}"
+    return f"{fmt_pct(stat.value, 2)}{stars(stat.p_value)}"
 
 
 def _mode_labels(result: BiasStudyResult, mode: str) -> str:
@@ -66,29 +53,26 @@ def quality_table(result: BiasStudyResult, source: SourceSummary) -> str:
     """Attribution quality per mode (percentages; † = differs from vanilla at p < 0.05; AC as probabilities in %,
     with the number of citations and the Welch test of relevant vs non-relevant), and the answers that are empty
     or echo the prompt."""
-    lines = [("| Mode | Labels (relevant / non-relevant) | Precision | Recall | F1 | Citations | No citation | "
-             "Length (words) | EM | AC relevant | AC non-relevant | AC p | Random P | Random R | Echo / empty |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    head = ["Mode", "Labels (relevant / non-relevant)", "Precision", "Recall", "F1", "Citations", "No citation",
+            "Length (words)", "EM", "AC relevant", "AC non-relevant", "AC p", "Random P", "Random R", "Echo / empty"]
+    rows = []
     for mode, s in source.modes.items():
         base = source.baseline.get(mode, {})
-        lines.append(
-            f"| {mode} | {_mode_labels(result, mode)} | {_pct(s.precision)}{_dagger(source, mode, 'precision')} | "
-            f"{_pct(s.recall)}{_dagger(source, mode, 'recall')} | {_pct(s.f1)} | "
-            f"{s.n_citations:.2f} | {_pct(s.no_citation)} | {s.length:.1f} | {_pct(s.correct)} | "
-            f"{_ac(s.ac_relevant, s.n_ac_relevant)} | {_ac(s.ac_nonrelevant, s.n_ac_nonrelevant)} | "
-            f"{_p(s.ac_p_value)} | {_pct(base.get('precision'))} | {_pct(base.get('recall'))} | "
-            f"{s.n_echo} / {s.n_empty} |")
-    return "\n".join(lines)
+        rows.append([
+            mode, _mode_labels(result, mode), f"{fmt_pct(s.precision)}{_dagger(source, mode, 'precision')}",
+            f"{fmt_pct(s.recall)}{_dagger(source, mode, 'recall')}", fmt_pct(s.f1), f"{s.n_citations:.2f}",
+            fmt_pct(s.no_citation), f"{s.length:.1f}", fmt_pct(s.correct), _ac(s.ac_relevant, s.n_ac_relevant),
+            _ac(s.ac_nonrelevant, s.n_ac_nonrelevant), fmt_p(s.ac_p_value), fmt_pct(base.get("precision")),
+            fmt_pct(base.get("recall")), f"{s.n_echo} / {s.n_empty}"])
+    return md_table(head, rows)
 
 
 def mode_tests_table(source: SourceSummary) -> str:
     """Paired t-test p-values of precision and recall between every two modes."""
     if not source.mode_tests:
         return "(one mode only.)"
-    lines = ["| Modes | p precision | p recall |", "|---|---|---|"]
-    for pair, ps in source.mode_tests.items():
-        lines.append(f"| {pair} | {_p(ps.get('precision'))} | {_p(ps.get('recall'))} |")
-    return "\n".join(lines)
+    return md_table(["Modes", "p precision", "p recall"], [[pair, fmt_p(ps.get("precision")), fmt_p(ps.get("recall"))]
+                                                           for pair, ps in source.mode_tests.items()])
 
 
 def grid_table(result: BiasStudyResult, source: SourceSummary) -> str:
@@ -96,41 +80,39 @@ def grid_table(result: BiasStudyResult, source: SourceSummary) -> str:
     grid = source.grid
     if grid is None:
         return "(The mixed grid needs all four (relevant, non-relevant) label pairs: run with --mixed-grid.)"
-    lines = ["| Relevant / non-relevant labels | Mode | Precision | Recall | Queries |", "|---|---|---|---|---|"]
+    cells = []
     for key, cell in grid.cells.items():
         rel, nonrel = key.split("/")
-        lines.append(f"| {_side_name(result, rel)} / {_side_name(result, nonrel)} | {cell['mode']} | "
-                     f"{_pct(cell['precision'])} | {_pct(cell['recall'])} | {cell['n']} |")
-    lines += ["", "| Contrast (+ = toward " + _side_name(result, "first") + ") | precision | p | 95 % CI | recall | p | "
-              "95 % CI | Queries |", "|---|---|---|---|---|---|---|---|"]
-    for name, e in grid.effects.items():
-        lines.append(f"| {name} | {_stat(e.precision)} | {_p(e.precision.p_value)} | {_ci(e.precision.ci)} | "
-                     f"{_stat(e.recall)} | {_p(e.recall.p_value)} | {_ci(e.recall.ci)} | {_queries(e)} |")
-    return "\n".join(lines) + _no_p_notes([(f"{name} {metric}", e.stat(metric))
+        cells.append([f"{_side_name(result, rel)} / {_side_name(result, nonrel)}", str(cell["mode"]),
+                      fmt_pct(cell["precision"]), fmt_pct(cell["recall"]), str(cell["n"])])
+    contrasts = [[name, _stat(e.precision), fmt_p(e.precision.p_value), _ci(e.precision.ci), _stat(e.recall),
+                  fmt_p(e.recall.p_value), _ci(e.recall.ci), _queries(e)] for name, e in grid.effects.items()]
+    tables = [md_table(["Relevant / non-relevant labels", "Mode", "Precision", "Recall", "Queries"], cells),
+              md_table([f"Contrast (+ = toward {_side_name(result, 'first')})", "precision", "p", "95 % CI", "recall",
+                        "p", "95 % CI", "Queries"], contrasts)]
+    return "\n\n".join(tables) + _no_p_notes([(f"{name} {metric}", e.stat(metric))
                                             for name, e in grid.effects.items() for metric in METRICS])
 
 
 def _ci(ci: list[float] | None) -> str:
-    return "–" if ci is None else f"[{_pct(ci[0], 2)}, {_pct(ci[1], 2)}]"
+    return "–" if ci is None else f"[{fmt_pct(ci[0], 2)}, {fmt_pct(ci[1], 2)}]"
 
 
 def _ac(value: float | None, n: int) -> str:
-    return "–" if value is None else f"{_pct(value)} (n={n})"
+    return "–" if value is None else f"{fmt_pct(value)} (n={n})"
 
 
 def cas_table(source: SourceSummary) -> str:
-    lines = [("| Mode vs vanilla | CAS precision | p | 95 % CI | shift p | CAS recall | p | 95 % CI | shift p | "
-             "Random CAS P | Random CAS R | Queries |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for mode, e in source.cas.items():
-        lines.append(
-            f"| {mode} | {_stat(e.precision)} | {_p(e.precision.p_value)} | {_ci(e.precision.ci)} | "
-            f"{_p(e.precision.shift_p_value)} | {_stat(e.recall)} | {_p(e.recall.p_value)} | {_ci(e.recall.ci)} | "
-            f"{_p(e.recall.shift_p_value)} | {_pct(e.precision.baseline, 2)} | {_pct(e.recall.baseline, 2)} | "
-            f"{_queries(e)} |")
     if not source.cas:
         return "(CAS needs the vanilla mode and another mode.)"
-    return "\n".join(lines) + _no_p_notes([(f"CAS {metric}, {mode}", e.stat(metric))
+    head = ["Mode vs vanilla", "CAS precision", "p", "95 % CI", "shift p", "CAS recall", "p", "95 % CI", "shift p",
+            "Random CAS P", "Random CAS R", "Queries"]
+    rows = [[mode, _stat(e.precision), fmt_p(e.precision.p_value), _ci(e.precision.ci),
+             fmt_p(e.precision.shift_p_value), _stat(e.recall), fmt_p(e.recall.p_value), _ci(e.recall.ci),
+             fmt_p(e.recall.shift_p_value), fmt_pct(e.precision.baseline, 2), fmt_pct(e.recall.baseline, 2),
+             _queries(e)]
+            for mode, e in source.cas.items()]
+    return md_table(head, rows) + _no_p_notes([(f"CAS {metric}, {mode}", e.stat(metric))
                                             for mode, e in source.cas.items() for metric in METRICS])
 
 
@@ -144,12 +126,12 @@ def cab_table(result: BiasStudyResult, source: SourceSummary) -> str:
         return f"({NO_CAB})"
     first = result.metadata["first"]
     e = source.cab
-    lines = ["| ω | CAB precision | p | 95 % CI | CAB recall | p | 95 % CI | Random CAB P | Random CAB R | Queries |",
-             "|---|---|---|---|---|---|---|---|---|---|",
-             (f"| {result.omega:+d} | {_stat(e.precision)} | {_p(e.precision.p_value)} | {_ci(e.precision.ci)} | "
-             f"{_stat(e.recall)} | {_p(e.recall.p_value)} | {_ci(e.recall.ci)} | {_pct(e.precision.baseline, 2)} | "
-             f"{_pct(e.recall.baseline, 2)} | {_queries(e)} |")]
-    return ("\n".join(lines) + _no_p_notes([(f"CAB {metric}", e.stat(metric)) for metric in METRICS])
+    head = ["ω", "CAB precision", "p", "95 % CI", "CAB recall", "p", "95 % CI", "Random CAB P", "Random CAB R",
+            "Queries"]
+    row = [f"{result.omega:+d}", _stat(e.precision), fmt_p(e.precision.p_value), _ci(e.precision.ci), _stat(e.recall),
+           fmt_p(e.recall.p_value), _ci(e.recall.ci), fmt_pct(e.precision.baseline, 2), fmt_pct(e.recall.baseline, 2),
+           _queries(e)]
+    return (md_table(head, [row]) + _no_p_notes([(f"CAB {metric}", e.stat(metric)) for metric in METRICS])
             + f"\n\nPositive CAB = bias toward **{first}**.")
 
 
@@ -164,7 +146,7 @@ def side_by_side(result: BiasStudyResult) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
 
     for mode in modes:
-        row(f"P / R, {mode}", [f"{_pct(s.modes[mode].precision)} / {_pct(s.modes[mode].recall)}" for s in srcs])
+        row(f"P / R, {mode}", [f"{fmt_pct(s.modes[mode].precision)} / {fmt_pct(s.modes[mode].recall)}" for s in srcs])
     for mode in srcs[0].cas if srcs else []:
         row(f"CAS P / R, {mode}", [f"{_stat(s.cas[mode].precision)} / {_stat(s.cas[mode].recall)}" for s in srcs])
     if srcs and srcs[0].cab is not None:
@@ -229,6 +211,8 @@ def render_markdown(result: BiasStudyResult) -> str:
 def _trained(result: BiasStudyResult) -> str:
     """How many of the data's questions the model records it was trained on, left out or kept, when it records
     them (a model mirage tuned)."""
+    if result.trained_questions_left_out == 0:
+        return f" None of these questions is one {result.model} records it was trained on."
     if result.trained_questions_left_out is not None:
         return (f" {result.trained_questions_left_out} more questions of the data are left out: {result.model} was "
                 "trained on them (`--keep-trained-questions` keeps them).")
@@ -280,7 +264,7 @@ def plot_cab(results: Sequence[BiasStudyResult]) -> Any:
         label = f"{'self-citation' if source == 'self' else 'MIRAGE'} {metric}"
         ax.bar(xs, ys, width, color=colour, hatch=hatch, edgecolor="black", linewidth=0.5, label=label)
         for x, y, p in zip(xs, ys, ps):
-            ax.annotate(f"{y:.1f}{_stars(p)}", (x, y), ha="center", va="bottom" if y >= 0 else "top", fontsize=7)
+            ax.annotate(f"{y:.1f}{stars(p)}", (x, y), ha="center", va="bottom" if y >= 0 else "top", fontsize=7)
             top = max(top, abs(y))
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_ylim(-1.25 * max(top, 1.0), 1.25 * max(top, 1.0))
@@ -301,10 +285,10 @@ def follow_table(rows: Sequence[tuple[str, FollowSide]], k: int) -> str:
     """Citers' :class:`FollowSide` rows as a markdown table (rates in %), positions 1…``k``."""
     head = ["citer", "follows", *[f"pos {p}" for p in range(1, k + 1)], "[1] when not supporting", "docs cited",
             "P", "R", "F1"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    cells = []
     for name, side in rows:
         cited = "—" if side.mean_cited is None else f"{side.mean_cited:.2f}"
-        cells = [name, _rate(side.follow_rate), *[_rate(v) for v in side.per_position],
-                 _rate(side.first_when_not_supporting), cited, _rate(side.precision), _rate(side.recall), _rate(side.f1)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        cells.append([name, _rate(side.follow_rate), *[_rate(v) for v in side.per_position],
+                      _rate(side.first_when_not_supporting), cited, _rate(side.precision), _rate(side.recall),
+                      _rate(side.f1)])
+    return md_table(head, cells)

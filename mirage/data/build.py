@@ -19,6 +19,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from mirage.data.readers import BadRow, parse_json, read_jsonl, read_text
 from mirage.data.registry import DataError
 
 __all__ = ["RECIPES", "build_output"]
@@ -27,10 +28,15 @@ Recipe = Callable[[Sequence[Path], str], bytes]
 
 
 def _lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = []
+    for row in read_jsonl(path):
+        if isinstance(row, BadRow):
+            raise DataError(f"{row}; fetch the file again (mirage data get).")
+        rows.append(row.data)
+    return rows
 
 
-def _jsonl(rows: Sequence[dict]) -> bytes:
+def _jsonl_bytes(rows: Sequence[dict]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
 
 
@@ -39,7 +45,7 @@ def _copy(inputs: Sequence[Path], name: str) -> bytes:
 
 
 def _json_indent1(inputs: Sequence[Path], name: str) -> bytes:
-    return json.dumps(json.loads(inputs[0].read_text(encoding="utf-8")), indent=1, ensure_ascii=False).encode("utf-8")
+    return json.dumps(parse_json(read_text(inputs[0])), indent=1, ensure_ascii=False).encode("utf-8")
 
 
 def _xor_match_join(inputs: Sequence[Path], name: str) -> bytes:
@@ -53,12 +59,12 @@ def _xor_match_join(inputs: Sequence[Path], name: str) -> bytes:
         source = per_passage[first]
         rows.append({**row, "query_en": source["query_translated_en"].strip(),
                      "prediction_en": source["prediction_translated_en"].strip()})
-    return _jsonl(rows)
+    return _jsonl_bytes(rows)
 
 
 def _eli5_items(inputs: Sequence[Path], name: str) -> bytes:
     keep = ("question", "question_ctx", "answer", "claims", "docs")
-    data = json.loads(inputs[0].read_text(encoding="utf-8"))["data"]
+    data = parse_json(read_text(inputs[0]))["data"]
     return json.dumps([{k: item[k] for k in keep} for item in data], indent=1, ensure_ascii=False).encode("utf-8")
 
 
@@ -67,7 +73,7 @@ _BEIR_QUERIES, _BEIR_DOCS = 10, 80
 
 
 def _beir_small(inputs: Sequence[Path], name: str) -> bytes:
-    from mirage.scoring.xor_attriqa import clean_query
+    from mirage.scoring.xor_data import clean_query
 
     source = inputs[0]
     stem = source.name.split(".")[0]
@@ -96,9 +102,9 @@ def _beir_small(inputs: Sequence[Path], name: str) -> bytes:
         if n > last and len(corpus) < _BEIR_DOCS:
             add(n, row)
     files = {
-        "corpus.jsonl": _jsonl([{"_id": d, "title": "", "text": t} for d, t in corpus.items()]),
-        "queries.jsonl": _jsonl([{"_id": f"{stem}-{n}", "text": clean_query(r["query_en"])} for n, r in chosen]),
-        "answers.jsonl": _jsonl([{"_id": f"{stem}-{n}", "answers": [r["prediction_en"]]} for n, r in chosen]),
+        "corpus.jsonl": _jsonl_bytes([{"_id": d, "title": "", "text": t} for d, t in corpus.items()]),
+        "queries.jsonl": _jsonl_bytes([{"_id": f"{stem}-{n}", "text": clean_query(r["query_en"])} for n, r in chosen]),
+        "answers.jsonl": _jsonl_bytes([{"_id": f"{stem}-{n}", "answers": [r["prediction_en"]]} for n, r in chosen]),
         "test.tsv": ("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{s}\n" for q, d, s in qrels)).encode(),
     }
     return files[name]

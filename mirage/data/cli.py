@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
+
+from mirage.options import add_options, cli_arg
 
 HELP = "datasets by name: list them, get them into the cache (download, or --from a local copy)"
 
@@ -18,6 +21,18 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"{'':<{width}}  {r['description']}")
     print(f"cache: {data_root()}", file=sys.stderr)
     return 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class GetOptions:
+    """What ``mirage data get`` puts in the cache, and from where (:func:`mirage.data.fetch.get`)."""
+
+    names: tuple[str, ...] = cli_arg(flag="names", metavar="NAME", help=(
+        "NAME or NAME:PART[,PART…] (e.g. xor-attriqa-match:train,val,fi,ru; see `mirage data list`)"))
+    source: str | None = cli_arg(None, flag="--from", dest="source", metavar="PATH", help=(
+        "import from a local copy instead of downloading: a clone of the source repository, a folder of its files, "
+        "or a folder laid out as the data cache"))
+    quiet: bool = cli_arg(False, flag="--quiet", help="no progress bar")
 
 
 def cmd_get(args: argparse.Namespace) -> int:
@@ -37,10 +52,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     lst = verbs.add_parser("list", help="the datasets, their parts and which are in the cache")
     lst.set_defaults(func=cmd_list)
     get = verbs.add_parser("get", help="put datasets in the cache, every file checked against its pinned SHA-256")
-    get.add_argument("names", nargs="+", metavar="NAME",
-                     help="NAME or NAME:PART[,PART…] (e.g. xor-attriqa-match:train,val,fi,ru; see `mirage data list`)")
-    get.add_argument("--from", dest="source", metavar="PATH",
-                     help="import from a local copy instead of downloading: a clone of the source repository, a "
-                          "folder of its files, or a folder laid out as the data cache")
-    get.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_options(get, GetOptions)
     get.set_defaults(func=cmd_get)

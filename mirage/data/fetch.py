@@ -63,7 +63,7 @@ def _git_blob(path: Path) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def _matches(path: Path, file: Upstream | Output) -> bool:
+def _matches_pin(path: Path, file: Upstream | Output) -> bool:
     if file.sha256:
         return sha256_of(path) == file.sha256
     if isinstance(file, Upstream) and file.git_blob:
@@ -251,7 +251,7 @@ class _LocalCopy:
             return -sum(1 for a, b in zip(reversed(rel), reversed(parts)) if a == b)
 
         for path in sorted(self.by_name.get(file.name, []), key=closeness):
-            if _matches(path, file):
+            if _matches_pin(path, file):
                 return path
         return None
 
@@ -291,7 +291,7 @@ def _download(up: Upstream, *, progress: bool) -> Path:
         raise DataError(f"{url}: {str(err).splitlines()[0]}") from None
     finally:
         logger.setLevel(level)
-    if not up.sha256 and not _matches(path, up):
+    if not up.sha256 and not _matches_pin(path, up):
         path.unlink()
         raise DataError(f"{url}: the download is not the pinned file (git blob {up.git_blob}).")
     return path

@@ -17,7 +17,6 @@ and the threshold.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -28,6 +27,7 @@ import numpy as np
 
 from mirage.attribution.serialization import JSONRecord
 from mirage.config import ConfigError
+from mirage.data.readers import parse_json, read_text
 from mirage.likelihood.features import document_features, matrix
 
 #: Inverse regularisation strengths tried.
@@ -177,7 +177,7 @@ def _shipped_names() -> str:
 @lru_cache(maxsize=8)
 def _load(path: str) -> LearnedModel:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = parse_json(read_text(path, what="learned classifier file"))
         return LearnedModel.from_dict(data.get("learned", data) if "features" not in data else data)
     except (OSError, ValueError, TypeError, KeyError) as err:
         raise ConfigError(f"aggregation.learned_model={path!r} is not a learned classifier file ({err}); give the "

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 #: tokenizes its prompts, keeping ``n`` tokens of the window for the answer (``Mirage.prepare``, with the
 #: configuration to use bound: ``functools.partial(m.prepare, config=cfg)``).
 Prepare = Callable[..., "PreparedItem"]
+#: ``readout(logits) -> value``: what a pass keeps of the answer's logits ``[n_answer, vocab]`` (see
+#: :func:`score_prompts`; by default each answer token's log-probability).
+Readout = Callable[[torch.Tensor], Any]
 
 
 @dataclass
@@ -56,7 +59,7 @@ class PassageSignals(JSONRecord):
 
 
 @contextmanager
-def _eager_attention(model: Any) -> Iterator[bool]:
+def eager_attention_on(model: Any) -> Iterator[bool]:
     """Eager attention for the block, so the pass can return attention weights (the model's own restored after);
     yields whether attention weights will come back."""
     current = getattr(model.config, "_attn_implementation", None)
@@ -105,13 +108,16 @@ def _window_holds(cache: Any, length: int) -> bool:
     return True
 
 
-def _score_after(lm: Any, cache: Any, ids: Sequence[int], shared: int, answer_ids: Sequence[int]) -> list[float]:
+def _score_after(lm: Any, cache: Any, ids: Sequence[int], shared: int, answer_ids: Sequence[int],
+                 readout: Readout | None = None) -> Any:
     """Log p of each answer token after prompt ``ids``, whose first ``shared`` tokens ``cache`` holds (it is
-    extended by the pass)."""
+    extended by the pass); with ``readout``, what it reads from the answer's logits ``[n_answer, vocab]``."""
     suffix = torch.tensor([list(ids[shared:]) + list(answer_ids[:-1])], device=lm.device)
     first = len(ids) - shared - 1  # suffix position predicting the first answer token
     logits = causal_pass(lm, range(first, first + len(answer_ids)), input_ids=suffix, past=cache,
                          use_cache=True).logits[0]
+    if readout is not None:
+        return readout(logits)
     return token_probabilities(logits.float(), answer_ids, log=True)
 
 
@@ -123,7 +129,7 @@ def _prefix_cache(lm: Any, full_ids: Sequence[int], prompts: Sequence[Sequence[i
 
 
 def _score_prompts(lm: Any, cache: Any, full_ids: Sequence[int], prompts: Sequence[Sequence[int]],
-                   answer_ids: Sequence[int]) -> Iterator[list[float]]:
+                   answer_ids: Sequence[int], readout: Readout | None = None) -> Iterator[Any]:
     """:func:`_score_after` for each prompt, from ``cache`` (of a prefix of ``full_ids``): the cache is only ever
     cut, since each prompt shares no more with it than the one before. A pass that would take a sliding-window
     layer past its window extends a copy instead. Raises :class:`_CannotRollBack` when ``cache`` itself is past a
@@ -132,10 +138,37 @@ def _score_prompts(lm: Any, cache: Any, full_ids: Sequence[int], prompts: Sequen
         shared = min(_common_prefix(full_ids, ids_j), len(ids_j) - 1, cache.get_seq_length())
         _crop(cache, shared)
         if _window_holds(cache, len(ids_j) + len(answer_ids) - 1):  # the pass can be cut back afterwards
-            yield _score_after(lm, cache, ids_j, shared, answer_ids)
+            yield _score_after(lm, cache, ids_j, shared, answer_ids, readout)
             _crop(cache, shared)
         else:  # a sliding window would drop states the next prompts need: the pass extends a copy
-            yield _score_after(lm, copy.deepcopy(cache), ids_j, shared, answer_ids)
+            yield _score_after(lm, copy.deepcopy(cache), ids_j, shared, answer_ids, readout)
+
+
+def score_prompts(lm: Any, cache: Any, full_ids: Sequence[int], prompts: Sequence[Sequence[int]],
+                  answer_ids: Sequence[int], *, readout: Readout | None = None) -> list[Any]:
+    """Per prompt of ``prompts``, the log p of each answer token after it (or, with ``readout``, what that reads from
+    the answer's logits ``[n_answer, vocab]``), each pass reusing ``cache``: the key/value cache of a prefix of
+    ``full_ids`` (a causal model's pass over the full prompt, or its start), for the tokens the prompt shares with
+    ``full_ids``. Prompts in the order their shared prefixes shrink reuse the most (the cache is only ever cut); a
+    cache past a sliding window, that cannot be cut back, is replaced by one of what the remaining prompts share.
+    ``cache`` is consumed. Decoder-only models only."""
+    scored: list[Any] = []
+    try:
+        scored.extend(_score_prompts(lm, cache, full_ids, prompts, answer_ids, readout))
+    except _CannotRollBack:  # the full prompt's cache went past a sliding window (Gemma 2/3, Mistral)
+        rest = prompts[len(scored):]  # from a cache of what they share, which never needs cutting back
+        scored.extend(_score_prompts(lm, _prefix_cache(lm, full_ids, rest), full_ids, rest, answer_ids, readout))
+    return scored
+
+
+def prompt_with_documents(prepared: PreparedItem, kept: Sequence[int], *, prepare: Prepare,
+                          reserve_tokens: int) -> PreparedItem:
+    """``prepared``'s item prepared again with only the documents ``kept`` (0-based indices into its documents, in
+    the order given; the prompt numbers them from 1), ``reserve_tokens`` of the window kept for the answer."""
+    docs = prepared.item.docs
+    return prepare({"question": prepared.item.question,
+                    "docs": [{"title": docs[i].title, "text": docs[i].text} for i in kept]},
+                   reserve_tokens=reserve_tokens)
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -175,16 +208,14 @@ def passage_signals(lm: LoadedModel, prepared: PreparedItem, answer_ids: Sequenc
     document runs, for the cache); attention and leave-one-out need that pass's own cache and weights.
     ``prepare`` builds the prompts with fewer documents (:data:`Prepare`); ``lm``: the model ``prepared`` was
     tokenized for."""
-    docs = [{"title": d.title, "text": d.text} for d in prepared.item.docs]
-    n_docs = len(docs)
+    n_docs = len(prepared.item.docs)
     full_ids = list(prepared.tokens.ids)
     reserve = len(answer_ids) + 1
 
     def with_docs(kept: list[int]) -> list[int]:
         if not kept:
             return list(prepared.tokens.contextless_ids)
-        prep = prepare({"question": prepared.item.question, "docs": [docs[i] for i in kept]}, reserve_tokens=reserve)
-        return list(prep.tokens.ids)
+        return list(prompt_with_documents(prepared, kept, prepare=prepare, reserve_tokens=reserve).tokens.ids)
 
     # prompts in the order their shared prefixes with the full prompt shrink: each leave-one-out prompt from the
     # last document down, then each document alone and no document (all share only what precedes document 1)
@@ -209,7 +240,7 @@ def passage_signals(lm: LoadedModel, prepared: PreparedItem, answer_ids: Sequenc
             cache = _prefix_cache(lm, full_ids, prompts)
             full = list(logprob)
         else:
-            with _eager_attention(lm.model) as eager:
+            with eager_attention_on(lm.model) as eager:
                 out = causal_pass(lm, positions, input_ids=torch.tensor([seq], device=lm.device), use_cache=True,
                                   output_attentions=bool(attention and eager))
             full = token_probabilities(out.logits[0].float(), answer_ids, log=True)
@@ -218,12 +249,7 @@ def passage_signals(lm: LoadedModel, prepared: PreparedItem, answer_ids: Sequenc
                 attn = _doc_attention(out.attentions, positions, prepared.tokens.context_positions, docs_of, n_docs)
             cache = returned_cache(out)
             del out
-        scored = []
-        try:
-            scored.extend(_score_prompts(lm, cache, full_ids, prompts, answer_ids))
-        except _CannotRollBack:  # the full prompt's cache went past a sliding window (Gemma 2/3, Mistral)
-            rest = prompts[len(scored):]  # from a cache of what they share, which never needs cutting back
-            scored.extend(_score_prompts(lm, _prefix_cache(lm, full_ids, rest), full_ids, rest, answer_ids))
+        scored = score_prompts(lm, cache, full_ids, prompts, answer_ids)
     loo = scored[:n_loo][::-1]
     only = scored[n_loo: n_loo + n_docs]
     none = list(none_logprob) if none_logprob is not None else scored[n_loo + n_docs]

@@ -37,20 +37,20 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from mirage.attribution.prompts import BuiltPrompt
+from mirage.attribution.prompts import BuiltPrompt, Span
 from mirage.attribution.tokenization import encode_prompt_text, tokenize_answer
-from mirage.data.inputs import BadRow, InputError
+from mirage.data.inputs import InputError
+from mirage.data.readers import BadRow
 from mirage.runs.lazy import resolve_mirage
 from mirage.runs.progress import Progress
 from mirage.runs.store import ResumableJSONL
-from mirage.scoring.xor_attriqa import XorItem, prepare_item
+from mirage.scoring.xor_attriqa import prepare_item
+from mirage.scoring.xor_data import XorItem
 
 #: ContextCiter's default number of ablations (context-cite 0.0.4; a test checks the installed default).
 CONTEXTCITE_NUM_ABLATIONS = 64
 #: The store's file name inside the output folder.
 STORE_NAME = "contextcite.jsonl"
-
-Span = tuple[int, int]
 
 
 # -- ContextCite, imported offline ------------------------------------------------------------------------------------

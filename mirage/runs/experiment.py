@@ -11,26 +11,25 @@ stored model outputs of a run depend on: every run command's resume check compar
     mirage = exp.load_mirage()
 
 The pipeline flags (``--cti-std``, ``--cci-top-k``, …) are made from the metadata of the config fields that declare
-one (``flag``, ``help``, ``implies``; see :mod:`mirage.config`): a new field gets its flag where it is declared.
+one (``flag``, ``help``, ``implies``; see :mod:`mirage.config`), and the experiment's own (``--model``, ``--limit``,
+``--device``, …) from :class:`ExperimentConfig`'s, by :func:`mirage.options.add_options`: a new field gets its flag
+where it is declared.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal
 
 from mirage.checks import (
     boolean,
     fail,
     flag_type,
-    float_flag,
-    int_flag,
     integer,
     literal,
     paths,
@@ -40,6 +39,7 @@ from mirage.checks import (
 )
 from mirage.config import (
     COMMAND_SECTIONS,
+    DEFAULT_MODEL,
     EXPERIMENT_KEYS,
     ConfigError,
     MirageConfig,
@@ -47,16 +47,19 @@ from mirage.config import (
     section_dict,
     with_implied,
 )
+from mirage.options import add_options, cli_arg, option_dest, option_fields, value_type
 
 if TYPE_CHECKING:
     from mirage.pipeline import Mirage
 
-#: The model of every command unless the experiment file or ``--model`` names another.
-DEFAULT_MODEL = "smollm2-135m-instruct"
 #: The run commands; each stores model outputs that its resume check guards with the fingerprint.
-Command = Literal["attribute", "xor-attriqa", "eli5", "bias"]
+RunCommand = Literal["attribute", "xor-attriqa", "eli5", "bias"]
 #: XOR-AttriQA text view: the English translations or the annotated (native) text.
 TextView = Literal["en", "native"]
+#: argparse types: an integer >= 0 / >= 1, read as a config field's integer is (:func:`mirage.checks.integer`:
+#: ``3.0`` is 3, ``3.5`` is refused).
+non_negative_int = flag_type(integer, minimum=0)
+positive_int = flag_type(integer, minimum=1)
 #: The prompt a command uses unless the file or ``--prompt`` names one: XOR-AttriQA answers cite nothing.
 DEFAULT_PROMPTS: dict[str, str] = {"xor-attriqa": "standard"}
 
@@ -69,30 +72,52 @@ class ExperimentConfig:
     ``description`` / ``dataset`` describe the file: of these five only a ``dtype`` other than float32 (given, or the
     device's default: bf16/fp16 on a GPU) changes what is stored, and the fingerprint names it."""
 
-    command: Command
-    model: str = DEFAULT_MODEL
-    data: tuple[str, ...] = ()
-    calibrate_on: tuple[str, ...] = ()
-    text: TextView = "en"
-    limit: int | None = None
-    seeds: tuple[int, ...] = ()
-    nli: str | None = None
+    command: RunCommand
+    model: str = cli_arg(DEFAULT_MODEL, flag="--model", help="embedded model name, Hugging Face id or local path")
+    #: The data files; each command says what they are (a positional argument of its own arity and help).
+    data: tuple[str, ...] = cli_arg((), flag="data", help="data files")
+    calibrate_on: tuple[str, ...] = cli_arg((), flag="--calibrate-on", metavar="FILE", help=(
+        "splits to calibrate on (e.g. train.jsonl val.jsonl; never the test files): MIRAGE-CAL's CTI thresholds and "
+        "the learned passage classifier are fitted on their pooled items"))
+    text: TextView = cli_arg("en", flag="--text", help=(
+        "en: English translations (English models, default); native: the annotated text"))
+    limit: int | None = cli_arg(None, flag="--limit", type=non_negative_int, help="only the first N items")
+    seeds: tuple[int, ...] = cli_arg((), flag="--seeds", help="generation seeds (default: the config's seed)")
+    nli: str | None = cli_arg(None, flag="--nli", help=(
+        "Hugging Face NLI judge for ALCE citation quality (the paper: google/t5_xxl_true_nli_mixture)"))
     pipeline: MirageConfig = field(default_factory=MirageConfig)
     description: str | None = None
     dataset: str | None = None
-    device: str | None = None
-    dtype: str | None = None
-    trust_remote_code: bool = False
+    device: str | None = cli_arg(None, flag="--device", help=(
+        "torch device: cpu, cuda, cuda:1 … (default: cuda if available, else cpu)"))
+    dtype: str | None = cli_arg(None, flag="--dtype", help=(
+        "float32, bfloat16 or float16 (default: bf16/fp16 on GPU, fp32 on CPU)"))
+    trust_remote_code: bool = cli_arg(False, flag="--trust-remote-code", help="allow model code from the hub",
+                                      cli_default=False)
     #: How the model is loaded (see :meth:`mirage.Mirage.from_pretrained`): a LoRA adapter folder, a device map and
     #: per-device caps (accelerate), 8-/4-bit weights (bitsandbytes), mirage's memory budget for its passes.
-    adapter: str | None = None
-    device_map: str | dict[str, Any] | None = None
-    max_memory: str | int | dict[Any, Any] | None = None
-    quantization: str | None = None
-    memory_budget: str | int | None = None
+    adapter: str | None = cli_arg(None, flag="--adapter", metavar="DIR", help=(
+        "a LoRA adapter folder (mirage tune sft -o RUN: RUN/adapter) merged into the model; its base model unless "
+        "--model names one"))
+    device_map: str | dict[str, Any] | None = cli_arg(None, flag="--device-map", metavar="MAP", help=(
+        "split the model over devices (accelerate): auto, balanced, sequential, or MODULE=DEVICE,… (e.g. "
+        "model.layers.0=0,lm_head=1; devices: GPU index, cpu, disk)"))
+    max_memory: str | int | dict[Any, Any] | None = cli_arg(None, flag="--max-memory", metavar="SIZE|DEV=SIZE,…",
+                                                            help=(
+        "per device (0=20GiB,cpu=60GiB: accelerate's caps for --device-map), or one size (3GB: the same as "
+        "--memory-budget)"))
+    #: (Its choices are those of :data:`mirage.attribution.models.QUANTIZATIONS`: named here, parsing imports no torch.)
+    quantization: str | None = cli_arg(None, flag="--quantization", choices=("8bit", "4bit"), help=(
+        "load the weights in 8 or 4 bits (bitsandbytes; needs a CUDA GPU)"))
+    memory_budget: str | int | None = cli_arg(None, flag="--memory-budget", metavar="SIZE", help=(
+        "the most memory attribution may use, weights included (3GB; CPU: resident memory, GPU: allocated): long "
+        "prompts get gradient checkpointing and smaller CCI batches, and one that cannot fit is refused in one line. "
+        "Default on a CPU: half of the memory the process holds and the machine has available, when each pass is "
+        "planned (a pass that cannot fit it is tried all the same); on a GPU none: passes are planned within its "
+        "free memory"))
 
     def __post_init__(self) -> None:
-        setfield(self, "experiment.command", literal, choices=Command)
+        setfield(self, "experiment.command", literal, choices=RunCommand)
         setfield(self, "experiment.model", string, path=True, nonempty=True,
                  expected="a model name, Hugging Face id or local path")
         object.__setattr__(self, "calibrate_on", paths("experiment.calibrate_on", self.calibrate_on or ()))
@@ -188,7 +213,7 @@ class ExperimentConfig:
         return {"model": self.model, "config": config}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, command: Command) -> ExperimentConfig:
+    def from_dict(cls, data: Mapping[str, Any], *, command: RunCommand) -> ExperimentConfig:
         """From an experiment file's mapping: the keys of :data:`~mirage.config.EXPERIMENT_KEYS` (null = unset) and
         the pipeline sections. ``data`` is a file, a list of files, or ``{eval: files, calibrate_on: file or files}``."""
         if not isinstance(data, Mapping):
@@ -215,7 +240,7 @@ class ExperimentConfig:
                    pipeline=pipeline, **given)
 
     @classmethod
-    def from_yaml(cls, path: str | Path, *, command: Command) -> ExperimentConfig:
+    def from_yaml(cls, path: str | Path, *, command: RunCommand) -> ExperimentConfig:
         """From an experiment file or a pipeline config file; every problem is a ConfigError starting with the
         path."""
         data = read_config_file(path)
@@ -227,7 +252,7 @@ class ExperimentConfig:
         return exp
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace, *, command: Command) -> ExperimentConfig:
+    def from_args(cls, args: argparse.Namespace, *, command: RunCommand) -> ExperimentConfig:
         """The ``--config`` file (if any) with the flags of ``args`` applied on top (see
         :func:`add_experiment_args`); positional ``data`` files replace the file's."""
         config = getattr(args, "config", None)
@@ -350,14 +375,11 @@ def question_digest(question: str) -> str:
     return content_key(" ".join(question.split()))
 
 
-def leave_out_trained(items: Sequence[_Item], model: Any, *, question: Callable[[_Item], str], keep: bool = False,
-                      noun: str = "items") -> tuple[list[_Item], dict[str, int]]:
-    """``items`` less those whose ``question(item)`` is one ``model`` records it was trained on (the
-    ``training.questions`` of a model mirage tuned, :func:`~mirage.attribution.models.tuned_record`: a shipped
-    adapter by name, an adapter or fully fine-tuned model folder), and what the results say of it:
-    ``{TRAINED_LEFT_OUT: n}``, or with ``keep`` every item and ``{TRAINED_KEPT: n}``; for any other model (no
-    record, or one saved before mirage kept its questions) every item and ``{}``. The count is said on stderr;
-    InputError when every item is one the model was trained on."""
+def trained_question_keys(model: Any, *, noun: str = "items") -> set[str] | None:
+    """The keys (:func:`question_digest`) of the questions ``model`` records it was trained on (the
+    ``training.questions`` of a model mirage tuned, :func:`~mirage.attribution.models.tuned_record`); None for any
+    other model (no record; or one saved before mirage kept its questions, said on stderr: none of the ``noun`` is
+    left out). ModelLoadError for a record whose questions are not a list of keys."""
     import sys
 
     from mirage.attribution.models import ModelLoadError, tuned_record
@@ -369,11 +391,26 @@ def leave_out_trained(items: Sequence[_Item], model: Any, *, question: Callable[
         if record is not None:
             print(f"{model} records no training questions (saved before mirage recorded them): none of the {noun} "
                   "is left out.", file=sys.stderr)
-        return list(items), {}
+        return None
     if not isinstance(trained, list) or not all(isinstance(q, str) for q in trained):
         raise ModelLoadError(f"{model}: training.questions of its mirage-adapter.json is not a list of question "
                              "keys; save the model again.")
-    keys = set(trained)
+    return set(trained)
+
+
+def leave_out_trained(items: Sequence[_Item], model: Any, *, question: Callable[[_Item], str], keep: bool = False,
+                      noun: str = "items") -> tuple[list[_Item], dict[str, int]]:
+    """``items`` less those whose ``question(item)`` is one ``model`` records it was trained on (the
+    ``training.questions`` of a model mirage tuned, :func:`~mirage.attribution.models.tuned_record`: a shipped
+    adapter by name, an adapter or fully fine-tuned model folder), and what the results say of it:
+    ``{TRAINED_LEFT_OUT: n}``, or with ``keep`` every item and ``{TRAINED_KEPT: n}``; for any other model (no
+    record, or one saved before mirage kept its questions) every item and ``{}``. The count is said on stderr;
+    InputError when every item is one the model was trained on."""
+    import sys
+
+    keys = trained_question_keys(model, noun=noun)
+    if keys is None:
+        return list(items), {}
     asked = [question_digest(question(item)) in keys for item in items]
     n = sum(asked)
     if keep:
@@ -394,10 +431,14 @@ def leave_out_trained(items: Sequence[_Item], model: Any, *, question: Callable[
 # -- command-line flags ----------------------------------------------------------------------------------------------
 
 
-#: argparse types: an integer >= 0 / >= 1, read as a config field's integer is (:func:`mirage.checks.integer`:
-#: ``3.0`` is 3, ``3.5`` is refused).
-non_negative_int = flag_type(integer, minimum=0)
-positive_int = flag_type(integer, minimum=1)
+@dataclass(frozen=True)
+class ExperimentFile:
+    """The file a run command's experiment starts from (``--config``; :meth:`ExperimentConfig.from_args` reads it,
+    the preset is :attr:`mirage.config.MirageConfig.preset`'s ``--preset``)."""
+
+    config: str | None = cli_arg(None, flag="--config", help=(
+        "YAML config: pipeline sections (prompt, generation, cti, cci, aggregation), and for experiment files "
+        "(configs/*.yaml) model/data/text/…"))
 
 
 def pipeline_flags() -> Iterator[tuple[str, dataclasses.Field, type]]:
@@ -405,25 +446,9 @@ def pipeline_flags() -> Iterator[tuple[str, dataclasses.Field, type]]:
     sections = typing.get_type_hints(MirageConfig)
     for section in fields(MirageConfig):
         section_cls = sections[section.name]
-        if not dataclasses.is_dataclass(section_cls):  # ``preset``: a name, not a section
-            continue
-        hints = typing.get_type_hints(section_cls)
-        for f in fields(section_cls):
-            if "flag" in f.metadata:
-                yield section.name, f, _value_type(hints[f.name])
-
-
-def _value_type(hint: Any) -> type:
-    """``float`` for ``float | None``, ``str`` for a Literal of strings, the type itself otherwise."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        (hint,) = [arg for arg in get_args(hint) if arg is not type(None)]
-    if typing.get_origin(hint) is Literal:
-        return type(get_args(hint)[0])
-    return hint
-
-
-def _dest(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
+        if dataclasses.is_dataclass(section_cls):  # not ``preset``: a name, not a section
+            for opt in option_fields(section_cls):
+                yield section.name, opt.field, value_type(opt.hint)
 
 
 #: The loading options beyond device and dtype (:meth:`ExperimentConfig.loading`): experiment-file keys and flags.
@@ -434,29 +459,10 @@ def add_device_args(parser: argparse.ArgumentParser, *, placement: bool = True, 
     """The model-loading flags every command that loads a model takes: ``--device`` and ``--dtype``; with
     ``placement``, also ``--adapter`` (unless ``adapter`` is False: the command has its own), ``--device-map``,
     ``--max-memory``, ``--memory-budget`` and ``--quantization`` (read back by :func:`loading_args`)."""
-    parser.add_argument("--device", help="torch device: cpu, cuda, cuda:1 … (default: cuda if available, else cpu)")
-    parser.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bf16/fp16 on GPU, fp32 on CPU)")
-    if not placement:
-        return
-    if adapter:
-        parser.add_argument("--adapter", metavar="DIR",
-                            help="a LoRA adapter folder (mirage tune sft -o RUN: RUN/adapter) merged into the model; "
-                                 "its base model unless --model names one")
-    parser.add_argument("--device-map", metavar="MAP",
-                        help="split the model over devices (accelerate): auto, balanced, sequential, or "
-                             "MODULE=DEVICE,… (e.g. model.layers.0=0,lm_head=1; devices: GPU index, cpu, disk)")
-    parser.add_argument("--max-memory", metavar="SIZE|DEV=SIZE,…",
-                        help="per device (0=20GiB,cpu=60GiB: accelerate's caps for --device-map), or one size "
-                             "(3GB: the same as --memory-budget)")
-    parser.add_argument("--memory-budget", metavar="SIZE",
-                        help="the most memory attribution may use, weights included (3GB; CPU: resident memory, GPU: "
-                             "allocated): long prompts get gradient checkpointing and smaller CCI batches, and one "
-                             "that cannot fit is refused in one line. Default on a CPU: half of the memory the "
-                             "process holds and the machine has available, when each pass is planned (a pass that "
-                             "cannot fit it is tried all the same); on a GPU none: passes are planned within its "
-                             "free memory")
-    parser.add_argument("--quantization", choices=["8bit", "4bit"],
-                        help="load the weights in 8 or 4 bits (bitsandbytes; needs a CUDA GPU)")
+    names = ["device", "dtype"]
+    if placement:
+        names += [*(["adapter"] if adapter else []), "device_map", "max_memory", "memory_budget", "quantization"]
+    add_options(parser, ExperimentConfig, names, unset=True)
 
 
 def loading_args(args: argparse.Namespace, *, adapter: bool = True) -> dict[str, Any]:
@@ -472,57 +478,31 @@ def loading_argv(args: argparse.Namespace) -> list[str]:
             for item in (f"--{name.replace('_', '-')}", str(value))]
 
 
-def add_trained_questions_arg(parser: argparse.ArgumentParser) -> None:
-    """``--keep-trained-questions``, of every command that evaluates a model (:func:`leave_out_trained`); unset,
-    None."""
-    parser.add_argument("--keep-trained-questions", action="store_true", default=None,
-                        help="keep the questions the model was trained on (a model mirage tuned records them); by "
-                             "default they are left out, and the results say how many")
-
-
-def flag_help(help_text: str, default: Any) -> str:
-    """A flag's help with the config default it stands for (``… (default: 200)``), unless it says its default
-    already or there is none (None)."""
-    if default is None or "default" in help_text:
-        return help_text
-    return f"{help_text} (default: {str(default).lower() if isinstance(default, bool) else default})"
+#: The metadata of the ``keep_trained_questions`` field of every options class of a command that evaluates a model
+#: (:func:`leave_out_trained`): ``--keep-trained-questions``, None unless given.
+KEEP_TRAINED_QUESTIONS: dict[str, Any] = {
+    "flag": "--keep-trained-questions", "cli_default": None,
+    "help": "keep the questions the model was trained on (a model mirage tuned records them); by default they are "
+            "left out, and the results say how many"}
 
 
 def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] = (),
                         benchmark: str | None = None) -> None:
     """The model, config-file and pipeline flags every run command takes, less the pipeline flags in ``skip`` (those
     the command sets itself); each pipeline flag's help shows the field's default (``benchmark``'s, where it has its
-    own: :data:`mirage.config.BENCHMARK_DEFAULTS`)."""
-    parser.add_argument("--model", default=None,
-                        help=f"embedded model name, Hugging Face id or local path (default: {DEFAULT_MODEL})")
-    parser.add_argument("--config", help="YAML config: pipeline sections (prompt, generation, cti, cci, aggregation), "
-                                         "and for experiment files (configs/*.yaml) model/data/text/…")
-    from mirage.config import PRESETS
-
-    parser.add_argument("--preset", choices=list(PRESETS), default=None,
-                        help="start the pipeline from a preset: authors (the MIRAGE authors' released scripts, per "
-                             "benchmark) or inseq (inseq's attribute_context); the file's fields and the flags "
-                             "override it (docs/fidelity.md)")
+    own: :data:`mirage.config.BENCHMARK_DEFAULTS`). Unset, each is None: the file's value, or the preset's, stays."""
+    add_options(parser, ExperimentConfig, ["model"], unset=True)
+    add_options(parser, ExperimentFile)
+    add_options(parser, MirageConfig, ["preset"], unset=True)
     add_device_args(parser)
-    parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the hub")
-    groups: dict[str, Any] = {}  # flags of fields with the same metadata "exclusive" name: at most one of them
+    add_options(parser, ExperimentConfig, ["trust_remote_code"], unset=True)
     defaults = MirageConfig.from_dict({}, benchmark=benchmark)
-    for section, f, kind in pipeline_flags():
-        flag = f.metadata["flag"]
-        default = None if kind is bool else getattr(getattr(defaults, section), f.name)
-        help_text = flag_help(f.metadata["help"], default)
-        if flag in skip:
-            continue
-        exclusive = f.metadata.get("exclusive")
-        if exclusive and exclusive not in groups:
-            groups[exclusive] = parser.add_mutually_exclusive_group()
-        target = groups[exclusive] if exclusive else parser
-        if kind is bool:
-            action = target.add_argument(flag, action="store_true", default=None, help=help_text)
-        else:  # numbers read as the field's check reads them (``--cci-top-k 3.0`` is 3, as ``top_k: 3.0`` is)
-            action = target.add_argument(flag, type={int: int_flag, float: float_flag}.get(kind, kind),
-                                         default=None, help=help_text)
-        action.config_default = default  # the value unless given (None: "not given"); the CLI reference shows it
+    sections = typing.get_type_hints(MirageConfig)
+    for section in fields(MirageConfig):
+        if dataclasses.is_dataclass(sections[section.name]):
+            # numbers read as the field's check reads them (``--cci-top-k 3.0`` is 3, as ``top_k: 3.0`` is)
+            add_options(parser, sections[section.name], skip=skip, unset=True,
+                        defaults=getattr(defaults, section.name))
 
 
 def pipeline_changes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -532,7 +512,7 @@ def pipeline_changes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
     changes: dict[str, dict[str, Any]] = {}
     for section, f, _kind in pipeline_flags():
-        value = getattr(args, _dest(f.metadata["flag"]), None)
+        value = getattr(args, option_dest(f.metadata), None)
         if (section, f.name) == ("aggregation", "rule") and value in RULE_ALIASES:
             import sys
             import warnings

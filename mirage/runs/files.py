@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mirage.data.inputs import InputError, parse_json, read_text
-from mirage.runs.store import is_record
+from mirage.data.inputs import InputError
+from mirage.data.readers import parse_json, read_text
+from mirage.runs.store import parse_records
 
 
 def run_file(folder: str | Path, name: str) -> Path | None:
@@ -26,29 +27,25 @@ def run_file(folder: str | Path, name: str) -> Path | None:
 
 
 def read_run_records(path: str | Path) -> list[dict[str, Any]]:
-    """The records (JSON objects with a string ``key``) of a run's JSONL store, plain or gzipped. As
-    :func:`mirage.runs.store.read_records`: a line that does not parse (the torn last line of a stopped run) or is not a
-    record is skipped."""
-    out = []
-    for line in read_text(path).split("\n"):
-        if not line.strip():
-            continue
-        try:
-            value = parse_json(line)
-        except ValueError:
-            continue
-        if is_record(value):
-            out.append(value)
-    return out
+    """The records (JSON objects with a string ``key``) of a run's JSONL store, plain or gzipped, by the store's rule
+    (:func:`mirage.runs.store.parse_records`: a line that does not parse, as the torn last line of a stopped run, or
+    is not a record is skipped); unlike :func:`mirage.runs.store.read_records` (a run resuming), an InputError names
+    a file that is missing or not text (:func:`mirage.data.readers.read_text`)."""
+    return parse_records(read_text(path).split("\n"))
 
 
-def read_json(path: str | Path) -> Any:
-    """A run's JSON file (``results.json``), plain or gzipped; an InputError names a file that is not JSON."""
-    text = read_text(path)
+def read_json(path: str | Path, *, what: str = "UTF-8 text file", fix: str = "give the file as the run wrote it.",
+              ) -> Any:
+    """A JSON file (a run's ``results.json``, ``run.json``, a saved result), plain or gzipped: the one reader of
+    mirage's JSON files (:func:`mirage.data.readers.read_text`, then :func:`mirage.data.readers.parse_json`, which
+    callers with errors of their own use as this does). An InputError names a file that is missing or not text
+    (:func:`~mirage.data.readers.read_text`'s, ``what`` saying what the file should be) or not JSON (``fix``: what
+    to do then)."""
+    text = read_text(path, what=what)
     try:
         return parse_json(text)
     except json.JSONDecodeError as err:
-        raise InputError(f"{path} is not valid JSON ({err}); give the file as the run wrote it.") from None
+        raise InputError(f"{path} is not valid JSON ({err}); {fix}") from None
 
 
 #: The first bytes of every PNG file.

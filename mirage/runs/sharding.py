@@ -45,7 +45,7 @@ from mirage.runs.store import (
     write_atomic,
 )
 
-T = TypeVar("T")
+ResultT = TypeVar("ResultT")
 
 
 class ShardError(ValueError):
@@ -243,8 +243,8 @@ class StoreFor(Protocol):
     def __call__(self, path: str | Path, *, settings: Mapping[str, Any] | None = None) -> ShardedJSONL: ...
 
 
-def in_shards(work: Callable[[StoreFor], T], shard: Shard | None = None, *,
-              keep: Iterable[str | Path] = ()) -> T | None:
+def in_shards(work: Callable[[StoreFor], ResultT], shard: Shard | None = None, *,
+              keep: Iterable[str | Path] = ()) -> ResultT | None:
     """Run ``work(store_for)`` on this rank's shard; with several ranks, wait for all, then on rank 0 run it once
     more over the merged stores, fold the ranks' files into the single-process files (:func:`consolidate`) and
     return that (other ranks return None).

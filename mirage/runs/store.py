@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mirage.data.inputs import parse_json
+from mirage.data.readers import parse_json
 
 try:  # POSIX; elsewhere stores work without the lock
     import fcntl
@@ -107,8 +107,15 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     data = path.read_bytes()
+    return parse_records((gzip.decompress(data) if path.suffix == ".gz" else data).split(b"\n"))
+
+
+def parse_records(lines: Iterable[str | bytes]) -> list[dict[str, Any]]:
+    """The records among JSONL ``lines``, in order: the one rule of every reader of a store's lines. A blank line,
+    a line that does not parse (the torn last line of a stopped run; bytes that are not UTF-8) or is not a record
+    (:func:`is_record`) is skipped."""
     out = []
-    for raw in (gzip.decompress(data) if path.suffix == ".gz" else data).split(b"\n"):
+    for raw in lines:
         if not raw.strip():
             continue
         try:

@@ -21,15 +21,17 @@ if TYPE_CHECKING:
     from mirage.scoring.benchmarks import ELI5Options, XorAttriQAOptions, run_eli5, run_xor_attriqa
     from mirage.scoring.eli5 import ELI5Report, evaluate_eli5, load_alce
     from mirage.scoring.metrics import CachedJudge, NLIJudge
-    from mirage.scoring.xor_attriqa import load_xor_attriqa, score_items
+    from mirage.scoring.xor_attriqa import score_items
+    from mirage.scoring.xor_data import load_xor_attriqa
     from mirage.scoring.xor_eval import XorAttriQAReport, evaluate
 
 #: Imported on first access: the scorers bring torch, and ``mirage score --help`` should not.
-_LAZY = {"run_eli5": "benchmarks", "run_xor_attriqa": "benchmarks", "ELI5Options": "benchmarks",
-         "XorAttriQAOptions": "benchmarks", "ELI5Report": "eli5", "evaluate_eli5": "eli5",
-         "load_alce": "eli5", "CachedJudge": "metrics", "NLIJudge": "metrics", "load_xor_attriqa": "xor_attriqa",
-         "score_items": "xor_attriqa", "XorAttriQAReport": "xor_eval", "evaluate": "xor_eval"}
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "run_eli5": "benchmarks", "run_xor_attriqa": "benchmarks", "ELI5Options": "benchmarks",
+    "XorAttriQAOptions": "benchmarks", "ELI5Report": "eli5", "evaluate_eli5": "eli5", "load_alce": "eli5",
+    "CachedJudge": "metrics", "NLIJudge": "metrics", "load_xor_attriqa": "xor_attriqa", "score_items": "xor_attriqa",
+    "XorAttriQAReport": "xor_eval", "evaluate": "xor_eval",
+})
 
 __all__ = [
     "CachedJudge",

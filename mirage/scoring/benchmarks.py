@@ -20,30 +20,31 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from mirage.attribution.results import AttributionResult
 from mirage.attribution.serialization import library_versions
 from mirage.config import ConfigError, MirageConfig
 from mirage.data import data_label, resolve, resolve_files
-from mirage.data.inputs import BadRow, InputError, NothingToScore
+from mirage.data.inputs import InputError, NothingToScore
+from mirage.data.readers import BadRow
+from mirage.runs.benchmark_options import ELI5Options, XorAttriQAOptions
 from mirage.runs.experiment import ExperimentConfig, leave_out_trained
+from mirage.runs.files import read_json
 from mirage.runs.lazy import MirageSource, resolve_mirage
 from mirage.runs.progress import Progress
 from mirage.runs.sharding import Shard, StoreFor, in_shards, owns
 from mirage.runs.store import ResumableJSONL, content_key, write_atomic
 from mirage.scoring import metrics as M
 from mirage.scoring.eli5 import ELI5Report, attribute_items, evaluate_eli5, load_alce, load_judgments
-from mirage.scoring.xor_attriqa import XorData, concat_data, load_xor_attriqa, score_items, xor_attriqa_pipeline
+from mirage.scoring.xor_attriqa import score_items, xor_attriqa_pipeline
+from mirage.scoring.xor_data import XorData, concat_data, load_xor_attriqa
 from mirage.scoring.xor_eval import (
-    SETTING_GROUPS,
-    CalibrateBy,
     RowsNeeded,
     XorAttriQAReport,
     build_views,
@@ -53,99 +54,6 @@ from mirage.scoring.xor_eval import (
     evaluate,
     setting_groups,
 )
-
-
-@dataclass(frozen=True)
-class XorAttriQAOptions:
-    """What a ``mirage score xor-attriqa`` run chooses beyond its experiment: one field per flag of the command that
-    is not an :class:`~mirage.runs.experiment.ExperimentConfig` field. Plain JSON values (``dataclasses.asdict``)."""
-
-    #: Output directory: ``run.json``, the per-item stores (a re-run resumes), ``results.json``, ``pairs.jsonl`` and
-    #: ``sweep.png``.
-    output: str
-    #: One CTI threshold for the whole calibration split (``global``), or one per language (the reference code).
-    calibrate_by: CalibrateBy = "global"
-    #: Folder of ``<split>.nli-*.json`` baseline predictions (default: beside each data file).
-    nli_dir: str | None = None
-    #: Also check how much each citation set matters to the model (``faithfulness.jsonl``).
-    faithfulness: bool = False
-    #: Compute the CCI row of every answer token (the threshold-free ``mirage_raw`` ROC-AUC), not only the selected.
-    all_tokens: bool = False
-    #: Compute the passage signals (needed by the ``learned`` and ``passage_score`` settings).
-    signals: bool = True
-    #: The setting groups to compute (:data:`~mirage.scoring.xor_eval.SETTING_GROUPS`): ``ex``, ``cal``, ``likelihood``.
-    groups: tuple[str, ...] = SETTING_GROUPS
-    #: New items whose passes run in one padded batch (default: 8 on a GPU, 1 on a CPU).
-    batch_items: int | None = None
-    #: Rows of the per-passage release with the same question and answer become one item with all their passages.
-    group_passages: bool = False
-    #: A one-pass self-match check (the paper's Algorithm 1 without its beam search and reshuffle rounds): keep the
-    #: rows whose annotated answer the model reproduces in one greedy generation, and attribute its own.
-    self_match: bool = False
-    #: Another run's folder whose stored model outputs (same model, prompt and CCI target: the same ``run.json``)
-    #: this run starts from while its own store is empty: settings that only select and aggregate (presets, CTI
-    #: spreads, calibration) then cost only the rows they add.
-    reuse_from: str | None = None
-    #: Keep the test rows asking a question the model records it was trained on (a model mirage tuned); by default
-    #: they are left out (:func:`~mirage.runs.experiment.leave_out_trained`), and the settings say how many.
-    keep_trained_questions: bool = False
-
-    def __post_init__(self) -> None:
-        _path_field(self, "output", required=True)
-        _path_field(self, "nli_dir")
-        _path_field(self, "reuse_from")
-        if self.reuse_from is not None and self.self_match:
-            raise ConfigError("reuse_from: a --self-match run attributes the model's own generations, which another "
-                              "run's store does not hold; leave out --reuse-from.")
-        if self.calibrate_by not in get_args(CalibrateBy):
-            raise ConfigError(f"calibrate_by must be one of {list(get_args(CalibrateBy))}, got {self.calibrate_by!r}.")
-        groups = (self.groups,) if isinstance(self.groups, str) else self.groups
-        if not isinstance(groups, Sequence) or not all(isinstance(g, str) for g in groups):
-            raise ConfigError(f"groups must be a list of setting groups, got {self.groups!r}.")
-        object.__setattr__(self, "groups", tuple(groups))
-        _optional_positive(self, "batch_items")
-
-
-@dataclass(frozen=True)
-class ELI5Options:
-    """What a ``mirage score eli5`` run chooses beyond its experiment (whose ``seeds``, ``limit`` and first ``data``
-    file it runs). Plain JSON values (``dataclasses.asdict``)."""
-
-    #: Output directory: ``run.json``, ``answers.jsonl`` (a re-run resumes), the judge's cache, ``results.json`` and
-    #: ``length_bins.png``.
-    output: str
-    #: Documents given to the model per question (None: all of the item's).
-    ndocs: int | None = 5
-    #: Citations judged per sentence (ALCE: 3).
-    at_most: int = 3
-    #: Also check how much each citation set matters to the model (``faithfulness.jsonl``).
-    faithfulness: bool = False
-    #: Keep the questions the model records it was trained on, as :class:`XorAttriQAOptions` does.
-    keep_trained_questions: bool = False
-
-    def __post_init__(self) -> None:
-        _path_field(self, "output", required=True)
-        _optional_positive(self, "ndocs")
-        _optional_positive(self, "at_most", optional=False)
-
-
-def _path_field(options: Any, name: str, *, required: bool = False) -> None:
-    """An options path as a string (a PathLike is converted); ConfigError naming the field otherwise."""
-    value = getattr(options, name)
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-        object.__setattr__(options, name, value)
-    if (value is None and not required) or (isinstance(value, str) and value):
-        return
-    raise ConfigError(f"{name} must be a path{'' if required else ' or null'}, got {value!r}.")
-
-
-def _optional_positive(options: Any, name: str, *, optional: bool = True) -> None:
-    value = getattr(options, name)
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name} must be an integer >= 1{' or null' if optional else ''}, got {value!r}.")
 
 
 def _mirage_source(experiment: ExperimentConfig, mirage: MirageSource | None) -> MirageSource:
@@ -167,7 +75,7 @@ def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "run.json"
     if path.exists():
-        details = _differences(json.loads(path.read_text(encoding="utf-8")), fingerprint)
+        details = _differences(read_json(path, fix="use another -o directory or delete that one."), fingerprint)
         if details:
             raise InputError(f"{out_dir} holds model outputs of another run ({details}); use another -o directory "
                              "or delete that one.")
@@ -189,7 +97,7 @@ def reuse_store(store: Path, source: Path, fingerprint: dict[str, Any], shard: S
     run_file = source / "run.json"
     if not run_file.is_file():
         raise ConfigError(f"--reuse-from {source}: no run.json there; give the folder of a mirage score run.")
-    details = _differences(json.loads(run_file.read_text(encoding="utf-8")), fingerprint)
+    details = _differences(read_json(run_file, fix="give the folder of a mirage score run."), fingerprint)
     if details:
         raise ConfigError(f"--reuse-from {source}: its model outputs were computed with other settings ({details}); "
                           "give a run of the same model, prompt and CCI target.")
@@ -223,7 +131,7 @@ def stored_xor_pipeline(store: str | Path, model: str) -> MirageConfig:
     path = Path(store).parent / "run.json"
     if not path.is_file():
         return xor_attriqa_pipeline()
-    stored = json.loads(path.read_text(encoding="utf-8"))
+    stored = read_json(path)
     try:
         cfg = xor_attriqa_pipeline().replace(
             prompt=stored["prompt"], cti={"metric": stored["cti_metric"]},
@@ -306,7 +214,7 @@ def run_xor_attriqa(
     and stops when no lower one can win; see :func:`mirage.scoring.xor_eval.calibrate_threshold`); then, for test
     items, the rows of the tokens some calibrated threshold selects. ``all_tokens`` computes every row of every item (what
     the threshold-free ``mirage_raw`` ROC-AUC needs); without ``signals``, no passage signals, and so no ``learned``
-or ``passage_score`` setting. ``groups`` (:data:`~mirage.scoring.xor_eval.SETTING_GROUPS`) limits the settings, and
+or ``passage_score`` setting; without calibration files, neither (their classifier is fitted on them). ``groups`` (:data:`~mirage.runs.benchmark_options.SETTING_GROUPS`) limits the settings, and
 so the work, to those asked for: ``learned`` alone computes no CCI row at all. A row already stored is never
 computed again. The options below are fields of :class:`XorAttriQAOptions`.
 
@@ -322,7 +230,7 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     None. ``batch_items``: new items whose CTI and CCI passes run in padded batches (default: 8 on a GPU, 1 on a CPU,
     where one sequence already keeps the cores busy; see :func:`mirage.scoring.xor_attriqa.score_items`).
     ``group_passages``: rows of the per-passage release that answer the same question with the same answer become
-    one item with all their passages, as a match row (:func:`mirage.scoring.xor_attriqa.group_by_answer`). On the
+    one item with all their passages, as a match row (:func:`mirage.scoring.xor_data.group_by_answer`). On the
     calibration splits this gives 342 answers instead of the match release's 139, but the extra ones are answers the
     RAG system did not reproduce, with far fewer supporting passages: measured, they make the learned setting worse
     on held-out match answers (``benchmarks/calibration_data.py``). The experiment's ``dtype``: the dtype a lazily
@@ -375,7 +283,9 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     except ValueError as err:
         raise InputError(str(err)) from None
     ex_rows = "ex" in groups
-    use_signals = options.signals and "likelihood" in groups
+    # the likelihood settings' classifier is fitted on the calibration files: without them, as MIRAGE-CAL, they are
+    # not run, and the default computes no passage signal that no row would use
+    use_signals = options.signals and "likelihood" in groups and bool(cal_files)
 
     def calibration_scores(store: Any) -> tuple[dict, list]:
         """Calibration items: MIRAGE-EX rows and signals, then, round by round, the rows the calibration search
@@ -593,7 +503,7 @@ def score_faithfulness(model: Any, keys: Sequence[str], result_for: Callable[[An
     """Run the faithfulness check on the attributed answer of every key (``result_for(mirage, key)``), resumable
     through ``store``, and summarize it per citation method. ``model``: a Mirage, or a function returning one (called
     only if some answer is not done)."""
-    from mirage.scoring.faithfulness import FaithfulnessResult, faithfulness, summarize
+    from mirage.scoring.faithfulness import FaithfulnessResult, faithfulness, summarize_faithfulness
 
     done = {r["key"]: FaithfulnessResult.from_dict(r["faithfulness"]) for r in store.records()}
     todo = [key for key in keys if key not in done and owns(store, key)]
@@ -602,4 +512,5 @@ def score_faithfulness(model: Any, keys: Sequence[str], result_for: Callable[[An
         for key in progress(todo, len(todo), "faithfulness") if progress else todo:
             done[key] = faithfulness(mirage, result_for(mirage, key))
             store.write({"key": key, "faithfulness": done[key].to_dict()})
-    return summarize(done[key] for key in keys if key in done).to_dict()  # all keys, unless this is one shard
+    # all keys, unless this is one shard
+    return summarize_faithfulness(done[key] for key in keys if key in done).to_dict()

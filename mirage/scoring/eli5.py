@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mirage.attribution.citations import CITATION_SOURCES
 from mirage.attribution.results import AttributionResult
 from mirage.attribution.serialization import JSONRecord
 from mirage.config import MirageConfig
@@ -28,9 +29,7 @@ from mirage.scoring.rows import BadRow, RawRow, RowError, parse_rows, read_rows,
 
 #: Sentence-length bins (words) of the paper's Figure 6: (low, high) inclusive, high None = no bound.
 LENGTH_BINS: tuple[tuple[int, int | None], ...] = ((1, 10), (11, 20), (21, 30), (31, 40), (41, None))
-#: The two citation sources compared.
-SOURCES = ("self", "mirage")
-REPORT_FORMAT = 1
+ELI5_REPORT_FORMAT = 1
 #: ``hf:`` sources name a file of the ALCE data on the hub: ``hf:princeton-nlp/ALCE-data/eli5_eval_bm25_top100.json``.
 HUB_PREFIX = "hf:"
 
@@ -213,7 +212,7 @@ def length_bins(results: Sequence[AttributionResult], per_source: dict[str, list
                 bins: Sequence[tuple[int, int | None]] = LENGTH_BINS) -> dict[str, Any]:
     """Per sentence-length bin: sentence count, % cited per source and, with judgments, recall and precision (%)."""
     out: dict[str, Any] = {"bins": [_bin_label(lo, hi) for lo, hi in bins], "sentences": {}}
-    for source in SOURCES:
+    for source in CITATION_SOURCES:
         cited: dict[str, list[int]] = {}
         rec: dict[str, list[int]] = {}
         prec: dict[str, list[int]] = {}
@@ -247,7 +246,7 @@ def evaluate_seed(results: Sequence[AttributionResult], judge: M.NLIJudge | None
     """Both sources' summaries, their agreement and the length bins for the answers of one seed."""
     out: dict[str, Any] = {}
     per_source = {}
-    for source in SOURCES:
+    for source in CITATION_SOURCES:
         out[source], per_source[source] = source_summary(results, source, judge, at_most=at_most)
     a = [c for res in results for c in res.self_citations]
     b = [c for res in results for c in res.mirage_citations]
@@ -272,14 +271,14 @@ class ELI5Report(JSONRecord):
     versions: dict[str, str] = field(default_factory=dict)
     #: With ``--faithfulness``: mean drop/keep per citation method (:class:`mirage.scoring.faithfulness.FaithfulnessSummary`).
     faithfulness: dict[str, Any] | None = None
-    format: int = REPORT_FORMAT
+    format: int = ELI5_REPORT_FORMAT
 
 
 
 def _over_seeds(per_seed: Sequence[dict[str, Any]], fn: Callable[[list[float]], float]) -> dict[str, Any]:
     """Combine the flat numbers of each seed's ``self``/``mirage``/``agreement`` blocks."""
     out: dict[str, Any] = {}
-    for block in (*SOURCES, "agreement"):
+    for block in (*CITATION_SOURCES, "agreement"):
         out[block] = {}
         for name in per_seed[0][block] if per_seed else ():
             values = [s[block][name] for s in per_seed if isinstance(s[block].get(name), (int, float))]

@@ -20,9 +20,9 @@ Empty citation sets: a sentence whose set is empty for a method (no self-citatio
 for mirage) has nothing to remove or keep. Its score for that method, and for the random set matched to it, is
 ``None``: it is excluded from that method's means and counted in ``n_empty`` of the summary.
 
-    from mirage.scoring.faithfulness import faithfulness, summarize
+    from mirage.scoring.faithfulness import faithfulness, summarize_faithfulness
     fr = faithfulness(m, res)                    # m: the Mirage res was attributed with
-    summarize([fr, ...]).methods["mirage"].drop
+    summarize_faithfulness([fr, ...]).methods["mirage"].drop
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.attribution.tokenization import tokenize_answer
 from mirage.config import MirageConfig
 from mirage.scoring.metrics import mean_or_none
+from mirage.views.markdown import fmt_number
 
 if TYPE_CHECKING:
     from mirage.attribution.results import AttributionResult
@@ -108,7 +109,7 @@ class FaithfulnessResult(JSONRecord):
         return cls(**data)
 
     def summary(self) -> FaithfulnessSummary:
-        return summarize([self])
+        return summarize_faithfulness([self])
 
 
 @dataclass
@@ -146,16 +147,14 @@ class FaithfulnessSummary(JSONRecord):
         head = f"{'method':<20} {'n':>4} {'empty':>5} {'size':>5} {'drop':>8} {'keep':>8} {'drop/tok':>9} {'keep/tok':>9}"
         rows = [head]
         for name, s in self.methods.items():
-            rows.append(f"{name:<20} {s.n_sentences:>4} {s.n_empty:>5} {_fmt(s.mean_set_size, 5, 2)} "
-                        f"{_fmt(s.drop, 8)} {_fmt(s.keep, 8)} {_fmt(s.drop_per_token, 9)} {_fmt(s.keep_per_token, 9)}")
+            cells = [fmt_number(value, digits, width=width, missing="—") for value, digits, width in (
+                (s.mean_set_size, 2, 5), (s.drop, 3, 8), (s.keep, 3, 8), (s.drop_per_token, 3, 9),
+                (s.keep_per_token, 3, 9))]
+            rows.append(f"{name:<20} {s.n_sentences:>4} {s.n_empty:>5} " + " ".join(cells))
         return "\n".join(rows)
 
 
-def _fmt(value: float | None, width: int, digits: int = 3) -> str:
-    return f"{'—':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
-
-
-def summarize(results: Iterable[FaithfulnessResult]) -> FaithfulnessSummary:
+def summarize_faithfulness(results: Iterable[FaithfulnessResult]) -> FaithfulnessSummary:
     """Mean drop and keep per method over every sentence of ``results``; empty sets are counted, not averaged."""
     results = list(results)
     per: dict[str, dict[str, list[float]]] = {}

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from mirage.data.inputs import BadRow, RawRow, read_rows
+from mirage.data.readers import BadRow, RawRow, read_rows
 
 __all__ = ["BadRow", "RawRow", "RowError", "parse_rows", "read_rows", "require"]
 
-T = TypeVar("T")
+ParsedT = TypeVar("ParsedT")
 
 
 class RowError(ValueError):
@@ -31,11 +31,11 @@ def require(row: dict[str, Any], name: str, kind: type | tuple[type, ...], *, no
     return value
 
 
-def parse_rows(rows: Iterable[RawRow | BadRow], parse: Callable[[RawRow], T], *, file: str,
-               limit: int | None = None) -> tuple[list[T], list[BadRow]]:
+def parse_rows(rows: Iterable[RawRow | BadRow], parse: Callable[[RawRow], ParsedT], *, file: str,
+               limit: int | None = None) -> tuple[list[ParsedT], list[BadRow]]:
     """``parse`` each of the first ``limit`` rows (bad ones included in the count); rows that could not be read, or
     that ``parse`` rejects with RowError, come back as BadRow with their line number."""
-    items: list[T] = []
+    items: list[ParsedT] = []
     bad: list[BadRow] = []
     for n, raw in enumerate(rows):
         if limit is not None and n >= limit:

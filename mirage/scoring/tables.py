@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from mirage.scoring.eli5 import ELI5Report
 from mirage.scoring.xor_eval import TABLE_ORDER, XorAttriQAReport
+from mirage.views.markdown import fmt_number
 
 SETTING_NAMES = {
     "ex_top3": "MIRAGE-EX top-3",
@@ -59,14 +58,6 @@ XOR_METRICS = {
 }
 
 
-def _fmt(value: Any, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
 def grid(title: str, header: list[str], rows: list[list[str]]) -> str:
     """A left-aligned first column and right-aligned value columns."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -82,13 +73,13 @@ def xor_table(report: XorAttriQAReport, metrics: list[str] | None = None) -> str
     blocks = []
     counts = report.counts
     blocks.append(grid("Data", ["", *langs, "all"],
-                       [[name, *[_fmt(counts[lang][name]) for lang in [*langs, "all"]]]
+                       [[name, *[fmt_number(counts[lang][name]) for lang in [*langs, "all"]]]
                         for name in ("items", "pairs", "supporting")]))
     for metric in metrics or list(XOR_METRICS):
         table = getattr(report, metric)
         digits = 3 if metric == "roc_auc" else 1
         order = [s for s in TABLE_ORDER if s in table]
-        rows = [[SETTING_NAMES.get(s, s), *[_fmt(table[s].get(lang), digits) for lang in [*langs, "avg"]]]
+        rows = [[SETTING_NAMES.get(s, s), *[fmt_number(table[s].get(lang), digits) for lang in [*langs, "avg"]]]
                 for s in order]
         blocks.append(grid(XOR_METRICS[metric], ["", *langs, "avg"], rows))
     cal = report.calibration
@@ -99,6 +90,9 @@ def xor_table(report: XorAttriQAReport, metrics: list[str] | None = None) -> str
         asked = report.settings.get("groups") or ["cal"]
         blocks.append("MIRAGE-CAL: not run (no --calibrate-on)." if "cal" in asked
                       else "MIRAGE-CAL: not asked for (--settings).")
+        if "likelihood" in asked and not report.settings.get("signals", True):
+            blocks.append("Passage-likelihood classifier: not run (no --calibrate-on; it is fitted on the calibration "
+                          "files).")
     blocks.append(f"Bad rows skipped: {report.bad_rows['count']}")
     return "\n\n".join(blocks)
 
@@ -142,7 +136,7 @@ def eli5_table(report: ELI5Report) -> str:
         if name in ("answers", "sentences", *list(AGREEMENT_ROWS)[:4]) and isinstance(value, float) \
                 and value.is_integer():
             value = int(value)
-        text = _fmt(value, 2 if name == "citations_per_sentence" else 1)
+        text = fmt_number(value, 2 if name == "citations_per_sentence" else 1)
         if n_seeds > 1 and value is not None and report.std[block].get(name) is not None:
             text += f" ± {report.std[block][name]:.1f}"
         return text

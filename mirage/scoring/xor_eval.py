@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from mirage.attribution.aggregation import doc_scores
 from mirage.attribution.cci import select_context
@@ -23,11 +23,11 @@ from mirage.attribution.serialization import JSONRecord
 from mirage.config import CCIConfig, ConfigError, ContextView, CTIConfig, MirageConfig
 from mirage.likelihood.classifier import LearnedModel, fit_learned
 from mirage.likelihood.features import ALL_TOKEN_FEATURES, FEATURES, document_features, matrix
+from mirage.runs.benchmark_options import GROUP_ALIASES, SETTING_GROUPS, CalibrateBy
 from mirage.scoring import metrics as M
 from mirage.scoring.rows import BadRow
-from mirage.scoring.xor_attriqa import NLI_FILES, ItemScores, XorItem
-
-CalibrateBy = Literal["global", "language"]
+from mirage.scoring.xor_attriqa import ItemScores
+from mirage.scoring.xor_data import NLI_FILES, XorItem
 
 #: Reported settings, in table order.
 SETTINGS = ("ex_top3", "ex_top5pct", "cal_top3", "cal_top5pct", "nli_mt", "nli_orig", "cite_all", "cite_none")
@@ -39,14 +39,7 @@ CCI_SELECTIONS: dict[str, dict[str, Any]] = {"top3": {"top_k": 3, "top_percent":
                                              "top5pct": {"top_k": None, "top_percent": 5.0}}
 #: The top-% values of the sweep (the paper's Figure 4).
 SWEEP_PERCENTS = (3, 5, 7, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100)
-REPORT_FORMAT = 2
-#: The groups of settings a run can ask for: ``ex`` (MIRAGE-EX: CCI rows of the example-level tokens), ``cal``
-#: (MIRAGE-CAL and the top-% sweep: calibration rows, and test rows above the calibrated thresholds) and
-#: ``likelihood`` (the passage-likelihood classifier, rows ``learned`` and ``learned_agreement`` of results.json, and
-#: the threshold-free passage score: the passage signals, no CCI row).
-SETTING_GROUPS: tuple[str, ...] = ("ex", "cal", "likelihood")
-#: Old names of setting groups, accepted with a DeprecationWarning.
-GROUP_ALIASES = {"learned": "likelihood"}
+XOR_REPORT_FORMAT = 2
 #: The threshold-free per-passage score of the ``passage_score`` setting (a feature of
 #: :mod:`mirage.likelihood.features`): how much the passage alone raises the answer's log-probability over no passage.
 #: Chosen as the single feature with the best ROC-AUC on the calibration splits (train + val, English view,
@@ -73,7 +66,7 @@ class MissingRows(ValueError):
 
 
 @dataclass(frozen=True)
-class ItemView:
+class XorItemView:
     """An item's tokens under the CCI selections; ``floor``: the lowest |CTI| a calibrated threshold can select in
     it (its mean score under ``cti.threshold_floor: mean``, else 0)."""
 
@@ -83,7 +76,7 @@ class ItemView:
 
 
 def build_views(items: Sequence[XorItem], scores: dict[str, ItemScores], selections: dict[str, CCIConfig], *,
-                context: ContextView = "all", cti_floor: str = "none") -> list[ItemView]:
+                context: ContextView = "all", cti_floor: str = "none") -> list[XorItemView]:
     """Apply each CCI selection to every token of every scored item (items without scores are left out).
     ``context="content"`` attributes to passage text only, leaving out the template's scaffolding tokens (as
     ``aggregation.context`` does for ``mirage attribute``; a ValueError for stores that did not record them)."""
@@ -114,7 +107,7 @@ def build_views(items: Sequence[XorItem], scores: dict[str, ItemScores], selecti
                 share = tuple(doc_scores(row, docs, sc.n_docs))
             toks.append(TokenView(cti=cti, kept=kept, share=share))
         floor = sum(sc.cti) / len(sc.cti) if cti_floor == "mean" and sc.cti else 0.0
-        views.append(ItemView(item=item, tokens=tuple(toks), floor=floor))
+        views.append(XorItemView(item=item, tokens=tuple(toks), floor=floor))
     return views
 
 
@@ -124,12 +117,12 @@ def ex_cti_config(cfg: MirageConfig) -> CTIConfig:
                      threshold_floor=cfg.cti.threshold_floor)
 
 
-def selected_tokens(view: ItemView, cti: CTIConfig) -> tuple[int, ...]:
+def selected_tokens(view: XorItemView, cti: CTIConfig) -> tuple[int, ...]:
     """Context-sensitive tokens of an item under a CTI config (the core's selector)."""
     return select_tokens([t.cti for t in view.tokens], cti)[0]
 
 
-def _row(view: ItemView, t: int) -> TokenView:
+def _row(view: XorItemView, t: int) -> TokenView:
     tok = view.tokens[t]
     if tok.kept is None:
         raise MissingRows(f"answer token {t} of {view.item.file} line {view.item.line} is selected but has no CCI row "
@@ -137,7 +130,7 @@ def _row(view: ItemView, t: int) -> TokenView:
     return tok
 
 
-def predict(view: ItemView, selected: Sequence[int], selection: str) -> list[bool]:
+def predict(view: XorItemView, selected: Sequence[int], selection: str) -> list[bool]:
     """Per passage: kept by ``selection`` for at least one selected (context-sensitive) token."""
     kept: set[int] = set()
     for t in selected:
@@ -145,17 +138,17 @@ def predict(view: ItemView, selected: Sequence[int], selection: str) -> list[boo
     return [d in kept for d in range(len(view.item.passages))]
 
 
-def passage_scores(view: ItemView, selected: Sequence[int]) -> list[float]:
+def passage_scores(view: XorItemView, selected: Sequence[int]) -> list[float]:
     """Per passage, the score before the CCI threshold: its largest saliency share over the selected tokens."""
     n = len(view.item.passages)
     return [max((_row(view, t).share[d] for t in selected), default=0.0) for d in range(n)]  # type: ignore[index]
 
 
-def has_every_row(view: ItemView) -> bool:
+def has_every_row(view: XorItemView) -> bool:
     return all(t.share is not None for t in view.tokens)
 
 
-def threshold_free_scores(view: ItemView) -> list[float]:
+def threshold_free_scores(view: XorItemView) -> list[float]:
     """Per passage, with no threshold at all: max over answer tokens of CTI score × saliency share (needs every
     token's CCI row)."""
     n = len(view.item.passages)
@@ -172,7 +165,7 @@ class RowsNeeded(Exception):
         self.rows = rows
 
 
-def _scan(views: Sequence[ItemView], selection: str, ahead: int) -> tuple[float, int, int]:
+def _scan(views: Sequence[XorItemView], selection: str, ahead: int) -> tuple[float, int, int]:
     """Exact bounded search for the agreement-maximising CTI threshold (see :func:`calibrate_threshold`): the best
     candidate, its index in the descending candidate list, and the number of correct pairs. RowsNeeded when it must
     look at tokens without rows (it asks for the next ``ahead`` candidates' tokens)."""
@@ -214,7 +207,7 @@ def _scan(views: Sequence[ItemView], selection: str, ahead: int) -> tuple[float,
     return candidates[best_i], best_i, best_correct
 
 
-def calibrate_threshold(views: Sequence[ItemView], selection: str, *, ahead: int = 64) -> tuple[float, float | None]:
+def calibrate_threshold(views: Sequence[XorItemView], selection: str, *, ahead: int = 64) -> tuple[float, float | None]:
     """The CTI threshold maximising agreement on ``views`` with the CCI ``selection``, and that agreement.
 
     Candidates are the observed |CTI| scores (and one above all, citing nothing); between two candidates the
@@ -234,7 +227,7 @@ def calibrate_threshold(views: Sequence[ItemView], selection: str, *, ahead: int
     return float(threshold), agreement
 
 
-def calibration_rows(views: Sequence[ItemView], selections: Iterable[str], *, by: CalibrateBy = "global"
+def calibration_rows(views: Sequence[XorItemView], selections: Iterable[str], *, by: CalibrateBy = "global"
                      ) -> dict[str, set[int]]:
     """The CCI rows calibrating ``selections`` still needs (item key → answer indices); empty when it can run."""
     need: dict[str, set[int]] = {}
@@ -263,7 +256,7 @@ class Calibration:
         return self.by_language.get(selection, {}).get(lang, self.thresholds[selection])
 
 
-def calibrate(views: Sequence[ItemView], selections: Iterable[str], *, by: CalibrateBy = "global") -> Calibration:
+def calibrate(views: Sequence[XorItemView], selections: Iterable[str], *, by: CalibrateBy = "global") -> Calibration:
     """Calibrate the CTI threshold (and nothing else) for each CCI selection on the calibration items."""
     thresholds, agreement, per_lang = {}, {}, {}
     for sel in selections:
@@ -301,7 +294,7 @@ class XorAttriQAReport(JSONRecord):
     #: on the test items, and, with calibration, the ``learned`` model (:class:`LearnedModel` as a dict), its
     #: standardised ``coefficients`` and each feature's ``roc_auc_calibration``.
     features: dict[str, Any] | None = None
-    format: int = REPORT_FORMAT
+    format: int = XOR_REPORT_FORMAT
 
 
     @property
@@ -333,7 +326,7 @@ def per_language(rows: Sequence[tuple[str, list[bool], list[bool], list[float]]]
     return out
 
 
-def _mirage_rows(views: Sequence[ItemView], *, selection: str, cti_for: Callable[[ItemView], CTIConfig]):
+def _mirage_rows(views: Sequence[XorItemView], *, selection: str, cti_for: Callable[[XorItemView], CTIConfig]):
     rows = []
     for v in views:
         sel = selected_tokens(v, cti_for(v))
@@ -341,13 +334,13 @@ def _mirage_rows(views: Sequence[ItemView], *, selection: str, cti_for: Callable
     return rows
 
 
-def _calibrated_cti(cal: Calibration, selection: str, ex_cti: CTIConfig) -> Callable[[ItemView], CTIConfig]:
+def _calibrated_cti(cal: Calibration, selection: str, ex_cti: CTIConfig) -> Callable[[XorItemView], CTIConfig]:
     """Per item, the CTI config thresholding at the calibrated value for ``selection`` and the item's language."""
     return lambda v: CTIConfig(metric=ex_cti.metric, selector="threshold", threshold=cal.threshold(selection, v.item.lang),
                                threshold_floor=ex_cti.threshold_floor)
 
 
-def _baseline_rows(views: Sequence[ItemView]) -> dict[str, list[tuple[str, list[bool], list[bool], list[float]]]]:
+def _baseline_rows(views: Sequence[XorItemView]) -> dict[str, list[tuple[str, list[bool], list[bool], list[float]]]]:
     """Rows of the settings that need no mirage score: each stored NLI prediction, citing every passage, none."""
     out = {}
     for name in NLI_FILES:
@@ -362,7 +355,7 @@ def _baseline_rows(views: Sequence[ItemView]) -> dict[str, list[tuple[str, list[
     return out
 
 
-def _setting_tables(views: Sequence[ItemView], langs: Sequence[str], *, selections: Iterable[str], ex_cti: CTIConfig,
+def _setting_tables(views: Sequence[XorItemView], langs: Sequence[str], *, selections: Iterable[str], ex_cti: CTIConfig,
                    calibration: Calibration | None, ex: bool = True, collect: dict[str, list] | None = None
                    ) -> dict[str, dict[str, dict[str, float | None]]]:
     """``metric → setting → language (and "avg") → value`` for every setting of :data:`SETTINGS` that applies
@@ -395,7 +388,7 @@ def _setting_tables(views: Sequence[ItemView], langs: Sequence[str], *, selectio
     return {m: dict(sorted(t.items(), key=lambda kv: rank.get(kv[0], len(rank)))) for m, t in tables.items()}
 
 
-def _counts(views: Sequence[ItemView], langs: Sequence[str]) -> dict[str, dict[str, int]]:
+def _counts(views: Sequence[XorItemView], langs: Sequence[str]) -> dict[str, dict[str, int]]:
     """Items, (item, passage) pairs and supporting pairs per language and over all."""
     counts = {lang: {"items": sum(1 for v in views if v.item.lang == lang),
                      "pairs": sum(len(v.item.labels) for v in views if v.item.lang == lang),
@@ -635,7 +628,7 @@ def top_percent_sweep(items: Sequence[XorItem], calibration_items: Sequence[XorI
                  if calibration_items else [])
     for p in percents:
         name = names[p]
-        variants: dict[str, Callable[[ItemView], CTIConfig]] = {"ex": lambda v: ex_cti}
+        variants: dict[str, Callable[[XorItemView], CTIConfig]] = {"ex": lambda v: ex_cti}
         if cal_views:
             cal = calibrate(cal_views, [name], by=calibrate_by)
             out["cal_thresholds"].append(cal.thresholds[name])

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from mirage.tune.sft import SFTRun, train_sft
 
 #: Imported on first access: training brings torch, trl and peft, and ``mirage tune --help`` should not.
-_LAZY = {
+__getattr__, __dir__ = lazy_exports(__name__, {
     "AdapterError": "adapters", "AdapterInfo": "adapters", "apply_adapter": "adapters", "export_adapter": "adapters",
     "load_tuned": "adapters", "save_adapter": "adapters",
     "LoraSettings": "config", "RewardSettings": "config", "TrainSettings": "config", "TuneConfig": "config",
@@ -49,8 +49,7 @@ _LAZY = {
     "CitationEval": "evaluate", "JudgeSummary": "evaluate", "evaluate_citations": "evaluate",
     "RewardRun": "grpo", "train_reward": "grpo", "CitationJudge": "reward", "RewardTerms": "reward",
     "SFTRun": "sft", "train_sft": "sft",
-}
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+})
 
 __all__ = [
     "AdapterError",

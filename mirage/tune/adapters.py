@@ -34,6 +34,7 @@ from mirage.attribution.models import (  # the base-model fingerprint is the cor
 )
 from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.config import PromptConfig
+from mirage.data.readers import parse_json, read_text
 from mirage.runs.store import write_atomic
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def export_adapter(directory: str | Path, dest: str | Path, *, dtype: str = "flo
             tensors = {k: v.to(target).contiguous() for k, v in load_file(str(path)).items()}
             save_file(tensors, str(dest / path.name), metadata={"format": "pt"})
         elif path.name == "adapter_config.json":  # the base model by its mirage name, not a local cache path
-            config = json.loads(path.read_text(encoding="utf-8"))
+            config = parse_json(read_text(path))
             config["base_model_name_or_path"] = info.base_model
             (dest / path.name).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         elif path.name == "README.md":  # peft's empty model card: a short one of ours instead
@@ -272,7 +273,7 @@ def read_adapter_info(directory: str | Path) -> AdapterInfo:
         raise AdapterError(f"{directory} has no {ADAPTER_INFO}, so its base model is unknown; mirage loads only "
                            "adapters it saved (mirage.tune.adapters.save_adapter), which name their base model.")
     try:
-        data = json.loads(meta.read_text(encoding="utf-8"))
+        data = parse_json(read_text(meta))
         info = AdapterInfo.from_dict(data)
     except (ValueError, TypeError) as err:
         raise AdapterError(f"{meta} cannot be read ({err}); save the adapter again.") from err

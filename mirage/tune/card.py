@@ -10,14 +10,15 @@ beside cite-[1] on the same answers. A card mirage did not write is never replac
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from mirage.bias.metrics import mean_citation_set_prf
+from mirage.data.readers import parse_json, read_text
 from mirage.runs.store import write_atomic
 from mirage.tune.adapters import AdapterError, read_adapter_info
+from mirage.views.markdown import md_table
 
 #: The first line of a card mirage wrote: only such a README is replaced by :func:`write_card`.
 CARD_MARK = "<!-- written by `mirage tune card` from the results files named below; do not edit by hand -->"
@@ -27,9 +28,9 @@ def _pc(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}"
 
 
-def _read(path: str | Path) -> dict[str, Any]:
+def _read_report(path: str | Path) -> dict[str, Any]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = parse_json(read_text(path, what="results file"))
     except (OSError, ValueError) as err:
         raise AdapterError(f"{path} cannot be read as a results file ({err}); give a report written by mirage tune "
                            "follow or mirage tune eval.") from err
@@ -68,11 +69,6 @@ def eval_rows(reports: Sequence[tuple[str, Mapping[str, Any], str]]) -> list[tup
     return rows
 
 
-def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join([*lines, *("| " + " | ".join(r) + " |" for r in rows)])
-
-
 def adapter_card(folder: str | Path, *, name: str, follow: Sequence[tuple[str, str | Path]] = (),
                  evals: Sequence[tuple[str, str | Path]] = ()) -> str:
     """The model card (Markdown) of the adapter in ``folder``, shipped as ``name``: what it is and how it was made
@@ -99,7 +95,7 @@ def adapter_card(folder: str | Path, *, name: str, follow: Sequence[tuple[str, s
              "```", "", (f"On the command line: `--model {name} --prompt {prompt}`. Loaded without a prompt of "
                          "one's own (no `--prompt`, no config), mirage prompts it in that template and says so.")]
     if follow:
-        reports = [(label, _read(path), Path(path).name) for label, path in follow]
+        reports = [(label, _read_report(path), Path(path).name) for label, path in follow]
         k = reports[0][1].get("k", "?")
         parts += ["", f"## Does the citation follow the content? (the permutation test, k = {k})", "",
                   ("Each question whose answer one passage supports is asked with that passage moved through "
@@ -107,16 +103,16 @@ def adapter_card(folder: str | Path, *, name: str, follow: Sequence[tuple[str, s
                   "the passage's new number and at most one other. In brackets, citing `[1]` in every answer, on the "
                   "same presentations. *mirage follows*: mirage's citations of the same answers, read the same way "
                   "(reports made with `--judge`)."), "",
-                  _table(["split", "items", "follows (cite-[1])", "[1] when not supporting (cite-[1])",
+                  md_table(["split", "items", "follows (cite-[1])", "[1] when not supporting (cite-[1])",
                           "documents cited", "F1 (cite-[1])", "mirage follows", "exact match", "from"],
                          follow_rows(reports))]
     if evals:
-        reports = [(label, _read(path), Path(path).name) for label, path in evals]
+        reports = [(label, _read_report(path), Path(path).name) for label, path in evals]
         parts += ["", "## In the published order (`mirage tune eval`)", "",
                   ("The same kind of rows with their documents in the order the dataset gives them, where document 1 "
                   "is most often the supporting passage, so citing `[1]` is usually right there. Per-answer "
                   "precision / recall / F1 of the cited documents against the supporting ones."), "",
-                  _table(["split", "answers", "P / R / F1", "cite-[1] P / R / F1", "exact match", "from"],
+                  md_table(["split", "answers", "P / R / F1", "cite-[1] P / R / F1", "exact match", "from"],
                          eval_rows(reports))]
     parts += ["", ("The reports are in `benchmarks/results/` of the mirage repository; `docs/tuning.md` tells how they "
               "were made and what they show.")]

@@ -22,20 +22,29 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirage.checks import int_flag
 from mirage.config import ConfigError, MirageConfig, PromptConfig
 from mirage.data import resolve_files
 from mirage.data.inputs import InputError
-from mirage.runs.experiment import add_device_args, loading_args, non_negative_int, positive_int
+from mirage.options import add_options, option_fields
+from mirage.runs.experiment import add_device_args, loading_args
 from mirage.runs.progress import terminal_progress
 from mirage.runs.store import write_atomic
+from mirage.tune.config import TrainSettings, TuneConfig
+from mirage.tune.options import (
+    DEFAULT_CONFIG,
+    CardOptions,
+    EvalOptions,
+    ExportOptions,
+    FollowOptions,
+    StageOptions,
+    TrainingSetOptions,
+)
 
 if TYPE_CHECKING:
     from mirage.tune.data import BuildReport, TrainingExample
 
 TUNE_HELP = ("citation fine-tuning: build training data, train a LoRA adapter (SFT, then a reward stage), evaluate "
              "its citations")
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "tune" / "sft.yaml"
 
 
 def _print_bad(rows: list[str]) -> None:
@@ -171,7 +180,6 @@ def _internals(args: argparse.Namespace, held_out: set[str]) -> tuple[list[Train
 
 def cmd_sft(args: argparse.Namespace) -> int:
     """``mirage tune sft``: train the LoRA adapter."""
-    from mirage.tune.config import TuneConfig
     from mirage.tune.sft import train_sft
 
     cfg = TuneConfig.from_yaml(args.config)
@@ -193,7 +201,6 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 def cmd_reward(args: argparse.Namespace) -> int:
     """``mirage tune reward``: the GRPO stage with mirage's reward."""
-    from mirage.tune.config import TuneConfig
     from mirage.tune.grpo import train_reward
 
     cfg = TuneConfig.from_yaml(args.config)
@@ -420,39 +427,14 @@ def cmd_card(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_eval_args(ev: argparse.ArgumentParser) -> None:
-    """The arguments ``tune eval`` and ``tune follow`` share: the rows, the model, the answers."""
-    ev.add_argument("data", nargs="+", help="XOR-AttriQA JSONL files")
-    ev.add_argument("--adapter", help="an adapter folder (mirage tune sft -o DIR: DIR/adapter)")
-    ev.add_argument("--model", help="a model without adapter (default smollm2-135m-instruct)")
-    ev.add_argument("--prompt", help="prompt template (default: the one the adapter, or the model folder mirage "
-                                     "fine-tuned, was trained with; else selfcitation)")
-    ev.add_argument("--text", choices=["en", "native"], default="en", help="XOR-AttriQA text view (default en)")
-    ev.add_argument("--max-new-tokens", type=positive_int, default=48, help="answer length (48)")
-    ev.add_argument("--exclude", nargs="+", metavar="FILE",
-                    help="training set(s): rows whose question is in them (with any documents) are left out, as "
-                         "are the questions --adapter records it was trained on")
-    ev.add_argument("--limit", type=non_negative_int, help="only the first N rows (after --exclude)")
-    ev.add_argument("--limit-each", type=non_negative_int, metavar="N", help="only the first N rows of each file")
-    ev.add_argument("--judge", action="store_true",
-                    help="also attribute each answer with mirage on the same model (learned rule with the base "
-                         "model's shipped classifier where one ships) and run the faithfulness check: self-citation "
-                         "vs mirage vs the labels, and drop/keep vs random sets")
-    ev.add_argument("--judge-rule", metavar="RULE",
-                    help="judge with this citation rule (implies --judge): reference, likelihood or a registered "
-                         "rule; run once per rule, each with its own -o, to set the rules side by side on the same "
-                         "(greedy) answers")
-    ev.add_argument("--judge-learned-model", metavar="SPEC",
-                    help="with --judge-rule likelihood: the classifier (learned.json, or shipped:MODEL; default: "
-                         "the one shipped for the base model, which a fully fine-tuned model folder does not have)")
-    ev.add_argument("--quiet", action="store_true", help="no progress bar")
+def _add_eval_args(ev: argparse.ArgumentParser, options: type[EvalOptions] = EvalOptions) -> None:
+    """The arguments ``tune eval`` and ``tune follow`` share (``options``' own come after): the rows, the model, the
+    answers."""
+    shared = [opt.field.name for opt in option_fields(EvalOptions) if opt.field.name != "output"]
+    add_options(ev, options, shared)
     add_device_args(ev, adapter=False)  # its own --adapter above
-    ev.add_argument("-o", "--output", required=True,
-                    help="JSON report to write; every answer is also stored in OUTPUT's stem + .answers.jsonl as it "
-                         "is done, and a rerun with the same -o reuses the answers of rows whose question and "
-                         "documents are unchanged (a file made with another model, prompt, --max-new-tokens or "
-                         "--judge is refused; one from an earlier mirage is converted once, the original kept as "
-                         ".answers.v0.jsonl)")
+    add_options(ev, options, ["output"])
+    add_options(ev, options, skip=[*shared, "output"])
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -466,41 +448,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "marked as supporting, and ALCE's hand-cited ELI5 demos. internals: answers the model generates, "
                     "cited per sentence with mirage's citations. The fi and ru test splits are refused. Malformed "
                     "rows are reported with file and line and skipped.")
-    data.add_argument("mode", choices=["gold", "internals"])
-    data.add_argument("--xor", nargs="+", metavar="FILE", help="XOR-AttriQA train/val JSONL files")
-    data.add_argument("--eli5-demos", nargs="+", metavar="FILE", help="ALCE's eli5_alce_prompt.json (gold)")
-    data.add_argument("--alce", nargs="+", metavar="FILE", help="ALCE-format questions with documents (internals)")
-    data.add_argument("--text", choices=["en", "native"], default="en", help="XOR-AttriQA text view (default en)")
-    data.add_argument("--keep-unsupported", action="store_true",
-                      help="gold: keep rows no passage supports, their answer uncited (default: left out)")
-    data.add_argument("--model", default="smollm2-135m-instruct", help="internals: the model that answers")
-    data.add_argument("--mirage-config", metavar="FILE", help="internals: mirage's pipeline config (YAML)")
-    data.add_argument("--max-new-tokens", type=positive_int, default=64, help="internals: answer length (64)")
-    data.add_argument("--ndocs", type=positive_int, default=5, help="internals: documents per ALCE question (5)")
-    data.add_argument("--exclude", nargs="+", metavar="FILE",
-                      help="training sets whose questions are left out, as examples and as filler passages: "
-                           "keeps the items an evaluation will judge unseen when training on the same split")
-    data.add_argument("--limit", type=non_negative_int, help="only the first N items (after --exclude)")
-    data.add_argument("--yes-no", action="store_true",
-                      help="gold: add each supported XOR-AttriQA example asked again as two yes/no questions "
-                           "('<question> Is it <its answer>?' answered Yes, and with another question's answer, "
-                           "No), both citing its supporting passages (after --exclude and --limit)")
-    data.add_argument("--shuffle-docs", type=non_negative_int, default=0, metavar="N",
-                      help="add N copies of each example, its documents in another order and its citations "
-                           "renumbered (breaks the gold sets' 'passage 1 supports' habit; default 0)")
-    data.add_argument("--spread-positions", type=positive_int, metavar="K",
-                      help="present each example with K documents (its own, then other questions' passages), its "
-                           "first supporting passage at each position 1..K in turn (--copies times) and its "
-                           "citations renumbered: every position supports equally often, so position cannot be "
-                           "learnt")
-    data.add_argument("--copies", type=positive_int, help="copies per example with --spread-positions (default K)")
-    data.add_argument("--group-passages", action="store_true",
-                      help="gold: XOR-AttriQA's per-passage release, its rows that answer one question with one "
-                           "answer grouped into one item")
-    data.add_argument("--seed", type=int_flag, default=0, help="seed of --shuffle-docs and --spread-positions (default 0)")
-    data.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_options(data, TrainingSetOptions, skip=["output"])
     add_device_args(data)
-    data.add_argument("-o", "--output", required=True, help="training set to write (JSONL)")
+    add_options(data, TrainingSetOptions, ["output"])
     data.set_defaults(func=cmd_data)
 
     sft = stages.add_parser(
@@ -509,20 +459,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "example in the model's own inference prompt. Writes DIR/adapter (with its base model named in "
                     "mirage-adapter.json), DIR/sft.json (loss curve, time, peak memory) and DIR/checkpoints; "
                     "running again with the same -o resumes from the newest checkpoint.")
-    sft.add_argument("--config", default=str(DEFAULT_CONFIG), help="tune config YAML (default configs/tune/sft.yaml)")
-    sft.add_argument("--model", help="base model: an embedded name, a Hugging Face id or a local folder")
-    sft.add_argument("--data", nargs="+", metavar="FILE", help="training set(s) (default: the config's data)")
-    sft.add_argument("--max-steps", type=positive_int, help="stop after N optimisation steps")
-    sft.add_argument("--method", choices=["lora", "full"],
-                     help="train a LoRA adapter (DIR/adapter) or every weight (DIR/model, a model folder --model "
-                          "takes); default: the config's train.method, lora")
-    sft.add_argument("--loss-on", choices=["answer", "citations", "marks"],
-                     help="the answer tokens the loss is on: all of them; the citation marks' and the token that "
-                          "closes each (which documents to cite, and where citing stops); or the marks' alone; "
-                          "default: the config's train.loss_on, answer")
-    sft.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_options(sft, StageOptions, ["config"])
+    add_options(sft, TuneConfig, ["model", "data"], unset=True)
+    add_options(sft, TrainSettings, ["max_steps", "method", "loss_on"], unset=True)
+    add_options(sft, StageOptions, ["quiet"])
     add_device_args(sft, placement=False)  # training: one device
-    sft.add_argument("-o", "--output", required=True, help="run folder")
+    add_options(sft, StageOptions, ["output"])
     sft.set_defaults(func=cmd_sft)
 
     rl = stages.add_parser(
@@ -534,15 +476,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "order: data made with --spread-positions) (weights in the config's reward section), and train the adapter with GRPO and a KL penalty "
                     "(reward.beta) against the starting model. Writes DIR/adapter, DIR/reward.json and "
                     "DIR/checkpoints; running again with the same -o resumes.")
-    rl.add_argument("--config", default=str(DEFAULT_CONFIG.with_name("reward.yaml")),
-                    help="tune config YAML (default configs/tune/reward.yaml)")
-    rl.add_argument("--model", help="base model: an embedded name, a Hugging Face id or a local folder")
-    rl.add_argument("--adapter", help="the SFT adapter to start from (default: the config's)")
-    rl.add_argument("--data", nargs="+", metavar="FILE", help="training set(s) (default: the config's data)")
-    rl.add_argument("--max-steps", type=positive_int, help="stop after N optimisation steps")
-    rl.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_options(rl, StageOptions, ["config"], override={"config": {
+        "cli_default": str(DEFAULT_CONFIG.with_name("reward.yaml")),
+        "help": "tune config YAML (default configs/tune/reward.yaml)"}})
+    add_options(rl, TuneConfig, ["model", "adapter", "data"], unset=True)
+    add_options(rl, TrainSettings, ["max_steps"], unset=True)
+    add_options(rl, StageOptions, ["quiet"])
     add_device_args(rl, placement=False)  # training: one device
-    rl.add_argument("-o", "--output", required=True, help="run folder")
+    add_options(rl, StageOptions, ["output"])
     rl.set_defaults(func=cmd_reward)
 
     ev = stages.add_parser(
@@ -561,9 +502,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "number and at most one other document), per position, and how often [1] is cited when it "
                     "does not support; beside cite-[1], a random citer with the model's citation count and, with "
                     "--judge, mirage's citations of the same answers.")
-    _add_eval_args(fo)
-    fo.add_argument("--k", type=positive_int, default=5, help="positions (documents per presentation; default 5)")
-    fo.add_argument("--seed", type=non_negative_int, default=0, help="the order of the other passages (default 0)")
+    _add_eval_args(fo, FollowOptions)
     fo.set_defaults(func=cmd_follow)
 
     ex = stages.add_parser("export", help="copy an adapter folder with its weights in fp16 (for shipping), or take "
@@ -577,17 +516,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                        "change from the base model: each linear layer's change truncated to --rank "
                                        "by SVD, the input embeddings' to --embed-rank, the norms carried whole with "
                                        "--norms.")
-    ex.add_argument("adapter", help="the adapter folder, a checkpoint folder of a mirage tune run, or a fully "
-                                    "fine-tuned model folder (with --rank)")
-    ex.add_argument("--rank", type=positive_int, help="LoRA rank of each linear layer's change (a fully fine-tuned "
-                                                      "model folder only)")
-    ex.add_argument("--embed-rank", type=non_negative_int, default=0,
-                    help="LoRA rank of the input embeddings' change (default 0: not carried)")
-    ex.add_argument("--norms", action="store_true", help="carry the norm layers' tuned weights whole")
-    ex.add_argument("--base", help="the model the adapter goes on (default: the one the run's first stage was tuned "
-                                   "from, following the records of a chain of fully fine-tuned folders)")
-    ex.add_argument("-o", "--output", required=True, help="the folder to write")
-    ex.add_argument("--dtype", default="float16", help="float16 (default), bfloat16 or float32")
+    add_options(ex, ExportOptions)
     ex.set_defaults(func=cmd_export)
 
     card = stages.add_parser("card", help="write an adapter folder's model card (README.md) from its evaluations",
@@ -595,8 +524,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                                          "reports of mirage tune follow (--follow) and mirage tune eval (--eval), "
                                          "each figure beside cite-[1]'s on the same answers. A README mirage did "
                                          "not write is not replaced.")
-    card.add_argument("adapter", help="the adapter folder")
-    card.add_argument("--name", help="the name it ships under (default: the folder's name)")
-    card.add_argument("--follow", nargs="+", metavar="LABEL=FILE", help="mirage tune follow reports, e.g. val=F.json")
-    card.add_argument("--eval", nargs="+", metavar="LABEL=FILE", help="mirage tune eval reports, e.g. fi/ru=F.json")
+    add_options(card, CardOptions)
     card.set_defaults(func=cmd_card)

@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 
 from mirage.checks import fail as _fail
 from mirage.checks import integer, number, paths, positive, probability, seed, setfield, string
-from mirage.config import ConfigError, PromptConfig, read_config_file
+from mirage.config import DEFAULT_MODEL, ConfigError, PromptConfig, read_config_file
 from mirage.data.inputs import short_repr
-
-DEFAULT_MODEL = "smollm2-135m-instruct"
+from mirage.options import cli_arg
+from mirage.runs.experiment import positive_int
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class TrainSettings:
     (the marks' tokens alone, the first rule: a model taught so is never told where citing stops)."""
 
     epochs: float = 1.0
-    max_steps: int | None = None
+    max_steps: int | None = cli_arg(None, flag="--max-steps", type=positive_int, help="stop after N optimisation steps")
     learning_rate: float = 2e-4
     batch_size: int = 1
     gradient_accumulation_steps: int = 4
@@ -73,8 +73,13 @@ class TrainSettings:
     warmup_ratio: float = 0.0
     weight_decay: float = 0.0
     lr_scheduler: str = "linear"
-    method: str = "lora"
-    loss_on: str = "answer"
+    method: str = cli_arg("lora", flag="--method", choices=lambda: TrainSettings.METHODS, help=(
+        "train a LoRA adapter (DIR/adapter) or every weight (DIR/model, a model folder --model takes); default: the "
+        "config's train.method, lora"))
+    loss_on: str = cli_arg("answer", flag="--loss-on", choices=lambda: TrainSettings.LOSS_ON, help=(
+        "the answer tokens the loss is on: all of them; the citation marks' and the token that closes each (which "
+        "documents to cite, and where citing stops); or the marks' alone; default: the config's train.loss_on, "
+        "answer"))
 
     #: What ``method`` may be.
     METHODS: ClassVar[tuple[str, ...]] = ("lora", "full")
@@ -136,7 +141,7 @@ class RewardSettings:
         return {name: getattr(self, name) for name in self.TERMS}
 
 
-_SECTIONS = {"prompt": PromptConfig, "lora": LoraSettings, "train": TrainSettings, "reward": RewardSettings}
+_TUNE_SECTIONS = {"prompt": PromptConfig, "lora": LoraSettings, "train": TrainSettings, "reward": RewardSettings}
 
 
 @dataclass(frozen=True)
@@ -146,9 +151,11 @@ class TuneConfig:
     prompt section: the training prompt is the inference prompt), the ``adapter`` to start from (the SFT adapter, for
     the reward stage), ``device``/``dtype`` (null: mirage's defaults, fp32 on a CPU) and the sections above."""
 
-    model: str = DEFAULT_MODEL
-    data: tuple[str, ...] = ()
-    adapter: str | None = None
+    model: str = cli_arg(DEFAULT_MODEL, flag="--model", cli_default=None, help=(
+        "base model: an embedded name, a Hugging Face id or a local folder (default: the config's model)"))
+    data: tuple[str, ...] = cli_arg((), flag="--data", metavar="FILE", help=(
+        "training set(s) (default: the config's data)"))
+    adapter: str | None = cli_arg(None, flag="--adapter", help="the SFT adapter to start from (default: the config's)")
     device: str | None = None
     dtype: str | None = None
     prompt: PromptConfig = field(default_factory=PromptConfig)
@@ -164,7 +171,7 @@ class TuneConfig:
         setfield(self, "tune.data", paths, expected="a file or a list of files")
         if not all(self.data):
             _fail("tune.data", "a file or a list of files", list(self.data))
-        for name, section_cls in _SECTIONS.items():
+        for name, section_cls in _TUNE_SECTIONS.items():
             if not isinstance(getattr(self, name), section_cls):
                 raise ConfigError(f"TuneConfig.{name} must be a {section_cls.__name__}; build the tree from plain "
                                   "dicts with TuneConfig.from_dict.")
@@ -186,7 +193,7 @@ class TuneConfig:
             raise ConfigError(f"Unknown key(s) {unknown} in the tune config; known: {sorted(known)}.")
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
-            if key in _SECTIONS:
+            if key in _TUNE_SECTIONS:
                 kwargs[key] = _section(key, value)
             elif value is not None or key in ("adapter", "device", "dtype"):
                 kwargs[key] = value
@@ -206,7 +213,7 @@ class TuneConfig:
         mappings: ``cfg.replace(model="gemma3-270m", train={"epochs": 2})``."""
         updated: dict[str, Any] = {}
         for key, value in changes.items():
-            if key in _SECTIONS:
+            if key in _TUNE_SECTIONS:
                 if value:
                     updated[key] = _section(key, value, base=getattr(self, key))
             elif key not in {f.name for f in fields(self)}:
@@ -222,7 +229,7 @@ def _section(name: str, value: Any, base: Any = None) -> Any:
         value = {}
     if not isinstance(value, Mapping):
         raise ConfigError(f"tune config section {short_repr(name)} must be a mapping of fields, got {type(value).__name__}.")
-    section_cls = _SECTIONS[name]
+    section_cls = _TUNE_SECTIONS[name]
     known = {f.name for f in fields(section_cls)}
     unknown = sorted(map(str, set(value) - known))
     if unknown:

@@ -12,7 +12,7 @@ Two builders, one format (:class:`TrainingExample`, a JSON line that ``datasets.
 
 Only the item is stored (question, documents, cited answer), never a rendered prompt: the SFT stage renders it with
 the model's own prompt builder (:meth:`mirage.pipeline.Mirage.prepare`), so the training prompt is the inference
-prompt of whichever model is tuned. Malformed rows are returned as :class:`~mirage.data.inputs.BadRow` (file, line,
+prompt of whichever model is tuned. Malformed rows are returned as :class:`~mirage.data.readers.BadRow` (file, line,
 reason) and skipped.
 
     examples, bad = xor_examples("train.jsonl")
@@ -31,28 +31,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirage.attribution.citations import parse_answer, strip_citations
+from mirage.attribution.citations import citation_marks, parse_answer, strip_citations
 from mirage.attribution.sentences import split_sentences
 from mirage.attribution.serialization import JSONRecord
 from mirage.config import MirageConfig
-from mirage.data.inputs import BadRow, InputError, RawRow, read_rows, read_text
+from mirage.data.inputs import InputError
+from mirage.data.readers import BadRow, RawRow, read_rows, read_text
 from mirage.runs.experiment import question_digest  # the key an adapter records its questions by
 from mirage.runs.progress import Progress
 from mirage.runs.store import ResumableJSONL, content_key, write_atomic
 from mirage.scoring.eli5 import parse_alce_row
 from mirage.scoring.rows import RowError, require
-from mirage.scoring.xor_attriqa import TextView, clean_query, load_xor_attriqa
+from mirage.scoring.xor_data import TextView, clean_query, load_xor_attriqa
 
 if TYPE_CHECKING:
     from mirage.pipeline import Mirage
 
 #: Where an example comes from.
-SOURCES = ("xor-attriqa", "eli5-demo", "internals")
+EXAMPLE_SOURCES = ("xor-attriqa", "eli5-demo", "internals")
 #: XOR-AttriQA's test splits: the evaluation of the tuned model, never training data.
 TEST_SPLITS = frozenset({"fi", "ru"})
 _WORD = re.compile(r"[a-z]+")
 #: Punctuation that closes a sentence: citation marks go before it (``… Helsinki [1].``), as in ALCE's answers.
-_CLOSING = ".!?…"
+_SENTENCE_STOPS = ".!?…"
 _YES_NO = re.compile(r"\W*(yes|no)\b", re.IGNORECASE)
 #: The longest answer :func:`yes_no_questions` turns into a yes/no question, in words.
 YES_NO_MAX_WORDS = 8
@@ -142,7 +143,7 @@ def trained_questions(examples: Iterable[TrainingExample], earlier: Iterable[str
 
 
 def split_name(path: str | Path) -> str:
-    """The split a data file holds, as :func:`mirage.scoring.xor_attriqa.load_xor_attriqa` names it (the file name
+    """The split a data file holds, as :func:`mirage.scoring.xor_data.load_xor_attriqa` names it (the file name
     up to its first dot)."""
     return Path(path).name.split(".")[0]
 
@@ -171,10 +172,6 @@ def test_row_keys(folder: str | Path, *, text: TextView = "en", group: bool = Fa
 # -- citations in an answer -------------------------------------------------------------------------------------------
 
 
-def _marks(ids: Iterable[int]) -> str:
-    return "".join(f"[{i}]" for i in ids)
-
-
 def insert_citations(text: str, spans: Sequence[tuple[int, int]], citations: Sequence[Sequence[int]]) -> str:
     """``text`` with ``[n]`` marks at the end of each sentence (``spans[i]``, character spans in ``text``): before
     its closing punctuation when it has some (``Helsinki [1].``), else after it (``1986 [1]``). A sentence with no
@@ -186,18 +183,18 @@ def insert_citations(text: str, spans: Sequence[tuple[int, int]], citations: Seq
         if not ids:
             continue
         cut = end
-        while cut > start and text[cut - 1] in _CLOSING + "\"'”’»)":
+        while cut > start and text[cut - 1] in _SENTENCE_STOPS + "\"'”’»)":
             cut -= 1
-        if cut == start or not any(c in _CLOSING for c in text[cut:end]):
+        if cut == start or not any(c in _SENTENCE_STOPS for c in text[cut:end]):
             cut = end  # no closing punctuation: the marks follow the sentence
         out.append(text[last:cut].rstrip())
-        out.append(" " + _marks(ids))
+        out.append(" " + citation_marks(ids))
         last = cut
     out.append(text[last:])
     return "".join(out)
 
 
-def cite_sentences(text: str, citations: Sequence[int]) -> str:
+def cite_every_sentence(text: str, citations: Sequence[int]) -> str:
     """``text`` with the same citations on each of its sentences (:func:`mirage.attribution.sentences.split_sentences`)."""
     spans = split_sentences(text) or [(0, len(text))]
     return insert_citations(text, spans, [list(citations)] * len(spans))
@@ -210,7 +207,7 @@ def xor_examples(path: str | Path, *, text: TextView = "en", keep_unsupported: b
                  for_evaluation: bool = False, group_passages: bool = False,
                  ) -> tuple[list[TrainingExample], list[BadRow], int]:
     """Gold examples of an XOR-AttriQA train/val file (match or per-passage release), read by the scorer's loader
-    (:func:`mirage.scoring.xor_attriqa.load_xor_attriqa`): passages as untitled documents, the annotated answer cited
+    (:func:`mirage.scoring.xor_data.load_xor_attriqa`): passages as untitled documents, the annotated answer cited
     on every sentence with the passages labelled as supporting it. Returns the examples, the malformed rows, and how
     many rows had no supporting passage (left out unless ``keep_unsupported``, then kept uncited).
 
@@ -218,7 +215,7 @@ def xor_examples(path: str | Path, *, text: TextView = "en", keep_unsupported: b
     name, :func:`refuse_test_split`, or by content: a row equal to one of the ``fi.jsonl``/``ru.jsonl`` rows beside
     it). ``for_evaluation``: the items to evaluate a tuned model on, test splits allowed (never write them to a
     training set). ``group_passages``: the per-passage release's rows that answer one question with one answer
-    become one item (:func:`mirage.scoring.xor_attriqa.load_xor_attriqa`'s ``group``)."""
+    become one item (:func:`mirage.scoring.xor_data.load_xor_attriqa`'s ``group``)."""
     if not for_evaluation:
         refuse_test_split(path)
     data = load_xor_attriqa(path, text=text, group=group_passages)
@@ -235,7 +232,7 @@ def xor_examples(path: str | Path, *, text: TextView = "en", keep_unsupported: b
             if not (keep_unsupported or for_evaluation):
                 continue
         docs = [{"title": "", "text": p} for p in item.passages]
-        output = cite_sentences(item.answer, supporting) if supporting else item.answer
+        output = cite_every_sentence(item.answer, supporting) if supporting else item.answer
         parsed = parse_answer(output, len(docs))
         examples.append(TrainingExample(
             id=f"xor-{split_name(item.file)}-{item.line}", source="xor-attriqa", question=clean_query(item.question),
@@ -265,7 +262,7 @@ def yes_no_questions(examples: Sequence[TrainingExample], *, seed: int = 0) -> l
     answer is already yes/no, has more than :data:`YES_NO_MAX_WORDS` words or more than one sentence, or cites
     nothing are not asked again; ALCE demos neither (no short answer)."""
     def plain(ex: TrainingExample) -> str:
-        return " ".join(strip_citations(ex.output)[0].split()).rstrip(_CLOSING + " ")
+        return " ".join(strip_citations(ex.output)[0].split()).rstrip(_SENTENCE_STOPS + " ")
 
     usable = [(ex, answer) for ex, answer in ((ex, plain(ex)) for ex in examples
                                               if ex.source == "xor-attriqa" and ex.supporting and ex.question.split())
@@ -282,7 +279,7 @@ def yes_no_questions(examples: Sequence[TrainingExample], *, seed: int = 0) -> l
         question = ex.question.rstrip()
         question = question if question.endswith("?") else question + "?"
         for reply, candidate in (("Yes", answer), ("No", wrong)):
-            output = cite_sentences(reply, ex.supporting)
+            output = cite_every_sentence(reply, ex.supporting)
             out.append(TrainingExample(
                 id=f"{ex.id}-{reply.lower()}", source=ex.source, question=f"{question} Is it {as_asked(candidate)}?",
                 docs=ex.docs, output=output, citations=[list(c) for c in parse_answer(output, len(ex.docs)).citations],
@@ -401,7 +398,8 @@ def _internals_example(mirage: Mirage, item: TrainingExample,
     res = mirage.attribute_item(item.rag_item(with_output=False), config=cfg, index=item.id)
     sentences = list(res.sentences)
     cut = len(res.tokens) >= cfg.generation.max_new_tokens
-    if cut and sentences and not res.answer[: sentences[-1].end].rstrip("\"'”’»)").endswith(tuple(_CLOSING)):
+    last = res.answer[: sentences[-1].end] if sentences else ""
+    if cut and sentences and not last.rstrip("\"'”’»)").endswith(tuple(_SENTENCE_STOPS)):
         sentences.pop()
         if not sentences:
             return None, "cut"
@@ -428,7 +426,7 @@ def _renumber(output: str, new_id: dict[int, int]) -> str:
     """``output`` with every run of ``[n]`` marks renumbered by ``new_id`` (old 1-based id to new), in order."""
     def run(match: re.Match[str]) -> str:
         ids = [int(n) for n in re.findall(r"\d+", match.group(0))]
-        return _marks(sorted(dict.fromkeys(new_id.get(i, i) for i in ids)))
+        return citation_marks(sorted(dict.fromkeys(new_id.get(i, i) for i in ids)))
     return _MARK_RUN.sub(run, output)
 
 
@@ -615,6 +613,6 @@ def build_gold(xor_files: Sequence[str | Path] = (), eli5_prompt_files: Sequence
         found, skipped = eli5_demo_examples(path)
         examples += found
         bad += skipped
-    counts = {source: sum(ex.source == source for ex in examples) for source in SOURCES[:2]}
+    counts = {source: sum(ex.source == source for ex in examples) for source in EXAMPLE_SOURCES[:2]}
     left_out = {"unsupported": 0 if keep_unsupported else unsupported, "duplicate": duplicates}
     return examples, BuildReport(counts=counts, bad_rows=[str(b) for b in bad], left_out=left_out)

@@ -38,7 +38,7 @@ from mirage.data.inputs import InputError
 from mirage.likelihood.classifier import shipped_model_spec
 from mirage.runs.store import ResumableJSONL, content_key, settings_differences
 from mirage.scoring import metrics
-from mirage.scoring.faithfulness import FaithfulnessResult, FaithfulnessSummary, faithfulness, summarize
+from mirage.scoring.faithfulness import FaithfulnessResult, FaithfulnessSummary, faithfulness, summarize_faithfulness
 from mirage.tune.data import TrainingExample, answer_kind
 
 if TYPE_CHECKING:
@@ -391,7 +391,7 @@ def summarize_judge(answers: Sequence[dict[str, Any]], n_docs: Sequence[int], ru
         first_vs_labels=_pair_scores(metrics.BinaryCounts.of(first_lab, labels)),
         self_vs_mirage={"pair_agreement": agree, "kappa": kappa,
                         "sentence_jaccard": metrics.mean_or_none(jaccards)},
-        faithfulness=summarize(results).to_dict(), errors=errors)
+        faithfulness=summarize_faithfulness(results).to_dict(), errors=errors)
 
 
 def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, max_new_tokens: int = 48,

@@ -45,7 +45,8 @@ from mirage.bias.metrics import (  # noqa: F401 - follows, random_follow_probabi
 )
 from mirage.bias.tables import follow_table
 from mirage.runs.store import content_key
-from mirage.tune.data import TrainingExample, answer_kind, cite_sentences, filler_documents
+from mirage.tune.data import TrainingExample, answer_kind, cite_every_sentence, filler_documents
+from mirage.views.markdown import md_table
 
 if TYPE_CHECKING:
     from mirage.config import MirageConfig
@@ -92,7 +93,7 @@ def permutation_presentations(examples: Sequence[TrainingExample], *, k: int = 5
         reference = parse_answer(ex.output, len(ex.docs)).text
         for position in range(1, k + 1):
             docs = others[: position - 1] + [ex.docs[support - 1]] + others[position - 1:]
-            output = cite_sentences(reference, [position]) if reference.strip() else reference
+            output = cite_every_sentence(reference, [position]) if reference.strip() else reference
             out.append(TrainingExample(
                 id=f"{ex.id}-pos{position}", source=ex.source, question=ex.question, docs=docs, output=output,
                 citations=[list(c) for c in parse_answer(output, k).citations], supporting=[position],
@@ -352,14 +353,14 @@ def follow_changes_table(changes: Sequence[FollowChange]) -> str:
     titles = {"follow_rate": "follows", "first_when_not_supporting": "[1] when not supporting", "f1": "F1",
               "answer_stable": "same answer"}
     head = ["run", "answers", "items", *[f"{titles[m]}{suffix}" for m in FOLLOW_MEASURES for suffix in ("", " change")]]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for row in changes:
         cells = [f"`{row.name}`", row.answer_kind, str(row.n_items)]
         for m in FOLLOW_MEASURES:
             cells += [pct(row.values.get(m)) + ci(row.intervals.get(m)),
                       change(row.changes.get(m)) + ci(row.change_intervals.get(m))]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return md_table(head, rows)
 
 
 def is_follow_report(data: object) -> bool:

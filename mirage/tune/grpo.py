@@ -62,7 +62,7 @@ from mirage.tune.sft import (
 if TYPE_CHECKING:
     import datasets
 
-RESULT_FILE = "reward.json"
+REWARD_RESULT_FILE = "reward.json"
 
 
 def prompt_of(mirage: Mirage, example: TrainingExample) -> str | list[dict[str, str]]:
@@ -215,5 +215,5 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
                     questions=len(groups), generation_batch_size=args.generation_batch_size,
                     curve=_curve(trainer.state.log_history), runtime_s=round(runtime, 2), peak_rss_mb=peak_rss_mb(),
                     resumed_from=resume, config=cfg.to_dict(), versions=library_versions("trl", "peft"))
-    write_atomic(out / RESULT_FILE, json.dumps(run.to_dict(), indent=1) + "\n")
+    write_atomic(out / REWARD_RESULT_FILE, json.dumps(run.to_dict(), indent=1) + "\n")
     return run

@@ -32,6 +32,7 @@ from mirage.config import ConfigError, MirageConfig
 from mirage.data.fetch import data_label
 from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
+from mirage.runs.files import read_json
 from mirage.runs.store import write_atomic
 from mirage.tune.adapters import (
     ADAPTER_INFO,
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 RUN_FILE = "run.json"
 #: Where a full fine-tuning run (``train.method: full``) saves its model, beside the adapter folder a LoRA run saves.
 TUNED_MODEL_DIR = "model"
-RESULT_FILE = "sft.json"
+SFT_RESULT_FILE = "sft.json"
 
 
 @dataclass(frozen=True)
@@ -194,15 +195,15 @@ def require_training_libraries() -> None:
 #: Fields added to a tune config after runs were recorded without them, and the value that gives the behaviour of
 #: those runs (a run resumes under it): before the permutation term existed, the reward had none; before full
 #: fine-tuning existed, every run trained a LoRA adapter; before loss_on existed, the loss was on the whole answer.
-_ADDED_FIELDS = {("reward", "permutation"): 0.0, ("train", "method"): "lora", ("train", "loss_on"): "answer"}
+_ADDED_TUNE_FIELDS = {("reward", "permutation"): 0.0, ("train", "method"): "lora", ("train", "loss_on"): "answer"}
 
 
 def _run_settings(config: dict[str, Any], stage: str) -> dict[str, Any]:
     """What a run's checkpoints depend on: the config without its device, and without the reward section for the
     SFT stage (which never reads it); fields recorded before they existed get their old behaviour
-    (:data:`_ADDED_FIELDS`)."""
+    (:data:`_ADDED_TUNE_FIELDS`)."""
     config = {k: v for k, v in config.items() if k != "device" and not (stage == "sft" and k == "reward")}
-    for (section, name), old in _ADDED_FIELDS.items():
+    for (section, name), old in _ADDED_TUNE_FIELDS.items():
         if isinstance(config.get(section), dict) and name not in config[section]:
             config[section] = {**config[section], name: old}
     return {"stage": stage, "config": config}
@@ -214,7 +215,7 @@ def check_run_dir(output_dir: Path, cfg: TuneConfig, stage: str) -> None:
     settings = _run_settings(cfg.to_dict(), stage)
     path = output_dir / RUN_FILE
     if path.exists():
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = read_json(path, fix="give another -o, or delete the folder to start over.")
         stored = _run_settings(raw.get("config", {}), raw.get("stage"))
         if stored != settings:
             changed = sorted(k for k in set(stored.get("config", {})) | set(settings["config"])
@@ -229,7 +230,7 @@ def complete_checkpoint(checkpoint: Path) -> bool:
     """Whether a trainer's ``checkpoint-N`` folder was saved whole: the trainer writes its ``trainer_state.json``
     last, so a run stopped while saving leaves none, or one cut short."""
     try:
-        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        state = read_json(checkpoint / "trainer_state.json")
     except (OSError, ValueError):
         return False
     return isinstance(state, dict) and "global_step" in state
@@ -274,12 +275,12 @@ def checkpoint_adapter(checkpoint: str | Path, dest: str | Path, *, lm: LoadedMo
         raise AdapterError(f"{checkpoint} is not a checkpoint of a mirage tune run (DIR/checkpoints/checkpoint-N "
                            f"with a readable trainer_state.json and its adapter, and DIR/{RUN_FILE}); a checkpoint a "
                            "stopped run left half-saved is not one: take an earlier one.")
-    stored = json.loads(record.read_text(encoding="utf-8"))
+    stored = read_json(record)
     cfg = TuneConfig.from_dict(stored["config"])
     if cfg.train.method == "full":
         raise AdapterError(f"{checkpoint} is a checkpoint of a full fine-tuning run: a model folder already, which "
                            "--model (and load_model) take by path; there is no adapter to export.")
-    step = int(json.loads(state.read_text(encoding="utf-8"))["global_step"])
+    step = int(read_json(state)["global_step"])
     if lm is None:
         lm = load_model(cfg.model, dtype=cfg.dtype, use_chat_template=cfg.prompt.chat_template)
     model = PeftModel.from_pretrained(lm.model, str(checkpoint))
@@ -306,13 +307,13 @@ def finished_run(output_dir: Path, resume: str | None) -> SFTRun | None:
     """The record of a run that finished in ``output_dir`` (its adapter saved after the step of ``resume``, the
     newest complete checkpoint), or None. Resuming a finished run trains no further (the trainer would take one
     more step)."""
-    record = output_dir / RESULT_FILE
+    record = output_dir / SFT_RESULT_FILE
     saved = ((output_dir / "adapter" / "adapter_config.json").is_file()
              or (output_dir / TUNED_MODEL_DIR / ADAPTER_INFO).is_file())
     if not record.is_file() or resume is None or not saved:
         return None
-    run = SFTRun.from_dict(json.loads(record.read_text(encoding="utf-8")))
-    state = json.loads((Path(resume) / "trainer_state.json").read_text(encoding="utf-8"))
+    run = SFTRun.from_dict(read_json(record))
+    state = read_json(Path(resume) / "trainer_state.json")
     if state.get("global_step") != run.steps:
         return None
     run.resumed_from, run.runtime_s = resume, 0.0
@@ -426,5 +427,5 @@ def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None
                  loss_curve=loss_curve(trainer.state.log_history), runtime_s=round(runtime, 2),
                  peak_rss_mb=peak_rss_mb(), resumed_from=resume, config=cfg.to_dict(),
                  versions=library_versions("trl", "peft"))
-    write_atomic(out / RESULT_FILE, run.to_json(indent=1) + "\n")
+    write_atomic(out / SFT_RESULT_FILE, run.to_json(indent=1) + "\n")
     return run

@@ -26,20 +26,22 @@ from typing import Any
 
 from markupsafe import Markup
 
-from mirage.attribution.citations import parse_answer
+from mirage.attribution.citations import CitationSource, parse_answer
 from mirage.attribution.prompts import PromptTemplate, load_template
 from mirage.bias.metrics import QueryMetrics, cited_docs, query_metrics
-from mirage.bias.records import BiasRecord, CitationSource
+from mirage.bias.records import BiasRecord
 from mirage.bias.results import BiasStudyResult
 from mirage.bias.tables import NO_CAB, has_cab, render_markdown
 from mirage.config import ConfigError, PromptConfig
-from mirage.data.inputs import InputError, make_item, parse_json, read_text, short_repr
+from mirage.data.inputs import InputError, make_item, short_repr
+from mirage.data.readers import parse_json, read_text
 from mirage.runs.files import figure_uri, read_json, read_run_records, run_file
+from mirage.views.pages.kinds import RESULTS
 from mirage.views.report import doc_color, record_problem, template_asset, template_env
 
-#: The files of a bias run folder that the view reads (each may be gzipped), see :mod:`mirage.bias.study`.
+#: The files of a bias run folder that the view reads (each may be gzipped; and :data:`RESULTS`), see
+#: :mod:`mirage.bias.study`.
 GENERATIONS = "generations.jsonl"
-RESULTS = "results.json"
 ITEMS = "items.jsonl"
 TABLES = "tables.md"
 CAB_FIGURE = "cab.png"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from mirage.attribution.citations import citation_marks
+
 if TYPE_CHECKING:
     from mirage.attribution.results import AttributionResult
 
@@ -16,7 +18,7 @@ NO_SELF_CITATION = "n/a (given answer)"
 
 def format_citations(ids: Sequence[int]) -> str:
     """Document ids as citation marks, ``[1][3]``; ``—`` for none."""
-    return "".join(f"[{i}]" for i in ids) or "—"
+    return citation_marks(ids) or "—"
 
 
 def result_to_text(res: AttributionResult) -> str:

@@ -18,11 +18,12 @@ from mirage.attribution.results import AttributionResult
 from mirage.data.inputs import InputError, short_repr
 from mirage.runs.files import figure_uri, read_json, read_run_records, run_file
 from mirage.scoring.eli5 import ELI5Report
+from mirage.views.pages.kinds import RESULTS
 from mirage.views.report import record_problem, report_html, result_from_record, template_asset, template_env
 
-#: The files of an ELI5 run folder that the view reads (each may be gzipped), see :mod:`mirage.scoring.benchmarks`.
+#: The files of an ELI5 run folder that the view reads (each may be gzipped; and :data:`RESULTS`), see
+#: :mod:`mirage.scoring.benchmarks`.
 ANSWERS = "answers.jsonl"
-RESULTS = "results.json"
 FIGURE = "length_bins.png"
 
 

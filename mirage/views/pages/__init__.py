@@ -17,14 +17,30 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from mirage.data.inputs import InputError
+from mirage.options import add_options, cli_arg
 from mirage.runs.files import portable_command
 from mirage.runs.store import write_atomic
+from mirage.views.pages.bench import BENCH_SCALE_PAGE, BENCHMARK_JSON_PAGE
+from mirage.views.pages.bias import BIAS_PROTOCOL_PAGE, BIAS_RETRIEVERS_PAGE, BIAS_STUDY_PAGE, BIAS_SWEEP_PAGE
 from mirage.views.pages.core import MARK, PAGE, Provenance, data_entries, subfolders, write_provenance
-from mirage.views.pages.kinds import BUILTIN, PageKind, first, tail_sections
+from mirage.views.pages.kinds import PageKind, first, tail_sections
+from mirage.views.pages.scoring import (
+    ELI5_PAGE,
+    SELF_MATCH_CHECKS_PAGE,
+    SELF_MATCH_PAGE,
+    XOR_ATTRIQA_PAGE,
+    XOR_PEERS_PAGE,
+)
+from mirage.views.pages.tune import TUNE_FOLLOW_PAGE, TUNE_PAGE
 
+#: The built-in kinds, in the order they are tried (the benchmark-JSON folder last: it takes any JSON).
+BUILTIN: tuple[PageKind, ...] = (XOR_ATTRIQA_PAGE, ELI5_PAGE, BIAS_STUDY_PAGE, BIAS_PROTOCOL_PAGE, BIAS_SWEEP_PAGE,
+                                 BIAS_RETRIEVERS_PAGE, XOR_PEERS_PAGE, TUNE_PAGE, BENCH_SCALE_PAGE, TUNE_FOLLOW_PAGE,
+                                 SELF_MATCH_CHECKS_PAGE, SELF_MATCH_PAGE, BENCHMARK_JSON_PAGE)
 #: Page writers by results kind, tried in order.
 PAGE_KINDS: dict[str, PageKind] = {k.name: k for k in BUILTIN}
 
@@ -138,6 +154,16 @@ def record_run(run_dir: str | Path, argv: Sequence[str], *, cwd: str | Path | No
 REPORT_HELP = "write a run folder's results page (DIR/README.md) from its results alone"
 
 
+@dataclass(frozen=True, kw_only=True)
+class ReportOptions:
+    """What ``mirage report`` writes pages for (:func:`write_page`, :func:`write_pages`)."""
+
+    dir: str = cli_arg(flag="dir", help=(
+        "a run's output folder (mirage score, bias, bias-protocol, tune; benchmarks/results), or a file in it"))
+    recursive: bool = cli_arg(False, flag="--recursive", aliases=("-r",), help=(
+        "also every folder below DIR that holds results (e.g. benchmarks/results)"))
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     folder = Path(args.dir).parent if Path(args.dir).is_file() else Path(args.dir)  # DIR/results.json names DIR
     failed: list[InputError] = []
@@ -160,12 +186,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Write DIR/README.md: the settings, the data and its checksums, the tables, the "
                                    "plots, the versions and the command, from the files the run wrote (no model, "
                                    "no data). A README.md mirage did not write is never overwritten.")
-    p.add_argument("dir", help="a run's output folder (mirage score, bias, bias-protocol, tune; benchmarks/results), "
-                              "or a file in it")
-    p.add_argument("-r", "--recursive", action="store_true",
-                   help="also every folder below DIR that holds results (e.g. benchmarks/results)")
+    add_options(p, ReportOptions)
     p.set_defaults(func=cmd_report)
 
 
-__all__ = ["PAGE_KINDS", "PageKind", "page_folders", "page_kind", "record_run", "register", "register_page_kind",
+__all__ = ["BUILTIN", "PAGE_KINDS", "PageKind", "ReportOptions", "page_folders", "page_kind", "record_run", "register", "register_page_kind",
            "render_page", "write_page", "write_pages"]

@@ -16,7 +16,9 @@ from urllib.parse import quote
 
 from mirage.attribution.serialization import JSONRecord
 from mirage.data.inputs import InputError
+from mirage.runs.files import read_json
 from mirage.runs.store import write_atomic
+from mirage.views.markdown import LINE_BREAK, cell, md_table, text
 
 #: The first line of every page ``mirage report`` writes; a README.md without it is the user's and is never rewritten.
 MARK = "<!-- Written by `mirage report` from this folder's results; edit the results, not this page. -->"
@@ -28,27 +30,12 @@ PROVENANCE_FORMAT = 1
 # -- formatting --------------------------------------------------------------------------------------------------------
 
 
-#: A line break as markdown reads one.
-LINE_BREAK = re.compile(r"\r\n?|\n")
 #: Where raw HTML (a tag, a comment, an autolink) would start.
 RAW_HTML = re.compile(r"<(?=[A-Za-z/!?])")
 #: A link to another scheme than http(s) (``javascript:``): its ``(``.
 OTHER_SCHEME = re.compile(r"\]\((?=\s*<?(?!https?:)[A-Za-z][A-Za-z0-9+.-]*:)")
 #: A markdown fence line (a code block's first or last).
 FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
-
-
-#: What :func:`text` escapes: ``&`` and ``<`` as entities (a ``<`` starts HTML, an ``&`` an entity; a ``>`` alone is
-#: text), a backtick (a code span) and a backslash (an escape of the next character) with a backslash.
-TEXT_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", "\\": "\\\\", "`": "\\`"})
-#: The ``]`` of a link or an image (``](`` or ``][``), which :func:`text` escapes too.
-LINK_END = re.compile(r"\](?=[(\[])")
-
-
-def text(value: Any) -> str:
-    """A value a run recorded, as plain text on a page: on one line (a newline in it cannot end a heading, a table
-    row or a list item), never HTML, a link, an image or a code span (:data:`TEXT_ESCAPES`, :data:`LINK_END`)."""
-    return LINK_END.sub("\\\\]", LINE_BREAK.sub(" ", str(value)).translate(TEXT_ESCAPES))
 
 
 def _ticks(value: str, least: int) -> str:
@@ -70,27 +57,6 @@ def link(label: str, target: str) -> str:
     return f"[{label}]({quote(target)})"
 
 
-def cell(value: Any, digits: int = 1) -> str:
-    """A table cell: ``–`` for None, floats to ``digits`` decimals, lists joined, text as :func:`text`, ``|``
-    escaped."""
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(cell(v, digits) for v in value) or "–"
-    return text(value).replace("|", "\\|")
-
-
-def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A markdown table (cells through :func:`cell` unless already strings, which are markdown: no line break in
-    any)."""
-    def one_line(cells: Iterable[Any]) -> str:
-        return "| " + " | ".join(LINE_BREAK.sub(" ", c) if isinstance(c, str) else cell(c) for c in cells) + " |"
-
-    return "\n".join([one_line(header), "|" + "---|" * len(header), *map(one_line, rows)])
 
 
 def gib(mib: float | None) -> str:
@@ -146,15 +112,6 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
         else:
             out.append((name, value))
     return out
-
-
-def read_json(path: Path) -> Any:
-    """A results file's JSON; an InputError names a file that is not JSON."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"{path} is not valid JSON ({err}); its page is written from the file as the run wrote "
-                         "it.") from None
 
 
 # -- provenance: what the run knew about its command and data ----------------------------------------------------------

@@ -1,0 +1,109 @@
+"""Document-level attribution methods behind one interface, on mirage's own passes: each takes the prepared item
+and the answer tokens (:class:`DocumentInputs`) and returns a frozen, JSON round-tripping
+:class:`DocumentAttribution`: per answer token a score per document ``[n_answer, n_docs]``, per context token too
+where the method has them ``[n_answer, n_context]``, and its cost (:class:`PassCost`: passes, positions, seconds,
+peak GPU memory).
+
+    from mirage import Mirage
+    from mirage.attribution.methods import attribute_documents, cite_documents, document_inputs
+
+    m = Mirage.from_pretrained()
+    inputs = document_inputs(m, {"question": q, "docs": docs}, answer)
+    res = attribute_documents(inputs, "arc_jsd")      # res.doc_scores[t][d], res.cost
+    cite_documents(res, tokens=selected).cited        # 1-based documents, strongest first
+
+The methods, registered in :data:`mirage.registry.DOCUMENT_METHODS` (n = the number of documents; a pass "from the
+cache" computes only the prompt from the first document it drops on, reusing the full prompt's cached prefix on a
+decoder-only model):
+
+=====================  ==========================================  =============================================
+name                   cost                                        source
+=====================  ==========================================  =============================================
+``attention_last``     1 forward pass (eager attention)            raw attention, last ⌈L/4⌉ layers; the attention
+                                                                   baseline of ContextCite (Cohen-Wang et al.,
+                                                                   2024) and AttnTrace (Wang et al., 2025)
+``attention_all``      1 forward pass (eager attention)            the same over all layers
+``attntrace``          ``samples`` forward passes (eager, 8)       AttnTrace (Wang, Geng, Chen and Jia, 2025):
+                                                                   top-k attention, context subsampling
+``leave_one_out``      n + 1 forward passes, n from the cache      leave-one-out ablation (ContextCite's baseline)
+``arc_jsd``            n + 1 forward passes, n from the cache      ARC-JSD (Li et al., 2025)
+``shapley``            2**n forward passes (n <= 10), from the     Shapley (1953); sampled permutations above
+                       cache; sampled above: one per subset        (Castro, Gómez and Tejada, 2009)
+``document_gate_jvp``  n forward-mode (JVP) passes, no cache       mirage's; first-order ablation estimate as in
+                                                                   attribution patching (Nanda, 2023; Syed et al.,
+                                                                   2023), by forward-mode differentiation
+=====================  ==========================================  =============================================
+
+Each method's docstring says exactly what it computes. A new method is a frozen dataclass subclassing
+:class:`DocumentMethod` (its fields are its settings) with ``compute(inputs, meter)``, registered with
+:func:`register_document_method`; ``tests/attribution/test_methods.py`` runs every registered method through the
+same conformance test. :func:`cite_documents` is the per-answer citation rule over any method's document scores.
+
+Modules: ``base`` (the interface, the result, the cost meter, the registry functions), ``passes`` (the subset and
+attention passes the methods share), ``attention``, ``ablation``, ``gates`` (the methods), ``citing`` (the citation
+rule).
+"""
+
+from mirage.attribution.methods.ablation import (
+    ArcJSDMethod,
+    LeaveOneOutMethod,
+    ShapleyMethod,
+    answer_logprobs,
+    permutation_orders,
+    shapley_values,
+)
+from mirage.attribution.methods.attention import AttentionMethod, AttnTraceMethod, context_attention, subsamples
+from mirage.attribution.methods.base import (
+    DocumentAttribution,
+    DocumentInputs,
+    DocumentMethod,
+    MethodScores,
+    PassCost,
+    PassMeter,
+    attribute_documents,
+    document_inputs,
+    register_document_method,
+)
+from mirage.attribution.methods.citing import DocumentCitation, cite_documents
+from mirage.attribution.methods.gates import DocumentGateJVPMethod, gated_logprobs, gated_pass
+from mirage.attribution.methods.passes import (
+    attention_pass,
+    attention_rows,
+    layer_indices,
+    log_distributions,
+    subset_readouts,
+)
+from mirage.registry import DOCUMENT_METHODS
+
+__all__ = [
+    "DOCUMENT_METHODS",
+    "ArcJSDMethod",
+    "AttentionMethod",
+    "AttnTraceMethod",
+    "DocumentAttribution",
+    "DocumentCitation",
+    "DocumentGateJVPMethod",
+    "DocumentInputs",
+    "DocumentMethod",
+    "LeaveOneOutMethod",
+    "MethodScores",
+    "PassCost",
+    "PassMeter",
+    "ShapleyMethod",
+    "answer_logprobs",
+    "attention_pass",
+    "attention_rows",
+    "attribute_documents",
+    "cite_documents",
+    "context_attention",
+    "document_inputs",
+    "gated_logprobs",
+    "gated_pass",
+    "layer_indices",
+    "log_distributions",
+    "permutation_orders",
+    "register_document_method",
+    "shapley_values",
+    "subsamples",
+    "subset_readouts",
+]

@@ -1,0 +1,216 @@
+"""The results pages of ``mirage bias``: one attribution-sensitivity and bias study (``results.json``; the command
+rebuilt from its settings, its ``--limit`` found from its questions where that is exact), the protocol's overview
+(``protocol.json``), a sweep over one setting (``sweep.json``) and the comparison of retrievers
+(``retrievers.json``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from mirage.data.inputs import InputError
+from mirage.runs.files import portable_command
+from mirage.views.pages.core import (
+    cell,
+    code,
+    command_section,
+    data_section,
+    link,
+    md_table,
+    page,
+    plots_section,
+    read_json,
+    registered_name,
+    settings_section,
+    text,
+    versions_section,
+)
+from mirage.views.pages.kinds import PageKind, as_list, has_keys, no_data, pipeline_flags_of, results_of
+
+__all__ = [
+    "BIAS_FLAGS",
+    "BIAS_PROTOCOL_PAGE",
+    "BIAS_RETRIEVERS_PAGE",
+    "BIAS_STUDY_PAGE",
+    "BIAS_SWEEP_PAGE",
+]
+
+
+BIAS_FLAGS = {"metadata": "--metadata", "k": "--k", "n_relevant": "--n-relevant", "modes": "--modes",
+              "relevant_side": "--relevant-side", "mixed": "--mixed", "docs": "--docs", "rage_similar": "--rage-similar",
+              "rage_embedder": "--rage-embedder", "max_doc_words": "--max-doc-words", "rewrite": "--rewrite",
+              "explain": "--explain", "prompts_dir": "--prompts-dir", "baseline_draws": "--baseline-draws",
+              "labels": "--labels", "seed": "--seed", "sentence_mark": "--sentence-mark",
+              "keep_trained_questions": "--keep-trained-questions"}
+
+
+def _retriever_of(run_dir: Path) -> tuple[str, int] | None:
+    """The retriever (and its ``--top-k``) of a study that ``mirage bias --retriever`` wrote into DIR/NAME/: the
+    parent folder's ``retrievers.json`` names this folder as one of its runs."""
+    path = run_dir.parent / "retrievers.json"
+    raw = read_json(path) if path.is_file() else None
+    run = (raw.get("runs") or {}).get(run_dir.name) if isinstance(raw, dict) else None
+    if not isinstance(run, dict) or run.get("run") != f"{run_dir.name}/run.trec":
+        return None
+    return str(run.get("retriever", run_dir.name)), int(raw.get("top_k", 100))
+
+
+def _bias_limit(run_dir: Path, res: Mapping[str, Any]) -> tuple[int | None, bool]:
+    """``(limit, known)``: the ``--limit`` a bias study ran with, which its results do not record, found from the
+    results where that is exact: the study's questions (``n_items``; their ids in ``items.jsonl``) against the
+    questions its data and settings give without a limit (:func:`mirage.bias.study.build_items`, the non-relevant
+    documents as retrieved: RAGE's replace them after the limit, keeping the questions). No limit where they are
+    all of them; ``n_items`` where they are the first ``n_items``; unknown where the data is not here, the ids are
+    not recorded or the questions are not a first part. Questions left out because the model was trained on them
+(``trained_questions_left_out``) count among those the limit built."""
+    import contextlib
+    import dataclasses
+    import io
+
+    from mirage.bias.items import read_bias_items
+    from mirage.bias.protocol import BiasConfig
+    from mirage.bias.study import build_items
+    from mirage.data import resolve
+
+    n = res.get("n_items")
+    names = {f.name for f in dataclasses.fields(BiasConfig)}
+    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in (res.get("config") or {}).items() if k in names}
+    try:
+        cfg = dataclasses.replace(BiasConfig(**settings), docs="retrieved")
+        run = run_dir / "run.trec" if _retriever_of(run_dir) else None
+        with contextlib.redirect_stderr(io.StringIO()):  # its notes on skipped rows are the run's, not the page's
+            every = [item.id for item in build_items(str(resolve(str(res.get("data")))), cfg, run=run)]
+        ids = [item.id for item in read_bias_items(run_dir / "items.jsonl")] if (run_dir / "items.jsonl").is_file() else None
+    except (InputError, OSError, TypeError, ValueError):
+        return None, False
+    # the study built the first ``built`` questions and then left out those its model was trained on
+    built = n + int(res.get("trained_questions_left_out") or 0) if isinstance(n, int) else n
+
+    def kept_of(first: list[str]) -> bool:  # the recorded ids are ``first`` less the left-out ones, in order
+        rest = iter(first)
+        return ids is not None and len(ids) == n and all(i in rest for i in ids)
+
+    if built == len(every) and (ids is None or kept_of(every)):
+        return None, True
+    if kept_of(every[:built]):
+        return built, True
+    return None, False
+
+
+def _bias_command(run_dir: Path, res: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """The command rebuilt from a bias study's results, and the options it needs that they do not record."""
+    from mirage.bias.protocol import BiasConfig
+    from mirage.config import MirageConfig
+
+    base = json.loads(json.dumps(asdict(BiasConfig())))  # as the results hold it (tuples are lists)
+    argv = ["bias", registered_name(str(res.get("data"))), "--model", str(res.get("model"))]
+    retriever = _retriever_of(run_dir)
+    if retriever:
+        argv += ["--retriever", retriever[0], *(["--top-k", str(retriever[1])] if retriever[1] != 100 else [])]
+    limit, known = _bias_limit(run_dir, res)
+    argv += ["--limit", str(limit)] if limit is not None else []
+    for name, value in (res.get("config") or {}).items():
+        flag = BIAS_FLAGS.get(name)
+        if flag is None or value == base.get(name) or value is None:
+            continue
+        if isinstance(value, bool):
+            argv += [flag] if value else []
+        elif isinstance(value, (list, tuple)):
+            argv += [flag, *[",".join(v) if isinstance(v, (list, tuple)) else str(v) for v in value]]
+        else:
+            argv += [flag, str(value)]
+    argv += pipeline_flags_of(res.get("mirage_config") or {}, MirageConfig().to_dict(), ("--seed",))
+    return portable_command([*argv, "-o", "DIR"]), [] if known else ["--limit"]
+
+
+def _bias_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    from mirage.bias.results import BiasStudyResult
+    from mirage.bias.tables import render_markdown
+
+    raw = results_of(run_dir) or {}
+    result = BiasStudyResult.from_dict(raw)
+    tables = render_markdown(result).split("\n", 1)[1]  # its own title is the page's
+    command, missing = _bias_command(run_dir, raw)
+    return page(f"Attribution sensitivity and bias: {text(result.model)}, {text(result.metadata.get('type'))}",
+                "Written by `mirage bias` (`results.json`; `tables.md` holds the same tables).",
+                [tables.strip(), plots_section(run_dir), settings_section(result.config),
+                 settings_section(result.mirage_config or {}, "Pipeline"), data_section(run_dir, [str(result.data)]),
+                 versions_section(result.versions), command_section(run_dir, command, missing=missing),
+                 *tail(run_dir)])
+
+
+def _protocol_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    from mirage.bias.full_protocol import OverviewRow, overview_table, withdrawn
+
+    rows = [OverviewRow.from_dict(r) for r in read_json(run_dir / "protocol.json")]
+    gone = "; ".join(f"{code(w.study)} ({w.n_items} questions, {text(w.model)}): {text(w.reason)}"
+                     for w in withdrawn(run_dir))
+    gone_section = (f"## Withdrawn\n\nWithdrawn from this folder's results, and so not in the table: {gone}. A "
+                    "withdrawn study that `mirage bias-protocol` runs again to the end stands again.") if gone else None
+    models = sorted({r.model for r in rows})
+    links = "\n".join(f"- {link(code(r.study), f'{r.study}/README.md')}" for r in rows if (run_dir / r.study).is_dir())
+    return page("Attribution-bias protocol: overview",
+                f"{len(rows)} finished studies (model: {text(', '.join(models)) or '–'}), a row per citation source. "
+                "Percentages; CAS = mean |change| of precision against vanilla, CAB = ω · mean (informed − "
+                "counterfactual); * p < 0.05, ** p < 0.01 by each study's tests. Written by `mirage bias-protocol` "
+                "(`protocol.json`, `protocol.md`).",
+                ["## Overview\n\n" + overview_table(rows), gone_section, "## Studies\n\n" + links if links else None,
+                 command_section(run_dir, None), *tail(run_dir)])
+
+
+def _sweep_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    from mirage.bias.sweep import SweepResult
+
+    sweep = SweepResult.from_dict(read_json(run_dir / "sweep.json"))
+
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:.1f}"
+
+    def effect(e: Any) -> str:
+        if e is None:
+            return "–"
+        stars = "" if e.precision.p_value is None else "**" if e.precision.p_value < 0.01 else (
+            "*" if e.precision.p_value < 0.05 else "")
+        return f"{pct(e.precision.value)}{stars}"
+
+    rows = []
+    for p in sweep.points:
+        for name, src in p.sources.items():
+            van = src.modes.get("vanilla", {})
+            rows.append((link(text(p.value), f"{p.run_dir}/README.md"), p.n_items, cell(name), pct(van.get("precision")),
+                         pct(van.get("recall")), cell(van.get("n_citations"), 2), effect(src.cab)))
+    return page(f"Bias sweep over {code(sweep.parameter)}: {text(sweep.model)}",
+                f"Metadata {text(sweep.metadata.get('first'))} vs {text(sweep.metadata.get('second'))}; one study per value "
+                "(its folder has the full tables). Percentages; * p < 0.05, ** p < 0.01. Written by `mirage bias "
+                "--sweep` (`sweep.json`).",
+                ["## Sweep\n\n" + md_table([cell(sweep.parameter), "questions", "source", "P vanilla", "R vanilla",
+                                             "citations per answer", "CAB P"], rows),
+                 plots_section(run_dir), settings_section({k: v for k, v in sweep.config.items() if v is not None}),
+                 data_section(run_dir, [sweep.data]), versions_section(sweep.versions),
+                 command_section(run_dir, None), *tail(run_dir)])
+
+
+def _retrievers_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
+    from mirage.bias.retrievers_study import RetrieverComparison, render_retrievers
+
+    comparison = RetrieverComparison.from_dict(read_json(run_dir / "retrievers.json"))
+    title, body = render_retrievers(comparison).split("\n", 1)
+    return page(title.lstrip("# "), "Written by `mirage bias --retriever` (`retrievers.json`).\n" + body.rstrip(),
+                [settings_section({"top_k": comparison.top_k, "k": comparison.k}),
+                 data_section(run_dir, [comparison.data]), versions_section(comparison.versions),
+                 command_section(run_dir, None), *tail(run_dir)])
+
+
+#: The pages of ``mirage bias``'s folders.
+BIAS_STUDY_PAGE = PageKind("bias-study", has_keys("sources", "metadata", "config"),
+                           lambda d: as_list((results_of(d) or {}).get("data")), _bias_render)
+BIAS_PROTOCOL_PAGE = PageKind("bias-protocol", lambda d: (d / "protocol.json").is_file(), no_data, _protocol_render,
+                              "protocol.json")
+BIAS_SWEEP_PAGE = PageKind("bias-sweep", lambda d: (d / "sweep.json").is_file(),
+                           lambda d: as_list(read_json(d / "sweep.json").get("data")), _sweep_render, "sweep.json")
+BIAS_RETRIEVERS_PAGE = PageKind("bias-retrievers", lambda d: (d / "retrievers.json").is_file(),
+                                lambda d: as_list(read_json(d / "retrievers.json").get("data")), _retrievers_render,
+                                "retrievers.json")

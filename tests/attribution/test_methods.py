@@ -1,0 +1,335 @@
+"""Document attribution methods (mirage.attribution.methods): every registered method through one conformance test
+on the tiny in-memory model (registering a method is enough to get it tested), and property tests of each method
+against plain passes that share nothing with it (no cache, prompts prepared by the Mirage itself)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from mirage import Mirage
+from mirage.attribution.cti import js
+from mirage.attribution.forward import answer_logits, token_probabilities
+from mirage.attribution.methods import (
+    DocumentAttribution,
+    DocumentMethod,
+    MethodScores,
+    attribute_documents,
+    cite_documents,
+    document_inputs,
+    gated_logprobs,
+    gated_pass,
+    permutation_orders,
+    register_document_method,
+    shapley_values,
+    subsamples,
+)
+from mirage.attribution.models import wrap_model
+from mirage.registry import DOCUMENT_METHODS
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+DOCS = [{"title": "France", "text": "Paris is the capital of France."},
+        {"title": "Germany", "text": "Berlin is the capital of Germany."},
+        {"title": "Italy", "text": "Rome is the capital of Italy and of its region."}]
+QUESTION = "What is the capital of France?"
+ANSWER = "Paris is the capital."
+BUILT_INS = {"attention_last", "attention_all", "attntrace", "leave_one_out", "arc_jsd", "shapley",
+             "document_gate_jvp"}
+
+
+def _inputs(lm, docs=DOCS):
+    return document_inputs(Mirage(lm), {"question": QUESTION, "docs": docs}, ANSWER)
+
+
+@pytest.fixture(scope="module")
+def inputs(tiny_causal):
+    return _inputs(tiny_causal)
+
+
+def _plain_logits(inputs, kept):
+    """The answer's logits after the prompt with the documents ``kept`` (0-based), prepared by the Mirage and run
+    whole, without any cache: the reference the methods are checked against."""
+    m = Mirage(inputs.lm)
+    if kept:
+        prompt = m.prepare({"question": QUESTION, "docs": [inputs.prepared.item.docs[i] for i in kept]},
+                           reserve_tokens=inputs.n_answer + 1).tokens.ids
+    else:
+        prompt = inputs.prepared.tokens.contextless_ids
+    return answer_logits(inputs.lm, prompt, inputs.answer_ids)
+
+
+def _plain_logprobs(inputs, kept):
+    return torch.tensor(token_probabilities(_plain_logits(inputs, kept), inputs.answer_ids, log=True),
+                        dtype=torch.float64)
+
+
+# -- the conformance test: every registered method -------------------------------------------------------------------
+
+def test_the_built_in_methods_are_registered():
+    assert BUILT_INS <= set(DOCUMENT_METHODS)
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENT_METHODS))
+def test_every_registered_method_conforms(name, inputs):
+    method = DOCUMENT_METHODS[name]
+    kernel = inputs.lm.model.config._attn_implementation
+    first, second = method.attribute(inputs), method.attribute(inputs)
+    assert first.method == name
+    doc = torch.tensor(first.doc_scores, dtype=torch.float64)
+    assert doc.shape == (inputs.n_answer, inputs.n_docs)
+    assert torch.isfinite(doc).all() and doc.abs().sum() > 0
+    if first.context_scores is not None:
+        context = torch.tensor(first.context_scores, dtype=torch.float64)
+        assert context.shape == (inputs.n_answer, inputs.n_context)
+        assert torch.isfinite(context).all()
+    # deterministic: the same input gives the same scores and the same passes
+    assert (first.doc_scores, first.context_scores) == (second.doc_scores, second.context_scores)
+    assert first.options == second.options == json.loads(json.dumps(first.options))
+    measured = ("forward_passes", "jvp_passes", "backward_passes", "tokens")
+    assert [getattr(first.cost, f) for f in measured] == [getattr(second.cost, f) for f in measured]
+    # the cost: at least one pass over at least the prompt, timed
+    cost = first.cost
+    assert cost.forward_passes + cost.jvp_passes + cost.backward_passes >= 1
+    assert cost.tokens >= len(inputs.prepared.tokens.ids) and cost.seconds > 0
+    assert cost.peak_memory_bytes is None or cost.peak_memory_bytes > 0
+    # plain JSON and back
+    assert DocumentAttribution.from_json(first.to_json()) == first
+    assert DocumentAttribution.from_dict(json.loads(json.dumps(first.to_dict()))) == first
+    # the model's attention kernel is its own again
+    assert inputs.lm.model.config._attn_implementation == kernel
+
+
+# -- Shapley --------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7])
+def test_shapley_values_are_efficient_exactly(n):
+    gen = torch.Generator().manual_seed(n)
+    value = {mask: torch.randn(4, generator=gen, dtype=torch.float64) for mask in range(1 << n)}
+    phi = shapley_values(n, value)
+    assert torch.allclose(phi.sum(0), value[(1 << n) - 1] - value[0], rtol=0, atol=1e-12)
+
+
+def test_shapley_values_of_an_additive_game_are_its_weights():
+    weights = torch.tensor([0.5, -2.0, 3.0, 0.25], dtype=torch.float64)
+    value = {mask: sum((weights[i] for i in range(4) if mask >> i & 1), torch.tensor(1.0, dtype=torch.float64))
+             for mask in range(16)}
+    assert torch.allclose(shapley_values(4, value), weights, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("max_exact", [10, 1])
+def test_shapley_sums_to_all_minus_none(inputs, max_exact):
+    """Exact (2**3 subsets) and sampled (permutations: each one telescopes) alike."""
+    res = attribute_documents(inputs, "shapley", max_exact=max_exact, permutations=5)
+    total = torch.tensor(res.doc_scores, dtype=torch.float64).sum(1)
+    expected = _plain_logprobs(inputs, [0, 1, 2]) - _plain_logprobs(inputs, [])
+    assert torch.allclose(total, expected, rtol=0, atol=1e-4)
+    assert res.options["permutations"] == 5
+    assert res.notes["shapley"].startswith("exact" if max_exact == 10 else "sampled: 5 permutations")
+    visited = {sum(1 << p for p in order[:k]) for order in permutation_orders(3, 5, 0) for k in range(4)}
+    assert res.cost.forward_passes == (8 if max_exact == 10 else len(visited))  # one pass per distinct subset
+
+
+def test_two_document_shapley_is_the_mean_of_both_orders(tiny_causal):
+    inputs = _inputs(tiny_causal, DOCS[:2])
+    phi = torch.tensor(attribute_documents(inputs, "shapley").doc_scores, dtype=torch.float64)
+    loo = torch.tensor(attribute_documents(inputs, "leave_one_out").doc_scores, dtype=torch.float64)
+    none = _plain_logprobs(inputs, [])
+    for d in range(2):
+        alone = _plain_logprobs(inputs, [d]) - none  # document d added first
+        assert torch.allclose(phi[:, d], (loo[:, d] + alone) / 2, rtol=0, atol=1e-4)
+
+
+# -- leave-one-out and ARC-JSD --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model", ["tiny_causal", "tiny_sliding", "tiny_seq2seq"])
+def test_leave_one_out_matches_plain_passes(model, request):
+    """Cache reuse (decoder-only), its sliding-window fallback (Gemma 3, 16-token window) and whole prompts
+    (encoder-decoder) give f(all) - f(without d) of plain passes."""
+    inputs = _inputs(request.getfixturevalue(model))
+    res = attribute_documents(inputs, "leave_one_out")
+    full = _plain_logprobs(inputs, [0, 1, 2])
+    for d in range(3):
+        expected = full - _plain_logprobs(inputs, [i for i in range(3) if i != d])
+        assert torch.allclose(torch.tensor(res.doc_scores)[:, d].double(), expected, rtol=0, atol=1e-4)
+    # n + 1 passes; the sliding-window model one more, for the cache of what the prompts share once the full
+    # prompt's cache cannot be cut back
+    assert res.cost.forward_passes == (5 if model == "tiny_sliding" else 4)
+
+
+def test_arc_jsd_is_the_symmetric_bounded_divergence_of_plain_passes(inputs):
+    res = attribute_documents(inputs, "arc_jsd")
+    scores = torch.tensor(res.doc_scores, dtype=torch.float64)
+    assert (scores >= 0).all() and (scores <= math.log(2) + 1e-9).all()
+    ids = torch.tensor(list(inputs.answer_ids))
+    logp = torch.log_softmax(_plain_logits(inputs, [0, 1, 2]), -1)
+    for d in range(3):
+        logq = torch.log_softmax(_plain_logits(inputs, [i for i in range(3) if i != d]), -1)
+        assert torch.allclose(js(logp, logq, ids), js(logq, logp, ids), rtol=0, atol=1e-7)  # symmetric
+        assert torch.allclose(scores[:, d], js(logq, logp, ids).double(), rtol=0, atol=1e-5)
+    assert res.cost.forward_passes == inputs.n_docs + 1
+
+
+# -- the document gate ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_gpt2_64(real_tokenizer):
+    """A tiny seeded GPT-2 in float64 (its layer norms compute in the model's dtype, where Llama's RMSNorm computes
+    in float32): a finite difference of its passes is exact to about 1e-10."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(real_tokenizer), n_embd=32, n_layer=2, n_head=4, n_positions=2048,
+                        bos_token_id=real_tokenizer.eos_token_id, eos_token_id=real_tokenizer.eos_token_id)
+    return wrap_model(GPT2LMHeadModel(config).double(), real_tokenizer, name="tiny-gpt2-64")
+
+
+def test_the_gate_jvp_matches_a_finite_difference(tiny_gpt2_64):
+    """The JVP with tangent e_d is the central difference of the gated pass at alpha = 1 ± eps."""
+    inputs = _inputs(tiny_gpt2_64)
+    res = attribute_documents(inputs, "document_gate_jvp")
+    jvp = torch.tensor(res.doc_scores, dtype=torch.float64)
+    assert res.cost.jvp_passes == 3 and res.cost.forward_passes == 0
+    eps, ones = 1e-4, torch.ones(3, dtype=torch.float64)
+    for d in range(3):
+        step = torch.zeros(3, dtype=torch.float64)
+        step[d] = eps
+        fd = (gated_logprobs(inputs, ones + step) - gated_logprobs(inputs, ones - step)) / (2 * eps)
+        assert torch.allclose(jvp[:, d], fd.cpu(), rtol=1e-6, atol=1e-9), (d, jvp[:, d], fd)
+    plain = _plain_logprobs(inputs, [0, 1, 2])  # in float32, as answer_logits gives them
+    assert torch.allclose(gated_logprobs(inputs, ones).cpu(), plain, rtol=0, atol=1e-5)  # alpha = 1: the plain pass
+
+
+def test_the_gate_jvp_is_the_gated_pass_jacobian(inputs):
+    """On the float32 Llama, the forward-mode derivatives equal the reverse-mode Jacobian of the gated pass."""
+    res = attribute_documents(inputs, "document_gate_jvp")
+    jacobian = torch.autograd.functional.jacobian(gated_pass(inputs), torch.ones(3))
+    assert torch.allclose(torch.tensor(res.doc_scores, dtype=torch.float64), jacobian.double(), rtol=1e-4,
+                          atol=1e-6)
+
+
+# -- attention ------------------------------------------------------------------------------------------------------
+
+def _eager_attentions(inputs):
+    lm = inputs.lm
+    seq = list(inputs.prepared.tokens.ids) + list(inputs.answer_ids[:-1])
+    kernel = lm.model.config._attn_implementation
+    lm.model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            return lm.model(input_ids=torch.tensor([seq]), output_attentions=True).attentions
+    finally:
+        lm.model.set_attn_implementation(kernel)
+
+
+@pytest.mark.parametrize(("name", "layers"), [("attention_all", [0, 1]), ("attention_last", [1])])
+def test_attention_is_the_mean_over_heads_and_layers_summed_per_document(inputs, name, layers):
+    res = attribute_documents(inputs, name)
+    attentions = _eager_attentions(inputs)
+    first = len(inputs.prepared.tokens.ids) - 1
+    rows = list(range(first, first + inputs.n_answer))
+    cols = list(inputs.prepared.tokens.context_positions)
+    expected = torch.stack([attentions[i][0][:, rows][:, :, cols] for i in layers]).double().mean(dim=(0, 1))
+    context = torch.tensor(res.context_scores, dtype=torch.float64)
+    assert torch.allclose(context, expected, rtol=0, atol=1e-7)
+    docs = torch.tensor(list(inputs.prepared.tokens.context_docs))
+    per_doc = torch.stack([context[:, docs == d].sum(1) for d in range(3)], dim=1)
+    doc = torch.tensor(res.doc_scores, dtype=torch.float64)
+    assert torch.allclose(doc, per_doc, rtol=0, atol=1e-12)
+    assert (doc >= 0).all() and (doc.sum(1) <= 1 + 1e-6).all()
+
+
+def test_attntrace_without_subsampling_and_with_every_token_is_the_mean_attention(inputs):
+    """keep=1 (every subsample is the full prompt) and top_k past every document's length: each document's mean
+    attention over its tokens."""
+    res = attribute_documents(inputs, "attntrace", keep=1.0, top_k=10_000, samples=2)
+    context = torch.tensor(attribute_documents(inputs, "attention_all").context_scores, dtype=torch.float64)
+    docs = torch.tensor(list(inputs.prepared.tokens.context_docs))
+    expected = torch.stack([context[:, docs == d].mean(1) for d in range(3)], dim=1)
+    assert torch.allclose(torch.tensor(res.doc_scores, dtype=torch.float64), expected, rtol=0, atol=1e-12)
+    assert res.options["samples"] == 2 and res.cost.forward_passes == 2
+
+
+def test_attntrace_subsamples_are_seeded_and_cover_every_document():
+    drawn = subsamples(5, samples=3, keep=0.4, seed=1)
+    assert drawn == subsamples(5, samples=3, keep=0.4, seed=1)
+    assert all(len(s) == 2 and list(s) == sorted(set(s)) for s in drawn)
+    assert set().union(*drawn) == set(range(5))
+    assert subsamples(5, samples=30, keep=0.4, seed=2) != subsamples(5, samples=30, keep=0.4, seed=3)
+
+
+# -- the citation rule ----------------------------------------------------------------------------------------------
+
+def test_the_std_rule_cites_documents_past_mean_plus_k_std():
+    cited = cite_documents([[2.0, 0.5, 0.25], [1.0, 0.5, 0.25]], k=1.0)
+    assert cited.totals == (3.0, 1.0, 0.5) and cited.cited == (1,)
+    assert cited.threshold == pytest.approx(1.5 + torch.tensor([3.0, 1.0, 0.5]).std(correction=0).item())
+    assert cite_documents([[3.0, 1.0, 0.5]], k=0.0).cited == (1,)  # past the mean
+    assert cite_documents([[1.0, 1.0]], k=1.0).cited == (1, 2)  # ties are kept
+
+
+def test_the_rule_sums_over_the_given_tokens_only():
+    scores = [[0.0, 5.0], [2.0, 0.0]]
+    assert cite_documents(scores).cited == (2,)
+    chosen = cite_documents(scores, tokens=[1])
+    assert chosen.totals == (2.0, 0.0) and chosen.cited == (1,)
+    assert math.isnan(cite_documents(scores, tokens=[]).threshold) and cite_documents(scores, tokens=[]).cited == ()
+
+
+def test_the_threshold_rule_cites_positive_documents_past_the_calibrated_threshold(inputs):
+    assert cite_documents([[0.2, 0.9, 0.5]], rule="threshold", threshold=0.4).cited == (2, 3)
+    assert cite_documents([[-1.0, -2.0]], rule="threshold", threshold=-5.0).cited == ()
+    res = attribute_documents(inputs, "leave_one_out")
+    totals = torch.tensor(res.doc_scores, dtype=torch.float64).sum(0)
+    assert cite_documents(res, rule="threshold", threshold=-1e9).cited == tuple(
+        d + 1 for d in sorted(range(3), key=lambda d: -totals[d]) if totals[d] > 0)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [({"rule": "top"}, "rule="), ({"rule": "threshold"}, "threshold"),
+                                              ({"tokens": [7]}, "tokens"), ({"k": -1.0}, "k=")])
+def test_bad_citation_settings_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        cite_documents([[1.0, 2.0]], **kwargs)
+
+
+# -- registering ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Uniform(DocumentMethod):
+    name: str = "uniform"
+    value: float = 1.0
+    rows: int | None = None
+
+    def compute(self, inputs, meter):
+        return MethodScores(doc=torch.full((self.rows or inputs.n_answer, inputs.n_docs), self.value))
+
+
+def test_a_registered_method_runs_by_name(inputs, registries):
+    register_document_method(_Uniform())
+    with pytest.raises(ValueError, match="already registered"):
+        register_document_method(_Uniform())
+    res = attribute_documents(inputs, "uniform", value=2.0)
+    assert res.options == {"value": 2.0, "rows": None} and {v for row in res.doc_scores for v in row} == {2.0}
+    assert res.cost.forward_passes == 0 and res.context_scores is None
+    with pytest.raises(ValueError, match="'unknown'.*'value'"):
+        attribute_documents(inputs, "uniform", unknown=1)
+    with pytest.raises(RuntimeError, match=r"uniform returned document scores of shape \[1, 3\]"):
+        attribute_documents(inputs, "uniform", rows=1)
+    with pytest.raises(RuntimeError, match="not finite"):
+        attribute_documents(inputs, "uniform", value=float("nan"))
+    with pytest.raises(ValueError, match="unknown document attribution method 'nope'"):
+        attribute_documents(inputs, "nope")
+
+
+def test_inputs_need_an_answer_and_documents(tiny_causal):
+    m = Mirage(tiny_causal)
+    with pytest.raises(ValueError, match="answer is missing"):
+        document_inputs(m, {"question": QUESTION, "docs": DOCS})
+    with pytest.raises(ValueError, match="answer_ids is empty"):
+        document_inputs(m, {"question": QUESTION, "docs": DOCS}, [])
+    prepared = m.prepare({"question": QUESTION, "docs": DOCS, "output": ANSWER})
+    assert document_inputs(m, prepared).prepared is prepared  # a prepared item is taken as it is
