@@ -85,9 +85,8 @@ def reference_command(path: str, *, limit: int, model: str, text: str) -> dict:
     """The reference procedure as a whole command: the model loaded, then for each of the first ``limit`` rows of
     ``path`` inseq's CTI and CCI on mirage's prompt and its MIRAGE-EX passage predictions (top-3, top-5 %), scored
     against the human labels."""
-    from mirage.attribution.cci import select_context
     from mirage.config import CCIConfig
-    from mirage.peers.inseq import run_reference
+    from mirage.peers.inseq import passage_predictions, run_reference
     from mirage.scoring import metrics as M
     from mirage.scoring.xor_attriqa import prepare_item
     from mirage.scoring.xor_eval import CCI_SELECTIONS
@@ -107,8 +106,7 @@ def reference_command(path: str, *, limit: int, model: str, text: str) -> dict:
             continue
         labels += list(item.labels)
         for name, selection in selections.items():
-            kept = {docs[j] for t in ref.selected for j in select_context(ref.cci_scores[t], selection)}
-            preds[name] += [d in kept for d in range(len(item.passages))]
+            preds[name] += passage_predictions(ref, docs, selection, len(item.passages))
     return {name: {k: fn(M.BinaryCounts.of(p, labels)) for k, fn in M.BINARY_METRICS.items()}
             for name, p in preds.items()}
 

@@ -19,10 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mirage import Mirage
-from mirage.attribution.cci import select_context
 from mirage.attribution.cti import select_tokens
 from mirage.config import CCIConfig, CTIConfig
-from mirage.peers.inseq import fit_to_prompt_context, run_reference
+from mirage.peers.inseq import fit_to_prompt_context, passage_predictions, run_reference
 from mirage.runs.store import read_records
 from mirage.scoring import metrics as M
 from mirage.scoring.benchmarks import stored_xor_pipeline
@@ -90,10 +89,7 @@ def main() -> int:
             labels += list(item.labels)
             for name, sel_cfg in selections.items():
                 ours = predict(view, ours_sel, name)
-                kept = set()
-                for t in ref_sel:
-                    kept |= {docs[j] for j in select_context(ref.cci_scores[t], sel_cfg)}
-                theirs = [d in kept for d in range(len(item.passages))]
+                theirs = passage_predictions(ref, docs, sel_cfg, len(item.passages))
                 row[f"mirage_{name}"], row[f"reference_{name}"] = ours, theirs
                 preds[("mirage", name)] += ours
                 preds[("reference", name)] += theirs

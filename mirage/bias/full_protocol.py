@@ -35,7 +35,7 @@ from mirage.bias.results import BiasStudyResult, SourceSummary
 from mirage.config import ConfigError, read_config_file
 from mirage.data.inputs import short_repr
 from mirage.runs.store import write_atomic
-from mirage.views.markdown import md_table, stars
+from mirage.views.markdown import code, md_table, stars, text
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -354,7 +354,7 @@ def withdrawn_text(out_dir: str | Path) -> str | None:
     entries = withdrawn(out_dir)
     if not entries:
         return None
-    said = "; ".join(f"`{w.study}` ({w.n_items} questions, {w.model}): {w.reason}" for w in entries)
+    said = "; ".join(f"{code(w.study)} ({w.n_items} questions, {text(w.model)}): {text(w.reason)}" for w in entries)
     return (f"Withdrawn from this folder's results, and so not in the table: {said}. A withdrawn study that "
             "`mirage bias-protocol` runs again to the end stands again.")
 

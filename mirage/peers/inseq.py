@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from mirage.attribution.aggregation import cite_sentences, cite_token
+from mirage.attribution.cci import select_context
 from mirage.attribution.results import AttributionResult
 from mirage.config import CCIConfig
 
@@ -286,6 +287,15 @@ def fit_to_prompt_context(ref: ReferenceOutput, tokenizer: Any, tokens: Tokenize
     if len(ref.context_tokens) != n:
         notes.append(f"{len(ref.context_tokens)} inseq context tokens, {n} in the prompt")
     return notes
+
+
+def passage_predictions(ref: ReferenceOutput, context_docs: Sequence[int], selection: CCIConfig,
+                        n_passages: int) -> list[bool]:
+    """MIRAGE-EX's passage predictions from the reference's output: a passage is cited when a context token of it is
+    among ``selection``'s top context tokens of some selected answer token (``context_docs``: each context token's
+    passage, mirage's token-to-document map)."""
+    kept = {context_docs[j] for t in ref.selected for j in select_context(ref.cci_scores[t], selection)}
+    return [d in kept for d in range(n_passages)]
 
 
 def sentence_citations(res: AttributionResult, context_docs: Sequence[int],

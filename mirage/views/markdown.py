@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["LINE_BREAK", "LINK_END", "TEXT_ESCAPES", "cell", "fmt_number", "fmt_p", "fmt_pct", "md_table", "stars", "text"]
+__all__ = ["LINE_BREAK", "LINK_END", "TEXT_ESCAPES", "cell", "code", "fenced", "fmt_number", "fmt_p", "fmt_pct", "md_table", "stars", "text"]
 
 #: A line break as markdown reads one.
 LINE_BREAK = re.compile(r"\r\n?|\n")
@@ -24,6 +24,25 @@ def text(value: Any) -> str:
     """A value a run recorded, as plain text on a page: on one line (a newline in it cannot end a heading, a table
     row or a list item), never HTML, a link, an image or a code span (:data:`TEXT_ESCAPES`, :data:`LINK_END`)."""
     return LINK_END.sub("\\\\]", LINE_BREAK.sub(" ", str(value)).translate(TEXT_ESCAPES))
+
+
+def _ticks(value: str, least: int) -> str:
+    """A run of backticks longer than any in ``value``, and at least ``least`` long."""
+    return "`" * max(least, 1 + max(map(len, re.findall("`+", value)), default=0))
+
+
+def code(value: Any) -> str:
+    """A value a run recorded, as inline code: on one line, ``|`` escaped (a table cell), between backtick runs
+    longer than any in it (so it cannot end the span)."""
+    value = LINE_BREAK.sub(" ", str(value)).replace("|", "\\|")
+    ticks, pad = _ticks(value, 1), " " if value.startswith("`") or value.endswith("`") else ""
+    return f"{ticks}{pad}{value}{pad}{ticks}"
+
+
+def fenced(body: str, lang: str = "text") -> str:
+    """A code block that nothing in ``body`` can close: its fence is longer than any backtick run inside."""
+    fence = _ticks(body, 3)
+    return f"{fence}{lang}\n{body.rstrip()}\n{fence}"
 
 
 def cell(value: Any, digits: int = 1) -> str:

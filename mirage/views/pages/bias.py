@@ -143,13 +143,10 @@ def _bias_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
 
 
 def _protocol_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
-    from mirage.bias.full_protocol import OverviewRow, overview_table, withdrawn
+    from mirage.bias.full_protocol import OverviewRow, overview_table, withdrawn_text
 
     rows = [OverviewRow.from_dict(r) for r in read_json(run_dir / "protocol.json")]
-    gone = "; ".join(f"{code(w.study)} ({w.n_items} questions, {text(w.model)}): {text(w.reason)}"
-                     for w in withdrawn(run_dir))
-    gone_section = (f"## Withdrawn\n\nWithdrawn from this folder's results, and so not in the table: {gone}. A "
-                    "withdrawn study that `mirage bias-protocol` runs again to the end stands again.") if gone else None
+    gone = withdrawn_text(run_dir)
     models = sorted({r.model for r in rows})
     links = "\n".join(f"- {link(code(r.study), f'{r.study}/README.md')}" for r in rows if (run_dir / r.study).is_dir())
     return page("Attribution-bias protocol: overview",
@@ -157,7 +154,7 @@ def _protocol_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) ->
                 "Percentages; CAS = mean |change| of precision against vanilla, CAB = ω · mean (informed − "
                 "counterfactual); * p < 0.05, ** p < 0.01 by each study's tests. Written by `mirage bias-protocol` "
                 "(`protocol.json`, `protocol.md`).",
-                ["## Overview\n\n" + overview_table(rows), gone_section, "## Studies\n\n" + links if links else None,
+                ["## Overview\n\n" + overview_table(rows), "## Withdrawn\n\n" + gone if gone else None, "## Studies\n\n" + links if links else None,
                  command_section(run_dir, None), *tail(run_dir)])
 
 

@@ -18,7 +18,7 @@ from mirage.attribution.serialization import JSONRecord
 from mirage.data.inputs import InputError
 from mirage.runs.files import read_json
 from mirage.runs.store import write_atomic
-from mirage.views.markdown import LINE_BREAK, cell, md_table, text
+from mirage.views.markdown import LINE_BREAK, cell, code, fenced, md_table, text
 
 #: The first line of every page ``mirage report`` writes; a README.md without it is the user's and is never rewritten.
 MARK = "<!-- Written by `mirage report` from this folder's results; edit the results, not this page. -->"
@@ -38,19 +38,6 @@ OTHER_SCHEME = re.compile(r"\]\((?=\s*<?(?!https?:)[A-Za-z][A-Za-z0-9+.-]*:)")
 FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 
 
-def _ticks(value: str, least: int) -> str:
-    """A run of backticks longer than any in ``value``, and at least ``least`` long."""
-    return "`" * max(least, 1 + max(map(len, re.findall("`+", value)), default=0))
-
-
-def code(value: Any) -> str:
-    """A value a run recorded, as inline code: on one line, ``|`` escaped (a table cell), between backtick runs
-    longer than any in it (so it cannot end the span)."""
-    value = LINE_BREAK.sub(" ", str(value)).replace("|", "\\|")
-    ticks, pad = _ticks(value, 1), " " if value.startswith("`") or value.endswith("`") else ""
-    return f"{ticks}{pad}{value}{pad}{ticks}"
-
-
 def link(label: str, target: str) -> str:
     """A link (``label``: markdown) to a file or folder of the run: ``target`` percent-encoded, so no character of a
     file name ends it or makes it another scheme."""
@@ -62,12 +49,6 @@ def link(label: str, target: str) -> str:
 def gib(mib: float | None) -> str:
     """Memory recorded in MiB (2^20 bytes, as every mirage record keeps it) in GiB (2^30 bytes), two decimals."""
     return "–" if mib is None else f"{mib / 1024:.2f} GiB"
-
-
-def fenced(body: str, lang: str = "text") -> str:
-    """A code block that nothing in ``body`` can close: its fence is longer than any backtick run inside."""
-    fence = _ticks(body, 3)
-    return f"{fence}{lang}\n{body.rstrip()}\n{fence}"
 
 
 def _outside_code_spans(line: str, change: Callable[[str], str]) -> str:
