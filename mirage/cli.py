@@ -246,6 +246,12 @@ class Command:
     register: Callable[[], Register]
 
 
+def _register_methods() -> Register:
+    from mirage.scoring.methods_cli import register
+
+    return register
+
+
 def _register_score() -> Register:
     from mirage.scoring.cli import register
 
@@ -303,6 +309,7 @@ def commands() -> list[Command]:
         Command("view", VIEW_HELP, lambda: register_view),
         Command("tune", "citation fine-tuning: build training data, train a LoRA adapter (SFT, then a reward "
                         "stage), evaluate its citations", _register_tune),
+        Command("methods", "document attribution methods: list them, train AT2's head weights", _register_methods),
         Command("data", "datasets by name: list them, get them into the cache (download, or --from a local copy)",
                 _register_data),
         Command("report", "write a run folder's results page (DIR/README.md) from its results alone", _register_report),

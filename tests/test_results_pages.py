@@ -382,6 +382,7 @@ def _check_xor(folder: Path, args: argparse.Namespace, argv: list[str]) -> None:
         return sorted("likelihood" if n == "learned" else n for n in names)
 
     assert groups(args.settings) == groups(s.get("groups") or ["cal", "ex", "likelihood"])
+    assert list(args.methods or ()) == list(s.get("methods") or ())
     config = s.get("config") or {}
     assert exp.pipeline.prompt.name == config["prompt"]["name"]
     pipeline = exp.pipeline.to_dict()

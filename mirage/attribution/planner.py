@@ -9,6 +9,7 @@ Shapes: ``seq`` input positions, ``rows`` sequences of a left-padded batch.
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import ctypes.util
 import functools
@@ -65,6 +66,7 @@ __all__ = [
     "out_of_memory_error",
     "past_window",
     "plan_graph",
+    "probing",
     "return_freed_memory",
     "saved_tensor_bytes",
     "shrunk_window",
@@ -253,6 +255,16 @@ def guessed_activations(lm: LoadedModel) -> ActivationBytes:
                            outside=0.0, block_input=sizes.hidden * width, blocks=sizes.layers, source="guessed")
 
 
+#: True while the planner's probe passes run (:func:`activation_bytes`): passes that measure the model once, part of
+#: no attribution's work, which cost meters leave out (:class:`mirage.attribution.methods.PassMeter`).
+_PROBING: contextvars.ContextVar[bool] = contextvars.ContextVar("mirage_planner_probing", default=False)
+
+
+def probing() -> bool:
+    """Whether the model's passes running now are the planner's one-time probes (:func:`activation_bytes`)."""
+    return _PROBING.get()
+
+
 def activation_bytes(lm: LoadedModel, *, padded: bool = False, seq: int | None = None) -> ActivationBytes:
     """What ``lm``'s differentiable passes keep per token, counted once per model (and attention kernel): three
     short passes (:data:`PROBE_LENGTHS` tokens) record the tensors autograd saves, inside the model's blocks and
@@ -280,11 +292,14 @@ def activation_bytes(lm: LoadedModel, *, padded: bool = False, seq: int | None =
         return guessed_activations(lm)
     lengths = PROBE_LENGTHS
     rows = 2 if padded else 1
+    probe = _PROBING.set(True)
     try:
         with shrunk_window(lm, PROBE_WINDOW) if past else nullcontext():
             counts = [[c / rows for c in saved_tensor_bytes(lm, n, padded=padded)] for n in lengths]
     except torch.OutOfMemoryError as err:
         raise out_of_memory_error(lm, rows * lengths[-1], err) from None
+    finally:
+        _PROBING.reset(probe)
 
     def fit(values: list[float]) -> tuple[float, float]:
         (a, b, c), (ya, yb, yc) = lengths, values

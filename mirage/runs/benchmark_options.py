@@ -80,6 +80,12 @@ class XorAttriQAOptions:
         "adds; used while this run's store is empty"))
     nli_dir: str | None = cli_arg(None, flag="--nli-dir", help=(
         "folder of <split>.nli-*.json baseline predictions (default: beside DATA)"))
+    #: Document attribution methods (:data:`mirage.registry.DOCUMENT_METHODS`) scored beside MIRAGE on the same
+    #: answers and prompts (:mod:`mirage.scoring.xor_methods`); checked against the registry when the run starts.
+    methods: tuple[str, ...] = cli_arg((), flag="--methods", metavar="NAME", help=(
+        "also score these document attribution methods (registered names, or all) on the same answers and prompts: "
+        "per answer (mean + std) and, with --calibrate-on, at calibrated thresholds; DIR/methods.jsonl keeps their "
+        "scores, results.json their rows (NAME@ex, NAME@cal, NAME@cal_agreement) and cost per answer"))
     #: Compute the passage signals (needed by the ``likelihood`` and ``passage_score`` settings).
     signals: bool = True
     #: Keep the test rows asking a question the model records it was trained on (a model mirage tuned); by default
@@ -99,6 +105,10 @@ class XorAttriQAOptions:
         if not isinstance(groups, Sequence) or not all(isinstance(g, str) for g in groups):
             raise ConfigError(f"groups must be a list of setting groups, got {self.groups!r}.")
         object.__setattr__(self, "groups", tuple(groups))
+        methods = (self.methods,) if isinstance(self.methods, str) else self.methods
+        if not isinstance(methods, Sequence) or not all(isinstance(m, str) for m in methods):
+            raise ConfigError(f"methods must be a list of document method names, got {self.methods!r}.")
+        object.__setattr__(self, "methods", tuple(methods))
         _optional_positive(self, "batch_items")
 
 

@@ -54,6 +54,7 @@ from mirage.scoring.xor_eval import (
     evaluate,
     setting_groups,
 )
+from mirage.scoring.xor_methods import METHODS_FILE, document_method_rows, resolve_methods, score_methods
 
 
 def _mirage_source(experiment: ExperimentConfig, mirage: MirageSource | None) -> MirageSource:
@@ -252,6 +253,7 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     # a dataset name of several parts (xor-attriqa-match:fi,ru) reads each part's file
     data, cal_files = resolve_files(experiment.data), resolve_files(experiment.calibrate_on)
     out = Path(options.output)
+    methods = resolve_methods(options.methods) if options.methods else ()  # a bad name leaves no run folder
 
     def load(path: str | Path) -> XorData:
         return load_xor_attriqa(path, text=text, nli_dir=options.nli_dir, limit=limit, group=group_passages)
@@ -286,6 +288,7 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     # the likelihood settings' classifier is fitted on the calibration files: without them, as MIRAGE-CAL, they are
     # not run, and the default computes no passage signal that no row would use
     use_signals = options.signals and "likelihood" in groups and bool(cal_files)
+    method_scores: dict[str, Any] = {}
 
     def calibration_scores(store: Any) -> tuple[dict, list]:
         """Calibration items: MIRAGE-EX rows and signals, then, round by round, the rows the calibration search
@@ -330,6 +333,10 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
                                                needs=needed if all_tokens or floor is not None else None,
                                                signals=use_signals, ex_rows=ex_rows,
                                                stage="xor-attriqa", batch_items=batch_items)
+        if methods:  # the document methods on the same answers, calibration ones first
+            found, _rejected = score_methods(model, [*(cal.items if cal else ()), *test.items], methods, config=cfg,
+                                             store=store_for(out / METHODS_FILE), progress=progress)
+            method_scores.update(found)
         return {**scores, **test_scores}, failed + [f for f in test_failed if f not in failed]
 
     done = _model_stages(
@@ -346,14 +353,20 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     settings = {"model": model_name, **labels, "calibrate_by": calibrate_by,
                 "limit": limit, "group_passages": group_passages, "all_tokens": all_tokens, "signals": use_signals,
                 "groups": list(groups), **trained, "config": cfg.to_dict()}
+    if methods:
+        settings["methods"] = list(options.methods)
     if match is not None:
         settings["self_match"] = match
     if options.reuse_from is not None:
         settings["reuse_from"] = str(options.reuse_from)
     pairs: list[dict[str, Any]] = []
+    scored = [item for item in test.items if item.key in scores]
+    extra, method_summary = (document_method_rows(scored, cal.items if cal else None, method_scores, methods)
+                             if methods else ({}, None))
     report = evaluate(test.items, scores, config=cfg, calibration_items=cal.items if cal else None,
                       calibrate_by=calibrate_by, bad_rows=bad, settings=settings, learned=use_signals, groups=groups,
-                      pairs=pairs)
+                      pairs=pairs, extra_rows=extra)
+    report.methods = method_summary
     # one line per (item, passage), every setting's score and citation: derived from the store, rewritten each run
     write_atomic(out / "pairs.jsonl", "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
     report.versions = library_versions()

@@ -93,8 +93,39 @@ def xor_table(report: XorAttriQAReport, metrics: list[str] | None = None) -> str
         if "likelihood" in asked and not report.settings.get("signals", True):
             blocks.append("Passage-likelihood classifier: not run (no --calibrate-on; it is fitted on the calibration "
                           "files).")
+    if report.methods:
+        blocks.append(methods_table(report))
     blocks.append(f"Bad rows skipped: {report.bad_rows['count']}")
     return "\n\n".join(blocks)
+
+
+#: How each document method's row is cited (:data:`mirage.scoring.xor_methods.METHOD_RULES`).
+METHOD_RULE_NAMES = {"ex": "per answer", "cal": "threshold for F1", "cal_agreement": "threshold for agreement"}
+
+
+def methods_table(report: XorAttriQAReport) -> str:
+    """The document methods' rows (``--methods``) beside the strongest baselines, averaged over languages, with
+    each method's cost per answer: one line per method and rule."""
+    metrics = ("agreement", "f1", "balanced_accuracy", "roc_auc")
+    header = ["", "agree", "F1", "bal.acc", "ROC-AUC", "passes", "s/answer"]
+    rows = []
+    for setting in ("learned", "nli_orig", "nli_mt", "cal_top3", "ex_top3", "cite_none"):
+        if setting in report.agreement:
+            rows.append([SETTING_NAMES.get(setting, setting),
+                         *[fmt_number(getattr(report, m).get(setting, {}).get("avg"), 3 if m == "roc_auc" else 1)
+                           for m in metrics], "", ""])
+    for name, entry in (report.methods or {}).items():
+        cost = entry.get("cost", {})
+        passes = sum(cost.get(k, 0.0) for k in ("forward_passes", "jvp_passes", "backward_passes"))
+        for rule, label in METHOD_RULE_NAMES.items():
+            setting = f"{name}@{rule}"
+            if setting in report.agreement:
+                rows.append([f"{name}, {label}",
+                             *[fmt_number(getattr(report, m)[setting].get("avg"), 3 if m == "roc_auc" else 1)
+                               for m in metrics],
+                             fmt_number(passes, 1), fmt_number(cost.get("seconds"), 3)])
+    return grid("Document attribution methods (--methods; averages over languages; cost: mean passes and seconds "
+                "per test answer)", header, rows)
 
 
 ELI5_ROWS = {

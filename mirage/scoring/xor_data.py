@@ -10,9 +10,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from mirage.data.inputs import InputError
+from mirage.runs.experiment import TextView
 from mirage.runs.store import content_key
 from mirage.scoring.rows import BadRow, RawRow, RowError, parse_rows, read_rows, require
 
@@ -32,8 +33,6 @@ __all__ = [
     "split_marked_passages",
 ]
 
-
-TextView = Literal["en", "native"]
 
 
 #: How the published NLI baselines' prediction files are named next to a split ``<stem>.jsonl``.

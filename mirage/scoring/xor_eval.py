@@ -12,7 +12,7 @@ passage per row, the largest CTI score, as in the reference's "full" evaluation)
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -294,6 +294,9 @@ class XorAttriQAReport(JSONRecord):
     #: on the test items, and, with calibration, the ``learned`` model (:class:`LearnedModel` as a dict), its
     #: standardised ``coefficients`` and each feature's ``roc_auc_calibration``.
     features: dict[str, Any] | None = None
+    #: With ``--methods``: per document method, its settings, calibrated thresholds and cost per answer
+    #: (:func:`mirage.scoring.xor_methods.method_rows`); its rows are ``NAME@RULE`` in the tables.
+    methods: dict[str, Any] | None = None
     format: int = XOR_REPORT_FORMAT
 
 
@@ -503,13 +506,16 @@ def evaluate(
     context: ContextView | None = None,
     groups: Sequence[str] = SETTING_GROUPS,
     pairs: list[dict[str, Any]] | None = None,
+    extra_rows: Mapping[str, list] | None = None,
 ) -> XorAttriQAReport:
     """The settings of ``groups`` (:data:`SETTING_GROUPS`) and the baselines per language from stored scores (no model
     run). With ``learned`` (the items have their passage signals), the ``passage_score`` setting and the features'
     ROC-AUC, and with calibration items the passage-likelihood classifier (rows ``learned``, ``learned_agreement``),
     fitted on them and applied to ``items``. ``context``: the context tokens CCI selects among (default the config's
     ``aggregation.context``; ``content`` leaves the prompt's passage markers out, as the authors' script does).
-    ``pairs``, when given, receives one record per (item, passage): :func:`pair_records`."""
+    ``pairs``, when given, receives one record per (item, passage): :func:`pair_records`. ``extra_rows``: more
+    settings' rows (lang, predictions, labels, scores, item key) per item, tabled after these (the document methods'
+    of :mod:`mirage.scoring.xor_methods`)."""
     groups = setting_groups(groups)
     learned = learned and "likelihood" in groups
     cfg = config or MirageConfig()
@@ -527,6 +533,11 @@ def evaluate(
     collected: dict[str, list] = {}
     tables = _setting_tables(views, langs, selections=selections, ex_cti=ex_cti, calibration=cal, ex="ex" in groups,
                              collect=collected)
+    for setting, rows in (extra_rows or {}).items():
+        collected[setting] = rows
+        per = per_language(rows, langs)
+        for name, table in tables.items():
+            table[setting] = per[name]
     test_rows = _feature_rows([v.item for v in views], scores, ex_cti)
     features: dict[str, Any] | None = None
     if learned:

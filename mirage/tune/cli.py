@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirage.config import ConfigError, MirageConfig, PromptConfig
+from mirage.config import DEFAULT_MODEL, ConfigError, MirageConfig, PromptConfig
 from mirage.data import resolve_files
 from mirage.data.inputs import InputError
 from mirage.options import add_options, option_fields
@@ -237,7 +237,7 @@ def _eval_mirage(args: argparse.Namespace) -> tuple[Any, MirageConfig | None]:
     if args.adapter and args.model:
         raise ConfigError("--adapter loads its own base model; give --adapter or --model, not both.")
     prompt = PromptConfig(name=args.prompt or "selfcitation")
-    base = read_adapter_info(args.adapter).base_model if args.adapter else args.model or "smollm2-135m-instruct"
+    base = read_adapter_info(args.adapter).base_model if args.adapter else args.model or DEFAULT_MODEL
     tuned = args.adapter or args.model
     if args.prompt is None and tuned:  # the prompt the adapter, or a model folder mirage fine-tuned, was trained with
         prompt = trained_prompt(tuned) or prompt

@@ -27,7 +27,9 @@ from mirage.attribution.methods import (
     register_document_method,
     shapley_values,
     subsamples,
+    train_head_weights,
 )
+from mirage.attribution.methods.heads import cached_weights_dir
 from mirage.attribution.models import wrap_model
 from mirage.registry import DOCUMENT_METHODS
 
@@ -39,7 +41,11 @@ DOCS = [{"title": "France", "text": "Paris is the capital of France."},
 QUESTION = "What is the capital of France?"
 ANSWER = "Paris is the capital."
 BUILT_INS = {"attention_last", "attention_all", "attntrace", "leave_one_out", "arc_jsd", "shapley",
-             "document_gate_jvp"}
+             "document_gate_jvp", "mirage_cci", "gradient_all", "attnlrp", "at2"}
+
+
+def head_weights_path_for(model):
+    return cached_weights_dir() / f"{model}.json"
 
 
 def _inputs(lm, docs=DOCS):
@@ -49,6 +55,17 @@ def _inputs(lm, docs=DOCS):
 @pytest.fixture(scope="module")
 def inputs(tiny_causal):
     return _inputs(tiny_causal)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def at2_weights(inputs, tmp_path_factory):
+    """AT2's head weights for the tiny model, trained on its own ablations (a few steps) into this module's own
+    cache, where ``mirage methods train-at2`` leaves them: the registered ``at2`` finds them by the model's name."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MIRAGE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        weights = train_head_weights([inputs], model=inputs.lm.name, masks=8, iterations=20)
+        weights.write(head_weights_path_for(inputs.lm.name))
+        yield weights
 
 
 def _plain_logits(inputs, kept):

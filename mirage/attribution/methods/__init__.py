@@ -25,6 +25,8 @@ name                   cost                                        source
 ``attention_all``      1 forward pass (eager attention)            the same over all layers
 ``attntrace``          ``samples`` forward passes (eager, 8)       AttnTrace (Wang, Geng, Chen and Jia, 2025):
                                                                    top-k attention, context subsampling
+``at2``                1 forward pass (eager attention); trained   AT2 (Cohen-Wang, Chuang and Mądry, 2025): a
+                       once per model on ablations                 learned weight per attention head
 ``leave_one_out``      n + 1 forward passes, n from the cache      leave-one-out ablation (ContextCite's baseline)
 ``arc_jsd``            n + 1 forward passes, n from the cache      ARC-JSD (Li et al., 2025)
 ``shapley``            2**n forward passes (n <= 10), from the     Shapley (1953); sampled permutations above
@@ -32,6 +34,12 @@ name                   cost                                        source
 ``document_gate_jvp``  n forward-mode (JVP) passes, no cache       mirage's; first-order ablation estimate as in
                                                                    attribution patching (Nanda, 2023; Syed et al.,
                                                                    2023), by forward-mode differentiation
+``mirage_cci``         2 forward passes, 1 backward per token CTI  MIRAGE (Qi, Sarti et al., 2024): CTI, then CCI
+                       selects                                     saliency summed over each document's tokens
+``gradient_all``       2 forward passes, 1 backward per answer     the same CCI for every answer token, without
+                       token                                       CTI: the plain gradient baseline
+``attnlrp``            1 forward pass, 1 backward per answer       AttnLRP (Achtibat et al., 2024), gradient ×
+                       token                                       input form, as ``lxt``'s efficient mode
 =====================  ==========================================  =============================================
 
 Each method's docstring says exactly what it computes. A new method is a frozen dataclass subclassing
@@ -40,8 +48,8 @@ Each method's docstring says exactly what it computes. A new method is a frozen 
 same conformance test. :func:`cite_documents` is the per-answer citation rule over any method's document scores.
 
 Modules: ``base`` (the interface, the result, the cost meter, the registry functions), ``passes`` (the subset and
-attention passes the methods share), ``attention``, ``ablation``, ``gates`` (the methods), ``citing`` (the citation
-rule).
+attention passes the methods share), ``attention``, ``heads``, ``ablation``, ``gates``, ``gradients``, ``relevance``
+(the methods), ``citing`` (the citation rule).
 """
 
 from mirage.attribution.methods.ablation import (
@@ -66,6 +74,8 @@ from mirage.attribution.methods.base import (
 )
 from mirage.attribution.methods.citing import DocumentCitation, cite_documents
 from mirage.attribution.methods.gates import DocumentGateJVPMethod, gated_logprobs, gated_pass
+from mirage.attribution.methods.gradients import MirageCCIMethod
+from mirage.attribution.methods.heads import AT2Method, HeadWeights, head_features, train_head_weights
 from mirage.attribution.methods.passes import (
     attention_pass,
     attention_rows,
@@ -73,20 +83,25 @@ from mirage.attribution.methods.passes import (
     log_distributions,
     subset_readouts,
 )
+from mirage.attribution.methods.relevance import AttnLRPMethod, lrp_rules
 from mirage.registry import DOCUMENT_METHODS
 
 __all__ = [
     "DOCUMENT_METHODS",
+    "AT2Method",
     "ArcJSDMethod",
     "AttentionMethod",
+    "AttnLRPMethod",
     "AttnTraceMethod",
     "DocumentAttribution",
     "DocumentCitation",
     "DocumentGateJVPMethod",
     "DocumentInputs",
     "DocumentMethod",
+    "HeadWeights",
     "LeaveOneOutMethod",
     "MethodScores",
+    "MirageCCIMethod",
     "PassCost",
     "PassMeter",
     "ShapleyMethod",
@@ -99,11 +114,14 @@ __all__ = [
     "document_inputs",
     "gated_logprobs",
     "gated_pass",
+    "head_features",
     "layer_indices",
     "log_distributions",
+    "lrp_rules",
     "permutation_orders",
     "register_document_method",
     "shapley_values",
     "subsamples",
     "subset_readouts",
+    "train_head_weights",
 ]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
+from mirage.attribution.planner import probing
 from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.likelihood.signals import Prepare, prompt_with_documents
 from mirage.registry import DOCUMENT_METHODS
@@ -134,7 +135,8 @@ class PassCost(JSONRecord):
 
 class PassMeter:
     """Counts a model's passes for a block (a forward hook on the model: each completed call of ``lm.model`` is one
-    pass, of the kind :meth:`mode` sets, ``"forward"`` by default), times the block and, on a GPU, takes its peak
+    pass, of the kind :meth:`mode` sets, ``"forward"`` by default; the memory planner's one-time probes of the model,
+    :func:`mirage.attribution.planner.probing`, are not counted), times the block and, on a GPU, takes its peak
     memory. Backward passes do not call the model's forward: a method counts them with :meth:`add_backward`."""
 
     def __init__(self, lm: LoadedModel) -> None:
@@ -149,6 +151,8 @@ class PassMeter:
         self._cuda = lm.device.type == "cuda"
 
     def _hook(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        if probing():  # the memory planner measuring the model once, not the method's work
+            return
         self.counts[self._kind] += 1
         given = kwargs.get("input_ids")
         if given is None:

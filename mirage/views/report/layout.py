@@ -65,7 +65,7 @@ class DocRegion:
         return any(a < end and start < b for a, b in [self.text, *([self.title] if self.title else [])])
 
 
-def _located(prompt: str, text: str, lo: int, hi: int) -> tuple[int, int] | None:
+def _span_in_prompt(prompt: str, text: str, lo: int, hi: int) -> tuple[int, int] | None:
     """Where ``text``, or else its longest prefix (a document cut to fit the window), first lies in ``prompt[lo:hi]``."""
     at = prompt.find(text, lo, hi)
     if at >= 0:
@@ -85,10 +85,10 @@ def _inserted(prompt: str, text: str, mark: str | None, lo: int, hi: int) -> tup
     that is: whole, or its kept prefix (a document cut to fit the window); with ``mark`` after each of its sentences
     when the template writes one (:func:`mark_sentences`: a kept prefix is marked again, its last sentence cut)."""
     if mark is None:
-        found = _located(prompt, text, lo, hi)
+        found = _span_in_prompt(prompt, text, lo, hi)
         return None if found is None else (found, found[1] - found[0])
     marked = mark_sentences(text, mark)
-    found = _located(prompt, marked, lo, hi)
+    found = _span_in_prompt(prompt, marked, lo, hi)
     if found is None or found[1] - found[0] == len(marked):
         return None if found is None else (found, len(text))
     at, held = found[0], found[1] - found[0]

@@ -1,0 +1,117 @@
+"""``mirage score xor-attriqa --methods``: registered document attribution methods scored beside MIRAGE on the same
+answers and prompts, end to end on the embedded smollm2 model and the val slice of tests/data (see
+tests/data/README.md): their rows in results.json and pairs.jsonl, their cost, resumption, and the stored scores
+equal to the method's own on the same item."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mirage import cli
+from mirage.attribution.methods import attribute_documents, cite_documents, document_inputs
+from mirage.scoring.xor_attriqa import prepare_item, xor_attriqa_pipeline
+from mirage.scoring.xor_data import load_xor_attriqa
+
+pytestmark = pytest.mark.slow
+
+XOR_VAL = Path(__file__).parents[1] / "data" / "xor_attriqa_match" / "val.jsonl"
+METHODS = ["leave_one_out", "attention_last", "mirage_cci"]
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def methods_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("xor-methods")
+    args = ["score", "xor-attriqa", str(XOR_VAL), "--calibrate-on", str(XOR_VAL), "--limit", "3",
+            "--settings", "likelihood", "--methods", *METHODS, "-o", str(out)]
+    assert cli.main(args) == 0
+    return out, args
+
+
+def test_each_method_has_its_rows_its_thresholds_and_its_cost(methods_run):
+    out, _ = methods_run
+    res = json.loads((out / "results.json").read_text())
+    items = load_xor_attriqa(XOR_VAL, text="en", limit=3).items
+    assert res["settings"]["methods"] == METHODS
+    for name in METHODS:
+        for rule in ("ex", "cal", "cal_agreement"):
+            setting = f"{name}@{rule}"
+            for metric in ("agreement", "f1", "balanced_accuracy", "roc_auc"):
+                assert set(res[metric][setting]) == {item.lang for item in items} | {"avg"}, (setting, metric)
+        entry = res["methods"][name]
+        assert entry["cost"]["answers"] == len(items) and entry["cost"]["seconds"] > 0
+        assert entry["calibration"]["pairs"] == sum(len(i.labels) for i in items)
+        assert 0 <= entry["calibration"]["cal"]["f1"] <= 100
+    # leave-one-out: n + 1 forward passes per answer (the full prompt, then each passage left out)
+    n_docs = [len(i.passages) for i in items]
+    assert res["methods"]["leave_one_out"]["cost"]["forward_passes"] == pytest.approx(
+        sum(n + 1 for n in n_docs) / len(n_docs))
+    assert res["methods"]["attention_last"]["cost"]["backward_passes"] == 0
+    assert res["methods"]["mirage_cci"]["cost"]["backward_passes"] > 0
+
+
+def test_stored_scores_are_the_methods_own_and_the_rows_follow_from_them(methods_run, embedded_mirage):
+    """Each pair's score in pairs.jsonl is the method's document score averaged over the answer's tokens, as the
+    method gives it on the item prepared with the scorer's prompt; its per-answer citation is the std rule's."""
+    out, _ = methods_run
+    item = load_xor_attriqa(XOR_VAL, text="en", limit=3).items[0]
+    cfg = xor_attriqa_pipeline()
+    text, prep = prepare_item(embedded_mirage, item, config=cfg)
+    direct = attribute_documents(document_inputs(embedded_mirage, prep, text, config=cfg), "leave_one_out")
+    means = [sum(row[d] for row in direct.doc_scores) / direct.n_answer for d in range(direct.n_docs)]
+    cited = set(cite_documents(direct, rule="std", k=1.0).cited)
+    pairs = [p for p in _lines(out / "pairs.jsonl") if p["key"] == item.key]
+    assert [p["passage"] for p in pairs] == list(range(len(item.passages)))
+    for p in pairs:
+        got = p["settings"]["leave_one_out@ex"]
+        assert got["score"] == pytest.approx(means[p["passage"]], rel=1e-4, abs=1e-6)
+        assert got["cited"] == (p["passage"] + 1 in cited)
+        assert p["settings"]["leave_one_out@cal"]["score"] == got["score"]
+
+
+def test_a_rerun_resumes_without_the_model_and_the_table_shows_the_methods(methods_run, monkeypatch, capsys):
+    from mirage.pipeline import Mirage
+
+    out, args = methods_run
+    stored = (out / "methods.jsonl").read_text()
+    before = json.loads((out / "results.json").read_text())
+
+    def refuse(*a, **k):
+        raise AssertionError("the model was loaded although every method had scored every item")
+
+    monkeypatch.setattr(Mirage, "from_pretrained", classmethod(refuse))
+    capsys.readouterr()
+    assert cli.main(args) == 0
+    printed = capsys.readouterr().out
+    assert (out / "methods.jsonl").read_text() == stored  # one record per (method, item): nothing added
+    assert len(_lines(out / "methods.jsonl")) == 3 * len(METHODS)
+    after = json.loads((out / "results.json").read_text())
+    assert after["agreement"] == before["agreement"] and after["methods"].keys() == before["methods"].keys()
+    assert "Document attribution methods" in printed and "leave_one_out, threshold for F1" in printed
+
+
+def test_an_unknown_method_is_named_in_one_line(tmp_path, capsys):
+    code = cli.main(["score", "xor-attriqa", str(XOR_VAL), "--limit", "1", "--methods", "attention_lats",
+                     "-o", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code != 0 and "--methods" in err and "'attention_lats' is not a registered document method" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_all_names_every_registered_method_in_a_fresh_process():
+    """The scorer registers the built-in methods itself: ``--methods all`` in a process that imported nothing else
+    names each of them (a registry left empty would score nothing and say nothing)."""
+    import subprocess
+    import sys
+
+    from mirage.registry import DOCUMENT_METHODS
+
+    code = "from mirage.scoring.xor_methods import resolve_methods; print(' '.join(m.name for m in resolve_methods(['all'])))"
+    done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == sorted(DOCUMENT_METHODS)
