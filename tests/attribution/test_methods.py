@@ -41,7 +41,7 @@ DOCS = [{"title": "France", "text": "Paris is the capital of France."},
 QUESTION = "What is the capital of France?"
 ANSWER = "Paris is the capital."
 BUILT_INS = {"attention_last", "attention_all", "attntrace", "leave_one_out", "arc_jsd", "shapley",
-             "document_gate_jvp", "mirage_cci", "gradient_all", "attnlrp", "at2"}
+             "document_gate_jvp", "mirage_cci", "gradient_all", "attnlrp", "at2", "rollout"}
 
 
 def head_weights_path_for(model):
@@ -63,7 +63,7 @@ def at2_weights(inputs, tmp_path_factory):
     cache, where ``mirage methods train-at2`` leaves them: the registered ``at2`` finds them by the model's name."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MIRAGE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        weights = train_head_weights([inputs], model=inputs.lm.name, masks=8, iterations=20)
+        weights = train_head_weights([inputs, inputs], model=inputs.lm.name, masks=8, iterations=20, held_out=0)
         weights.write(head_weights_path_for(inputs.lm.name))
         yield weights
 
@@ -350,3 +350,31 @@ def test_inputs_need_an_answer_and_documents(tiny_causal):
         document_inputs(m, {"question": QUESTION, "docs": DOCS}, [])
     prepared = m.prepare({"question": QUESTION, "docs": DOCS, "output": ANSWER})
     assert document_inputs(m, prepared).prepared is prepared  # a prepared item is taken as it is
+
+
+# -- attention rollout ---------------------------------------------------------------------------------------------
+
+def test_rollout_is_the_product_of_the_layers_mixed_with_the_identity():
+    from mirage.attribution.methods import rollout
+
+    g = torch.Generator().manual_seed(0)
+    layers = [torch.softmax(torch.randn(1, 3, 5, 5, generator=g), dim=-1) for _ in range(2)]
+    flow = rollout(layers, residual=0.5)
+    mixed = [0.5 * torch.eye(5, dtype=torch.float64) + 0.5 * a[0].double().mean(0) for a in layers]
+    torch.testing.assert_close(flow, mixed[1] @ mixed[0])
+    torch.testing.assert_close(flow.sum(-1), torch.ones(5, dtype=torch.float64))  # still a distribution per row
+    torch.testing.assert_close(rollout(layers[:1], residual=0.0), layers[0][0].double().mean(0))
+
+
+def test_rollout_reads_the_rows_predicting_each_answer_token(inputs):
+    """The method's context scores are the rolled-out flow from the position predicting each answer token, over
+    the context tokens (the model's own attention pass, rolled out here)."""
+    from mirage.attribution.forward import model_inputs
+    from mirage.attribution.methods import attention_pass, rollout
+
+    ids = list(inputs.prepared.tokens.ids)
+    flow = rollout(attention_pass(inputs, ids, method="rollout"))
+    _seq, rows = model_inputs(inputs.lm, ids, inputs.answer_ids)
+    expected = flow[rows][:, list(inputs.prepared.tokens.context_positions)]
+    got = attribute_documents(inputs, "rollout", residual=0.5)
+    torch.testing.assert_close(torch.tensor(got.context_scores, dtype=torch.float64), expected)

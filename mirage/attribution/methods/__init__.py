@@ -25,6 +25,7 @@ name                   cost                                        source
 ``attention_all``      1 forward pass (eager attention)            the same over all layers
 ``attntrace``          ``samples`` forward passes (eager, 8)       AttnTrace (Wang, Geng, Chen and Jia, 2025):
                                                                    top-k attention, context subsampling
+``rollout``            1 forward pass (eager attention)            attention rollout (Abnar and Zuidema, 2020)
 ``at2``                1 forward pass (eager attention); trained   AT2 (Cohen-Wang, Chuang and Mądry, 2025): a
                        once per model on ablations                 learned weight per attention head
 ``leave_one_out``      n + 1 forward passes, n from the cache      leave-one-out ablation (ContextCite's baseline)
@@ -60,7 +61,14 @@ from mirage.attribution.methods.ablation import (
     permutation_orders,
     shapley_values,
 )
-from mirage.attribution.methods.attention import AttentionMethod, AttnTraceMethod, context_attention, subsamples
+from mirage.attribution.methods.attention import (
+    AttentionMethod,
+    AttnTraceMethod,
+    RolloutMethod,
+    context_attention,
+    rollout,
+    subsamples,
+)
 from mirage.attribution.methods.base import (
     DocumentAttribution,
     DocumentInputs,
@@ -104,6 +112,7 @@ __all__ = [
     "MirageCCIMethod",
     "PassCost",
     "PassMeter",
+    "RolloutMethod",
     "ShapleyMethod",
     "answer_logprobs",
     "attention_pass",
@@ -120,6 +129,7 @@ __all__ = [
     "lrp_rules",
     "permutation_orders",
     "register_document_method",
+    "rollout",
     "shapley_values",
     "subsamples",
     "subset_readouts",

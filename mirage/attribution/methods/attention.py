@@ -1,6 +1,7 @@
 """Attention-based document methods: the answer's raw attention to each document (:class:`AttentionMethod`,
-registered as ``attention_last`` and ``attention_all``) and AttnTrace's top-k, subsampled variant
-(:class:`AttnTraceMethod`, ``attntrace``).
+registered as ``attention_last`` and ``attention_all``), AttnTrace's top-k, subsampled variant
+(:class:`AttnTraceMethod`, ``attntrace``) and attention rollout (:class:`RolloutMethod`, ``rollout``; the
+arithmetic in :func:`rollout`).
 
 Every attention score reads, for answer token t, the attention row of the position whose logits predict t (the
 prompt's last token for the first answer token, answer token t - 1 after it), as
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from mirage.attribution.methods.base import DocumentInputs, PassMeter
     from mirage.attribution.prompts import PreparedItem
 
-__all__ = ["AttentionMethod", "AttnTraceMethod", "context_attention", "subsamples"]
+__all__ = ["AttentionMethod", "AttnTraceMethod", "RolloutMethod", "context_attention", "rollout", "subsamples"]
 
 
 def context_attention(inputs: DocumentInputs, prepared: PreparedItem, layers: str, *, method: str) -> torch.Tensor:
@@ -141,3 +142,47 @@ class AttnTraceMethod(DocumentMethod):
 register_document_method(AttentionMethod(name="attention_last", layers="last_quarter"))
 register_document_method(AttentionMethod(name="attention_all", layers="all"))
 register_document_method(AttnTraceMethod())
+
+
+def rollout(attentions: list[torch.Tensor] | tuple[torch.Tensor, ...], *, residual: float = 0.5) -> torch.Tensor:
+    """Attention rollout (Abnar and Zuidema, 2020, "Quantifying Attention Flow in Transformers") of one sequence:
+    ``[seq, seq]`` (float64), the product over layers, last to first, of each layer's attention averaged over heads
+    mixed with the identity for the residual stream, ``residual · I + (1 - residual) · A``, its rows renormalised.
+    ``attentions``: per layer ``[1, heads, seq, seq]``."""
+    out = None
+    for layer in attentions:
+        a = layer[0].double().mean(dim=0).cpu()
+        a = residual * torch.eye(a.shape[0], dtype=a.dtype) + (1 - residual) * a
+        a = a / a.sum(dim=-1, keepdim=True)
+        out = a if out is None else a @ out
+    if out is None:
+        raise ValueError("rollout needs the attention weights of at least one layer.")
+    return out
+
+
+@dataclass(frozen=True)
+class RolloutMethod(DocumentMethod):
+    """Attention rollout (Abnar and Zuidema, 2020): ``context_scores[t][j]``, the rolled-out attention
+    (:func:`rollout`, ``residual`` the identity's share at each layer) from the position predicting answer token t
+    to context token j; ``doc_scores[t][d]``, its sum over document d's tokens. Cost: one forward pass with eager
+    attention."""
+
+    name: str = "rollout"
+    residual: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.residual < 1.0:
+            raise ValueError(f"residual={self.residual!r} is not valid; give the identity's share, in [0, 1).")
+
+    def compute(self, inputs: DocumentInputs, meter: PassMeter) -> MethodScores:
+        ids = list(inputs.prepared.tokens.ids)
+        flow = rollout(attention_pass(inputs, ids, method=self.name), residual=self.residual)
+        _seq, rows = model_inputs(inputs.lm, ids, inputs.answer_ids)
+        columns = torch.tensor(list(inputs.prepared.tokens.context_positions), dtype=torch.long)
+        context = flow.index_select(0, torch.tensor(rows, dtype=torch.long)).index_select(1, columns)
+        docs = torch.tensor(list(inputs.prepared.tokens.context_docs), dtype=torch.long)
+        doc = torch.zeros(inputs.n_answer, inputs.n_docs, dtype=context.dtype).index_add_(1, docs, context)
+        return MethodScores(doc=doc, context=context)
+
+
+register_document_method(RolloutMethod())
