@@ -27,6 +27,7 @@ from mirage.runs.experiment import (
     add_experiment_args,
     loading_argv,
 )
+from mirage.runs.files import RESULTS_FILE
 from mirage.runs.progress import terminal_progress
 
 if TYPE_CHECKING:
@@ -250,7 +251,7 @@ def cmd_bias(args: argparse.Namespace) -> int:
     compare = []
     for path in args.compare or []:
         path = Path(path)
-        compare.append(BiasStudyResult.load(path / "results.json" if path.is_dir() else path))
+        compare.append(BiasStudyResult.load(path / RESULTS_FILE if path.is_dir() else path))
     exp.check_device()
 
     if args.retriever and (args.write_requests or args.answers or args.compare):

@@ -42,7 +42,7 @@ from mirage.attribution.serialization import JSONRecord
 from mirage.bias.records import BiasRecord, read_generations
 from mirage.data.inputs import InputError
 from mirage.options import add_options, cli_arg
-from mirage.runs.files import read_json
+from mirage.runs.files import RESULTS_FILE, read_json
 from mirage.runs.store import write_atomic
 from mirage.views.markdown import fmt_p, fmt_pct, md_table
 
@@ -500,7 +500,7 @@ def analyse_run(run_dir: str | Path) -> ExplanationAnalysis:
     if not any(r.explanation is not None for r in records):
         raise InputError(f"{run_dir}: none of its {len(records)} generations has an explanation; run `mirage bias` "
                          "with --explain (into a new folder: explained generations are keyed apart).")
-    results = run_dir / "results.json"
+    results = run_dir / RESULTS_FILE
     if results.is_file():
         stored = read_json(results, fix="give the results.json the run wrote, or delete it.")
         words = label_words(stored.get("metadata", {}))

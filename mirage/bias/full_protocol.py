@@ -34,6 +34,7 @@ from mirage.attribution.serialization import JSONRecord
 from mirage.bias.results import BiasStudyResult, SourceSummary
 from mirage.config import ConfigError, read_config_file
 from mirage.data.inputs import short_repr
+from mirage.runs.files import RESULTS_FILE
 from mirage.runs.store import write_atomic
 from mirage.views.markdown import code, md_table, stars, text
 
@@ -236,7 +237,7 @@ def overview_rows(out_dir: str | Path, order: Sequence[str] = ()) -> list[Overvi
     root = Path(out_dir)
     gone = {w.study for w in withdrawn(root)}
     rows = []
-    for path in sorted(_walk(root, "results.json"), key=_study_order(root, order)):
+    for path in sorted(_walk(root, RESULTS_FILE), key=_study_order(root, order)):
         rel = path.parent.relative_to(root).as_posix() or "."
         if rel in gone:
             continue
@@ -372,7 +373,7 @@ def summarize_protocol(out_dir: str | Path, order: Sequence[str] = ()) -> tuple[
 
     root = Path(out_dir)
     gone = {w.study for w in withdrawn(root)}
-    for path in _walk(root, "results.json"):
+    for path in _walk(root, RESULTS_FILE):
         folder = path.parent
         rel = folder.relative_to(root).as_posix()
         if rel in gone or run_file(folder, "generations.jsonl") is None:  # withdrawn, or no bias study's folder
@@ -401,7 +402,7 @@ def _summarize_retrievers(folder: Path, gone: set[str]) -> None:
     from mirage.bias.retrievers_study import RetrieverComparison, render_retrievers
 
     comparison = RetrieverComparison.load(folder / "retrievers.json")
-    runs = {name: replace(run, result=BiasStudyResult.load(folder / name / "results.json"))
+    runs = {name: replace(run, result=BiasStudyResult.load(folder / name / RESULTS_FILE))
             for name, run in comparison.runs.items() if name not in gone}
     if not runs:
         return

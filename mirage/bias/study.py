@@ -49,6 +49,7 @@ from mirage.bias.tables import plot_cab, render_markdown
 from mirage.data import data_label
 from mirage.data.inputs import InputError
 from mirage.runs.experiment import ExperimentConfig, leave_out_trained
+from mirage.runs.files import RESULTS_FILE
 from mirage.runs.lazy import MirageSource, resolve_mirage
 from mirage.runs.progress import Progress
 from mirage.runs.sharding import in_shards
@@ -180,7 +181,7 @@ def write_outputs(result: BiasStudyResult, out_dir: str | Path, *, compare: Sequ
     """``results.json``, ``tables.md`` and ``cab.png`` in ``out_dir`` (no ``cab.png`` when no study has a CAB:
     :func:`~mirage.bias.tables.plot_cab`)."""
     out_dir = Path(out_dir)
-    result.save(out_dir / "results.json")
+    result.save(out_dir / RESULTS_FILE)
     write_atomic(out_dir / "tables.md", render_markdown(result))
     fig = plot_cab([result, *compare])
     if fig is not None:
@@ -273,7 +274,7 @@ def summarize_run(run_dir: str | Path, *, compare: Sequence[BiasStudyResult] = (
     from mirage.runs.files import read_json, run_file
 
     run_dir = Path(run_dir)
-    path = run_file(run_dir, "results.json")
+    path = run_file(run_dir, RESULTS_FILE)
     if path is None:
         raise InputError(f"{run_dir} has no results.json to take the study's settings from; run `mirage bias` there.")
     old = BiasStudyResult.from_dict(read_json(path))

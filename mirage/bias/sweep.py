@@ -24,6 +24,7 @@ from mirage.bias.protocol import BiasConfig
 from mirage.bias.results import BiasStudyResult, SourceSummary
 from mirage.bias.study import run_bias_study
 from mirage.config import ConfigError
+from mirage.runs.files import RESULTS_FILE
 from mirage.runs.lazy import MirageSource
 
 SWEEP_FORMAT = 1
@@ -212,7 +213,7 @@ def summarize_sweep_dir(out_dir: str | Path, *, without: Sequence[str] = ()) -> 
     if not points:
         return None
     for point in points:
-        path = out_dir / point.run_dir / "results.json"
+        path = out_dir / point.run_dir / RESULTS_FILE
         if not path.is_file():
             raise InputError(f"{out_dir}: sweep point {point.run_dir}/ has no results.json; run the sweep again.")
         results.append((point.value, BiasStudyResult.load(path)))

@@ -48,6 +48,8 @@ def read_json(path: str | Path, *, what: str = "UTF-8 text file", fix: str = "gi
         raise InputError(f"{path} is not valid JSON ({err}); {fix}") from None
 
 
+#: The file every run folder's results are in (what its page, its view and a later run read).
+RESULTS_FILE = "results.json"
 #: The first bytes of every PNG file.
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: The largest figure a page embeds.

@@ -35,7 +35,7 @@ from mirage.data.inputs import InputError, NothingToScore
 from mirage.data.readers import BadRow
 from mirage.runs.benchmark_options import ELI5Options, XorAttriQAOptions
 from mirage.runs.experiment import ExperimentConfig, leave_out_trained
-from mirage.runs.files import read_json
+from mirage.runs.files import RESULTS_FILE, read_json
 from mirage.runs.lazy import MirageSource, resolve_mirage
 from mirage.runs.progress import Progress
 from mirage.runs.sharding import Shard, StoreFor, in_shards, owns
@@ -157,7 +157,7 @@ def _dtype(model: Any, dtype: str | None) -> str | None:
 
 
 def _save(out_dir: Path, report: Any, figure: Any, figure_name: str) -> None:
-    write_atomic(out_dir / "results.json", json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    write_atomic(out_dir / RESULTS_FILE, json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
     if figure is not None:
         figure.savefig(out_dir / figure_name, dpi=130)
 

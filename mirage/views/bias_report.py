@@ -35,11 +35,10 @@ from mirage.bias.tables import NO_CAB, has_cab, render_markdown
 from mirage.config import ConfigError, PromptConfig
 from mirage.data.inputs import InputError, make_item, short_repr
 from mirage.data.readers import parse_json, read_text
-from mirage.runs.files import figure_uri, read_json, read_run_records, run_file
-from mirage.views.pages.kinds import RESULTS
+from mirage.runs.files import RESULTS_FILE, figure_uri, read_json, read_run_records, run_file
 from mirage.views.report import doc_color, record_problem, template_asset, template_env
 
-#: The files of a bias run folder that the view reads (each may be gzipped; and :data:`RESULTS`), see
+#: The files of a bias run folder that the view reads (each may be gzipped; and :data:`RESULTS_FILE`), see
 #: :mod:`mirage.bias.study`.
 GENERATIONS = "generations.jsonl"
 ITEMS = "items.jsonl"
@@ -397,9 +396,9 @@ def bias_run_view(folder: str | Path, *, title: str | None = None) -> BiasRunVie
     """Read a bias run folder into what its page shows."""
     folder = Path(folder)
     records = read_bias_records(folder)
-    results_path = run_file(folder, RESULTS)
+    results_path = run_file(folder, RESULTS_FILE)
     if results_path is None:
-        raise InputError(f"{folder} has no {RESULTS}; the run has not finished (re-run `mirage bias` with the same "
+        raise InputError(f"{folder} has no {RESULTS_FILE}; the run has not finished (re-run `mirage bias` with the same "
                          "-o to write it).")
     data = read_json(results_path)
     problem = record_problem(data, BiasStudyResult)

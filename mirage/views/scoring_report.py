@@ -16,12 +16,11 @@ from markupsafe import Markup
 
 from mirage.attribution.results import AttributionResult
 from mirage.data.inputs import InputError, short_repr
-from mirage.runs.files import figure_uri, read_json, read_run_records, run_file
+from mirage.runs.files import RESULTS_FILE, figure_uri, read_json, read_run_records, run_file
 from mirage.scoring.eli5 import ELI5Report
-from mirage.views.pages.kinds import RESULTS
 from mirage.views.report import record_problem, report_html, result_from_record, template_asset, template_env
 
-#: The files of an ELI5 run folder that the view reads (each may be gzipped; and :data:`RESULTS`), see
+#: The files of an ELI5 run folder that the view reads (each may be gzipped; and :data:`RESULTS_FILE`), see
 #: :mod:`mirage.scoring.benchmarks`.
 ANSWERS = "answers.jsonl"
 FIGURE = "length_bins.png"
@@ -51,9 +50,9 @@ def read_eli5_answers(folder: str | Path, seeds: Sequence[int] = ()) -> list[Att
 
 def read_eli5_report(folder: str | Path) -> ELI5Report:
     """The run's ``results.json`` (:class:`mirage.scoring.eli5.ELI5Report`)."""
-    path = run_file(folder, RESULTS)
+    path = run_file(folder, RESULTS_FILE)
     if path is None:
-        raise InputError(f"{folder} has no {RESULTS}; the run has not finished (re-run `mirage score eli5` with the "
+        raise InputError(f"{folder} has no {RESULTS_FILE}; the run has not finished (re-run `mirage score eli5` with the "
                          "same -o to write it).")
     data = read_json(path)
     if not isinstance(data, dict) or "per_seed" not in data:
@@ -91,7 +90,7 @@ def eli5_report_html(folder: str | Path, *, title: str | None = None) -> str:
     try:
         table = summary_text(report)
     except (KeyError, IndexError, TypeError, AttributeError, ValueError) as err:  # a results.json edited by hand
-        raise InputError(f"{run_file(folder, RESULTS)}: its summary cannot be shown ({type(err).__name__}: "
+        raise InputError(f"{run_file(folder, RESULTS_FILE)}: its summary cannot be shown ({type(err).__name__}: "
                          f"{short_repr(str(err), 120)}); give the results.json `mirage score eli5` wrote.") from None
     preface = template_env().get_template("eli5_summary.html.j2").render(
         report=report, table=table, n_answers=len(results), css=template_asset("runs.css"),

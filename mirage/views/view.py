@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from mirage.data.inputs import InputError
-from mirage.runs.files import run_file
+from mirage.runs.files import RESULTS_FILE, run_file
 from mirage.runs.store import StoreError, is_stream, write_atomic
 from mirage.views.bias_report import GENERATIONS, bias_report_html, bias_run_view
 from mirage.views.report import MAX_ITEMS, write_report
@@ -33,7 +33,7 @@ PAGE_MARKER = '<meta name="generator" content="mirage view">'
 #: How much of an existing output is read to find the mark (it comes right after ``<meta charset>``).
 _HEAD_BYTES = 4096
 #: The files that make a folder a run of each kind (each may be gzipped).
-RUN_FILES: dict[ViewKind, tuple[str, ...]] = {"bias": (GENERATIONS, "results.json"), "eli5": (ANSWERS, "results.json")}
+RUN_FILES: dict[ViewKind, tuple[str, ...]] = {"bias": (GENERATIONS, RESULTS_FILE), "eli5": (ANSWERS, RESULTS_FILE)}
 EXPECTED = ("a results JSONL written by `mirage attribute`, a bias-study run folder (generations.jsonl or "
             "generations.jsonl.gz, and results.json: `mirage bias … -o DIR`), or an ELI5 run folder (answers.jsonl "
             "and results.json: `mirage score eli5 … -o DIR`)")
@@ -64,7 +64,7 @@ def view_kind(path: str | Path) -> tuple[ViewKind, Path]:
             held = f"it holds {', '.join(names[:8])}{more}" if names else "it is empty"
             missing = [f"{name} (the {run} run's {what})" for run, name, what in
                        (("bias", GENERATIONS, "generations"), ("ELI5", ANSWERS, "attributed answers"))
-                       if run_file(path, "results.json") is not None and run_file(path, name) is None]
+                       if run_file(path, RESULTS_FILE) is not None and run_file(path, name) is None]
             lacks = f"; with its results.json it lacks {' or '.join(missing)}" if missing else ""
             studies = sorted(str(sub) for sub in path.iterdir() if sub.is_dir() and folder_kind(sub) is not None)
             if studies:  # a protocol, sweep or retrievers folder: its studies are the runs

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mirage.runs.files import RESULTS_FILE
 from mirage.views.pages.core import (
     cell,
     code,
@@ -20,7 +21,7 @@ from mirage.views.pages.core import (
     read_json,
     text,
 )
-from mirage.views.pages.kinds import RESULTS, PageKind, as_list, no_data, results_of
+from mirage.views.pages.kinds import PageKind, as_list, no_data, results_of
 
 __all__ = [
     "BENCHMARK_JSON_PAGE",
@@ -33,7 +34,7 @@ def _bench_files(run_dir: Path) -> list[Path]:
 
 
 def _is_bench(run_dir: Path) -> bool:
-    return not (run_dir / RESULTS).is_file() and bool(_bench_files(run_dir))
+    return not (run_dir / RESULTS_FILE).is_file() and bool(_bench_files(run_dir))
 
 
 def _scalar(v: Any) -> bool:

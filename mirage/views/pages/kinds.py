@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mirage.runs.files import RESULTS_FILE
 from mirage.views.pages.core import files_section, read_json
 
 __all__ = [
-    "RESULTS",
     "SELF_MATCH",
     "PageKind",
     "as_list",
@@ -31,7 +31,6 @@ __all__ = [
 ]
 
 
-RESULTS = "results.json"
 
 
 #: A self-match check's counts (``mirage.scoring.benchmarks.SELF_MATCH_FILE``).
@@ -48,11 +47,11 @@ class PageKind:
     detect: Callable[[Path], bool]
     data: Callable[[Path], list[str]]
     render: Callable[[Path, Callable[[Path], list[str | None]]], str]
-    files: str = RESULTS
+    files: str = RESULTS_FILE
 
 
 def results_of(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / RESULTS
+    path = run_dir / RESULTS_FILE
     if not path.is_file():
         return None
     value = read_json(path)

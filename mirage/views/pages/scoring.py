@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mirage.config import flags_for_changed_defaults
-from mirage.runs.files import portable_command
+from mirage.runs.files import RESULTS_FILE, portable_command
 from mirage.views.pages.core import (
     cell,
     code,
@@ -27,7 +27,6 @@ from mirage.views.pages.core import (
     versions_section,
 )
 from mirage.views.pages.kinds import (
-    RESULTS,
     SELF_MATCH,
     PageKind,
     as_list,
@@ -219,7 +218,7 @@ def _has_self_match_checks(run_dir: Path) -> bool:
 
 
 def _is_self_match(run_dir: Path) -> bool:
-    return (run_dir / SELF_MATCH).is_file() and not (run_dir / RESULTS).is_file()
+    return (run_dir / SELF_MATCH).is_file() and not (run_dir / RESULTS_FILE).is_file()
 
 
 def _self_match_data(run_dir: Path) -> list[str]:

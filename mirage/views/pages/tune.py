@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mirage.runs.files import portable_command
+from mirage.runs.files import RESULTS_FILE, portable_command
 from mirage.views.pages.core import (
     cell,
     code,
@@ -25,7 +25,7 @@ from mirage.views.pages.core import (
     settings_section,
     versions_section,
 )
-from mirage.views.pages.kinds import RESULTS, PageKind, no_data
+from mirage.views.pages.kinds import PageKind, no_data
 
 __all__ = [
     "TUNE_FOLLOW_PAGE",
@@ -51,7 +51,7 @@ def _tune_files(run_dir: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
 
 
 def _is_tune(run_dir: Path) -> bool:
-    return (run_dir / RESULTS).is_file() is False and any(_tune_files(run_dir).values())
+    return (run_dir / RESULTS_FILE).is_file() is False and any(_tune_files(run_dir).values())
 
 
 def _quarters(curve: Sequence[Mapping[str, Any]], key: str) -> tuple[float | None, float | None]:
