@@ -41,7 +41,7 @@ DOCS = [{"title": "France", "text": "Paris is the capital of France."},
 QUESTION = "What is the capital of France?"
 ANSWER = "Paris is the capital."
 BUILT_INS = {"attention_last", "attention_all", "attntrace", "leave_one_out", "arc_jsd", "shapley",
-             "document_gate_jvp", "mirage_cci", "gradient_all", "attnlrp", "at2", "rollout"}
+             "document_gate_jvp", "mirage_cci", "gradient_all", "attnlrp", "at2", "rollout", "selfcite"}
 
 
 def head_weights_path_for(model):
@@ -378,3 +378,36 @@ def test_rollout_reads_the_rows_predicting_each_answer_token(inputs):
     expected = flow[rows][:, list(inputs.prepared.tokens.context_positions)]
     got = attribute_documents(inputs, "rollout", residual=0.5)
     torch.testing.assert_close(torch.tensor(got.context_scores, dtype=torch.float64), expected)
+
+
+# -- SelfCite's reward ---------------------------------------------------------------------------------------------
+
+def test_the_citation_reward_is_only_the_cited_minus_without_them_on_plain_passes(inputs):
+    from mirage.attribution.methods import citation_rewards
+
+    got = citation_rewards(inputs, [[1], [2, 3], [1, 2, 3]])
+    expected = [float(_plain_logprobs(inputs, [0]).mean() - _plain_logprobs(inputs, [1, 2]).mean()),
+                float(_plain_logprobs(inputs, [1, 2]).mean() - _plain_logprobs(inputs, [0]).mean()),
+                float(_plain_logprobs(inputs, [0, 1, 2]).mean() - _plain_logprobs(inputs, []).mean())]
+    assert got == pytest.approx(expected, abs=1e-4)
+
+
+def test_best_of_n_ranks_every_small_set_by_its_reward(inputs):
+    from mirage.attribution.methods import best_citation, candidate_sets, citation_rewards
+
+    assert candidate_sets(3, 2) == [(1,), (2,), (3,), (1, 2), (1, 3), (2, 3)]
+    ranked = best_citation(inputs, max_size=2)
+    assert sorted(ranked.sets) == sorted(candidate_sets(3, 2)) and list(ranked.rewards) == sorted(ranked.rewards,
+                                                                                                  reverse=True)
+    assert ranked.rewards[0] == pytest.approx(citation_rewards(inputs, [ranked.best])[0])
+    with pytest.raises(ValueError, match="numbered 1..3"):
+        citation_rewards(inputs, [[4]])
+
+
+def test_the_selfcite_method_averages_to_each_documents_reward(inputs):
+    from mirage.attribution.methods import citation_rewards
+
+    res = attribute_documents(inputs, "selfcite")
+    means = torch.tensor(res.doc_scores, dtype=torch.float64).mean(dim=0)
+    assert means.tolist() == pytest.approx(citation_rewards(inputs, [[1], [2], [3]]), abs=1e-6)
+    assert res.cost.forward_passes == 1 + 2 * inputs.n_docs

@@ -32,6 +32,8 @@ name                   cost                                        source
 ``arc_jsd``            n + 1 forward passes, n from the cache      ARC-JSD (Li et al., 2025)
 ``shapley``            2**n forward passes (n <= 10), from the     Shapley (1953); sampled permutations above
                        cache; sampled above: one per subset        (Castro, Gómez and Tejada, 2009)
+``selfcite``           2n forward passes, from the cache           SelfCite's reward (Chuang et al., 2025) of each
+                                                                   document cited alone
 ``document_gate_jvp``  n forward-mode (JVP) passes, no cache       mirage's; first-order ablation estimate as in
                                                                    attribution patching (Nanda, 2023; Syed et al.,
                                                                    2023), by forward-mode differentiation
@@ -50,7 +52,8 @@ same conformance test. :func:`cite_documents` is the per-answer citation rule ov
 
 Modules: ``base`` (the interface, the result, the cost meter, the registry functions), ``passes`` (the subset and
 attention passes the methods share), ``attention``, ``heads``, ``ablation``, ``gates``, ``gradients``, ``relevance``
-(the methods), ``citing`` (the citation rule).
+(the methods), ``citing`` (the citation rule), ``selfcite`` (SelfCite's citation reward, its best-of-N reranking and
+the method of its per-document reward).
 """
 
 from mirage.attribution.methods.ablation import (
@@ -92,6 +95,13 @@ from mirage.attribution.methods.passes import (
     subset_readouts,
 )
 from mirage.attribution.methods.relevance import AttnLRPMethod, lrp_rules
+from mirage.attribution.methods.selfcite import (
+    RankedCitations,
+    SelfCiteMethod,
+    best_citation,
+    candidate_sets,
+    citation_rewards,
+)
 from mirage.registry import DOCUMENT_METHODS
 
 __all__ = [
@@ -112,12 +122,17 @@ __all__ = [
     "MirageCCIMethod",
     "PassCost",
     "PassMeter",
+    "RankedCitations",
     "RolloutMethod",
+    "SelfCiteMethod",
     "ShapleyMethod",
     "answer_logprobs",
     "attention_pass",
     "attention_rows",
     "attribute_documents",
+    "best_citation",
+    "candidate_sets",
+    "citation_rewards",
     "cite_documents",
     "context_attention",
     "document_inputs",
