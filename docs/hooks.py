@@ -11,7 +11,8 @@
 A page asks for generated text with a marker on a line of its own, e.g. ``<!-- mirage:cli -->``,
 ``<!-- mirage:config -->``, ``<!-- mirage:cost attribute -->``, ``<!-- mirage:bench attribution -->``,
 ``<!-- mirage:headline -->``, ``<!-- mirage:compare fidelity/fields_val.json -->``, ``<!-- mirage:self-match self_match -->``,
-``<!-- mirage:card smollm2-135m-cite-follow -->``, ``<!-- mirage:bias-follow DIR DIR -->``. ``tests/test_docs_site.py`` builds the site and reads these pages back.
+``<!-- mirage:card smollm2-135m-cite-follow -->``, ``<!-- mirage:bias-follow DIR DIR -->``,
+``<!-- mirage:methods DIR -->``. ``tests/test_docs_site.py`` builds the site and reads these pages back.
 """
 
 from __future__ import annotations
@@ -504,6 +505,40 @@ def xor_table(folder: str) -> str:
     return "\n".join(lines)
 
 
+def methods_table(folder: str) -> str:
+    """The document attribution methods of a ``--methods`` run (``folder/results.json``), best ROC-AUC first, beside
+    the strongest baselines of the same answers: agreement, F1 and balanced accuracy (averaged over the languages)
+    under each rule, ROC-AUC, and each method's mean passes and seconds per answer, with its time as a multiple of
+    MIRAGE's (``mirage_cci``) measured in the same run."""
+    from mirage.scoring.tables import METHOD_RULE_NAMES, SETTING_NAMES
+
+    rel = f"{folder}/results.json"
+    data = _read(rel)
+    summary = data.get("methods") or {}
+
+    def avg(metric: str, key: str, digits: int = 1) -> str:
+        return _num(data[metric].get(key, {}).get("avg"), digits)
+
+    base = (summary.get("mirage_cci") or {}).get("cost", {}).get("seconds")
+    rows = [[SETTING_NAMES.get(key, key), "", avg("agreement", key), avg("f1", key), avg("balanced_accuracy", key),
+             avg("roc_auc", key, 3), "", ""]
+            for key in ("nli_orig", "nli_mt", "learned", "cite_none") if key in data["agreement"]]
+    ranked = sorted(summary, key=lambda m: -(data["roc_auc"].get(f"{m}@ex", {}).get("avg") or 0.0))
+    for name in ranked:
+        cost = summary[name].get("cost", {})
+        passes = sum(cost.get(k, 0.0) for k in ("forward_passes", "jvp_passes", "backward_passes"))
+        seconds = cost.get("seconds")
+        ratio = f" ({seconds / base:.2f}×)" if seconds and base else ""
+        for rule, label in METHOD_RULE_NAMES.items():
+            key = f"{name}@{rule}"
+            if key in data["agreement"]:
+                rows.append([_code(name), label, avg("agreement", key), avg("f1", key), avg("balanced_accuracy", key),
+                             avg("roc_auc", key, 3) if rule == "ex" else "″", _num(passes),
+                             (_num(seconds, 2) + ratio) if rule == "ex" else ""])
+    return "\n".join([table(["method", "rule", "agreement %", "F1 %", "balanced accuracy %", "ROC-AUC",
+                              "passes / answer", "s / answer (× MIRAGE)"], rows), "", f"From {_source(rel)}."])
+
+
 # ---------------------------------------------------------------------------------------------- the headline table
 #: (what, model and view, results folder, file in it, setting): the README's and the site's headline rows.
 HEADLINE = [
@@ -621,6 +656,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
                            "xor-scoring": bench_xor_scoring, "xor-commands": bench_xor_commands}[name](),
     "cost": lambda command: COSTS[command](),
     "xor": xor_table,
+    "methods": methods_table,
     "protocol": protocol_overview,
     "bias-follow": bias_follow,
     "tune": tune_tables,
