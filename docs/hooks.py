@@ -509,32 +509,27 @@ def methods_table(folder: str) -> str:
     """The document attribution methods of a ``--methods`` run (``folder/results.json``), best ROC-AUC first, beside
     the strongest baselines of the same answers: agreement, F1 and balanced accuracy (averaged over the languages)
     under each rule, ROC-AUC, and each method's mean passes and seconds per answer, with its time as a multiple of
-    MIRAGE's (``mirage_cci``) measured in the same run."""
-    from mirage.scoring.tables import METHOD_RULE_NAMES, SETTING_NAMES
+    MIRAGE's (``mirage_cci``) in the same results file."""
+    from mirage.scoring.tables import SETTING_NAMES, methods_table_rows
+    from mirage.scoring.xor_eval import XorAttriQAReport
 
     rel = f"{folder}/results.json"
     data = _read(rel)
-    summary = data.get("methods") or {}
+    found = methods_table_rows(XorAttriQAReport.from_dict(data))
 
     def avg(metric: str, key: str, digits: int = 1) -> str:
         return _num(data[metric].get(key, {}).get("avg"), digits)
 
-    base = (summary.get("mirage_cci") or {}).get("cost", {}).get("seconds")
+    base = next((r.seconds for r in found if r.method == "mirage_cci"), None)
+    auc = {r.method: r.averages["roc_auc"] or 0.0 for r in found if r.rule == "ex"}
     rows = [[SETTING_NAMES.get(key, key), "", avg("agreement", key), avg("f1", key), avg("balanced_accuracy", key),
              avg("roc_auc", key, 3), "", ""]
             for key in ("nli_orig", "nli_mt", "learned", "cite_none") if key in data["agreement"]]
-    ranked = sorted(summary, key=lambda m: -(data["roc_auc"].get(f"{m}@ex", {}).get("avg") or 0.0))
-    for name in ranked:
-        cost = summary[name].get("cost", {})
-        passes = sum(cost.get(k, 0.0) for k in ("forward_passes", "jvp_passes", "backward_passes"))
-        seconds = cost.get("seconds")
-        ratio = f" ({seconds / base:.2f}×)" if seconds and base else ""
-        for rule, label in METHOD_RULE_NAMES.items():
-            key = f"{name}@{rule}"
-            if key in data["agreement"]:
-                rows.append([_code(name), label, avg("agreement", key), avg("f1", key), avg("balanced_accuracy", key),
-                             avg("roc_auc", key, 3) if rule == "ex" else "″", _num(passes),
-                             (_num(seconds, 2) + ratio) if rule == "ex" else ""])
+    for r in sorted(found, key=lambda r: -auc.get(r.method, 0.0)):  # stable: rules stay in order
+        ratio = f" ({r.seconds / base:.2f}×)" if r.seconds and base else ""
+        rows.append([_code(r.method), r.label, _num(r.averages["agreement"]), _num(r.averages["f1"]),
+                     _num(r.averages["balanced_accuracy"]), _num(r.averages["roc_auc"], 3) if r.rule == "ex" else "″",
+                     _num(r.passes), (_num(r.seconds, 2) + ratio) if r.rule == "ex" else ""])
     return "\n".join([table(["method", "rule", "agreement %", "F1 %", "balanced accuracy %", "ROC-AUC",
                               "passes / answer", "s / answer (× MIRAGE)"], rows), "", f"From {_source(rel)}."])
 

@@ -17,7 +17,7 @@ import argparse
 import json
 import shlex
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from mirage.config import ConfigError
@@ -69,26 +69,24 @@ def _command(exp: ExperimentConfig, options: TrainAT2Options, data: list[str]) -
 
 
 def cmd_list_methods(args: argparse.Namespace) -> int:
-    import mirage.attribution.methods  # noqa: F401 - registers the built-in methods
-    from mirage.registry import DOCUMENT_METHODS
+    from mirage.scoring.xor_methods import resolve_methods
 
-    width = max(len(name) for name in DOCUMENT_METHODS)
-    for name in sorted(DOCUMENT_METHODS):
-        method = DOCUMENT_METHODS[name]
+    methods = resolve_methods(["all"])
+    width = max(len(method.name) for method in methods)
+    for method in methods:
         summary = " ".join((type(method).__doc__ or "").split("\n\n")[0].split())
         summary = summary if len(summary) <= 100 else summary[:99].rstrip() + "…"
         settings = json.dumps(method.options()) if method.options() else "none"
-        print(f"{name:<{width}}  {summary}  Settings: {settings}")
+        print(f"{method.name:<{width}}  {summary}  Settings: {settings}")
     return 0
 
 
 def cmd_train_at2(args: argparse.Namespace) -> int:
-    from mirage.attribution.methods import HeadWeights, document_inputs, train_head_weights
+    from mirage.attribution.methods import HeadWeights, train_head_weights
     from mirage.attribution.methods.heads import cached_weights_dir, head_file_name
     from mirage.data import data_label, resolve_files
-    from mirage.runs.lazy import resolve_mirage
-    from mirage.scoring.xor_attriqa import prepare_item
     from mirage.scoring.xor_data import concat_data, load_xor_attriqa
+    from mirage.scoring.xor_methods import xor_document_inputs
 
     exp = ExperimentConfig.from_args(args, command="xor-attriqa")
     if not exp.data:
@@ -109,23 +107,17 @@ def cmd_train_at2(args: argparse.Namespace) -> int:
     items = [item for item in data.items if len(item.passages) > 1]
     print(f"loading {exp.model} …", file=sys.stderr)
     exp.check_device()
-    mirage = resolve_mirage(exp.load_mirage)
-    cfg = exp.pipeline
-
-    def examples():
-        for item in items:
-            text, prep = prepare_item(mirage, item, config=cfg)
-            yield document_inputs(mirage, prep, text, config=cfg)
+    mirage = exp.load_mirage()
+    examples = (xor_document_inputs(mirage, item, config=exp.pipeline) for item in items)
 
     labels = [data_label(p) for p in files]
-    weights = train_head_weights(examples(), model=exp.model, masks=options.masks, keep=options.keep,
+    weights = train_head_weights(examples, model=exp.model, masks=options.masks, keep=options.keep,
                                  iterations=options.iterations, learning_rate=options.learning_rate,
                                  seed=options.seed, held_out=options.held_out, data=labels,
                                  progress=terminal_progress, total=len(items))
     training = {**weights.training, "text": exp.text, "limit": exp.limit,
                 "single_passage_left_out": len(data.items) - len(items), "command": _command(exp, options, labels)}
-    weights = HeadWeights(model=weights.model, n_layers=weights.n_layers, n_heads=weights.n_heads,
-                          weights=weights.weights, training=training)
+    weights = replace(weights, training=training)
     weights.write(out)
     t = weights.training
     before, after = t["correlation_before"], t["correlation_after"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mirage.scoring.eli5 import ELI5Report
 from mirage.scoring.xor_eval import TABLE_ORDER, XorAttriQAReport
 from mirage.views.markdown import fmt_number
@@ -101,29 +103,54 @@ def xor_table(report: XorAttriQAReport, metrics: list[str] | None = None) -> str
 
 #: How each document method's row is cited (:data:`mirage.scoring.xor_methods.METHOD_RULES`).
 METHOD_RULE_NAMES = {"ex": "per answer", "cal": "threshold for F1", "cal_agreement": "threshold for agreement"}
+#: The measures a document method's row shows, averaged over the languages.
+METHOD_MEASURES = ("agreement", "f1", "balanced_accuracy", "roc_auc")
+
+
+@dataclass(frozen=True)
+class MethodRow:
+    """One document method's row under one rule (``--methods``): its measures averaged over the languages, and the
+    method's mean passes (forward, forward-mode and backward) and seconds per test answer."""
+
+    method: str
+    rule: str
+    averages: dict[str, float | None]
+    passes: float
+    seconds: float | None
+
+    @property
+    def label(self) -> str:
+        return METHOD_RULE_NAMES[self.rule]
+
+
+def methods_table_rows(report: XorAttriQAReport) -> list[MethodRow]:
+    """Every document method's rows of ``report``, method by method in the report's order, rule by rule."""
+    out = []
+    for name, entry in (report.methods or {}).items():
+        cost = entry.get("cost", {})
+        passes = sum(cost.get(k, 0.0) for k in ("forward_passes", "jvp_passes", "backward_passes"))
+        for rule in METHOD_RULE_NAMES:
+            setting = f"{name}@{rule}"
+            if setting in report.agreement:
+                out.append(MethodRow(method=name, rule=rule, passes=passes, seconds=cost.get("seconds"),
+                                     averages={m: getattr(report, m)[setting].get("avg") for m in METHOD_MEASURES}))
+    return out
 
 
 def methods_table(report: XorAttriQAReport) -> str:
     """The document methods' rows (``--methods``) beside the strongest baselines, averaged over languages, with
     each method's cost per answer: one line per method and rule."""
-    metrics = ("agreement", "f1", "balanced_accuracy", "roc_auc")
     header = ["", "agree", "F1", "bal.acc", "ROC-AUC", "passes", "s/answer"]
     rows = []
     for setting in ("learned", "nli_orig", "nli_mt", "cal_top3", "ex_top3", "cite_none"):
         if setting in report.agreement:
             rows.append([SETTING_NAMES.get(setting, setting),
                          *[fmt_number(getattr(report, m).get(setting, {}).get("avg"), 3 if m == "roc_auc" else 1)
-                           for m in metrics], "", ""])
-    for name, entry in (report.methods or {}).items():
-        cost = entry.get("cost", {})
-        passes = sum(cost.get(k, 0.0) for k in ("forward_passes", "jvp_passes", "backward_passes"))
-        for rule, label in METHOD_RULE_NAMES.items():
-            setting = f"{name}@{rule}"
-            if setting in report.agreement:
-                rows.append([f"{name}, {label}",
-                             *[fmt_number(getattr(report, m)[setting].get("avg"), 3 if m == "roc_auc" else 1)
-                               for m in metrics],
-                             fmt_number(passes, 1), fmt_number(cost.get("seconds"), 3)])
+                           for m in METHOD_MEASURES], "", ""])
+    for row in methods_table_rows(report):
+        rows.append([f"{row.method}, {row.label}",
+                     *[fmt_number(row.averages[m], 3 if m == "roc_auc" else 1) for m in METHOD_MEASURES],
+                     fmt_number(row.passes, 1), fmt_number(row.seconds, 3)])
     return grid("Document attribution methods (--methods; averages over languages; cost: mean passes and seconds "
                 "per test answer)", header, rows)
 

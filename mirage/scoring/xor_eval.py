@@ -295,7 +295,7 @@ class XorAttriQAReport(JSONRecord):
     #: standardised ``coefficients`` and each feature's ``roc_auc_calibration``.
     features: dict[str, Any] | None = None
     #: With ``--methods``: per document method, its settings, calibrated thresholds and cost per answer
-    #: (:func:`mirage.scoring.xor_methods.method_rows`); its rows are ``NAME@RULE`` in the tables.
+    #: (:func:`mirage.scoring.xor_methods.document_method_rows`); its rows are ``NAME@RULE`` in the tables.
     methods: dict[str, Any] | None = None
     format: int = XOR_REPORT_FORMAT
 

@@ -33,12 +33,15 @@ from mirage.runs.sharding import owns
 from mirage.scoring.xor_attriqa import prepare_item
 from mirage.scoring.xor_data import XorItem
 
-__all__ = ["METHODS_FILE", "METHOD_RULES", "MethodRecord", "document_method_rows", "resolve_methods", "score_methods"]
+__all__ = ["CALIBRATED_RULES", "METHODS_FILE", "METHOD_RULES", "MethodRecord", "document_method_rows", "resolve_methods", "score_methods",
+           "xor_document_inputs"]
 
 #: The run folder's store of the methods' document scores.
 METHODS_FILE = "methods.jsonl"
+#: The calibrated rows of each method, by suffix after ``@``: the measure their threshold maximises.
+CALIBRATED_RULES = {"cal": "f1", "cal_agreement": "agreement"}
 #: The rows each method gets (see the module docstring), by suffix after ``@``.
-METHOD_RULES = ("ex", "cal", "cal_agreement")
+METHOD_RULES = ("ex", *CALIBRATED_RULES)
 #: What ``--methods all`` stands for.
 ALL = "all"
 
@@ -56,6 +59,16 @@ def resolve_methods(names: Sequence[str]) -> tuple[Any, ...]:
         raise InputError(f"{', '.join(map(repr, unknown))} is not a registered document method; choose from "
                          f"{', '.join(sorted(DOCUMENT_METHODS))}, or all.", field="--methods")
     return tuple(DOCUMENT_METHODS[n] for n in dict.fromkeys(names))
+
+
+def xor_document_inputs(mirage: Any, item: XorItem, *, config: Any) -> Any:
+    """The :class:`~mirage.attribution.methods.DocumentInputs` of one XOR-AttriQA answer: its passages as documents
+    and its citation-free answer, prepared with ``config``'s prompt as MIRAGE's scores are
+    (:func:`mirage.scoring.xor_attriqa.prepare_item`)."""
+    from mirage.attribution.methods import document_inputs
+
+    text, prep = prepare_item(mirage, item, config=config)
+    return document_inputs(mirage, prep, text, config=config)
 
 
 def _options_digest(method: Any) -> str:
@@ -85,8 +98,6 @@ def score_methods(model: Any, items: Sequence[XorItem], methods: Sequence[Any], 
     (method, item) pairs it lacks and owns (a rank of several computes its share), and the keys of the items the
     pipeline rejects. ``model``: a Mirage, or a function returning one (called only if something is missing);
     ``config``: the run's pipeline (its prompt prepares the items, as MIRAGE's scores are prepared)."""
-    from mirage.attribution.methods import document_inputs
-
     items = list({item.key: item for item in items}.values())  # an answer in both test and calibration files once
     todo = [(m, item) for item in items for m in methods
             if _key(m, item.key) not in store.done and owns(store, _key(m, item.key))]
@@ -99,8 +110,7 @@ def score_methods(model: Any, items: Sequence[XorItem], methods: Sequence[Any], 
                 continue
             try:
                 if item.key not in prepared:
-                    text, prep = prepare_item(mirage, item, config=config)
-                    prepared[item.key] = document_inputs(mirage, prep, text, config=config)
+                    prepared[item.key] = xor_document_inputs(mirage, item, config=config)
                 result = method.attribute(prepared[item.key])
             except InputError:
                 failed.append(item.key)
@@ -163,7 +173,7 @@ def document_method_rows(items: Sequence[XorItem], calibration_items: Sequence[X
         pooled = [(s, bool(y)) for item, r in cal for s, y in zip(r.doc, item.labels)]
         if pooled:
             thresholds = {}
-            for rule, metric in (("cal", "f1"), ("cal_agreement", "agreement")):
+            for rule, metric in CALIBRATED_RULES.items():
                 bar, value = best_threshold([s for s, _y in pooled], [y for _s, y in pooled], metric)
                 thresholds[rule] = {"threshold": bar, metric: 100 * value}
                 rows[f"{method.name}@{rule}"] = [(item.lang, [s >= bar for s in r.doc], list(item.labels),

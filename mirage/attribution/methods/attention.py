@@ -61,9 +61,7 @@ class AttentionMethod(DocumentMethod):
 
     def compute(self, inputs: DocumentInputs, meter: PassMeter) -> MethodScores:
         context = context_attention(inputs, inputs.prepared, self.layers, method=self.name)
-        docs = torch.tensor(list(inputs.prepared.tokens.context_docs), dtype=torch.long)
-        doc = torch.zeros(inputs.n_answer, inputs.n_docs, dtype=context.dtype).index_add_(1, docs, context)
-        return MethodScores(doc=doc, context=context)
+        return MethodScores(doc=inputs.per_document(context), context=context)
 
 
 def subsamples(n_docs: int, *, samples: int, keep: float, seed: int) -> list[tuple[int, ...]]:
@@ -180,9 +178,7 @@ class RolloutMethod(DocumentMethod):
         _seq, rows = model_inputs(inputs.lm, ids, inputs.answer_ids)
         columns = torch.tensor(list(inputs.prepared.tokens.context_positions), dtype=torch.long)
         context = flow.index_select(0, torch.tensor(rows, dtype=torch.long)).index_select(1, columns)
-        docs = torch.tensor(list(inputs.prepared.tokens.context_docs), dtype=torch.long)
-        doc = torch.zeros(inputs.n_answer, inputs.n_docs, dtype=context.dtype).index_add_(1, docs, context)
-        return MethodScores(doc=doc, context=context)
+        return MethodScores(doc=inputs.per_document(context), context=context)
 
 
 register_document_method(RolloutMethod())

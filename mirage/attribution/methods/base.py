@@ -80,6 +80,12 @@ class DocumentInputs:
         """Every document's 0-based index, in prompt order."""
         return tuple(range(self.n_docs))
 
+    def per_document(self, context: torch.Tensor) -> torch.Tensor:
+        """``context`` ``[n_answer, n_context, ...]`` (a score per context token, in the order of
+        ``prepared.tokens.context_positions``) summed over each document's tokens: ``[n_answer, n_docs, ...]``."""
+        docs = torch.tensor(list(self.prepared.tokens.context_docs), dtype=torch.long, device=context.device)
+        return context.new_zeros((context.shape[0], self.n_docs, *context.shape[2:])).index_add_(1, docs, context)
+
     def with_documents(self, kept: Sequence[int]) -> PreparedItem:
         """The item prepared with only the documents ``kept`` (0-based, in the order given, numbered from 1 in the
         prompt) and room for the answer; all of them, in order, is :attr:`prepared` itself."""

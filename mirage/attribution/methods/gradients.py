@@ -56,9 +56,7 @@ class MirageCCIMethod(DocumentMethod):
         context = torch.zeros(inputs.n_answer, inputs.n_context, dtype=torch.float64)
         for t, row in zip(scores.cci.selected, scores.cci.scores):
             context[t] = torch.tensor(row, dtype=torch.float64)
-        docs = torch.tensor(list(inputs.prepared.tokens.context_docs), dtype=torch.long)
-        doc = torch.zeros(inputs.n_answer, inputs.n_docs, dtype=torch.float64).index_add_(1, docs, context)
-        return MethodScores(doc=doc, context=context,
+        return MethodScores(doc=inputs.per_document(context), context=context,
                             notes={"attributed_tokens": ",".join(map(str, scores.cci.selected))})
 
 

@@ -10,7 +10,8 @@ Mądry, "Learning to Attribute with Attention", 2025), on mirage's own passes: o
   head, from 1/(L·H), by Adam with a cosine schedule and gradient clipping, maximising the Pearson correlation
   between the weighted features and the effects over each answer's subsets; the weights are then L1-normalised.
   Unlike the authors' trainer, every fifth answer is held out and the weights that correlate best on those are kept
-  (early stopping): mirage trains on a few hundred answers, not thousands.
+  (early stopping): mirage trains on a few hundred answers, not thousands. Their correlation chose the weights, so
+  it is not a figure on unseen answers; a benchmark run on other data is.
 - **Attribution**: ``doc_scores[t][d] = w · features[t, d]``.
 
 The weights are a :class:`HeadWeights` file per model (JSON: the weights, the model's name and shape, the training
@@ -37,12 +38,12 @@ import torch
 
 from mirage.attribution.forward import model_inputs
 from mirage.attribution.methods.ablation import answer_logprobs
-from mirage.attribution.methods.base import DocumentMethod, MethodScores, register_document_method
+from mirage.attribution.methods.base import DocumentMethod, MethodScores, PassMeter, register_document_method
 from mirage.attribution.methods.passes import attention_pass
 from mirage.attribution.serialization import JSONRecord
 
 if TYPE_CHECKING:
-    from mirage.attribution.methods.base import DocumentInputs, PassMeter
+    from mirage.attribution.methods.base import DocumentInputs
 
 __all__ = [
     "SHIPPED_WEIGHTS",
@@ -128,10 +129,8 @@ def head_features(inputs: DocumentInputs, *, method: str = "at2") -> torch.Tenso
         per_layer.append(a.double().cpu())  # [heads, n_answer, n_context]
     stacked = torch.stack(per_layer)  # [L, H, n_answer, n_context]
     n_layers, n_heads = stacked.shape[:2]
-    by_token = stacked.permute(2, 3, 0, 1).reshape(inputs.n_answer, inputs.n_context, n_layers * n_heads)
-    docs = torch.tensor(list(inputs.prepared.tokens.context_docs), dtype=torch.long)
-    out = torch.zeros(inputs.n_answer, inputs.n_docs, n_layers * n_heads, dtype=torch.float64)
-    return out.index_add_(1, docs, by_token)
+    return inputs.per_document(stacked.permute(2, 3, 0, 1).reshape(inputs.n_answer, inputs.n_context,
+                                                                  n_layers * n_heads))
 
 
 def _attention_shape(inputs: DocumentInputs) -> tuple[int, int]:
@@ -153,7 +152,7 @@ class AT2Method(DocumentMethod):
         path = Path(self.weights) if self.weights else head_weights_path(inputs.lm.name)
         if path is None:
             raise RuntimeError(f"at2 has no head weights for {inputs.lm.name}: train them with `mirage methods "
-                               f"train-at2 xor-attriqa-match:train --model {inputs.lm.name}`, or give "
+                               f"train-at2 xor-attriqa-full:train --group-passages --model {inputs.lm.name}`, or give "
                                "weights=PATH.")
         found = HeadWeights.read(path)
         layers, heads = _attention_shape(inputs)
@@ -209,8 +208,6 @@ def train_head_weights(examples: Iterable[DocumentInputs], *, model: str, masks:
     with the settings, the correlations (before training, on the fitted and the held-out answers) and the cost
     (every pass counted, seconds). Answers whose effects do not vary (one document, or every subset alike) teach
     nothing and are counted as left out."""
-    from mirage.attribution.methods.base import PassMeter
-
     start = time.perf_counter()
     features, effects, shape, left_out, passes = [], [], None, 0, 0
     for k, inputs in enumerate(progress(examples, total, "at2 ablations") if progress else examples):

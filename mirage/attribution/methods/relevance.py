@@ -203,9 +203,7 @@ class AttnLRPMethod(DocumentMethod):
                 meter.add_backward()
                 rows.append((embeds[0] * grad[0]).sum(-1).index_select(0, context).double().cpu())
         scores = torch.stack(rows)  # [n_answer, n_context]
-        docs = torch.tensor(list(tokens.context_docs), dtype=torch.long)
-        doc = torch.zeros(inputs.n_answer, inputs.n_docs, dtype=torch.float64).index_add_(1, docs, scores)
-        return MethodScores(doc=doc, context=scores)
+        return MethodScores(doc=inputs.per_document(scores), context=scores)
 
 
 register_document_method(AttnLRPMethod())
