@@ -204,7 +204,8 @@ def train_head_weights(examples: Iterable[DocumentInputs], *, model: str, masks:
 
     Every ``held_out``-th answer (0: none) is kept out of the fit: every ``check_every`` steps the weights are scored
     by their correlation on those answers and the best are kept (with a few hundred answers, as here, hundreds of
-    head weights fit the training answers' ablations far better than new ones'). ``data`` and ``model`` are recorded
+    head weights fit the training answers' ablations far better than new ones'); with none held out, the weights
+    of the best fitted correlation seen at any step are kept. ``data`` and ``model`` are recorded
     with the settings, the correlations (before training, on the fitted and the held-out answers) and the cost
     (every pass counted, seconds). Answers whose effects do not vary (one document, or every subset alike) teach
     nothing and are counted as left out."""
@@ -239,9 +240,16 @@ def train_head_weights(examples: Iterable[DocumentInputs], *, model: str, masks:
 
     uniform = w.detach().clone()
     best, best_step, best_check = uniform, 0, correlation(uniform, check_x, check_y)
-    for step in range(1, iterations + 1):
+    # Nothing held out: the weights with the best fitted correlation seen (AT2's loss does not fall monotonically:
+    # its scale is free, so a step can carry the weights through a sign flip of the predicted scores).
+    fit_best, fit_best_step, fit_best_loss = uniform, 0, float("inf")
+    for step in range(1, iterations + 2):
         optimizer.zero_grad()
         loss = negative_pearson(fit_x @ w, fit_y)
+        if best_check is None and float(loss) < fit_best_loss:  # the loss of the weights after step - 1 steps
+            fit_best, fit_best_step, fit_best_loss = w.detach().clone(), step - 1, float(loss)
+        if step > iterations:
+            break
         loss.backward()
         torch.nn.utils.clip_grad_norm_([w], max_norm=1.0)
         optimizer.step()
@@ -250,8 +258,8 @@ def train_head_weights(examples: Iterable[DocumentInputs], *, model: str, masks:
             now = correlation(w.detach(), check_x, check_y)
             if now is not None and now > best_check:
                 best, best_step, best_check = w.detach().clone(), step, now
-    if best_check is None:  # nothing held out: the last weights
-        best, best_step = w.detach().clone(), iterations
+    if best_check is None:  # nothing held out: the best fitted weights
+        best, best_step = fit_best, fit_best_step
     weights = best.double() / best.double().abs().sum().clamp(min=1e-12)
     fitted = correlation(weights.float(), fit_x, fit_y)
     return HeadWeights(model=model, n_layers=shape[0], n_heads=shape[1], weights=tuple(weights.tolist()), training={
