@@ -130,11 +130,12 @@ def time_commands(data: str, *, limit: int, model: str, text: str, threads: int 
         }
         # Untimed: one process loads the model first, so that the operating system's file cache holds the weights
         # and the libraries for every timed command alike (the first command timed would otherwise pay it alone).
+        root = Path(__file__).resolve().parents[1]
         subprocess.run([sys.executable, "-c", f"from mirage import Mirage; Mirage.from_pretrained({model!r})"],
-                       check=True, env=env, stdout=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[1])
+                       check=True, env=env, stdout=subprocess.DEVNULL, cwd=root)
         for name, command in commands.items():
             start = time.perf_counter()
-            subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[1])
+            subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, cwd=root)
             walls[name] = time.perf_counter() - start
             print(f"{name}: {walls[name]:.1f} s  ({' '.join(command[1:])})")
     result = {"model": model, "text": text, "limit": limit, "threads": threads, "data": data,

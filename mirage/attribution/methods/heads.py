@@ -239,27 +239,27 @@ def train_head_weights(examples: Iterable[DocumentInputs], *, model: str, masks:
         return round(float(-negative_pearson(xs @ weights, ys)), 4) if len(xs) else None
 
     uniform = w.detach().clone()
+    held = len(check_x) > 0
+    # Kept: with answers held out, the weights that score best on them (checked every check_every steps); with none,
+    # those of the best fitted loss seen at any step (AT2's loss does not fall monotonically: its scale is free, so a
+    # step can carry the weights through a sign flip of the predicted scores).
     best, best_step, best_check = uniform, 0, correlation(uniform, check_x, check_y)
-    # Nothing held out: the weights with the best fitted correlation seen (AT2's loss does not fall monotonically:
-    # its scale is free, so a step can carry the weights through a sign flip of the predicted scores).
-    fit_best, fit_best_step, fit_best_loss = uniform, 0, float("inf")
-    for step in range(1, iterations + 2):
+    best_loss = float(negative_pearson(fit_x @ uniform, fit_y))
+    for step in range(1, iterations + 1):
         optimizer.zero_grad()
         loss = negative_pearson(fit_x @ w, fit_y)
-        if best_check is None and float(loss) < fit_best_loss:  # the loss of the weights after step - 1 steps
-            fit_best, fit_best_step, fit_best_loss = w.detach().clone(), step - 1, float(loss)
-        if step > iterations:
-            break
+        if not held and float(loss) < best_loss:  # the loss of the weights after step - 1 steps
+            best, best_step, best_loss = w.detach().clone(), step - 1, float(loss)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([w], max_norm=1.0)
         optimizer.step()
         schedule.step()
-        if best_check is not None and (step % check_every == 0 or step == iterations):
+        if held and (step % check_every == 0 or step == iterations):
             now = correlation(w.detach(), check_x, check_y)
             if now is not None and now > best_check:
                 best, best_step, best_check = w.detach().clone(), step, now
-    if best_check is None:  # nothing held out: the best fitted weights
-        best, best_step = fit_best, fit_best_step
+    if not held and float(negative_pearson(fit_x @ w.detach(), fit_y)) < best_loss:  # the last step's weights
+        best, best_step = w.detach().clone(), iterations
     weights = best.double() / best.double().abs().sum().clamp(min=1e-12)
     fitted = correlation(weights.float(), fit_x, fit_y)
     return HeadWeights(model=model, n_layers=shape[0], n_heads=shape[1], weights=tuple(weights.tolist()), training={
