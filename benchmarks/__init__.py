@@ -2,6 +2,7 @@
 ``python benchmarks/NAME.py``. Nothing here is imported by mirage or its tests."""
 
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +15,20 @@ def recorded_command() -> str:
     from mirage.runs.files import portable_arg
 
     return " ".join(["python", *(portable_arg(arg, Path.cwd()) for arg in sys.argv)])
+
+
+def measured_commit() -> str | None:
+    """The commit of the code a benchmark measures, as it records it: ``git rev-parse HEAD`` of the repository, with
+    ``+changes`` when ``mirage/`` or ``benchmarks/`` differ from it; None outside a git checkout (an installed
+    package)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "mirage", "benchmarks"], cwd=root,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
 def cached_dataset(name: str) -> Path | None:

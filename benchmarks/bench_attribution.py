@@ -34,7 +34,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import cached_dataset, device_name, recorded_command
+from benchmarks import cached_dataset, device_name, measured_commit, recorded_command
 from mirage import Mirage, MirageConfig
 from mirage.attribution.generation import generate_answer
 from mirage.peers.inseq import run_reference, sentence_citations
@@ -242,7 +242,7 @@ def main() -> None:
     out = {"model": args.model, "device": str(m.lm.device), "device_name": device,
            "torch_threads": torch.get_num_threads(), "max_new_tokens": args.max_new_tokens,
            "cci_precision": args.cci_precision,
-           "command": recorded_command(), "rows": rows}
+           "command": recorded_command(), "commit": measured_commit(), "rows": rows}
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))
