@@ -222,6 +222,7 @@ def main() -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "attribution.json"))
     args = parser.parse_args()
+    commit = measured_commit()  # now: the code this process runs, whatever the checkout holds when it ends
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -242,7 +243,7 @@ def main() -> None:
     out = {"model": args.model, "device": str(m.lm.device), "device_name": device,
            "torch_threads": torch.get_num_threads(), "max_new_tokens": args.max_new_tokens,
            "cci_precision": args.cci_precision,
-           "command": recorded_command(), "commit": measured_commit(), "rows": rows}
+           "command": recorded_command(), "commit": commit, "rows": rows}
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))
