@@ -63,6 +63,7 @@ __all__ = [
     "has_checkpoint_layers",
     "layer_token_bytes",
     "memory_in_use",
+    "model_blocks",
     "out_of_memory_error",
     "past_window",
     "plan_graph",
@@ -192,7 +193,7 @@ def counting_saved_tensors(lm: LoadedModel) -> Iterator[dict[str, int]]:
     """Count, for the differentiable passes run inside the block, the bytes of the distinct tensors autograd saves
     for the backward pass (weights and buffers, which are kept anyway, not counted): the yielded dict's ``block``
     (inside the model's blocks) and ``outside`` totals, filled as the passes run."""
-    blocks = _checkpoint_layers(lm.model)
+    blocks = model_blocks(lm.model)
     kept = {_storage_key(t) for t in [*lm.model.parameters(), *lm.model.buffers()] if t.device.type != "meta"}
     seen: set[tuple[str, int]] = set()
     where, total = ["outside"], {"block": 0, "outside": 0}
@@ -287,7 +288,7 @@ def activation_bytes(lm: LoadedModel, *, padded: bool = False, seq: int | None =
     cached = _MEASURED.setdefault(lm.model, {})
     if key in cached:
         return cached[key]
-    blocks = _checkpoint_layers(lm.model)
+    blocks = model_blocks(lm.model)
     if not blocks:
         return guessed_activations(lm)
     lengths = PROBE_LENGTHS
@@ -539,7 +540,7 @@ def out_of_memory_error(lm: LoadedModel, seq: int, err: BaseException) -> Memory
                              f"batches, or --max-memory SIZE), {_SHORTER}")
 
 
-def _checkpoint_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+def model_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's repeated blocks: transformers' ``GradientCheckpointingLayer`` modules (the decoder and encoder
     layers of every recent model)."""
     try:
@@ -551,7 +552,7 @@ def _checkpoint_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 def has_checkpoint_layers(model: torch.nn.Module) -> bool:
     """Whether :func:`checkpointed_layers` can checkpoint ``model``."""
-    return bool(_checkpoint_layers(model))
+    return bool(model_blocks(model))
 
 
 @contextmanager
@@ -564,7 +565,7 @@ def checkpointed_layers(model: torch.nn.Module, on: bool = True) -> Iterator[Non
     it would otherwise be free to pick cuDNN's attention, which saves other tensors than the forward pass's kernel
     and fails the checkpoint's check. Works under accelerate's hooks (the recompute runs the hooked forward again).
     ``on`` False: nothing changes."""
-    layers = _checkpoint_layers(model) if on else []
+    layers = model_blocks(model) if on else []
     patched = []
     for layer in layers:
         inner = layer.forward

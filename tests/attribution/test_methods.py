@@ -28,9 +28,13 @@ from mirage.attribution.methods import (
     shapley_values,
     subsamples,
     train_head_weights,
+    value_projections,
+    zeroed_distances,
+    zeroed_layer_distances,
 )
 from mirage.attribution.methods.heads import cached_weights_dir
 from mirage.attribution.models import wrap_model
+from mirage.attribution.planner import model_blocks
 from mirage.registry import DOCUMENT_METHODS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -41,7 +45,8 @@ DOCS = [{"title": "France", "text": "Paris is the capital of France."},
 QUESTION = "What is the capital of France?"
 ANSWER = "Paris is the capital."
 BUILT_INS = {"attention_last", "attention_all", "attntrace", "leave_one_out", "arc_jsd", "shapley",
-             "document_gate_jvp", "mirage_cci", "gradient_all", "attnlrp", "at2", "rollout", "selfcite"}
+             "document_gate_jvp", "mirage_cci", "gradient_all", "attnlrp", "at2", "rollout", "selfcite",
+             "value_zeroing"}
 
 
 def head_weights_path_for(model):
@@ -411,3 +416,105 @@ def test_the_selfcite_method_averages_to_each_documents_reward(inputs):
     means = torch.tensor(res.doc_scores, dtype=torch.float64).mean(dim=0)
     assert means.tolist() == pytest.approx(citation_rewards(inputs, [[1], [2], [3]]), abs=1e-6)
     assert res.cost.forward_passes == 1 + 2 * inputs.n_docs
+
+
+# -- value zeroing --------------------------------------------------------------------------------------------------
+
+def _plain_zeroed_output(inputs, layer, rows):
+    """Block ``layer``'s output at the rows predicting the answer, in one whole pass of the model (no block run
+    again) with that block's value projections zero at positions ``rows`` (None: the plain pass)."""
+    from mirage.attribution.forward import model_inputs
+
+    lm = inputs.lm
+    seq, predicting = model_inputs(lm, inputs.prepared.tokens.ids, inputs.answer_ids)
+    block = model_blocks(lm.model)[layer]
+    seen = {}
+
+    def zero(_m, _a, out):
+        if rows is not None:
+            out = out.clone()
+            out[:, rows] = 0
+        return out
+
+    handles = [p.register_forward_hook(zero) for p in value_projections(block)]
+    handles.append(block.register_forward_hook(lambda _m, _a, out: seen.setdefault("h", out[0] if isinstance(out, tuple) else out)))
+    try:
+        with torch.no_grad():
+            lm.model(input_ids=torch.tensor([seq]), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return seen["h"][0, predicting].double()
+
+
+@pytest.mark.parametrize("model", ["tiny_causal", "tiny_sliding"])
+def test_value_zeroing_is_the_distance_of_a_whole_pass_with_one_layers_values_zeroed(model, request):
+    """Each (layer, document) distance equals the one from a whole pass of the model with that layer's values zero
+    at the document's tokens, against the plain pass: the block run again inside the pass gets the same input and
+    keyword arguments (masks, rotary tables; sliding-window layers on Gemma 3) as the pass gives it."""
+    inputs = _inputs(request.getfixturevalue(model))
+    distances = zeroed_layer_distances(inputs)
+    tokens = inputs.prepared.tokens
+    assert distances.shape == (len(model_blocks(inputs.lm.model)), inputs.n_answer, inputs.n_docs)
+    for layer in range(distances.shape[0]):
+        plain = _plain_zeroed_output(inputs, layer, None)
+        for d in range(inputs.n_docs):
+            rows = torch.tensor([p for p, doc in zip(tokens.context_positions, tokens.context_docs) if doc == d])
+            moved = _plain_zeroed_output(inputs, layer, rows)
+            expected = 1 - torch.nn.functional.cosine_similarity(plain, moved, dim=-1)
+            torch.testing.assert_close(distances[layer, :, d], expected, rtol=1e-4, atol=1e-6)
+    assert (distances > 0).any()  # zeroing a document moves something
+    result = attribute_documents(inputs, "value_zeroing", layers="last_quarter")
+    torch.testing.assert_close(torch.tensor(result.doc_scores, dtype=torch.float64), distances[-1:].mean(dim=0))
+    assert result.cost.forward_passes == 1 + inputs.n_docs
+
+
+def test_value_zeroing_names_what_it_cannot_run_on(tiny_seq2seq):
+    with pytest.raises(ValueError, match="value_zeroing.*encoder-decoder"):
+        attribute_documents(_inputs(tiny_seq2seq), "value_zeroing")
+
+
+def _inseq_value_zeroing():
+    """inseq's value zeroing (its ``ValueZeroing`` attribution), with the one part transformers 5 broke stood in for:
+    inseq 0.7.1's hook that stores a block's output and passes the clean one on expects the block to return a tuple,
+    and transformers 5's blocks return the hidden states alone. The stand-in does the same for both shapes."""
+    from mirage.peers.inseq import _import_inseq
+
+    _import_inseq()
+    from inseq.attr.feat.ops.value_zeroing import ValueZeroing
+
+    def states_hook(self, block_idx, hidden_state_idx=0):
+        def hook(_module, _args, output):
+            states = output[hidden_state_idx] if isinstance(output, tuple) else output
+            self.corrupted_block_output_states[block_idx] = states.clone().float().detach().cpu()
+            clean = self.clean_block_output_states[block_idx].to(states.device)
+            if isinstance(output, tuple):
+                return (*output[:hidden_state_idx], clean, *output[hidden_state_idx + 1:])
+            return clean
+        return hook
+
+    return ValueZeroing, states_hook
+
+
+def test_value_zeroing_matches_inseqs_token_level_value_zeroing(tiny_causal):
+    """The pass under ``value_zeroing``, with one group per input position, against inseq's value zeroing of the
+    same model and tokens: each layer's distances of the row predicting the answer, normalised to sum 1 over the
+    positions and floored at 1e-5 as inseq does. inseq reads its last layer after the model's final norm, so the
+    last layer is left out; every other one must agree."""
+    import inseq
+
+    value_zeroing, states_hook = _inseq_value_zeroing()
+    lm = tiny_causal
+    prompt = f"{DOCS[0]['text']} {QUESTION}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(value_zeroing, "get_states_extract_and_patch_hook", states_hook)
+        model = inseq.load_model(lm.model, "value_zeroing", tokenizer=lm.tokenizer, device="cpu")
+        out = model.attribute(prompt, f"{prompt} Paris", show_progress=False).sequence_attributions[0]
+    ids = [t.id for t in out.target]
+    theirs = out.target_attributions[:-1, 0, :].double().T  # [n_layers, positions before the answer]
+    seq = ids[:-1]
+    ours = zeroed_distances(lm, seq, [len(seq) - 1], [[p] for p in range(len(seq))])[:, 0, :]  # [n_layers, seq]
+    ours = torch.where(ours < 1e-5, torch.zeros_like(ours), ours)
+    ours = ours / ours.sum(dim=-1, keepdim=True)
+    assert ours.shape == theirs.shape and len(seq) > 5
+    torch.testing.assert_close(ours[:-1], theirs[:-1], rtol=1e-3, atol=1e-5)

@@ -43,6 +43,8 @@ name                   cost                                        source
                        token                                       CTI: the plain gradient baseline
 ``attnlrp``            1 forward pass, 1 backward per answer       AttnLRP (Achtibat et al., 2024), gradient ×
                        token                                       input form, as ``lxt``'s efficient mode
+``value_zeroing``      1 forward pass, each block run again once   value zeroing (Mohebbi et al., 2023), a
+                       per document (n more passes' worth)         document's values zeroed in one layer at a time
 =====================  ==========================================  =============================================
 
 Each method's docstring says exactly what it computes. A new method is a frozen dataclass subclassing
@@ -51,9 +53,9 @@ Each method's docstring says exactly what it computes. A new method is a frozen 
 same conformance test. :func:`cite_documents` is the per-answer citation rule over any method's document scores.
 
 Modules: ``base`` (the interface, the result, the cost meter, the registry functions), ``passes`` (the subset and
-attention passes the methods share), ``attention``, ``heads``, ``ablation``, ``gates``, ``gradients``, ``relevance``
-(the methods), ``citing`` (the citation rule), ``selfcite`` (SelfCite's citation reward, its best-of-N reranking and
-the method of its per-document reward).
+attention passes the methods share), ``attention``, ``heads``, ``ablation``, ``gates``, ``gradients``, ``relevance``,
+``zeroing`` (the methods), ``citing`` (the citation rule), ``selfcite`` (SelfCite's citation reward, its best-of-N
+reranking and the method of its per-document reward).
 """
 
 from mirage.attribution.methods.ablation import (
@@ -102,6 +104,12 @@ from mirage.attribution.methods.selfcite import (
     candidate_sets,
     citation_rewards,
 )
+from mirage.attribution.methods.zeroing import (
+    ValueZeroingMethod,
+    value_projections,
+    zeroed_distances,
+    zeroed_layer_distances,
+)
 from mirage.registry import DOCUMENT_METHODS
 
 __all__ = [
@@ -126,6 +134,7 @@ __all__ = [
     "RolloutMethod",
     "SelfCiteMethod",
     "ShapleyMethod",
+    "ValueZeroingMethod",
     "answer_logprobs",
     "attention_pass",
     "attention_rows",
@@ -149,4 +158,7 @@ __all__ = [
     "subsamples",
     "subset_readouts",
     "train_head_weights",
+    "value_projections",
+    "zeroed_distances",
+    "zeroed_layer_distances",
 ]

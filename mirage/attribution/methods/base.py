@@ -195,6 +195,12 @@ class PassMeter:
         """Count ``n`` backward passes."""
         self.backward += n
 
+    def add_forward(self, n: int, *, tokens: int) -> None:
+        """Count ``n`` forward passes' worth of work the model's forward hook does not see (blocks run again one at a
+        time inside a pass, as :mod:`~mirage.attribution.methods.zeroing` does), over ``tokens`` positions."""
+        self.counts["forward"] += n
+        self.tokens += tokens
+
     def cost(self) -> PassCost:
         peak = int(torch.cuda.max_memory_allocated(self.lm.device)) if self._cuda else None
         return PassCost(forward_passes=self.counts["forward"], jvp_passes=self.counts["jvp"],

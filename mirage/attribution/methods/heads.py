@@ -248,8 +248,9 @@ def train_head_weights(examples: Iterable[DocumentInputs], *, model: str, masks:
     for step in range(1, iterations + 1):
         optimizer.zero_grad()
         loss = negative_pearson(fit_x @ w, fit_y)
-        if not held and float(loss) < best_loss:  # the loss of the weights after step - 1 steps
-            best, best_step, best_loss = w.detach().clone(), step - 1, float(loss)
+        fitted = float(loss.detach())
+        if not held and fitted < best_loss:  # the loss of the weights after step - 1 steps
+            best, best_step, best_loss = w.detach().clone(), step - 1, fitted
         loss.backward()
         torch.nn.utils.clip_grad_norm_([w], max_norm=1.0)
         optimizer.step()
