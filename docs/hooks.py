@@ -510,12 +510,13 @@ def methods_table(folder: str) -> str:
     the strongest baselines of the same answers: agreement, F1 and balanced accuracy (averaged over the languages)
     under each rule, ROC-AUC, and each method's mean passes and seconds per answer, with its time as a multiple of
     MIRAGE's (``mirage_cci``) in the same results file."""
-    from mirage.scoring.tables import SETTING_NAMES, methods_table_rows
+    from mirage.scoring.tables import SETTING_NAMES, classifier_settings, methods_table_rows
     from mirage.scoring.xor_eval import XorAttriQAReport
 
     rel = f"{folder}/results.json"
     data = _read(rel)
-    found = methods_table_rows(XorAttriQAReport.from_dict(data))
+    report = XorAttriQAReport.from_dict(data)
+    found = methods_table_rows(report)
 
     def avg(metric: str, key: str, digits: int = 1) -> str:
         return _num(data[metric].get(key, {}).get("avg"), digits)
@@ -524,7 +525,8 @@ def methods_table(folder: str) -> str:
     auc = {r.method: r.averages["roc_auc"] or 0.0 for r in found if r.rule == "ex"}
     rows = [[SETTING_NAMES.get(key, key), "", avg("agreement", key), avg("f1", key), avg("balanced_accuracy", key),
              avg("roc_auc", key, 3), "", ""]
-            for key in ("nli_orig", "nli_mt", "learned", "cite_none") if key in data["agreement"]]
+            for key in ("nli_orig", "nli_mt", "learned", *classifier_settings(report), "cite_none")
+            if key in data["agreement"]]
     for r in sorted(found, key=lambda r: -auc.get(r.method, 0.0)):  # stable: rules stay in order
         ratio = f" ({r.seconds / base:.2f}×)" if r.seconds and base else ""
         rows.append([_code(r.method), r.label, _num(r.averages["agreement"]), _num(r.averages["f1"]),

@@ -112,12 +112,12 @@ def test_a_mistyped_model_name_names_the_nearest_embedded_one(capsys, tmp_path):
 
 # -- a benchmark whose every row is bad is a failure, not a results.json of nulls -----------------------------------
 
-@pytest.mark.parametrize("benchmark", ["eli5", "xor-attriqa"])
-def test_score_with_no_usable_row_fails_and_says_where_the_row_errors_are(capsys, tmp_path, benchmark):
+@pytest.mark.parametrize("task", ["eli5", "xor-attriqa"])
+def test_score_with_no_usable_row_fails_and_says_where_the_row_errors_are(capsys, tmp_path, task):
     data = tmp_path / "rows.jsonl"
     data.write_text('{"question": 3}\n[1, 2]\nnot json\n', encoding="utf-8")
     out = tmp_path / "run"
-    assert main(["score", benchmark, str(data), "-o", str(out)]) == 2
+    assert main(["score", task, str(data), "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("mirage: error: ") and "no row could be scored (3 bad row(s)" in err[-1]
     assert str(out / "errors.jsonl") in err[-1] and not any("Traceback" in line for line in err)

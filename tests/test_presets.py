@@ -195,11 +195,11 @@ def _set_by(preset: str, benchmark: str | None) -> set[tuple[str, str]]:
     return {(s, f) for s, fields in variants.get(benchmark, variants[None]).items() for f in fields}
 
 
-@pytest.mark.parametrize("benchmark", [None, "xor-attriqa", "eli5"])
+@pytest.mark.parametrize("task", [None, "xor-attriqa", "eli5"])
 @pytest.mark.parametrize("preset", list(PRESETS))
-def test_presets_set_every_fidelity_field(preset, benchmark):
-    assert _set_by(preset, benchmark) >= FIDELITY_FIELDS
-    cfg = MirageConfig.from_preset(preset, benchmark=benchmark)
+def test_presets_set_every_fidelity_field(preset, task):
+    assert _set_by(preset, task) >= FIDELITY_FIELDS
+    cfg = MirageConfig.from_preset(preset, benchmark=task)
     assert cfg.preset == preset and cfg.to_dict()["preset"] == preset
 
 

@@ -86,6 +86,11 @@ class XorAttriQAOptions:
         "also score these document attribution methods (registered names, or all) on the same answers and prompts: "
         "per answer (mean + std) and, with --calibrate-on, at calibrated thresholds; DIR/methods.jsonl keeps their "
         "scores, results.json their rows (NAME@ex, NAME@cal, NAME@cal_agreement) and cost per answer"))
+    #: Feature sets of document methods (``NAME`` or ``NAME+NAME…``, each among ``methods``): for each, the
+    #: passage-likelihood classifier fitted again with those methods' passage scores among its features.
+    classifier_methods: tuple[str, ...] = cli_arg((), flag="--classifier-methods", metavar="SET", help=(
+        "also fit the passage-likelihood classifier with these --methods' passage scores added to its features: "
+        "each SET is a method or several joined by + (at2, at2+rollout); results.json rows learned+SET"))
     #: Compute the passage signals (needed by the ``likelihood`` and ``passage_score`` settings).
     signals: bool = True
     #: Keep the test rows asking a question the model records it was trained on (a model mirage tuned); by default
@@ -109,6 +114,11 @@ class XorAttriQAOptions:
         if not isinstance(methods, Sequence) or not all(isinstance(m, str) for m in methods):
             raise ConfigError(f"methods must be a list of document method names, got {self.methods!r}.")
         object.__setattr__(self, "methods", tuple(methods))
+        sets = (self.classifier_methods,) if isinstance(self.classifier_methods, str) else self.classifier_methods
+        if not isinstance(sets, Sequence) or not all(isinstance(m, str) and all(m.split("+")) for m in sets):
+            raise ConfigError(f"classifier_methods must be a list of method names or names joined by + (at2, "
+                              f"at2+rollout), got {self.classifier_methods!r}.")
+        object.__setattr__(self, "classifier_methods", tuple(sets))
         _optional_positive(self, "batch_items")
 
 

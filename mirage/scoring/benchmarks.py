@@ -197,6 +197,24 @@ def _model_stages(model: Any, out: Path, outputs_for: Callable[[StoreFor], tuple
     return in_shards(compute, shard)
 
 
+def _check_classifier_methods(sets: Sequence[str], methods: Sequence[Any], groups: Sequence[str], *,
+                              calibrated: bool) -> None:
+    """ConfigError, naming the field and the fix, for a ``classifier_methods`` set naming a method the run does not
+    score, or given without the classifier (its setting group, its calibration files)."""
+    if not sets:
+        return
+    if "likelihood" not in groups or not calibrated:
+        raise ConfigError("classifier_methods: the classifier is the likelihood setting's, fitted on the "
+                          "--calibrate-on files; give both (--settings likelihood, --calibrate-on FILE) or leave out "
+                          "--classifier-methods.")
+    scored = {m.name for m in methods}
+    for feature_set in sets:
+        for name in feature_set.split("+"):
+            if name not in scored:
+                raise ConfigError(f"classifier_methods: {name!r} (in {feature_set!r}) is not among the --methods this "
+                                  f"run scores ({', '.join(sorted(scored)) or 'none'}); add it to --methods.")
+
+
 def run_xor_attriqa(
     experiment: ExperimentConfig,
     options: XorAttriQAOptions,
@@ -284,6 +302,7 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
         groups = setting_groups(options.groups)
     except ValueError as err:
         raise InputError(str(err)) from None
+    _check_classifier_methods(options.classifier_methods, methods, groups, calibrated=bool(cal_files))
     ex_rows = "ex" in groups
     # the likelihood settings' classifier is fitted on the calibration files: without them, as MIRAGE-CAL, they are
     # not run, and the default computes no passage signal that no row would use
@@ -355,6 +374,8 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
                 "groups": list(groups), **trained, "config": cfg.to_dict()}
     if methods:
         settings["methods"] = list(options.methods)
+    if options.classifier_methods:
+        settings["classifier_methods"] = list(options.classifier_methods)
     if match is not None:
         settings["self_match"] = match
     if options.reuse_from is not None:
@@ -365,7 +386,9 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
                              if methods else ({}, None))
     report = evaluate(test.items, scores, config=cfg, calibration_items=cal.items if cal else None,
                       calibrate_by=calibrate_by, bad_rows=bad, settings=settings, learned=use_signals, groups=groups,
-                      pairs=pairs, extra_rows=extra)
+                      pairs=pairs, extra_rows=extra, classifier_methods=options.classifier_methods,
+                      method_scores={name: {key: r.doc for key, r in found.items()}
+                                     for name, found in method_scores.items()})
     report.methods = method_summary
     # one line per (item, passage), every setting's score and citation: derived from the store, rewritten each run
     write_atomic(out / "pairs.jsonl", "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))

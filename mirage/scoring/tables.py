@@ -123,6 +123,12 @@ class MethodRow:
         return METHOD_RULE_NAMES[self.rule]
 
 
+def classifier_settings(report: XorAttriQAReport) -> list[str]:
+    """The rows of the classifiers fitted with document methods' scores among their features
+    (``--classifier-methods``: ``learned+SET``), in the report's order."""
+    return [name for name in report.agreement if name.startswith("learned+")]
+
+
 def methods_table_rows(report: XorAttriQAReport) -> list[MethodRow]:
     """Every document method's rows of ``report``, method by method in the report's order, rule by rule."""
     out = []
@@ -142,7 +148,7 @@ def methods_table(report: XorAttriQAReport) -> str:
     each method's cost per answer: one line per method and rule."""
     header = ["", "agree", "F1", "bal.acc", "ROC-AUC", "passes", "s/answer"]
     rows = []
-    for setting in ("learned", "nli_orig", "nli_mt", "cal_top3", "ex_top3", "cite_none"):
+    for setting in ("learned", *classifier_settings(report), "nli_orig", "nli_mt", "cal_top3", "ex_top3", "cite_none"):
         if setting in report.agreement:
             rows.append([SETTING_NAMES.get(setting, setting),
                          *[fmt_number(getattr(report, m).get(setting, {}).get("avg"), 3 if m == "roc_auc" else 1)

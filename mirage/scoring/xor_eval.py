@@ -444,7 +444,32 @@ def _feature_rows(items: Sequence[XorItem], scores: dict[str, ItemScores], cti: 
 def fit_learned_model(calibration_items: Sequence[XorItem], scores: dict[str, ItemScores], *, cti: CTIConfig,
                       names: Sequence[str] = FEATURES) -> LearnedModel:
     """The learned classifier fitted on the calibration items' passages (:mod:`mirage.likelihood.classifier`)."""
-    rows = _feature_rows(calibration_items, scores, cti)
+    return _fit_rows(_feature_rows(calibration_items, scores, cti), names)
+
+
+def method_feature(method: str) -> str:
+    """The name of the classifier feature holding a document method's score of the passage
+    (``--classifier-methods``)."""
+    return f"method:{method}"
+
+
+def with_method_features(rows: Sequence[tuple[XorItem, list[dict[str, float]]]],
+                         methods: Sequence[str], method_scores: Mapping[str, Mapping[str, Sequence[float]]]
+                         ) -> list[tuple[XorItem, list[dict[str, float]]]]:
+    """``rows`` (item, features per passage) with each of ``methods``' passage score added as a feature
+    (:func:`method_feature`; ``method_scores``: method → item key → score per passage), keeping the items every one
+    of them scored."""
+    out = []
+    for item, feats in rows:
+        found = [method_scores.get(m, {}).get(item.key) for m in methods]
+        if any(f is None or len(f) != len(feats) for f in found):
+            continue
+        out.append((item, [{**f, **{method_feature(m): float(doc[d]) for m, doc in zip(methods, found)}}
+                           for d, f in enumerate(feats)]))
+    return out
+
+
+def _fit_rows(rows: Sequence[tuple[XorItem, list[dict[str, float]]]], names: Sequence[str]) -> LearnedModel:
     X = [r for _item, feats in rows for r in matrix(feats, names)]
     y = [label for item, _feats in rows for label in item.labels]
     groups = [item.key for item, feats in rows for _ in feats]
@@ -507,6 +532,8 @@ def evaluate(
     groups: Sequence[str] = SETTING_GROUPS,
     pairs: list[dict[str, Any]] | None = None,
     extra_rows: Mapping[str, list] | None = None,
+    classifier_methods: Sequence[str] = (),
+    method_scores: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
 ) -> XorAttriQAReport:
     """The settings of ``groups`` (:data:`SETTING_GROUPS`) and the baselines per language from stored scores (no model
     run). With ``learned`` (the items have their passage signals), the ``passage_score`` setting and the features'
@@ -515,7 +542,10 @@ def evaluate(
     ``aggregation.context``; ``content`` leaves the prompt's passage markers out, as the authors' script does).
     ``pairs``, when given, receives one record per (item, passage): :func:`pair_records`. ``extra_rows``: more
     settings' rows (lang, predictions, labels, scores, item key) per item, tabled after these (the document methods'
-    of :mod:`mirage.scoring.xor_methods`)."""
+    of :mod:`mirage.scoring.xor_methods`). ``classifier_methods``: feature sets (``NAME`` or ``NAME+NAME…`` of
+    document methods), each a classifier fitted like ``learned`` with those methods' passage scores
+    (``method_scores``: method → item key → score per passage) added to its features: rows ``learned+SET``, on the
+    items every method of the set scored."""
     groups = setting_groups(groups)
     learned = learned and "likelihood" in groups
     cfg = config or MirageConfig()
@@ -560,6 +590,20 @@ def evaluate(
         cal_rows = _feature_rows(cal_items, scores, ex_cti)
         features.update(learned=model.to_dict(), coefficients=model.coefficients(),
                         roc_auc_calibration=_feature_aucs(cal_rows, _languages(cal_items)))
+        classifiers = {}
+        for feature_set in classifier_methods:
+            names = feature_set.split("+")
+            setting = f"learned+{feature_set}"
+            with_methods = _fit_rows(with_method_features(cal_rows, names, method_scores or {}),
+                                     [*model.features, *map(method_feature, names)])
+            collected[setting] = _learned_rows(with_methods, with_method_features(test_rows, names,
+                                                                                  method_scores or {}))
+            per = per_language(collected[setting], langs)
+            for name, table in tables.items():
+                table[setting] = per[name]
+            classifiers[setting] = {"model": with_methods.to_dict(), "coefficients": with_methods.coefficients()}
+        if classifiers:
+            features["with_methods"] = classifiers
     sweep: dict[str, Any] = {}
     if "ex" in groups:
         sweep = top_percent_sweep(items, (calibration_items or []) if "cal" in groups else [], scores,

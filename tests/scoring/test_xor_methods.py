@@ -96,6 +96,50 @@ def test_a_rerun_resumes_without_the_model_and_the_table_shows_the_methods(metho
     assert "Document attribution methods" in printed and "leave_one_out, threshold for F1" in printed
 
 
+def test_the_classifier_takes_the_methods_scores_as_features(methods_run, monkeypatch, capsys):
+    """``--classifier-methods``: the passage-likelihood classifier fitted again with the named methods' passage
+    scores among its features, from the stored scores (nothing computed again), one row per feature set."""
+    from mirage.pipeline import Mirage
+    from mirage.scoring.xor_eval import method_feature
+
+    out, args = methods_run
+    sets = ["leave_one_out", "leave_one_out+attention_last"]
+
+    def refuse(*a, **k):
+        raise AssertionError("the model was loaded although every score was stored")
+
+    monkeypatch.setattr(Mirage, "from_pretrained", classmethod(refuse))
+    assert cli.main([*args, "--classifier-methods", *sets]) == 0
+    printed = capsys.readouterr().out
+    res = json.loads((out / "results.json").read_text())
+    langs = {item.lang for item in load_xor_attriqa(XOR_VAL, text="en", limit=3).items}
+    assert res["settings"]["classifier_methods"] == sets
+    base = res["features"]["learned"]["features"]
+    for feature_set in sets:
+        row = f"learned+{feature_set}"
+        assert set(res["agreement"][row]) == langs | {"avg"} and set(res["roc_auc"][row]) == langs | {"avg"}
+        model = res["features"]["with_methods"][row]["model"]
+        assert model["features"] == [*base, *(method_feature(m) for m in feature_set.split("+"))]
+        assert row in printed
+    pairs = _lines(out / "pairs.jsonl")
+    assert all(0 <= p["settings"]["learned+leave_one_out"]["score"] <= 1 for p in pairs)
+    # a method the run does not score, and a classifier without its calibration files: one line each
+    assert cli.main([*args, "--classifier-methods", "shapley"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("mirage: error: classifier_methods: 'shapley'") and "add it to --methods" in err[-1]
+
+
+def test_method_features_are_added_per_passage_and_items_without_them_are_left_out():
+    from mirage.scoring.xor_eval import method_feature, with_method_features
+
+    items = load_xor_attriqa(XOR_VAL, text="en", limit=2).items
+    rows = [(item, [{"f": float(d)} for d in range(len(item.labels))]) for item in items]
+    scores = {"m": {items[0].key: [0.5 + d for d in range(len(items[0].labels))]}}
+    got = with_method_features(rows, ["m"], scores)
+    assert [item.key for item, _ in got] == [items[0].key]
+    assert got[0][1] == [{"f": float(d), method_feature("m"): 0.5 + d} for d in range(len(items[0].labels))]
+
+
 def test_an_unknown_method_is_named_in_one_line(tmp_path, capsys):
     code = cli.main(["score", "xor-attriqa", str(XOR_VAL), "--limit", "1", "--methods", "attention_lats",
                      "-o", str(tmp_path / "run")])

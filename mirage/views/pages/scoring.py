@@ -73,6 +73,7 @@ def _xor_command(s: Mapping[str, Any]) -> str:
     argv += ["--all-tokens"] if s.get("all_tokens") else []
     argv += ["--group-passages"] if s.get("group_passages") else []
     argv += ["--methods", *s["methods"]] if s.get("methods") else []
+    argv += ["--classifier-methods", *s["classifier_methods"]] if s.get("classifier_methods") else []
     argv += ["--reuse-from", str(s["reuse_from"])] if s.get("reuse_from") else []
     argv += ["--keep-trained-questions"] if s.get("trained_questions_kept") is not None else []
     argv += pipeline_flags_of(s.get("config", {}), xor_attriqa_pipeline().to_dict(), XOR_SKIP)
