@@ -1,9 +1,12 @@
 """Named implementations of one pipeline concept, so a user adds one without editing the stage's code.
 
 The CTI metrics (:data:`CTI_METRICS`), the CTI selectors (:data:`CTI_SELECTORS`), the CCI methods
-(:data:`CCI_METHODS`), the document attribution methods (:data:`DOCUMENT_METHODS`) and the citation rules
-(:data:`CITATION_RULES`) are registries; the configuration accepts any registered name for ``cti.metric`` /
-``cti.selector`` / ``cci.method`` / ``aggregation.rule``. The registries live here, and the stages that define the
+(:data:`CCI_METHODS`), the document attribution methods (:data:`DOCUMENT_METHODS`), the citation rules
+(:data:`CITATION_RULES`), and the bias study's retrievers (:data:`RETRIEVERS`) and sentence embedders
+(:data:`EMBEDDERS`) are registries; the configuration accepts any registered name for ``cti.metric`` /
+``cti.selector`` / ``cci.method`` / ``aggregation.rule`` / ``bias.rage_embedder``, ``mirage retrieve`` and
+``mirage bias --retriever`` any registered retriever. Each registry's entries all go through one conformance test
+(``tests/test_registries.py`` and the stage's own tests), so registering an entry is enough to get it tested. The registries live here, and the stages that define the
 built-ins (:mod:`mirage.attribution.cti`, :mod:`mirage.attribution.cci`, :mod:`mirage.attribution.methods`,
 :mod:`mirage.pipeline`) register them on import, so that the configuration checks a name without importing those
 stages and no stage's types depend on the configuration in a cycle.
@@ -71,3 +74,11 @@ DOCUMENT_METHODS: Registry[Any] = Registry("document attribution method")
 #: :mod:`mirage.pipeline`, which registers them (:func:`mirage.pipeline.register_citation_rule` adds one); the
 #: registry lives here so that the configuration checks ``aggregation.rule`` without importing the pipeline.
 CITATION_RULES: Registry[Callable[[Any], list[Any]]] = Registry("citation rule")
+
+#: The bias study's retrievers by name: ``factory(*, cache_dir, embed) -> Retriever`` (see
+#: :class:`mirage.bias.retrieval.Retriever`; :func:`mirage.bias.retrieval.register_retriever` adds one).
+RETRIEVERS: Registry[Callable[..., Any]] = Registry("retriever")
+
+#: The RAGE mixture's sentence embedders by name: ``factory() -> Embedder`` (texts → L2-normalised embeddings
+#: ``[n_texts, dim]``; see :data:`mirage.bias.rage.Embedder`; :func:`mirage.bias.rage.register_embedder` adds one).
+EMBEDDERS: Registry[Callable[[], Any]] = Registry("sentence embedder")

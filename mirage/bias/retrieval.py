@@ -1,6 +1,6 @@
 """Retrieval: rank a BEIR corpus for each query, so that the study's non-relevant documents come from a retriever.
 
-Two retrievers, by name (:data:`RETRIEVERS`):
+Two retrievers, by name (:data:`mirage.registry.RETRIEVERS`; :func:`register_retriever` adds one):
 
 - ``bm25``: Okapi BM25 (``bm25s``, its Lucene variant, k1 = 1.5, b = 0.75) over lower-cased words of two or more
   characters, English stop words removed, no stemming;
@@ -30,6 +30,7 @@ from mirage.attribution.serialization import JSONRecord
 from mirage.bias.items import BeirData, detect_format, load_beir_hub, read_beir
 from mirage.config import ConfigError
 from mirage.data.inputs import Document, InputError
+from mirage.registry import RETRIEVERS
 from mirage.runs.store import canonical_json, write_atomic
 
 if TYPE_CHECKING:
@@ -206,9 +207,15 @@ def _dense(*, cache_dir: Path | None, embed: Embedder | None) -> Retriever:
     return DenseRetriever(embed, cache_dir=cache_dir)
 
 
-#: retriever name → factory (``cache_dir``: where a retriever may cache what it computes; ``embed``: an embedder
-#: already loaded, for the dense retriever).
-RETRIEVERS: dict[str, Callable[..., Retriever]] = {"bm25": _bm25, "dense": _dense}
+def register_retriever(name: str, factory: Callable[..., Retriever], *, overwrite: bool = False) -> None:
+    """Make ``factory(*, cache_dir, embed) -> Retriever`` available as retriever ``name`` (:data:`RETRIEVERS`;
+    ``cache_dir``: where the retriever may cache what it computes, ``embed``: an embedder already loaded, which a
+    retriever that embeds may use). The retriever it builds has ``name`` as its :attr:`Retriever.name`."""
+    RETRIEVERS.register(name, factory, overwrite=overwrite)
+
+
+register_retriever("bm25", _bm25)
+register_retriever("dense", _dense)
 
 
 def get_retriever(name: str, *, cache_dir: str | Path | None = None, embed: Embedder | None = None) -> Retriever:

@@ -81,7 +81,7 @@ class ReferenceOutput:
 _INSEQ_MODELS: dict[tuple[int, int], Any] = {}
 
 
-def _import_inseq():
+def import_inseq():
     """Import inseq's attribute_context without leaking its global warning/logging changes."""
     saved_filters = warnings.filters[:]
     import transformers
@@ -101,7 +101,7 @@ def _import_inseq():
 def _inseq_model(model, tokenizer):
     key = (id(model), id(tokenizer))
     if key not in _INSEQ_MODELS:
-        inseq, *_ = _import_inseq()
+        inseq, *_ = import_inseq()
         device = next(model.parameters()).device
         if device.type == "cuda" and device.index is not None:
             torch.cuda.set_device(device)  # inseq names a device by its type alone ("cuda", never "cuda:0")
@@ -220,7 +220,7 @@ def run_reference(
 ) -> ReferenceOutput:
     """Run inseq's MIRAGE procedure (CTI kl_divergence + CCI saliency of contrast_prob_diff) on loaded objects;
     ``logprob=False`` attributes p(y) − p(y_nc) instead of log p(y) − log p(y_nc)."""
-    _, attribute_context_with_model, AttributeContextArgs, get_scores_threshold = _import_inseq()
+    _, attribute_context_with_model, AttributeContextArgs, get_scores_threshold = import_inseq()
     saved_sides = (tokenizer.padding_side, tokenizer.truncation_side)
     inseq_model = _inseq_model(model, tokenizer)
     kwargs = build_inseq_args(prompt, contextless_prompt, context, answer, tokenizer, std_k, logprob)

@@ -478,9 +478,9 @@ def _inseq_value_zeroing():
     """inseq's value zeroing (its ``ValueZeroing`` attribution), with the one part transformers 5 broke stood in for:
     inseq 0.7.1's hook that stores a block's output and passes the clean one on expects the block to return a tuple,
     and transformers 5's blocks return the hidden states alone. The stand-in does the same for both shapes."""
-    from mirage.peers.inseq import _import_inseq
+    from mirage.peers.inseq import import_inseq
 
-    _import_inseq()
+    import_inseq()
     from inseq.attr.feat.ops.value_zeroing import ValueZeroing
 
     def states_hook(self, block_idx, hidden_state_idx=0):

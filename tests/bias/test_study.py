@@ -21,7 +21,7 @@ from mirage.config import MirageConfig
 from mirage.data.inputs import InputError
 from mirage.runs.experiment import question_digest
 
-ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"  # three items: xor_bias_rows-1, -3 and -4
+ROWS = Path(__file__).parents[1] / "data" / "xor_bias_rows.jsonl"  # three items: xor_bias_rows-1, -3 and -4
 TRAINED = "When was the Ikhwan party formed?"  # the question of xor_bias_rows-1
 CFG = BiasConfig(k=3, baseline_draws=20)
 OTHERS = ("How many sub-divisions are there in North Twenty Four Parganas district of West Bengal?",
@@ -193,7 +193,7 @@ def test_the_commands_pass_the_model_and_the_flag(tmp_path, monkeypatch):
     assert main(["bias-protocol", "-o", str(tmp_path / "p"), "--keep-trained-questions"]) == 0
     assert "--keep-trained-questions" in seen["extra"]
     # the run's page gives the flag back in its command
-    result = BiasStudyResult.from_dict(json.loads((Path(__file__).parent / "data" / "bias_run_small" /
+    result = BiasStudyResult.from_dict(json.loads((Path(__file__).parents[1] / "data" / "bias_run_small" /
                                                    "results.json").read_text(encoding="utf-8")))
     result.config["keep_trained_questions"] = True
     folder = tmp_path / "page"

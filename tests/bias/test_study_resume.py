@@ -16,7 +16,7 @@ from mirage.config import MirageConfig
 from mirage.runs.experiment import ExperimentConfig
 from mirage.runs.store import StoreError
 
-ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"
+ROWS = Path(__file__).parents[1] / "data" / "xor_bias_rows.jsonl"
 
 
 def _model(name: str, config: MirageConfig, dtype: str = "torch.float32") -> SimpleNamespace:

@@ -217,7 +217,7 @@ def test_summarize_run_recomputes_a_stored_run_without_a_model(tmp_path):
     from mirage.bias.records import read_generations
     from mirage.bias.study import summarize_run
 
-    src = Path(__file__).parent / "data" / "bias_run_small"
+    src = Path(__file__).parents[1] / "data" / "bias_run_small"
     run = tmp_path / "run"
     shutil.copytree(src, run)
     (run / "tables.md").unlink()
@@ -234,7 +234,7 @@ def test_summarize_run_recomputes_a_stored_run_without_a_model(tmp_path):
         summarize_run(tmp_path)
 
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 #: the published protocol runs: the embedded model's, and the tuned model's
 PUBLISHED = ("bias_smollm2_protocol", "bias_smollm2_cite_protocol")
 

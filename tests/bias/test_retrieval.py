@@ -19,6 +19,7 @@ from mirage.bias.retrieval import (
     RETRIEVERS,
     DenseRetriever,
     RetrievalQuality,
+    get_retriever,
     ranked_ids,
     retrieval_quality,
     retrieve,
@@ -29,7 +30,7 @@ from mirage.cli import build_parser, main
 from mirage.config import ConfigError
 from mirage.data.inputs import Document, InputError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BEIR = ROOT / "tests" / "data" / "beir_small"
 XOR_ROWS = ROOT / "tests" / "data" / "xor_bias_rows.jsonl"
 #: a random ranking puts the one relevant passage of 74 in the top 5 with probability 5/74 (0.07 of the queries on
@@ -201,6 +202,20 @@ def test_dense_retriever_finds_the_relevant_passage_and_caches_the_corpus(beir, 
     changed = dict(beir.corpus, **{"val-17-p0": Document(title="", text="A passage about something else.")})
     other = DenseRetriever(minilm, cache_dir=tmp_path).cache_path(BeirData(changed, beir.queries, beir.qrels))
     assert other != cached and not other.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(RETRIEVERS))
+def test_every_registered_retriever_ranks_best_first_and_finds_the_relevant_passage(name, beir, tmp_path):
+    """The registry's conformance test: registering a retriever is enough to get it run here. Its retriever carries
+    its name, ranks every query's top k best first without repeating a document, a shorter list is the head of a
+    longer one, and it finds the one relevant passage far above chance."""
+    retriever = get_retriever(name, cache_dir=tmp_path)
+    assert retriever.name == name
+    ranking = retriever.search(beir, top_k=5)
+    _check_ranking(ranking, beir, 5)
+    assert retriever.search(beir, top_k=2) == {q: docs[:2] for q, docs in ranking.items()}
+    assert retrieval_quality(ranking, beir.qrels, k=5).recall_at_k >= RECALL_AT_5_BOUND
 
 
 @pytest.mark.slow

@@ -19,14 +19,15 @@ import yaml
 from mirage.bias.items import BeirData, BiasItem, beir_items, load_xor_rows, msmarco_items, xor_items
 from mirage.bias.metrics import cab, citation_set_prf, query_metrics, random_baseline
 from mirage.bias.protocol import BIAS_CONFIG_DIR, BiasConfig, doc_labels, load_metadata, read_names_pool
+from mirage.bias.rage import EMBEDDERS  # the registry, its built-ins registered
 from mirage.bias.records import BiasRecord
 from mirage.bias.results import BiasStudyResult
 from mirage.bias.study import build_items
 from mirage.config import ConfigError
 from mirage.data.inputs import Document, InputError
 
-ROOT = Path(__file__).resolve().parent.parent
-ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"
+ROOT = Path(__file__).resolve().parents[2]
+ROWS = Path(__file__).parents[1] / "data" / "xor_bias_rows.jsonl"
 POOL = ROOT / "configs" / "bias" / "names_pool.yaml"
 SMALL = ["--max-doc-words", "25", "--max-new-tokens", "8", "--limit", "2", "--quiet"]
 
@@ -367,3 +368,24 @@ def test_a_broken_names_pool_names_the_file(tmp_path):
     (prompts / "names_pool.yaml").unlink()
     with pytest.raises(ConfigError, match="make it with scripts/make_names_pool.py"):
         load_metadata(BiasConfig(metadata="hai-names-pool", prompts_dir=str(prompts)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(EMBEDDERS))
+def test_every_registered_embedder_gives_unit_vectors_that_rank_a_paraphrase_first(name):
+    """The registry's conformance test: registering an embedder is enough to get it run here. Texts (and questions,
+    where it embeds them apart) become L2-normalised rows of one width, the same each time, and a paraphrase is
+    closer than an unrelated sentence."""
+    from mirage.bias.rage import load_embedder
+
+    embed = load_embedder(name)
+    texts = ["Paris is the capital of France.", "The capital city of France is Paris.", "Bananas are a yellow fruit."]
+    rows = np.asarray(embed(texts))
+    assert rows.ndim == 2 and rows.shape[0] == 3 and rows.shape[1] > 1
+    np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(embed(texts)), rows, atol=1e-6)
+    assert rows[0] @ rows[1] > rows[0] @ rows[2]
+    queries = np.asarray(getattr(embed, "queries", embed)(["What is the capital of France?"]))
+    assert queries.shape == (1, rows.shape[1])
+    np.testing.assert_allclose(np.linalg.norm(queries, axis=1), 1.0, atol=1e-3)
+    assert queries[0] @ rows[0] > queries[0] @ rows[2]

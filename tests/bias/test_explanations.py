@@ -3,7 +3,7 @@ real-looking explanation strings, prompt recitations set aside, the confidence s
 results.json round trip with and without the analysis, and the run-folder entry point.
 
 These functions are pure, so the records here are built by hand (no model runs in this file); the analysis of a real
-``mirage bias --explain`` run on the embedded model is checked in tests/test_bias_cli.py
+``mirage bias --explain`` run on the embedded model is checked in tests/bias/test_cli.py
 (``test_custom_labels_relevant_side_and_explainer``)."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from mirage.bias.results import BiasStudyResult, summarize
 from mirage.bias.tables import render_markdown
 from mirage.data.inputs import InputError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HAI = label_words({"first": "Human", "second": "LLM", "first_labels": ["Human"], "second_labels": ["LLM"]})
 
 # text, n_docs, named (first-mention order), declined

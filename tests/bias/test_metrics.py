@@ -35,7 +35,7 @@ from mirage.bias.tables import plot_cab, render_markdown
 from mirage.config import ConfigError
 from mirage.data.inputs import Document
 
-ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"
+ROWS = Path(__file__).parents[1] / "data" / "xor_bias_rows.jsonl"
 
 
 def rec(item: str, mode: str, cited: list[int], *, relevant=(1,), n_docs=4, probs=(), answer="x") -> BiasRecord:

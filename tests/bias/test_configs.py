@@ -15,7 +15,7 @@ from mirage.cli import main
 from mirage.config import ConfigError, read_config_file
 from mirage.runs.experiment import ExperimentConfig
 
-STUDIES = Path(__file__).resolve().parent.parent / "configs" / "bias" / "studies"
+STUDIES = Path(__file__).resolve().parents[2] / "configs" / "bias" / "studies"
 
 
 def _parse(*argv: str) -> tuple[argparse.Namespace, BiasConfig, ExperimentConfig]:

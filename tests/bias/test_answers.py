@@ -17,7 +17,7 @@ from mirage.bias.results import BiasStudyResult
 from mirage.cli import main
 from mirage.data.inputs import InputError
 
-ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"
+ROWS = Path(__file__).parents[1] / "data" / "xor_bias_rows.jsonl"
 OPTS = ["--k", "3", "--max-doc-words", "25", "--limit", "2", "--quiet", "--modes", "vanilla", "informed",
         "counterfactual"]
 

@@ -14,7 +14,7 @@ from mirage.bias.protocol import BIAS_CONFIG_DIR
 from mirage.bias.results import BiasStudyResult
 from mirage.cli import main
 
-ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"
+ROWS = Path(__file__).parents[1] / "data" / "xor_bias_rows.jsonl"
 SMALL = ["--k", "3", "--max-doc-words", "25", "--max-new-tokens", "8", "--limit", "2", "--quiet"]
 
 pytestmark = pytest.mark.slow

@@ -24,7 +24,7 @@ from mirage.bias.protocol import BIAS_CONFIG_DIR
 from mirage.cli import main
 from mirage.config import ConfigError
 
-ROWS = Path(__file__).parent / "data" / "xor_bias_rows.jsonl"
+ROWS = Path(__file__).parents[1] / "data" / "xor_bias_rows.jsonl"
 SMALL = ["--k", "3", "--max-doc-words", "25", "--max-new-tokens", "8"]
 
 
@@ -189,7 +189,7 @@ def test_generation_files_take_sweep_points_and_skip_rank_files(tmp_path):
 
 
 def test_overview_rows_follow_the_protocol_and_sweep_values_and_skip_other_results(tmp_path):
-    shipped = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    shipped = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
     for rel in ("zother", "sweep_k/k10", "sweep_k/k2", "hai", "retrievers/dense", "retrievers/bm25"):
         (tmp_path / rel).mkdir(parents=True)
         (tmp_path / rel / "results.json").write_bytes((shipped / "bias_smollm2_hai" / "results.json").read_bytes())
