@@ -25,7 +25,9 @@ top-3 and top-5 % (``python benchmarks/bench_xor_scoring.py --reference-command 
 ``mirage score xor-attriqa FI --settings ex`` (the paper's MIRAGE-EX at top-3 and top-5 %, what the reference
 computes); and **default**, ``mirage score xor-attriqa FI`` with today's defaults. It prints each command, its wall
 time and the reference's time over each, and writes ``benchmarks/results/xor_commands.json``. An untimed process
-loads the model first, so that no timed command pays the cold file cache alone:
+loads the model first, so that no timed command pays the cold file cache alone. Last, one process times both
+procedures' model work alone on the same rows (``compute_only``: no interpreter start, import, load or evaluation
+counted), the ceiling of the whole commands' ratio:
 
     python benchmarks/bench_xor_scoring.py xor-attriqa-match:fi --commands --limit 6 --threads 2
 """
@@ -112,6 +114,39 @@ def reference_command(path: str, *, limit: int, model: str, text: str) -> dict:
             for name, p in preds.items()}
 
 
+def compute_split(path: str, *, limit: int, model: str, text: str) -> dict:
+    """``--compute-split``: the two procedures' model work alone, in one process on one loaded model: for each of the
+    first ``limit`` rows, mirage's ``--settings ex`` scoring of the row (:func:`score_item`: CTI, then CCI of the
+    tokens MIRAGE-EX selects) and the reference procedure on the same row, after one untimed row of each (first-call
+    costs). Seconds of each over the rows, and the reference's over mirage's: the ratio the whole commands would
+    reach if loading, imports and evaluation cost nothing."""
+    from mirage.peers.inseq import run_reference
+    from mirage.scoring.xor_attriqa import prepare_item
+
+    cfg = xor_attriqa_pipeline()
+    m = Mirage.from_pretrained(model, config=cfg)
+    items = list(load_xor_attriqa(resolve_files([path])[0], text=text, limit=limit + 1).items)
+
+    def ours(item) -> None:
+        score_item(m, item, config=cfg)
+
+    def reference(item) -> None:
+        _, prep = prepare_item(m, item, config=cfg)
+        run_reference(m.lm.model, m.lm.tokenizer, prompt=prep.prompt.text,
+                      contextless_prompt=prep.prompt.contextless_text, context=prep.prompt.context,
+                      answer=item.answer, std_k=cfg.cti.std_k)
+
+    seconds = {}
+    for name, run in (("paper_settings", ours), ("reference", reference)):
+        run(items[-1])  # untimed: a row beyond the timed ones
+        start = time.perf_counter()
+        for item in items[:limit]:
+            run(item)
+        seconds[name] = time.perf_counter() - start
+    return {"rows": min(limit, len(items)), "seconds": {k: round(v, 1) for k, v in seconds.items()},
+            "reference_over_paper_settings": round(seconds["reference"] / seconds["paper_settings"], 2)}
+
+
 def time_commands(data: str, *, limit: int, model: str, text: str, threads: int | None, out: str) -> None:
     """``--commands``: the reference procedure, ``mirage score xor-attriqa --settings ex`` and the default scorer,
     each a whole command in its own process on the first ``limit`` rows of ``data``'s fi file, one after another."""
@@ -138,11 +173,17 @@ def time_commands(data: str, *, limit: int, model: str, text: str, threads: int 
             subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, cwd=root)
             walls[name] = time.perf_counter() - start
             print(f"{name}: {walls[name]:.1f} s  ({' '.join(command[1:])})")
+        split = subprocess.run([sys.executable, "benchmarks/bench_xor_scoring.py", "--compute-split", fi, "--limit",
+                                str(limit), "--model", model, "--text", text], check=True, env=env, cwd=root,
+                               capture_output=True, text=True)
+        compute = json.loads(split.stdout)
+        print(f"model work alone: {compute}")
     result = {"model": model, "text": text, "limit": limit, "threads": threads, "data": data,
               "commands": {name: " ".join(c[1:]) for name, c in commands.items()},
               "seconds": {name: round(s, 1) for name, s in walls.items()},
               "reference_over": {name: round(walls["reference"] / walls[name], 2) for name in walls
-                                 if name != "reference"}}
+                                 if name != "reference"},
+              "compute_only": compute}
     print(json.dumps(result, indent=2))
     write_atomic(out, json.dumps(result, indent=2) + "\n")
 
@@ -169,12 +210,17 @@ def main() -> None:
                     help="time whole commands instead: the reference procedure, --settings ex and the default")
     ap.add_argument("--reference-command", metavar="FILE", default=None,
                     help="(used by --commands) run the reference procedure on FILE's first --limit rows")
+    ap.add_argument("--compute-split", metavar="FILE", default=None,
+                    help="(used by --commands) time both procedures' model work alone on FILE's first --limit rows")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.reference_command:
         print(json.dumps(reference_command(args.reference_command, limit=args.limit, model=args.model,
                                            text=args.text), indent=2))
+        return
+    if args.compute_split:
+        print(json.dumps(compute_split(args.compute_split, limit=args.limit, model=args.model, text=args.text)))
         return
     if args.commands:
         time_commands(args.data_dir, limit=args.limit, model=args.model, text=args.text, threads=args.threads,

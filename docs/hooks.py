@@ -313,7 +313,15 @@ def bench_xor_commands() -> str:
             for run, s in data["seconds"].items()]
     intro = (f"{data.get('threads') or 'default'} threads: {data['model']}, first {data['limit']} rows of "
              f"{_code(data['data'])}, each command in its own process, from {_source(rel)}:")
-    return "\n".join([intro, "", table(["command", "as run", "seconds", "reference / this"], rows), ""])
+    out = [intro, "", table(["command", "as run", "seconds", "reference / this"], rows), ""]
+    compute = data.get("compute_only")
+    if compute:
+        out += [f"The model work alone, both procedures in one process on one loaded model (the same {compute['rows']} "
+                f"rows, after an untimed one): the reference {_num(compute['seconds']['reference'], 1, ' s')}, "
+                f"`--settings ex` {_num(compute['seconds']['paper_settings'], 1, ' s')}: "
+                f"{_num(compute['reference_over_paper_settings'], 2, '×')}, the most the whole commands' ratio could "
+                "reach were interpreter start, imports, loading and evaluation free.", ""]
+    return "\n".join(out)
 
 
 def _cost_attribute() -> str:
