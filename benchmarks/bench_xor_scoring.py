@@ -19,15 +19,16 @@ test item by answer length, and writes ``benchmarks/results/xor_scoring.json``. 
 machine.
 
 With ``--commands``, it times whole commands instead, each in its own process (interpreter start, imports, model
-loading and scoring all counted), on the first N rows of fi only, in one run: **reference**, the reference procedure
-(inseq ``attribute_context``, :mod:`mirage.peers.inseq`) on every row and its MIRAGE-EX passage predictions at
-top-3 and top-5 % (``python benchmarks/bench_xor_scoring.py --reference-command FI.jsonl``); **paper_settings**,
+loading and scoring all counted), on the first N rows of fi only: **reference**, the reference procedure (inseq
+``attribute_context``, :mod:`mirage.peers.inseq`) on every row and its MIRAGE-EX passage predictions at top-3 and
+top-5 % (``python benchmarks/bench_xor_scoring.py --reference-command FI.jsonl``); **paper_settings**,
 ``mirage score xor-attriqa FI --settings ex`` (the paper's MIRAGE-EX at top-3 and top-5 %, what the reference
-computes); and **default**, ``mirage score xor-attriqa FI`` with today's defaults. It prints each command, its wall
-time and the reference's time over each, and writes ``benchmarks/results/xor_commands.json``. An untimed process
-loads the model first, so that no timed command pays the cold file cache alone. Last, one process times both
-procedures' model work alone on the same rows (``compute_only``: no interpreter start, import, load or evaluation
-counted), the ceiling of the whole commands' ratio:
+computes); and **default**, ``mirage score xor-attriqa FI`` with today's defaults. Then each procedure's model work
+alone (``compute_only``: in a process of its own on a model loaded untimed, no interpreter start, import, load or
+evaluation counted), the ceiling of the whole commands' ratio. An untimed process loads the model first, so that no
+timed command pays the cold file cache alone, and every measurement runs in each of ``--repeats`` rounds (default 3),
+each figure the median of its rounds, so that a slow spell of a shared machine falls on all alike. It prints each
+command, its wall time and the reference's time over each, and writes ``benchmarks/results/xor_commands.json``:
 
     python benchmarks/bench_xor_scoring.py xor-attriqa-match:fi --commands --limit 6 --threads 2
 """
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -114,12 +116,12 @@ def reference_command(path: str, *, limit: int, model: str, text: str) -> dict:
             for name, p in preds.items()}
 
 
-def compute_split(path: str, *, limit: int, model: str, text: str) -> dict:
-    """``--compute-split``: the two procedures' model work alone, in one process on one loaded model: for each of the
-    first ``limit`` rows, mirage's ``--settings ex`` scoring of the row (:func:`score_item`: CTI, then CCI of the
-    tokens MIRAGE-EX selects) and the reference procedure on the same row, after one untimed row of each (first-call
-    costs). Seconds of each over the rows, and the reference's over mirage's: the ratio the whole commands would
-    reach if loading, imports and evaluation cost nothing."""
+def compute_split(path: str, *, procedure: str, limit: int, model: str, text: str) -> float:
+    """``--compute-split``: one procedure's model work alone (``paper_settings``: mirage's ``--settings ex`` scoring of
+    a row, :func:`score_item`, CTI then CCI of the tokens MIRAGE-EX selects; ``reference``: the reference procedure
+    on the row), in this process on a model loaded untimed, over the first ``limit`` rows after one untimed row
+    beyond them (first-call costs): its seconds. Each procedure runs in a process of its own, so that neither runs
+    after the other on the same model."""
     from mirage.peers.inseq import run_reference
     from mirage.scoring.xor_attriqa import prepare_item
 
@@ -136,23 +138,25 @@ def compute_split(path: str, *, limit: int, model: str, text: str) -> dict:
                       contextless_prompt=prep.prompt.contextless_text, context=prep.prompt.context,
                       answer=item.answer, std_k=cfg.cti.std_k)
 
-    seconds = {}
-    for name, run in (("paper_settings", ours), ("reference", reference)):
-        run(items[-1])  # untimed: a row beyond the timed ones
-        start = time.perf_counter()
-        for item in items[:limit]:
-            run(item)
-        seconds[name] = time.perf_counter() - start
-    return {"rows": min(limit, len(items)), "seconds": {k: round(v, 1) for k, v in seconds.items()},
-            "reference_over_paper_settings": round(seconds["reference"] / seconds["paper_settings"], 2)}
+    run = {"paper_settings": ours, "reference": reference}[procedure]
+    run(items[-1])
+    start = time.perf_counter()
+    for item in items[:limit]:
+        run(item)
+    return time.perf_counter() - start
 
 
-def time_commands(data: str, *, limit: int, model: str, text: str, threads: int | None, out: str) -> None:
+def time_commands(data: str, *, limit: int, model: str, text: str, threads: int | None, out: str,
+                  repeats: int = 3) -> None:
     """``--commands``: the reference procedure, ``mirage score xor-attriqa --settings ex`` and the default scorer,
-    each a whole command in its own process on the first ``limit`` rows of ``data``'s fi file, one after another."""
+    each a whole command in its own process on the first ``limit`` rows of ``data``'s fi file, then each procedure's
+    model work alone (:func:`compute_split`); ``repeats`` rounds, each running every measurement once in turn, so that
+    a slow spell of a shared machine falls on all alike. Each figure is the median of its rounds (every round's
+    seconds recorded beside it)."""
     fi = data if not resolve(data).is_dir() else str(Path(data) / "fi.jsonl")  # a dataset name stays a name
     env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else {}))
-    walls: dict[str, float] = {}
+    walls: dict[str, list[float]] = defaultdict(list)
+    alone: dict[str, list[float]] = defaultdict(list)
     commands: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         mirage = [sys.executable, "-m", "mirage", "score", "xor-attriqa", fi, "--limit", str(limit),
@@ -168,22 +172,31 @@ def time_commands(data: str, *, limit: int, model: str, text: str, threads: int 
         root = Path(__file__).resolve().parents[1]
         subprocess.run([sys.executable, "-c", f"from mirage import Mirage; Mirage.from_pretrained({model!r})"],
                        check=True, env=env, stdout=subprocess.DEVNULL, cwd=root)
-        for name, command in commands.items():
-            start = time.perf_counter()
-            subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, cwd=root)
-            walls[name] = time.perf_counter() - start
-            print(f"{name}: {walls[name]:.1f} s  ({' '.join(command[1:])})")
-        split = subprocess.run([sys.executable, "benchmarks/bench_xor_scoring.py", "--compute-split", fi, "--limit",
-                                str(limit), "--model", model, "--text", text], check=True, env=env, cwd=root,
-                               capture_output=True, text=True)
-        compute = json.loads(split.stdout)
-        print(f"model work alone: {compute}")
-    result = {"model": model, "text": text, "limit": limit, "threads": threads, "data": data,
+        for round_ in range(repeats):
+            for name, command in commands.items():
+                shutil.rmtree(Path(tmp) / name.replace("_settings", ""), ignore_errors=True)  # no resumed run
+                start = time.perf_counter()
+                subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               cwd=root)
+                walls[name].append(time.perf_counter() - start)
+                print(f"round {round_ + 1}, {name}: {walls[name][-1]:.1f} s  ({' '.join(command[1:])})")
+            for procedure in ("reference", "paper_settings"):
+                split = subprocess.run([sys.executable, "benchmarks/bench_xor_scoring.py", "--compute-split", fi,
+                                        "--procedure", procedure, "--limit", str(limit), "--model", model, "--text",
+                                        text], check=True, env=env, cwd=root, capture_output=True, text=True)
+                alone[procedure].append(float(split.stdout.strip().splitlines()[-1]))
+                print(f"round {round_ + 1}, {procedure}'s model work alone: {alone[procedure][-1]:.1f} s")
+    seconds = {name: median(v) for name, v in walls.items()}
+    work = {name: median(v) for name, v in alone.items()}
+    result = {"model": model, "text": text, "limit": limit, "threads": threads, "data": data, "repeats": repeats,
               "commands": {name: " ".join(c[1:]) for name, c in commands.items()},
-              "seconds": {name: round(s, 1) for name, s in walls.items()},
-              "reference_over": {name: round(walls["reference"] / walls[name], 2) for name in walls
+              "seconds": {name: round(s, 1) for name, s in seconds.items()},
+              "rounds": {name: [round(s, 1) for s in v] for name, v in walls.items()},
+              "reference_over": {name: round(seconds["reference"] / seconds[name], 2) for name in seconds
                                  if name != "reference"},
-              "compute_only": compute}
+              "compute_only": {"rows": limit, "seconds": {k: round(v, 1) for k, v in work.items()},
+                               "rounds": {k: [round(s, 1) for s in v] for k, v in alone.items()},
+                               "reference_over_paper_settings": round(work["reference"] / work["paper_settings"], 2)}}
     print(json.dumps(result, indent=2))
     write_atomic(out, json.dumps(result, indent=2) + "\n")
 
@@ -211,7 +224,11 @@ def main() -> None:
     ap.add_argument("--reference-command", metavar="FILE", default=None,
                     help="(used by --commands) run the reference procedure on FILE's first --limit rows")
     ap.add_argument("--compute-split", metavar="FILE", default=None,
-                    help="(used by --commands) time both procedures' model work alone on FILE's first --limit rows")
+                    help="(used by --commands) time one procedure's model work alone on FILE's first --limit rows")
+    ap.add_argument("--procedure", choices=["reference", "paper_settings"], default="paper_settings",
+                    help="(with --compute-split) the procedure timed")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="with --commands: rounds of every measurement, each figure their median (default 3)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -220,11 +237,12 @@ def main() -> None:
                                            text=args.text), indent=2))
         return
     if args.compute_split:
-        print(json.dumps(compute_split(args.compute_split, limit=args.limit, model=args.model, text=args.text)))
+        print(compute_split(args.compute_split, procedure=args.procedure, limit=args.limit, model=args.model,
+                            text=args.text))
         return
     if args.commands:
         time_commands(args.data_dir, limit=args.limit, model=args.model, text=args.text, threads=args.threads,
-                      out=args.out or "benchmarks/results/xor_commands.json")
+                      out=args.out or "benchmarks/results/xor_commands.json", repeats=args.repeats)
         return
     args.out = args.out or "benchmarks/results/xor_scoring.json"
     runs = [(*run, 1) for run in RUNS]  # the last field: items per batch of passes

@@ -312,15 +312,18 @@ def bench_xor_commands() -> str:
              _num(data["reference_over"].get(run), 2, "×") if run != "reference" else "1.00×"]
             for run, s in data["seconds"].items()]
     intro = (f"{data.get('threads') or 'default'} threads: {data['model']}, first {data['limit']} rows of "
-             f"{_code(data['data'])}, each command in its own process, from {_source(rel)}:")
+             f"{_code(data['data'])}, each command in its own process"
+             + (f", the median of {data['repeats']} rounds" if data.get("repeats", 1) > 1 else "")
+             + f", from {_source(rel)}:")
     out = [intro, "", table(["command", "as run", "seconds", "reference / this"], rows), ""]
     compute = data.get("compute_only")
     if compute:
-        out += [f"The model work alone, both procedures in one process on one loaded model (the same {compute['rows']} "
-                f"rows, after an untimed one): the reference {_num(compute['seconds']['reference'], 1, ' s')}, "
-                f"`--settings ex` {_num(compute['seconds']['paper_settings'], 1, ' s')}: "
-                f"{_num(compute['reference_over_paper_settings'], 2, '×')}, the most the whole commands' ratio could "
-                "reach were interpreter start, imports, loading and evaluation free.", ""]
+        seconds = compute["seconds"]
+        out += [(f"The model work alone, each procedure in a process of its own on a model loaded untimed (the same "
+                 f"{compute['rows']} rows, after an untimed one): the reference {_num(seconds['reference'], 1, ' s')}, "
+                 f"`--settings ex` {_num(seconds['paper_settings'], 1, ' s')}: "
+                 f"{_num(compute['reference_over_paper_settings'], 2, '×')}, the most the whole commands' ratio "
+                 "could reach were interpreter start, imports, loading and evaluation free."), ""]
     return "\n".join(out)
 
 
