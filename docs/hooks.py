@@ -260,7 +260,12 @@ def bench_attribution() -> str:
                 "gpu/attribution_gpu.json"):
         data, rows = _attribution_rows(rel)
         precision = f", CCI in {data['cci_precision']}" if data.get("cci_precision", "model") != "model" else ""
-        out += [f"On {_machine(data)}, {data['model']}{precision}, from {_source(rel)} (`{data['command']}`):", "",
+        commit = ""
+        if data.get("commit"):
+            head, _, changed = data["commit"].partition("+")
+            commit = f", the code of commit `{head[:7]}`" + (" with uncommitted changes" if changed else "")
+        out += [f"On {_machine(data)}, {data['model']}{precision}{commit}, from {_source(rel)} (`{data['command']}`):",
+                "",
                 table(["case", "answer tokens", "context tokens", "selected", "mirage", "reference", "speedup",
                        "generation", "attribution / generation", "peak added", "same tokens and citations"], rows),
                 ""]
