@@ -189,7 +189,7 @@ def time_commands(data: str, *, limit: int, model: str, text: str, threads: int 
     seconds = {name: median(v) for name, v in walls.items()}
     work = {name: median(v) for name, v in alone.items()}
     result = {"model": model, "text": text, "limit": limit, "threads": threads, "data": data, "repeats": repeats,
-              "commands": {name: " ".join(c[1:]) for name, c in commands.items()},
+              "commands": {name: " ".join(c[1:]).replace(tmp, "DIR") for name, c in commands.items()},
               "seconds": {name: round(s, 1) for name, s in seconds.items()},
               "rounds": {name: [round(s, 1) for s in v] for name, v in walls.items()},
               "reference_over": {name: round(seconds["reference"] / seconds[name], 2) for name in seconds
