@@ -319,3 +319,26 @@ def test_read_records_reads_a_store_shipped_gzipped(tmp_path):
     (tmp_path / "scores.jsonl.gz").write_bytes(gzip.compress(path.read_bytes() + b'{"key": "torn'))
     assert read_records(tmp_path / "scores.jsonl.gz") == read_records(path)
     assert [r["key"] for r in read_records(path)] == ["a", "b"]
+
+
+def test_a_store_shipped_gzipped_resumes_and_the_gz_is_left_as_it_is(tmp_path):
+    """A run folder whose store was shipped compressed (``scores.jsonl.gz`` alone, as the repository's results keep
+    them): opening the store resumes it (its keys are done), new records go to the plain file, the ``.gz`` is not
+    touched; a damaged ``.gz`` is refused in one line naming it."""
+    import gzip
+
+    path = tmp_path / "scores.jsonl"
+    with ResumableJSONL(path, settings=SETTINGS) as store:
+        store.write({"key": "a", "x": 1})
+    shipped = tmp_path / "scores.jsonl.gz"
+    shipped.write_bytes(gzip.compress(path.read_bytes()))
+    path.unlink()
+    before = shipped.read_bytes()
+    with ResumableJSONL(path, settings=SETTINGS) as store:
+        assert store.done == {"a"}
+        store.write({"key": "b", "x": 2})
+    assert [r["key"] for r in read_records(path)] == ["a", "b"] and shipped.read_bytes() == before
+    (tmp_path / "bad.jsonl.gz").write_bytes(b"not gzip")
+    with pytest.raises(StoreError, match=r"bad\.jsonl\.gz: cannot resume"):
+        ResumableJSONL(tmp_path / "bad.jsonl")
+    assert not (tmp_path / "bad.jsonl").exists()

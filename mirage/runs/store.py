@@ -29,6 +29,7 @@ import os
 import stat
 import warnings
 import weakref
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -336,7 +337,9 @@ class ResumableJSONL:
     ``settings``: what the records depend on; written into each record, and a file made with other settings is
     refused. Opening checks the file is a mirage results file (see the module docstring), repairs only a torn last
     line, and locks it against other processes until :meth:`close` (or the end of a ``with`` block, or of the
-    process).
+    process). A store shipped compressed (``scores.jsonl.gz`` beside no ``scores.jsonl``, as the repository's
+    results keep them) is resumed: it is first decompressed into the plain file the run appends to, and the ``.gz``
+    is left as it is.
     """
 
     def __init__(self, path: str | Path, *, settings: Mapping[str, Any] | None = None) -> None:
@@ -349,6 +352,13 @@ class ResumableJSONL:
                              "resumes it): give a file path for the output.")
         make_parent(self.path)
         self.done: set[str] = set()
+        shipped = self.path.with_name(self.path.name + ".gz")
+        if not self.path.exists() and self.path.suffix != ".gz" and shipped.is_file():
+            try:
+                write_atomic(self.path, gzip.decompress(shipped.read_bytes()))
+            except (OSError, EOFError, zlib.error) as err:
+                raise StoreError(f"{shipped}: cannot resume from this compressed store ({err}); decompress it into "
+                                 f"{self.path.name} yourself, or move it aside.") from None
         existed = self.path.exists() and self.path.stat().st_size > 0
         self._lock = _lock(self.path)
         if existed:

@@ -54,7 +54,7 @@ def _zeroed_values(projections: Sequence[torch.nn.Module], rows: torch.Tensor | 
         if rows is None:
             return output
         out = output.clone()
-        out[:, rows] = 0
+        out[:, rows.to(out.device)] = 0  # a block may sit on another device than the first (a device map)
         return out
 
     handles = [p.register_forward_hook(hook) for p in projections]
@@ -98,7 +98,8 @@ def zeroed_distances(lm: LoadedModel, seq: Sequence[int], rows: Sequence[int], g
                 outs = []
                 for positions in zeroed_rows:
                     with _zeroed_values(projections[index], positions):
-                        outs.append(_hidden(module(*args, **kwargs))[0].index_select(0, read))
+                        hidden = _hidden(module(*args, **kwargs))[0]
+                        outs.append(hidden.index_select(0, read.to(hidden.device)))
                 zeroed[index] = torch.stack(outs)
             finally:
                 replaying[0] = False
@@ -108,10 +109,11 @@ def zeroed_distances(lm: LoadedModel, seq: Sequence[int], rows: Sequence[int], g
         def post(_module: Any, _args: tuple, _kwargs: dict, output: Any) -> None:
             if replaying[0]:
                 return
-            plain = _hidden(output)[0].index_select(0, read)  # [n_rows, hidden]
+            hidden = _hidden(output)[0]
+            plain = hidden.index_select(0, read.to(hidden.device))  # [n_rows, hidden]
             moved = zeroed.pop(index)
             cos = torch.nn.functional.cosine_similarity(plain.double()[None], moved.double(), dim=-1)
-            distances.append((1 - cos).T)  # [n_rows, n_groups]
+            distances.append((1 - cos).T.cpu())  # [n_rows, n_groups]
         return post
 
     handles = []
@@ -123,7 +125,7 @@ def zeroed_distances(lm: LoadedModel, seq: Sequence[int], rows: Sequence[int], g
     finally:
         for h in handles:
             h.remove()
-    return torch.stack(distances).cpu()
+    return torch.stack(distances)
 
 
 def zeroed_layer_distances(inputs: DocumentInputs, *, method: str = "value_zeroing") -> torch.Tensor:
