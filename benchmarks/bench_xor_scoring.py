@@ -86,14 +86,25 @@ class Timed:
             last = now
 
 
+def reference_row(m: Mirage, item, cfg) -> tuple:
+    """The reference procedure on one row: the row prepared with mirage's prompt, and inseq's CTI and CCI of its
+    annotated answer on that prompt."""
+    from mirage.peers.inseq import run_reference
+    from mirage.scoring.xor_attriqa import prepare_item
+
+    _, prep = prepare_item(m, item, config=cfg)
+    return prep, run_reference(m.lm.model, m.lm.tokenizer, prompt=prep.prompt.text,
+                               contextless_prompt=prep.prompt.contextless_text, context=prep.prompt.context,
+                               answer=item.answer, std_k=cfg.cti.std_k)
+
+
 def reference_command(path: str, *, limit: int, model: str, text: str) -> dict:
     """The reference procedure as a whole command: the model loaded, then for each of the first ``limit`` rows of
     ``path`` inseq's CTI and CCI on mirage's prompt and its MIRAGE-EX passage predictions (top-3, top-5 %), scored
     against the human labels."""
     from mirage.config import CCIConfig
-    from mirage.peers.inseq import passage_predictions, run_reference
+    from mirage.peers.inseq import passage_predictions
     from mirage.scoring import metrics as M
-    from mirage.scoring.xor_attriqa import prepare_item
     from mirage.scoring.xor_eval import CCI_SELECTIONS
 
     cfg = xor_attriqa_pipeline()
@@ -102,10 +113,7 @@ def reference_command(path: str, *, limit: int, model: str, text: str) -> dict:
     labels: list[bool] = []
     preds: dict[str, list[bool]] = {name: [] for name in selections}
     for item in load_xor_attriqa(resolve_files([path])[0], text=text, limit=limit).items:
-        _, prep = prepare_item(m, item, config=cfg)
-        ref = run_reference(m.lm.model, m.lm.tokenizer, prompt=prep.prompt.text,
-                            contextless_prompt=prep.prompt.contextless_text, context=prep.prompt.context,
-                            answer=item.answer, std_k=cfg.cti.std_k)
+        prep, ref = reference_row(m, item, cfg)
         docs = list(prep.tokens.context_docs)
         if len(docs) != len(ref.context_tokens):
             continue
@@ -122,9 +130,6 @@ def compute_split(path: str, *, procedure: str, limit: int, model: str, text: st
     on the row), in this process on a model loaded untimed, over the first ``limit`` rows after one untimed row
     beyond them (first-call costs): its seconds. Each procedure runs in a process of its own, so that neither runs
     after the other on the same model."""
-    from mirage.peers.inseq import run_reference
-    from mirage.scoring.xor_attriqa import prepare_item
-
     cfg = xor_attriqa_pipeline()
     m = Mirage.from_pretrained(model, config=cfg)
     items = list(load_xor_attriqa(resolve_files([path])[0], text=text, limit=limit + 1).items)
@@ -133,10 +138,7 @@ def compute_split(path: str, *, procedure: str, limit: int, model: str, text: st
         score_item(m, item, config=cfg)
 
     def reference(item) -> None:
-        _, prep = prepare_item(m, item, config=cfg)
-        run_reference(m.lm.model, m.lm.tokenizer, prompt=prep.prompt.text,
-                      contextless_prompt=prep.prompt.contextless_text, context=prep.prompt.context,
-                      answer=item.answer, std_k=cfg.cti.std_k)
+        reference_row(m, item, cfg)
 
     run = {"paper_settings": ours, "reference": reference}[procedure]
     run(items[-1])

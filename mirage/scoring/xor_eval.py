@@ -563,11 +563,16 @@ def evaluate(
     collected: dict[str, list] = {}
     tables = _setting_tables(views, langs, selections=selections, ex_cti=ex_cti, calibration=cal, ex="ex" in groups,
                              collect=collected)
-    for setting, rows in (extra_rows or {}).items():
+
+    def add(setting: str, rows: list) -> None:
+        """One more setting's rows (lang, predictions, labels, scores, item key), tabled per language."""
         collected[setting] = rows
         per = per_language(rows, langs)
         for name, table in tables.items():
             table[setting] = per[name]
+
+    for setting, rows in (extra_rows or {}).items():
+        add(setting, rows)
     test_rows = _feature_rows([v.item for v in views], scores, ex_cti)
     features: dict[str, Any] | None = None
     if learned:
@@ -578,15 +583,9 @@ def evaluate(
     if cal_views and features is not None:
         cal_items = [v.item for v in cal_views]
         model = fit_learned_model(cal_items, scores, cti=ex_cti)
-        collected["learned"] = _learned_rows(model, test_rows)
-        per = per_language(collected["learned"], langs)
-        for name, table in tables.items():
-            table["learned"] = per[name]
+        add("learned", _learned_rows(model, test_rows))
         # the same classifier at the threshold that maximised out-of-fold agreement on the calibration items
-        collected["learned_agreement"] = _learned_rows(model, test_rows, model.cv["agreement_threshold"])
-        per = per_language(collected["learned_agreement"], langs)
-        for name, table in tables.items():
-            table["learned_agreement"] = per[name]
+        add("learned_agreement", _learned_rows(model, test_rows, model.cv["agreement_threshold"]))
         cal_rows = _feature_rows(cal_items, scores, ex_cti)
         features.update(learned=model.to_dict(), coefficients=model.coefficients(),
                         roc_auc_calibration=_feature_aucs(cal_rows, _languages(cal_items)))
@@ -596,11 +595,7 @@ def evaluate(
             setting = f"learned+{feature_set}"
             with_methods = _fit_rows(with_method_features(cal_rows, names, method_scores or {}),
                                      [*model.features, *map(method_feature, names)])
-            collected[setting] = _learned_rows(with_methods, with_method_features(test_rows, names,
-                                                                                  method_scores or {}))
-            per = per_language(collected[setting], langs)
-            for name, table in tables.items():
-                table[setting] = per[name]
+            add(setting, _learned_rows(with_methods, with_method_features(test_rows, names, method_scores or {})))
             classifiers[setting] = {"model": with_methods.to_dict(), "coefficients": with_methods.coefficients()}
         if classifiers:
             features["with_methods"] = classifiers
