@@ -1,16 +1,17 @@
 """Metric arithmetic for the benchmarks: binary agreement scores, ROC-AUC, ALCE citation quality, citation-set overlap.
 
 Every score is a percentage in [0, 100], or ``None`` where it is undefined (no pairs, a class absent, …); averages
-skip undefined values. ROC-AUC is a fraction in [0, 1], as usual. The binary scores are scikit-learn's
-(``confusion_matrix``, ``accuracy_score``, ``precision_recall_fscore_support`` with ``zero_division=nan``,
-``balanced_accuracy_score``, ``roc_auc_score``), imported when first used.
+skip undefined values. ROC-AUC is a fraction in [0, 1], as usual. The binary scores are computed here from the
+confusion counts, in the same floating-point operations as scikit-learn's (``accuracy_score``,
+``precision_recall_fscore_support`` with ``zero_division=nan``, ``balanced_accuracy_score``; ``roc_auc_score`` through
+its ROC curve and trapezoids), so that they equal them bit for bit (tests/scoring/test_binary_metrics.py compares them) without
+importing scikit-learn, about a second of every scoring command.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,22 +35,14 @@ class BinaryCounts:
     def of(cls, predictions: Sequence[bool], labels: Sequence[bool]) -> BinaryCounts:
         if len(predictions) != len(labels):
             raise ValueError(f"{len(predictions)} predictions for {len(labels)} labels.")
-        if not len(labels):
-            return cls()
-        from sklearn.metrics import confusion_matrix
-
-        tn, fp, fn, tp = confusion_matrix([bool(y) for y in labels], [bool(p) for p in predictions],
-                                          labels=[False, True]).ravel()
-        return cls(tp=int(tp), fp=int(fp), tn=int(tn), fn=int(fn))
+        cells = [0, 0, 0, 0]  # tp, fp, tn, fn
+        for p, y in zip(predictions, labels):
+            cells[(0 if y else 1) if p else (3 if y else 2)] += 1
+        return cls(*cells)
 
     @property
     def total(self) -> int:
         return self.tp + self.fp + self.tn + self.fn
-
-    def weighted(self) -> tuple[list[int], list[int], list[int]]:
-        """The counts as scikit-learn input: labels and predictions of the four cells (tp, fp, tn, fn), each
-        weighted by its count (``sample_weight``)."""
-        return [1, 0, 0, 1], [1, 1, 0, 0], [self.tp, self.fp, self.tn, self.fn]
 
 
 def percent(num: float, den: float) -> float | None:
@@ -57,30 +50,29 @@ def percent(num: float, den: float) -> float | None:
     return None if den == 0 else 100.0 * num / den
 
 
+def _ratio(num: int, den: int) -> float:
+    """num / den in float64, nan when den is 0 (scikit-learn's ``zero_division=nan``)."""
+    return float(num) / float(den) if den else math.nan
+
+
 def _as_percent(value: float) -> float | None:
     return None if math.isnan(value) else 100.0 * float(value)
 
 
 def _prf(c: BinaryCounts) -> tuple[float | None, float | None, float | None]:
-    """Precision, recall and F1 (%) on the supporting class; None where scikit-learn's ``zero_division`` applies."""
+    """Precision, recall and F1 (%) on the supporting class; None where scikit-learn's ``zero_division`` applies
+    (F1 = 2TP / (2TP + FP + FN), undefined only with no supporting pair and no positive prediction)."""
     if c.total == 0:
         return None, None, None
-    from sklearn.metrics import precision_recall_fscore_support
-
-    labels, predictions, weights = c.weighted()
-    p, r, f, _ = precision_recall_fscore_support(labels, predictions, sample_weight=weights, average="binary",
-                                                 zero_division=math.nan)
-    return _as_percent(p), _as_percent(r), _as_percent(f)
+    return (_as_percent(_ratio(c.tp, c.tp + c.fp)), _as_percent(_ratio(c.tp, c.tp + c.fn)),
+            _as_percent(_ratio(2 * c.tp, 2 * c.tp + c.fp + c.fn)))
 
 
 def agreement(c: BinaryCounts) -> float | None:
     """% of pairs where the prediction equals the label (accuracy)."""
     if c.total == 0:
         return None
-    from sklearn.metrics import accuracy_score
-
-    labels, predictions, weights = c.weighted()
-    return _as_percent(accuracy_score(labels, predictions, sample_weight=weights))
+    return _as_percent(_ratio(c.tp + c.tn, c.total))
 
 
 def precision(c: BinaryCounts) -> float | None:
@@ -102,12 +94,8 @@ def balanced_accuracy(c: BinaryCounts) -> float | None:
     """Mean of the recalls of both classes (with one class present, that class's recall)."""
     if c.total == 0:
         return None
-    from sklearn.metrics import balanced_accuracy_score
-
-    labels, predictions, weights = c.weighted()
-    with warnings.catch_warnings():  # a class with no pair: scikit-learn warns and averages the other's recall
-        warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
-        return _as_percent(balanced_accuracy_score(labels, predictions, sample_weight=weights))
+    recalls = [r for r in (_ratio(c.tn, c.tn + c.fp), _ratio(c.tp, c.tp + c.fn)) if not math.isnan(r)]
+    return _as_percent(sum(recalls) / len(recalls))
 
 
 def item_counts(records: Iterable[Mapping[str, Any]], setting: str) -> dict[str, tuple[int, int, int, int]]:
@@ -162,9 +150,23 @@ def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
         raise ValueError(f"{len(scores)} scores for {len(labels)} labels.")
     if len({bool(y) for y in labels}) < 2:
         return None
-    from sklearn.metrics import roc_auc_score
+    import numpy as np
 
-    return float(roc_auc_score([int(bool(y)) for y in labels], [float(s) for s in scores]))
+    # scikit-learn's roc_auc_score, step by step: thresholds at the distinct scores (descending), cumulative true
+    # and false positives there, collinear points dropped, (0, 0) prepended, the trapezoids summed
+    y = np.asarray([bool(v) for v in labels], dtype=np.float64)
+    x = np.asarray([float(v) for v in scores], dtype=np.float64)
+    order = np.argsort(-x, kind="stable")
+    x, y = x[order], y[order]
+    idx = np.concatenate([np.nonzero(np.diff(x))[0], [len(y) - 1]])
+    tps = np.cumsum(y)[idx]
+    fps = 1 + idx.astype(np.float64) - tps
+    if len(fps) > 2:
+        keep = np.concatenate([[True], np.logical_or(np.diff(fps, 2), np.diff(tps, 2)), [True]])
+        fps, tps = fps[keep], tps[keep]
+    fpr = np.concatenate([[0.0], fps]) / fps[-1]
+    tpr = np.concatenate([[0.0], tps]) / tps[-1]
+    return float((np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2.0).sum())
 
 
 def mean_or_none(values: Sequence[float]) -> float | None:
