@@ -15,7 +15,7 @@ import torch
 
 from mirage import Mirage
 from mirage.attribution.forward import frozen_parameters
-from mirage.attribution.models import wrap_model
+from mirage.attribution.models import load_model, wrap_model
 from mirage.attribution.planner import (
     CPU_ALLOCATOR_SHARE,
     MemoryBudgetError,
@@ -23,6 +23,7 @@ from mirage.attribution.planner import (
     backward_row_bytes,
     checkpointed_layers,
     graph_bytes,
+    graph_upper_bytes,
     memory_in_use,
     plan_graph,
     return_freed_memory,
@@ -110,6 +111,35 @@ def test_plan_graph_checkpoints_under_a_budget_and_refuses_in_one_line_when_even
     message = str(err.value)
     assert "\n" not in message and "2000 tokens" in message and "memory budget" in message
     assert "--memory-budget" in message and "gradient checkpointing" in message
+
+
+@pytest.mark.parametrize("name", ["smollm2", "gemma3"])
+def test_a_pass_far_below_its_budget_is_planned_from_the_upper_bound_without_probes(name, request, monkeypatch):
+    """A small model's ~1,000-token pass on a CPU: the size-based upper bound (graph_upper_bytes) is above what the
+    probes measure, and it fits, so plan_graph decides "no checkpointing" (what the measured estimate decides too)
+    without running a probe pass; a budget the bound does not fit is measured as before."""
+    from mirage.attribution import planner
+
+    lm = request.getfixturevalue("smollm2") if name == "smollm2" else load_model("gemma3-270m")
+    seq = 1000
+    for rows in (1, 2):
+        upper, upper_row = graph_upper_bytes(lm, seq, rows)
+        assert upper >= graph_bytes(lm, seq, checkpoint=False, rows=rows)
+        assert upper_row >= backward_row_bytes(lm, seq, rows)
+    probes: list[int] = []  # every call for the measured estimate (it probes the first time, then reads its cache)
+    real = planner.activation_bytes
+    monkeypatch.setattr(planner, "activation_bytes", lambda *a, **k: probes.append(1) or real(*a, **k))
+    monkeypatch.setenv("MIRAGE_CPU_ALLOCATOR", "auto")
+    fresh = _fresh(lm)
+    plan = plan_graph(fresh, seq)
+    assert probes == [] and plan.checkpoint is False and fresh.passes["checkpointing"] == "off"
+    # what the measured estimate would decide: it fits the room the bound left, with the bound's own bytes
+    assert graph_bytes(lm, seq, checkpoint=False) + backward_row_bytes(lm, seq) <= plan.room + sum(
+        graph_upper_bytes(lm, seq))
+    probes.clear()
+    tight = _fresh(lm, memory_budget=_in_use(lm) + sum(graph_upper_bytes(lm, seq)) // 2)
+    plan_graph(tight, seq)
+    assert probes, "a budget the bound does not fit is planned from the measured estimate"
 
 
 def test_cpu_passes_near_the_free_memory_return_freed_memory_without_a_budget(smollm2, monkeypatch):
@@ -245,6 +275,10 @@ def test_the_estimates_are_measured_on_short_passes_and_hold_at_length(real_toke
     assert (padded > 1.05 * 2 * saved) == (kernel == "sdpa")
     estimate = graph_bytes(lm, 600, checkpoint=False, rows=2)
     assert 0.98 < estimate / padded < 1.02, (estimate, padded)
+    # the bound plan_graph may plan with instead of probing is above what these passes really keep
+    for rows, n in ((1, 600), (2, 600), (1, 100)):
+        upper, upper_row = graph_upper_bytes(lm, n, rows)
+        assert upper >= graph_bytes(lm, n, checkpoint=False, rows=rows) and upper_row >= backward_row_bytes(lm, n, rows)
 
 
 @pytest.mark.parametrize("family", ["gemma3", "mistral"])
@@ -272,6 +306,7 @@ def test_a_long_sliding_window_is_probed_on_short_passes(real_tokenizer, family)
         saved = sum(saved_tensor_bytes(lm, n, padded=rows > 1))
         estimate = graph_bytes(lm, n, checkpoint=False, rows=rows)
         assert 0.98 < estimate / saved < 1.02, (rows, n, estimate, saved)
+        assert graph_upper_bytes(lm, n, rows)[0] >= estimate, (rows, n)
 
 
 def _live_tensor_bytes() -> int:
