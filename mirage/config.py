@@ -54,7 +54,8 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 #: register the built-ins are imported: they bring torch).
 CTIMetric = Literal["kl_noctx_ctx", "kl_ctx_noctx", "js", "prob_diff"]
 CTISelector = Literal["std", "threshold"]
-CCIMethod = Literal["saliency", "input_x_gradient", "integrated_gradients"]
+CCIMethod = Literal["saliency", "input_x_gradient", "integrated_gradients", "attention_last", "attention_all",
+                    "rollout", "attnlrp"]
 PercentRule = Literal["range", "percentile"]
 #: ``cti.std_kind``: the spread in mean + k·std: ``sample`` (n - 1, torch's and inseq's) or ``population`` (n, numpy's, the
 #: authors' released scripts).
@@ -184,7 +185,9 @@ class CCIConfig:
     """
 
     method: str = field(default="saliency", metadata={
-        "flag": "--cci-method", "help": "saliency (default), input_x_gradient, integrated_gradients"})
+        "flag": "--cci-method", "help": "saliency (default), input_x_gradient, integrated_gradients (gradients of the "
+        "contrastive target), or a document method that scores every context token: attention_last, attention_all, "
+        "rollout, attnlrp (its rows of the selected tokens)"})
     top_k: int | None = field(default=None, metadata={
         "flag": "--cci-top-k", "help": "CCI: keep the N most salient context tokens", "implies": {"top_percent": None},
         "exclusive": "cci selector"})

@@ -36,7 +36,7 @@ from mirage.config import DEFAULT_MODEL, ConfigError, MirageConfig
 from mirage.data.inputs import InputError, RAGItem, make_item
 from mirage.likelihood.classifier import learned_citations, load_learned
 from mirage.likelihood.signals import passage_signals
-from mirage.registry import CITATION_RULES
+from mirage.registry import CCI_METHODS, CITATION_RULES
 
 if TYPE_CHECKING:
     import datasets
@@ -165,8 +165,12 @@ class Mirage:
         prompt; ``generated``: the generation that produced it, whose logits are then reused."""
         if isinstance(answer, str):
             answer = tokenize_answer(self.lm.tokenizer, answer)
-        return score_tokens(self.lm, prepared.tokens, answer, config or self.config, targets=targets,
-                            generated=generated)
+        cfg = config or self.config
+        if CCI_METHODS.lookup(cfg.cci.method).document_method is not None:  # a document method as the CCI step
+            from mirage.attribution.methods.as_cci import context_cci
+
+            return context_cci(self, prepared, answer, cfg, targets=targets, generated=generated)
+        return score_tokens(self.lm, prepared.tokens, answer, cfg, targets=targets, generated=generated)
 
     def score_batch(self, prepared: Sequence[PreparedItem], answers: Sequence[TokenizedAnswer | str], *,
                     targets: TargetSpec = "selected", item_targets: Sequence[TargetSpec] | None = None,
@@ -175,6 +179,10 @@ class Mirage:
         same differentiable pass, CCI's gradients (see :func:`mirage.attribution.token_scores.score_batch`); the same scores up
         to float rounding."""
         tokenized = [tokenize_answer(self.lm.tokenizer, a) if isinstance(a, str) else a for a in answers]
+        cfg = config or self.config
+        if CCI_METHODS.lookup(cfg.cci.method).document_method is not None:  # its own passes: item by item
+            specs = list(item_targets) if item_targets is not None else [targets] * len(prepared)
+            return [self.score_tokens(p, a, targets=spec, config=cfg) for p, a, spec in zip(prepared, tokenized, specs)]
         return score_batch(self.lm, [p.tokens for p in prepared], tokenized, config or self.config, targets=targets,
                            item_targets=item_targets, max_batch_tokens=max_batch_tokens)
 

@@ -67,13 +67,18 @@ class CCIMethodSpec:
     """One CCI method.
 
     ``attribute(forward, inputs, cfg)``: the attribution ``[n, seq, hidden]`` of each row's target on ``inputs``
-    ``[n, seq, hidden]`` (the input repeated once per target; captum style). ``from_gradient(grad, inputs)``, for
+    ``[n, seq, hidden]`` (the input repeated once per target; captum style), or None for a method backed by a
+    document method (``document_method``). ``from_gradient(grad, inputs)``, for
     gradient methods only: the attribution ``[n, seq, hidden]`` from the targets' input gradients ``[n, seq, hidden]``
     and the input ``[seq, hidden]``, so all targets' gradients can come from one shared forward pass.
     """
 
-    attribute: Callable[[TargetForward, torch.Tensor, CCIConfig], torch.Tensor]
+    attribute: Callable[[TargetForward, torch.Tensor, CCIConfig], torch.Tensor] | None
     from_gradient: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    #: A registered document method (:data:`mirage.registry.DOCUMENT_METHODS`) whose per-context-token scores are
+    #: the CCI rows (``attribute`` None): run on the prepared item by :meth:`mirage.Mirage.score_tokens`
+    #: (:func:`mirage.attribution.methods.context_cci`), never by :func:`compute_cci`.
+    document_method: str | None = None
 
 
 def _saliency(forward: TargetForward, inputs: torch.Tensor, cfg: CCIConfig) -> torch.Tensor:
@@ -107,18 +112,28 @@ def _gradient_x_input(grad: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
 CCI_METHODS.register("saliency", CCIMethodSpec(_saliency, from_gradient=_gradient))
 CCI_METHODS.register("input_x_gradient", CCIMethodSpec(_input_x_gradient, from_gradient=_gradient_x_input))
 CCI_METHODS.register("integrated_gradients", CCIMethodSpec(_integrated_gradients))
+#: The document methods that score every context token (:mod:`mirage.attribution.methods`), each also a CCI method of
+#: the same name: their rows of the selected tokens are the CCI scores (attention, rollout, AttnLRP).
+CONTEXT_DOCUMENT_METHODS = ("attention_last", "attention_all", "rollout", "attnlrp")
+for _name in CONTEXT_DOCUMENT_METHODS:
+    CCI_METHODS.register(_name, CCIMethodSpec(None, document_method=_name))
 
 
 def register_cci_method(
     name: str,
-    attribute: Callable[[TargetForward, torch.Tensor, CCIConfig], torch.Tensor],
+    attribute: Callable[[TargetForward, torch.Tensor, CCIConfig], torch.Tensor] | None = None,
     *,
     from_gradient: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    document_method: str | None = None,
     overwrite: bool = False,
 ) -> None:
     """Make a method selectable as ``cci.method=name`` (see :class:`CCIMethodSpec`; an existing name is replaced
-    only with ``overwrite``)."""
-    CCI_METHODS.register(name, CCIMethodSpec(attribute, from_gradient=from_gradient), overwrite=overwrite)
+    only with ``overwrite``): ``attribute`` (and ``from_gradient``), or ``document_method``, a registered document
+    method that scores every context token."""
+    if (attribute is None) == (document_method is None):
+        raise ValueError(f"register_cci_method({name!r}): give attribute or document_method, exactly one.")
+    CCI_METHODS.register(name, CCIMethodSpec(attribute, from_gradient=from_gradient, document_method=document_method),
+                         overwrite=overwrite)
 
 
 @dataclass(frozen=True)
@@ -387,6 +402,11 @@ def compute_cci(
     contrast_ids = _contrast_ids(answer_ids, selected, contextless_top)
     if not selected:
         return CCIScores(selected=(), contrast_ids=(), scores=())
+    document_method = CCI_METHODS.lookup(cfg.method).document_method
+    if document_method is not None:
+        raise ValueError(f"cci.method={cfg.method!r} takes its rows from the document method {document_method!r}, "
+                         "which needs the prepared item: score through Mirage.score_tokens (or "
+                         "mirage.attribution.methods.context_cci), not compute_cci.")
     order = sorted(range(len(selected)), key=lambda k: selected[k])
     targets = _Targets(base=embed(lm, input_ids), answer_ids=answer_ids, positions=answer_positions,
                        idx=[selected[k] for k in order], contrast=[contrast_ids[k] for k in order],

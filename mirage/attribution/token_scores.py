@@ -42,7 +42,7 @@ class TokenScores:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def _cci_targets(cti: CTIScores, n_answer: int, targets: TargetSpec) -> tuple[int, ...]:
+def cci_targets(cti: CTIScores, n_answer: int, targets: TargetSpec) -> tuple[int, ...]:
     """The answer indices CCI attributes, ascending."""
     if isinstance(targets, str):
         return {"selected": cti.selected, "all": tuple(range(n_answer)), "none": ()}[targets]
@@ -81,7 +81,7 @@ def _with_cci(lm: LoadedModel, prompt: TokenizedPrompt, answer: TokenizedAnswer,
     gradients), with the seconds each took."""
     t = time.perf_counter()
     input_ids, positions = model_inputs(lm, prompt.ids, answer.ids)
-    cci = compute_cci(lm, input_ids, answer.ids, positions, _cci_targets(cti, len(answer.ids), targets),
+    cci = compute_cci(lm, input_ids, answer.ids, positions, cci_targets(cti, len(answer.ids), targets),
                       cti.contextless_top, prompt.context_positions, cfg=cfg.cci, graph=graph)
     return TokenScores(cti=cti, cci=cci, timings={"cti": cti_seconds, "cci": time.perf_counter() - t})
 
@@ -139,7 +139,7 @@ def score_batch(lm: LoadedModel, prompts: Sequence[TokenizedPrompt], answers: Se
         ctis = [compute_cti(graph.answer_logits(r), without[k], answers[k].ids, cfg=cfg.cti) for r, k in enumerate(ks)]
         cti_s = time.perf_counter() - t
         t = time.perf_counter()
-        requests = [CCIRequest(answer_ids=answers[k].ids, selected=_cci_targets(cti, len(answers[k].ids), per_item[k]),
+        requests = [CCIRequest(answer_ids=answers[k].ids, selected=cci_targets(cti, len(answers[k].ids), per_item[k]),
                                contextless_top=cti.contextless_top, context_positions=prompts[k].context_positions)
                     for cti, k in zip(ctis, ks)]
         ccis = compute_cci_batch(lm, graph, requests, cfg=cfg.cci)
