@@ -121,9 +121,10 @@ PIPELINE_FLAGS = {
     "--cti-threshold-floor": ("cti", "threshold_floor", ("none (default) or mean: never select a token below its "
                                                          "answer's mean score, whatever the threshold (the authors' "
                                                          "scripts; matters for calibrated thresholds)")),
-    "--cci-method": ("cci", "method", "saliency (default), input_x_gradient, integrated_gradients (gradients of the "
-                     "contrastive target), or a document method that scores every context token: attention_last, "
-                     "attention_all, rollout, attnlrp (its rows of the selected tokens)"),
+    "--cci-method": ("cci", "method", ("saliency (default), input_x_gradient, integrated_gradients (gradients of "
+                                       "the contrastive target), or a document method that scores every context "
+                                       "token: attention_last, attention_all, rollout, attnlrp (its rows of the "
+                                       "selected tokens)")),
     "--cci-top-k": ("cci", "top_k", "CCI: keep the N most salient context tokens"),
     "--cci-top-percent": ("cci", "top_percent", "CCI: keep the top P%% of context tokens (default 5)"),
     "--cci-percent-rule": ("cci", "percent_rule", "range (max - p(max-min), reference code) or percentile"),
