@@ -3,6 +3,7 @@ scores on the calibration splits only.
 
     python benchmarks/cci_methods.py SCORES --calibrate-on train.jsonl val.jsonl --model NAME [--text en]
         --store ROWS.jsonl [--methods saliency input_x_gradient integrated_gradients] [--ig-steps 8]
+        (``--methods`` also takes attention_last, attention_all, rollout, attnlrp: the CCI step's other methods)
         [--limit N] [-o OUT.json]
 
 ``SCORES`` is a ``mirage score xor-attriqa`` store holding the calibration items' CTI scores and passage signals
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.learned_features import ONLY, _fit
+from mirage.attribution.cci import CONTEXT_DOCUMENT_METHODS
 from mirage.attribution.cti import select_tokens
 from mirage.config import CTIConfig
 from mirage.likelihood.features import CCI_FEATURES
@@ -46,6 +48,9 @@ from mirage.scoring.xor_data import XorItem, concat_data, load_xor_attriqa
 from mirage.scoring.xor_eval import passage_features
 
 METHODS = ("saliency", "input_x_gradient", "integrated_gradients")
+#: Selectable with ``--methods`` too (not run by default): the document methods that serve as the CCI step, their
+#: rows of the same MIRAGE-EX tokens (:mod:`mirage.attribution.methods.as_cci`).
+CONTEXT_METHODS = CONTEXT_DOCUMENT_METHODS
 
 
 def with_rows(scores: ItemScores, rows: dict[int, list[float]]) -> ItemScores:
@@ -98,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--model", required=True, help="the model SCORES was computed with")
     ap.add_argument("--text", choices=("en", "native"), default="en")
     ap.add_argument("--store", type=Path, required=True, help="where each method's rows go (one file per method)")
-    ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    ap.add_argument("--methods", nargs="+", choices=METHODS + CONTEXT_METHODS, default=list(METHODS))
     ap.add_argument("--ig-steps", type=int, default=8, help="integrated gradients' steps (mirage's default: 16)")
     ap.add_argument("--limit", type=int, help="the first N calibration items with two passages or more")
     ap.add_argument("-o", "--output", type=Path)

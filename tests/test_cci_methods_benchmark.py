@@ -53,3 +53,21 @@ def test_each_method_scores_the_ex_tokens_and_a_rerun_computes_nothing(embedded_
     again = method_rows(items, store, model="smollm2-135m-instruct", text="en", config=cfg,
                         method="integrated_gradients", ig_steps=2)
     assert again == got["integrated_gradients"]
+
+
+def test_a_document_method_as_the_cci_step_scores_the_same_ex_tokens(embedded_mirage, tmp_path):
+    """``benchmarks/cci_methods.py --methods attention_last`` (a document method as the CCI step): rows of exactly the
+    MIRAGE-EX tokens, one per context token, and not saliency's."""
+    from mirage.scoring.xor_attriqa import method_rows, xor_attriqa_pipeline
+    from mirage.scoring.xor_data import load_xor_attriqa
+
+    items = [it for it in load_xor_attriqa(DATA / "val.jsonl", text="en").items if len(it.passages) > 1][:1]
+    cfg = xor_attriqa_pipeline()
+    store = tmp_path / "rows.jsonl"
+    got = {m: method_rows(items, store, model="smollm2-135m-instruct", text="en", config=cfg, method=m, ig_steps=2,
+                          mirage=embedded_mirage)[items[0].key]
+           for m in ("saliency", "attention_last")}
+    assert set(got["attention_last"]["rows"]) == set(got["saliency"]["rows"]) and got["saliency"]["rows"]
+    for t, row in got["attention_last"]["rows"].items():
+        assert len(row) == len(got["saliency"]["rows"][t]) and row != got["saliency"]["rows"][t]
+        assert all(v >= 0 for v in row) and sum(row) <= 1 + 1e-6  # attention weights: a share of one row's mass
