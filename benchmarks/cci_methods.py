@@ -1,7 +1,7 @@
 """Which CCI method ranks passages best: saliency, input × gradient and integrated gradients, compared as passage
 scores on the calibration splits only.
 
-    python benchmarks/cci_methods.py SCORES --calibrate-on train.jsonl val.jsonl --model NAME [--text en]
+    python benchmarks/cci_methods.py SCORES --calibrate-on xor-attriqa-match:train,val (or files) --model NAME [--text en]
         --store ROWS.jsonl [--methods saliency input_x_gradient integrated_gradients] [--ig-steps 8]
         (``--methods`` also takes attention_last, attention_all, rollout, attnlrp: the CCI step's other methods)
         [--limit N] [-o OUT.json]
@@ -39,6 +39,7 @@ from benchmarks.learned_features import ONLY, _fit
 from mirage.attribution.cci import CONTEXT_DOCUMENT_METHODS
 from mirage.attribution.cti import select_tokens
 from mirage.config import CTIConfig
+from mirage.data.fetch import resolve_files
 from mirage.likelihood.features import CCI_FEATURES
 from mirage.runs.progress import terminal_progress
 from mirage.runs.store import read_records, write_atomic
@@ -99,7 +100,7 @@ def compare(items: Sequence[XorItem], base: dict[str, ItemScores], by_method: di
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("scores", type=Path, help="scores.jsonl or scores.jsonl.gz of a mirage score xor-attriqa run")
-    ap.add_argument("--calibrate-on", nargs="+", type=Path, required=True, help="train/val files (never fi/ru)")
+    ap.add_argument("--calibrate-on", nargs="+", type=Path, required=True, help="train/val files or a dataset name, e.g. xor-attriqa-match:train,val (never fi/ru)")
     ap.add_argument("--model", required=True, help="the model SCORES was computed with")
     ap.add_argument("--text", choices=("en", "native"), default="en")
     ap.add_argument("--store", type=Path, required=True, help="where each method's rows go (one file per method)")
@@ -108,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, help="the first N calibration items with two passages or more")
     ap.add_argument("-o", "--output", type=Path)
     args = ap.parse_args(argv)
-    items = concat_data(load_xor_attriqa(p, text=args.text) for p in args.calibrate_on).items
+    items = concat_data(load_xor_attriqa(p, text=args.text) for p in resolve_files(args.calibrate_on)).items
     base = scores_from_records(read_records(args.scores))
     multi = [item for item in items if item.key in base and base[item.key].n_docs > 1]
     multi = multi[: args.limit] if args.limit else multi
