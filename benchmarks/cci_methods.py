@@ -1,7 +1,8 @@
 """Which CCI method ranks passages best: saliency, input × gradient and integrated gradients, compared as passage
 scores on the calibration splits only.
 
-    python benchmarks/cci_methods.py SCORES --calibrate-on xor-attriqa-match:train,val (or files) --model NAME [--text en]
+    python benchmarks/cci_methods.py SCORES --calibrate-on xor-attriqa-match:train,val (or files) --model NAME
+        [--text en]
         --store ROWS.jsonl [--methods saliency input_x_gradient integrated_gradients] [--ig-steps 8]
         (``--methods`` also takes attention_last, attention_all, rollout, attnlrp: the CCI step's other methods)
         [--limit N] [-o OUT.json]
@@ -48,10 +49,9 @@ from mirage.scoring.xor_attriqa import ItemScores, method_rows, scores_from_reco
 from mirage.scoring.xor_data import XorItem, concat_data, load_xor_attriqa
 from mirage.scoring.xor_eval import passage_features
 
+#: Run by default; ``--methods`` also takes the document methods that serve as the CCI step
+#: (``CONTEXT_DOCUMENT_METHODS``: their rows of the same MIRAGE-EX tokens, :mod:`mirage.attribution.methods.as_cci`).
 METHODS = ("saliency", "input_x_gradient", "integrated_gradients")
-#: Selectable with ``--methods`` too (not run by default): the document methods that serve as the CCI step, their
-#: rows of the same MIRAGE-EX tokens (:mod:`mirage.attribution.methods.as_cci`).
-CONTEXT_METHODS = CONTEXT_DOCUMENT_METHODS
 
 
 def with_rows(scores: ItemScores, rows: dict[int, list[float]]) -> ItemScores:
@@ -100,11 +100,12 @@ def compare(items: Sequence[XorItem], base: dict[str, ItemScores], by_method: di
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("scores", type=Path, help="scores.jsonl or scores.jsonl.gz of a mirage score xor-attriqa run")
-    ap.add_argument("--calibrate-on", nargs="+", type=Path, required=True, help="train/val files or a dataset name, e.g. xor-attriqa-match:train,val (never fi/ru)")
+    ap.add_argument("--calibrate-on", nargs="+", type=Path, required=True,
+                    help="train/val files or a dataset name, e.g. xor-attriqa-match:train,val (never fi/ru)")
     ap.add_argument("--model", required=True, help="the model SCORES was computed with")
     ap.add_argument("--text", choices=("en", "native"), default="en")
     ap.add_argument("--store", type=Path, required=True, help="where each method's rows go (one file per method)")
-    ap.add_argument("--methods", nargs="+", choices=METHODS + CONTEXT_METHODS, default=list(METHODS))
+    ap.add_argument("--methods", nargs="+", choices=METHODS + CONTEXT_DOCUMENT_METHODS, default=list(METHODS))
     ap.add_argument("--ig-steps", type=int, default=8, help="integrated gradients' steps (mirage's default: 16)")
     ap.add_argument("--limit", type=int, help="the first N calibration items with two passages or more")
     ap.add_argument("-o", "--output", type=Path)

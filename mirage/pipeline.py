@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from mirage.attribution.aggregation import aggregate, content_mask, saliency_matrix, tokens_by_sentence
+from mirage.attribution.cci import document_method
 from mirage.attribution.citations import ParsedAnswer, parse_answer
 from mirage.attribution.generation import Generated, generate_answer
 from mirage.attribution.models import LoadedModel, load_adapter, load_model, wrap_model
@@ -36,7 +37,7 @@ from mirage.config import DEFAULT_MODEL, ConfigError, MirageConfig
 from mirage.data.inputs import InputError, RAGItem, make_item
 from mirage.likelihood.classifier import learned_citations, load_learned
 from mirage.likelihood.signals import passage_signals
-from mirage.registry import CCI_METHODS, CITATION_RULES
+from mirage.registry import CITATION_RULES
 
 if TYPE_CHECKING:
     import datasets
@@ -166,7 +167,7 @@ class Mirage:
         if isinstance(answer, str):
             answer = tokenize_answer(self.lm.tokenizer, answer)
         cfg = config or self.config
-        if CCI_METHODS.lookup(cfg.cci.method).document_method is not None:  # a document method as the CCI step
+        if document_method(cfg.cci) is not None:  # a document method as the CCI step
             from mirage.attribution.methods.as_cci import context_cci
 
             return context_cci(self, prepared, answer, cfg, targets=targets, generated=generated)
@@ -180,10 +181,10 @@ class Mirage:
         to float rounding."""
         tokenized = [tokenize_answer(self.lm.tokenizer, a) if isinstance(a, str) else a for a in answers]
         cfg = config or self.config
-        if CCI_METHODS.lookup(cfg.cci.method).document_method is not None:  # its own passes: item by item
+        if document_method(cfg.cci) is not None:  # its own passes: item by item
             specs = list(item_targets) if item_targets is not None else [targets] * len(prepared)
             return [self.score_tokens(p, a, targets=spec, config=cfg) for p, a, spec in zip(prepared, tokenized, specs)]
-        return score_batch(self.lm, [p.tokens for p in prepared], tokenized, config or self.config, targets=targets,
+        return score_batch(self.lm, [p.tokens for p in prepared], tokenized, cfg, targets=targets,
                            item_targets=item_targets, max_batch_tokens=max_batch_tokens)
 
     def attribute_item(self, item: RAGItem | dict, *, config: MirageConfig | None = None,

@@ -77,7 +77,7 @@ class CCIMethodSpec:
     from_gradient: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     #: A registered document method (:data:`mirage.registry.DOCUMENT_METHODS`) whose per-context-token scores are
     #: the CCI rows (``attribute`` None): run on the prepared item by :meth:`mirage.Mirage.score_tokens`
-    #: (:func:`mirage.attribution.methods.context_cci`), never by :func:`compute_cci`.
+    #: (:func:`mirage.attribution.methods.as_cci.context_cci`), never by :func:`compute_cci`.
     document_method: str | None = None
 
 
@@ -117,6 +117,12 @@ CCI_METHODS.register("integrated_gradients", CCIMethodSpec(_integrated_gradients
 CONTEXT_DOCUMENT_METHODS = ("attention_last", "attention_all", "rollout", "attnlrp")
 for _name in CONTEXT_DOCUMENT_METHODS:
     CCI_METHODS.register(_name, CCIMethodSpec(None, document_method=_name))
+
+
+def document_method(cfg: CCIConfig) -> str | None:
+    """The document method ``cfg.method`` takes its CCI rows from (:attr:`CCIMethodSpec.document_method`), or None
+    for a method of this module's own passes."""
+    return CCI_METHODS.lookup(cfg.method).document_method
 
 
 def register_cci_method(
@@ -402,11 +408,11 @@ def compute_cci(
     contrast_ids = _contrast_ids(answer_ids, selected, contextless_top)
     if not selected:
         return CCIScores(selected=(), contrast_ids=(), scores=())
-    document_method = CCI_METHODS.lookup(cfg.method).document_method
-    if document_method is not None:
-        raise ValueError(f"cci.method={cfg.method!r} takes its rows from the document method {document_method!r}, "
+    backing = document_method(cfg)
+    if backing is not None:
+        raise ValueError(f"cci.method={cfg.method!r} takes its rows from the document method {backing!r}, "
                          "which needs the prepared item: score through Mirage.score_tokens (or "
-                         "mirage.attribution.methods.context_cci), not compute_cci.")
+                         "mirage.attribution.methods.as_cci.context_cci), not compute_cci.")
     order = sorted(range(len(selected)), key=lambda k: selected[k])
     targets = _Targets(base=embed(lm, input_ids), answer_ids=answer_ids, positions=answer_positions,
                        idx=[selected[k] for k in order], contrast=[contrast_ids[k] for k in order],

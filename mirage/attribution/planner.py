@@ -498,20 +498,18 @@ def plan_graph(lm: LoadedModel, seq: int, rows: int = 1) -> GraphPlan:
     choice measuring would make.
     On a CPU without a budget, a pass that needs more than :data:`CPU_ALLOCATOR_SHARE` of the free memory has the
     allocator return freed memory (``lm.passes["allocator"]`` says how)."""
-    upper = sum(graph_upper_bytes(lm, seq, rows))
-    allocator_alone = lm.memory_budget is not None or lm.device.type != "cpu" or _allocator_mode() == "keep" \
-        or (_allocator_mode() == "auto" and upper <= CPU_ALLOCATOR_SHARE * free_memory(lm.device))
-    if allocator_alone:
+    mode = _allocator_mode() if lm.memory_budget is None and lm.device.type == "cpu" else None  # None: not used
+    upper_graph, upper_target = graph_upper_bytes(lm, seq, rows)
+    upper = upper_graph + upper_target
+    if mode in (None, "keep") or (mode == "auto" and upper <= CPU_ALLOCATOR_SHARE * free_memory(lm.device)):
         left, _what = _limit(lm)
         if upper <= left:  # even the upper bound fits: the choice measuring would make, without its probe passes
             lm.passes["checkpointing"] = "off"
-            return GraphPlan(checkpoint=False, room=left - graph_upper_bytes(lm, seq, rows)[0])
+            return GraphPlan(checkpoint=False, room=left - upper_graph)
     full = graph_bytes(lm, seq, checkpoint=False, rows=rows)
     one_target = backward_row_bytes(lm, seq, rows)
-    if lm.memory_budget is None and lm.device.type == "cpu":
-        mode = _allocator_mode()
-        if mode == "return" or (mode == "auto" and full + one_target > CPU_ALLOCATOR_SHARE * free_memory(lm.device)):
-            lm.passes["allocator"] = return_freed_memory(lm.device)
+    if mode == "return" or (mode == "auto" and full + one_target > CPU_ALLOCATOR_SHARE * free_memory(lm.device)):
+        lm.passes["allocator"] = return_freed_memory(lm.device)
     left, what = _limit(lm)
     can = has_checkpoint_layers(lm.model)
     if full + one_target <= left or not can:

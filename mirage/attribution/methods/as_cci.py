@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from mirage.attribution.cci import CCIScores
+from mirage.attribution.cci import CCIScores, document_method
 from mirage.attribution.methods.base import DocumentAttribution, document_inputs
 from mirage.attribution.token_scores import TargetSpec, TokenScores, cci_targets, score_tokens
-from mirage.registry import CCI_METHODS, DOCUMENT_METHODS
+from mirage.registry import DOCUMENT_METHODS
 
 if TYPE_CHECKING:
     from mirage.attribution.generation import Generated
@@ -25,12 +25,7 @@ if TYPE_CHECKING:
     from mirage.attribution.tokenization import TokenizedAnswer
     from mirage.config import MirageConfig
 
-__all__ = ["context_cci", "document_method_of"]
-
-
-def document_method_of(cfg: MirageConfig) -> str | None:
-    """The document method ``cfg.cci.method`` takes its CCI rows from, or None for a gradient method."""
-    return CCI_METHODS.lookup(cfg.cci.method).document_method
+__all__ = ["context_cci"]
 
 
 def context_cci(mirage: Any, prepared: PreparedItem, answer: TokenizedAnswer, cfg: MirageConfig, *,
@@ -38,7 +33,7 @@ def context_cci(mirage: Any, prepared: PreparedItem, answer: TokenizedAnswer, cf
     """:func:`mirage.attribution.token_scores.score_tokens` with CCI from the document method ``cfg.cci.method``
     names: CTI of every answer token, then the method's context rows of the ``targets``. Raises a ValueError naming
     the method when it scores documents only."""
-    name = document_method_of(cfg)
+    name = document_method(cfg.cci)
     if name is None:
         raise ValueError(f"cci.method={cfg.cci.method!r} is a gradient method; score it with score_tokens.")
     base = score_tokens(mirage.lm, prepared.tokens, answer, cfg, targets="none", generated=generated)
