@@ -58,7 +58,7 @@ def browser():
 SHARED_DATA = Path(os.environ.get("MIRAGE_TEST_DATA") or ROOT.parent / "shared" / "data")
 #: The datasets of the data folder, by name (`mirage data list`).
 SHARED_DATASETS = ("xor-attriqa-match:train,val,fi,ru", "xor-attriqa-full:train,val,fi,ru", "eli5-alce",
-                   "eli5-alce-prompt", "beir-small")
+                   "eli5-alce-prompt", "beir-small", "xor-attriqa-fi-ru")
 
 
 @pytest.fixture(scope="session")

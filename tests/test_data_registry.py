@@ -286,7 +286,7 @@ def test_a_partial_copy_of_a_dataset_names_the_parts_it_gives(data_folder, tmp_p
 
 def test_names_resolve_to_the_cache_and_record_as_names(data_dir, monkeypatch):
     for name in ("xor-attriqa-match:fi", "xor-attriqa-match:train,val,fi,ru", "xor-attriqa-full:val", "eli5-alce",
-                 "eli5-alce-prompt", "beir-small"):
+                 "eli5-alce-prompt", "beir-small", "xor-attriqa-fi-ru"):
         path = resolve(name)
         assert path.exists() and path.is_relative_to(data_dir)
         assert data_label(path) == name  # what a run records: the name, not this machine's folder
@@ -308,6 +308,25 @@ def test_the_bias_study_reads_the_named_splits_as_the_data_folder(data_dir, data
                  "--limit", "3"]) == 0
     named, given = sorted((tmp_path / "requests").rglob("*.jsonl")), sorted((tmp_path / "shipped").rglob("*.jsonl"))
     assert named and [p.read_bytes() for p in named] == [p.read_bytes() for p in given]
+
+
+def test_the_fi_ru_file_is_the_two_parts_in_one_and_the_bias_study_reads_it_as_that_file(data_dir, tmp_path):
+    """``xor-attriqa-fi-ru`` is fi's rows then ru's, byte for byte (pinned), numbered as one file's rows
+    (``xor_fi_ru-LINE``: the ids that seed where each question's documents go), so that the study of the name builds
+    the prompts of the same rows joined by hand (``cat fi.jsonl ru.jsonl``), not those of the two parts read apart."""
+    from mirage.bias.items import load_xor_rows
+
+    path = resolve("xor-attriqa-fi-ru")
+    joined = tmp_path / "xor_fi_ru.jsonl"
+    joined.write_bytes(resolve("xor-attriqa-match:fi").read_bytes() + resolve("xor-attriqa-match:ru").read_bytes())
+    assert path.read_bytes() == joined.read_bytes() and data_label(path) == "xor-attriqa-fi-ru"
+    rows, _ = load_xor_rows(path)
+    assert rows == load_xor_rows(joined)[0] and rows[0][0].startswith("xor_fi_ru-")
+    out = {}
+    for name, data in (("named", "xor-attriqa-fi-ru"), ("joined", str(joined)), ("parts", "xor-attriqa-match:fi,ru")):
+        assert main(["bias", data, "-o", str(tmp_path / name), "--write-requests", "--limit", "3"]) == 0
+        out[name] = [p.read_bytes() for p in sorted((tmp_path / name).rglob("*.jsonl"))]
+    assert out["named"] and out["named"] == out["joined"] != out["parts"]
 
 
 def test_retrieve_and_tune_data_take_names(data_dir, tmp_path):

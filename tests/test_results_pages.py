@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from mirage import cli
+from mirage.data.registry import is_spec
 from mirage.views.pages import core, page_folders, page_kind, record_run, render_page
 from mirage.views.pages.core import MARK, PAGE
 from mirage.views.pages.tune import documents_cited
@@ -27,9 +28,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 XOR_VAL = Path("tests") / "data" / "xor_attriqa_match" / "val.jsonl"  # relative to ROOT, as a user would give it
 
 
-def test_every_results_folder_has_the_page_mirage_report_writes(tmp_path):
+def test_every_results_folder_has_the_page_mirage_report_writes(tmp_path, data_if_present):
     """``mirage report -r`` over a copy of benchmarks/results rewrites every committed page byte for byte, and every
-    folder with results (every top-level folder among them) has one."""
+    folder with results (every top-level folder among them) has one. (A bias study's page finds its ``--limit`` from
+    its data, by name from the data cache: the project's data folder imported.)"""
     copy = tmp_path / "results"
     shutil.copytree(RESULTS, copy)
     folders = page_folders(copy)
@@ -316,15 +318,30 @@ def _data_args(args: argparse.Namespace) -> list[str]:
             if v is not None]
 
 
-def _same_data(given: str, recorded: str) -> bool:
-    """The command's data is what the run read: the same name or path, or the dataset name of the run's local copy
-    (its files have the SHA-256 the data registry pins)."""
+def _same_data(given: str, recorded: str, folder: Path | None = None) -> bool:
+    """The command's data is what the run read: the same name or path, the dataset name of the run's local copy
+    (its files have the SHA-256 the data registry pins), or the name the folder's ``data_names.json`` records for it
+    (checked by test_data_names_hold_the_rows_each_run_read)."""
     from mirage.data.registry import is_spec
-    from mirage.views.pages.core import registered_name
+    from mirage.views.pages.core import data_names, registered_name
 
-    if given == recorded:
+    if given == recorded or (folder is not None and data_names(folder).get(recorded) == given):
         return True
     return Path(recorded).exists() and given == registered_name(recorded) and is_spec(given)
+
+
+def _readable(data: str, folder: Path) -> str:
+    """The path a bias study reads for the data its results record: the cached file of the name its folder's
+    ``data_names.json`` gives, else the recorded path."""
+    from mirage.data import resolve
+    from mirage.data.inputs import InputError
+    from mirage.views.pages.core import data_names
+
+    name = data_names(folder).get(data)
+    try:
+        return str(resolve(name)) if name else data
+    except InputError:  # not in this data cache
+        return data
 
 
 def _questions(data: str, config: dict, run: Path | None) -> list[str] | None:
@@ -347,7 +364,7 @@ def _check_bias(folder: Path, args: argparse.Namespace, argv: list[str]) -> None
     res = json.loads((folder / "results.json").read_text())
     exp = ExperimentConfig.from_args(args, command="bias")
     cfg = json.loads(json.dumps(dataclasses.asdict(bias_config_from_args(args))))
-    assert exp.model == res["model"] and _same_data(args.data, res["data"])
+    assert exp.model == res["model"] and _same_data(args.data, res["data"], folder)
     for name in ("metadata", "k", "modes", "docs", "rage_similar", "explain", "n_relevant", "seed", "mixed",
                  "max_doc_words", "rewrite", "relevant_side"):
         assert cfg[name] == res["config"][name], name
@@ -358,7 +375,7 @@ def _check_bias(folder: Path, args: argparse.Namespace, argv: list[str]) -> None
     runs = json.loads(retrievers.read_text())["runs"] if retrievers.is_file() else {}
     assert args.retriever == ([runs[folder.name]["retriever"]] if folder.name in runs else None)
     run = folder / "run.trec" if folder.name in runs else None
-    every = _questions(res["data"], res["config"], run)
+    every = _questions(_readable(res["data"], folder), res["config"], run)
     left_out = int(res.get("trained_questions_left_out") or 0)  # built by the limit, then left out as trained
     if args.limit is not None:
         ids = [i.id for i in read_bias_items(folder / "items.jsonl")] if (folder / "items.jsonl").is_file() else None
@@ -428,10 +445,11 @@ PAGES_WITH_COMMANDS = sorted(p.parent for p in RESULTS.rglob(PAGE) if _page_comm
 
 
 @pytest.mark.parametrize("folder", PAGES_WITH_COMMANDS, ids=lambda p: p.relative_to(RESULTS).as_posix())
-def test_a_pages_command_parses_to_the_settings_its_results_record(folder):
+def test_a_pages_command_parses_to_the_settings_its_results_record(folder, data_if_present):
     """Each command a results page prints, parsed by mirage's own parser, asks for what the results record (model,
     data, limit, retriever, k, modes, prompt, seeds, …: the last block where a changed default adds one), and names
-    its data by dataset name or by a path inside the repository, never a machine's folder (``../shared``)."""
+    its data by dataset name or by a file of the repository, never a machine's folder (``../shared``) or a file
+    of a run's output (``out/``) that a user cannot have."""
     commands = _page_commands((folder / PAGE).read_text(encoding="utf-8"))
     kind = page_kind(folder)
     if kind in ("xor-attriqa", "bias-study"):
@@ -441,7 +459,53 @@ def test_a_pages_command_parses_to_the_settings_its_results_record(folder):
         args = cli.build_parser(argv[1:]).parse_args(argv[1:])
         for data in _data_args(args):
             assert not Path(data).is_absolute() and ".." not in Path(data).parts, data
+            assert is_spec(data) or (ROOT / data).exists() and Path(data).parts[0] != "out", data
         CHECKS[kind](folder, args, argv[1:])
+
+
+DATA_NAMED = sorted(p.parent for p in RESULTS.rglob(core.DATA_NAMES))
+
+
+@pytest.mark.parametrize("folder", DATA_NAMED, ids=lambda p: p.relative_to(RESULTS).as_posix())
+def test_data_names_hold_the_rows_each_run_read(folder, data_dir):
+    """Each ``data_names.json`` (a run's local data file recorded after the run by a dataset name) is true: the
+    study of the name builds the questions the run's generations answered, each with its relevant document in the
+    same place and the same documents in its prompt (for a run that marked its documents' sentences, once its marks
+    are taken out); where the run recorded the file's SHA-256 it is the one the registry pins."""
+    from mirage.bias.protocol import BiasConfig
+    from mirage.bias.study import build_items
+    from mirage.data import resolve
+    from mirage.data.fetch import sha256_of
+    from mirage.runs.store import read_records
+
+    res = json.loads((folder / "results.json").read_text())
+    name = core.data_names(folder)[res["data"]]
+    fields = {f.name for f in dataclasses.fields(BiasConfig)}
+    cfg = BiasConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in res["config"].items() if k in fields})
+    items = {i.id: i for i in build_items(str(resolve(name)), dataclasses.replace(cfg, docs="retrieved"))}
+    gens = read_records(folder / "generations.jsonl.gz")
+    assert gens and {g["item_id"] for g in gens} <= set(items)
+    for g in gens:
+        item = items[g["item_id"]]
+        assert list(item.relevant) == g["relevant"] and item.question[:40] in g["prompt"], g["key"]
+        prompt = re.sub(r" \[\d+\]", "", g["prompt"]) if cfg.sentence_mark else g["prompt"]  # the marks written
+        assert all(" ".join(d.text.split()[:12]) in " ".join(prompt.split()) for d in item.docs), g["key"]
+    if (folder / core.PROVENANCE).is_file():
+        recorded = [d.get("sha256") for d in core.read_provenance(folder / core.PROVENANCE).data if d["given"] == res["data"]]
+        assert recorded in ([], [None], [sha256_of(resolve(name))])
+
+
+def test_a_data_name_that_is_not_a_dataset_is_refused_naming_the_file(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(RESULTS / "bias_smollm2_base_fi_ru", run)
+    (run / core.DATA_NAMES).write_text(json.dumps({"format": 1, "names": {"out/tune/xor_fi_ru.jsonl": "../elsewhere"}}))
+    with pytest.raises(core.InputError, match="data_names.json: 'names' must map"):
+        core.named_data(run, "out/tune/xor_fi_ru.jsonl")
+    (run / core.DATA_NAMES).write_text("[1, 2]")
+    with pytest.raises(core.InputError, match="data_names.json"):
+        core.data_names(run)
+    (run / core.DATA_NAMES).unlink()
+    assert core.named_data(run, "out/tune/xor_fi_ru.jsonl") == "out/tune/xor_fi_ru.jsonl"  # no record: as given
 
 
 def test_hashing_a_data_folder_is_capped(tmp_path, monkeypatch):

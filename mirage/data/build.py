@@ -10,7 +10,9 @@ download and of an import from a local copy are the same bytes, pinned by SHA-25
 - ``eli5-items``: the ALCE fields (question, question_ctx, answer, claims, docs) of the items of a MIRAGE authors'
   ELI5 run;
 - ``beir-small``: the retriever study's BEIR folder built from the match release's ``val`` split (the rule of
-  ``tests/data/beir_small/README.md``).
+  ``tests/data/beir_small/README.md``);
+- ``concat``: the input files one after the other, byte for byte (JSONL files of several parts as one file, so that
+  its rows are numbered as one file's: ``<stem>-<line>``).
 """
 
 from __future__ import annotations
@@ -110,8 +112,17 @@ def _beir_small(inputs: Sequence[Path], name: str) -> bytes:
     return files[name]
 
 
+def _concat(inputs: Sequence[Path], name: str) -> bytes:
+    parts = [p.read_bytes() for p in inputs]
+    for path, data in zip(inputs, parts):
+        if data and not data.endswith(b"\n"):
+            raise DataError(f"{path.name} does not end with a line break, so its last row would run into the next "
+                            "file's first; fetch the file again (mirage data get).")
+    return b"".join(parts)
+
+
 RECIPES: dict[str, Recipe] = {"copy": _copy, "json-indent1": _json_indent1, "xor-match-join": _xor_match_join,
-                              "eli5-items": _eli5_items, "beir-small": _beir_small}
+                              "eli5-items": _eli5_items, "beir-small": _beir_small, "concat": _concat}
 
 
 def build_output(recipe: str, inputs: Sequence[Path], name: str) -> bytes:

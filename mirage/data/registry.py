@@ -228,6 +228,13 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in (
                 ("answers.jsonl", "7675af872582417bf8988796bfcccd47aa4c8199c69a17c5f5f56b6ff9e91a97"),
                 ("qrels/test.tsv", "4cce89890201f23a285110acee3c99d3bb7f0a1b3107ddd0dd809c188230587e")))},
         as_folder=True),
+    Dataset(
+        "xor-attriqa-fi-ru", "xor_fi_ru",
+        "xor-attriqa-match:fi and :ru in one file, fi first: the bias study's fi/ru questions (its row ids, "
+        "xor_fi_ru-LINE, seed where each question's documents go, so the study reads the same items as the runs "
+        "of benchmarks/results/bias_*_fi_ru)",
+        {"xor-attriqa-fi-ru": (Output("xor_fi_ru/xor_fi_ru.jsonl", ("xor-attriqa-match:fi", "xor-attriqa-match:ru"),
+                                      "concat", "501802821d0b57424ea32940ca0c7ff6bfdd2f00740a7a7ee8372ff36dd142a0"),)}),
 )}
 
 

@@ -20,10 +20,10 @@ from mirage.views.pages.core import (
     data_section,
     link,
     md_table,
+    named_data,
     page,
     plots_section,
     read_json,
-    registered_name,
     settings_section,
     text,
     versions_section,
@@ -60,7 +60,8 @@ def _retriever_of(run_dir: Path) -> tuple[str, int] | None:
 
 def _bias_limit(run_dir: Path, res: Mapping[str, Any]) -> tuple[int | None, bool]:
     """``(limit, known)``: the ``--limit`` a bias study ran with, which its results do not record, found from the
-    results where that is exact: the study's questions (``n_items``; their ids in ``items.jsonl``) against the
+    results where that is exact: the study's questions (``n_items``; their ids in ``items.jsonl``, else those its
+    shipped generations answered, ``generations.jsonl.gz``) against the
     questions its data and settings give without a limit (:func:`mirage.bias.study.build_items`, the non-relevant
     documents as retrieved: RAGE's replace them after the limit, keeping the questions). No limit where they are
     all of them; ``n_items`` where they are the first ``n_items``; unknown where the data is not here, the ids are
@@ -74,6 +75,7 @@ def _bias_limit(run_dir: Path, res: Mapping[str, Any]) -> tuple[int | None, bool
     from mirage.bias.protocol import BiasConfig
     from mirage.bias.study import build_items
     from mirage.data import resolve
+    from mirage.runs.store import read_records
 
     n = res.get("n_items")
     names = {f.name for f in dataclasses.fields(BiasConfig)}
@@ -82,16 +84,25 @@ def _bias_limit(run_dir: Path, res: Mapping[str, Any]) -> tuple[int | None, bool
         cfg = dataclasses.replace(BiasConfig(**settings), docs="retrieved")
         run = run_dir / "run.trec" if _retriever_of(run_dir) else None
         with contextlib.redirect_stderr(io.StringIO()):  # its notes on skipped rows are the run's, not the page's
-            every = [item.id for item in build_items(str(resolve(str(res.get("data")))), cfg, run=run)]
+            every = [item.id for item in build_items(str(resolve(named_data(run_dir, str(res.get("data"))))), cfg,
+                                                     run=run)]
         ids = [item.id for item in read_bias_items(run_dir / "items.jsonl")] if (run_dir / "items.jsonl").is_file() else None
+        in_order = ids is not None
+        if ids is None:  # the questions its generations answered (a store's records are in the order they finished)
+            ids = list(dict.fromkeys(str(r.get("item_id")) for r in read_records(run_dir / "generations.jsonl.gz")
+                                     if r.get("item_id") is not None)) or None
     except (InputError, OSError, TypeError, ValueError):
         return None, False
     # the study built the first ``built`` questions and then left out those its model was trained on
     built = n + int(res.get("trained_questions_left_out") or 0) if isinstance(n, int) else n
 
-    def kept_of(first: list[str]) -> bool:  # the recorded ids are ``first`` less the left-out ones, in order
+    def kept_of(first: list[str]) -> bool:  # the recorded ids are ``first`` less the left-out ones (in order)
+        if ids is None or len(ids) != n:
+            return False
+        if not in_order:
+            return set(ids) <= set(first)
         rest = iter(first)
-        return ids is not None and len(ids) == n and all(i in rest for i in ids)
+        return all(i in rest for i in ids)
 
     if built == len(every) and (ids is None or kept_of(every)):
         return None, True
@@ -106,7 +117,7 @@ def _bias_command(run_dir: Path, res: Mapping[str, Any]) -> tuple[str, list[str]
     from mirage.config import MirageConfig
 
     base = json.loads(json.dumps(asdict(BiasConfig())))  # as the results hold it (tuples are lists)
-    argv = ["bias", registered_name(str(res.get("data"))), "--model", str(res.get("model"))]
+    argv = ["bias", named_data(run_dir, str(res.get("data"))), "--model", str(res.get("model"))]
     retriever = _retriever_of(run_dir)
     if retriever:
         argv += ["--retriever", retriever[0], *(["--top-k", str(retriever[1])] if retriever[1] != 100 else [])]

@@ -25,6 +25,8 @@ MARK = "<!-- Written by `mirage report` from this folder's results; edit the res
 PAGE = "README.md"
 PROVENANCE = "provenance.json"
 PROVENANCE_FORMAT = 1
+#: A run folder's record, written after the run, of the dataset names of data it read as local files (:func:`data_names`).
+DATA_NAMES = "data_names.json"
 
 
 # -- formatting --------------------------------------------------------------------------------------------------------
@@ -282,6 +284,31 @@ def settings_section(settings: Mapping[str, Any], title: str = "Settings") -> st
     return f"## {title}\n\n" + (md_table(["setting", "value"], rows) if rows else "none recorded")
 
 
+def data_names(run_dir: Path) -> dict[str, str]:
+    """``{path as given to the run: dataset name}`` from the folder's ``data_names.json`` (``{"format": 1, "names":
+    {...}, "why": "..."}``): data a run read as a local file that is, byte for byte, a dataset of the data registry,
+    recorded after the run so that its page's command names the data as a user gets it (``mirage data get NAME``).
+    Empty without the file; InputError naming the file where it is not that or a name is not a dataset's."""
+    from mirage.data.registry import is_spec
+
+    path = run_dir / DATA_NAMES
+    if not path.is_file():
+        return {}
+    record = read_json(path)
+    names = record.get("names") if isinstance(record, dict) else None
+    if not isinstance(names, dict) or not all(isinstance(k, str) and isinstance(v, str) and is_spec(v)
+                                              for k, v in names.items()):
+        raise InputError(f"{path}: 'names' must map each path as given to the run to a dataset name of `mirage data "
+                         "list`; fix the file or remove it.")
+    return dict(names)
+
+
+def named_data(run_dir: Path, given: str) -> str:
+    """``given`` as the dataset name the folder's :func:`data_names` records for it, else as
+    :func:`registered_name` gives it."""
+    return data_names(run_dir).get(given) or registered_name(given)
+
+
 def data_section(run_dir: Path, given: Sequence[str]) -> str:
     """The data the results name, with the SHA-256 the run recorded for each (``provenance.json``)."""
     prov, _ = find_provenance(run_dir)
@@ -296,7 +323,11 @@ def data_section(run_dir: Path, given: Sequence[str]) -> str:
         return f"{code(pinned)} (pinned by `mirage data`)" if pinned else "not recorded by the run"
 
     rows = [(code(n), checksum(n)) for n in names]
-    return "## Data\n\n" + md_table(["data (as given to the run)", "SHA-256"], rows)
+    named = data_names(run_dir)
+    notes = [f"{code(n)} is {code(named[n])} by name (`mirage data get {named[n]}`): the same rows, recorded after the "
+             f"run in {code(DATA_NAMES)}." for n in names if n in named]
+    return "## Data\n\n" + md_table(["data (as given to the run)", "SHA-256"], rows) + "".join(
+        "\n\n" + note for note in notes)
 
 
 def plots_section(run_dir: Path) -> str | None:
@@ -343,11 +374,18 @@ def command_section(run_dir: Path, reconstructed: str | None = None,
         note = "" if where == run_dir else (
             f"This folder was written by the run of {code(os.path.relpath(where, run_dir) + '/')}:\n\n")
         flags = list(changed(prov.command)) if changed else []
+        section = "## Command\n\n" + note + fenced(prov.command, "bash")
+        today = prov.command
         if flags:
-            return ("## Command\n\n" + note + fenced(prov.command, "bash") + "\n\nA default this run used has "
-                    f"changed since ({code(' '.join(flags))} was the default then); with today's mirage the same run "
-                    "is:\n\n" + fenced(f"{prov.command} {' '.join(flags)}", "bash"))
-        return "## Command\n\n" + note + fenced(prov.command, "bash")
+            today = f"{prov.command} {' '.join(flags)}"
+            section += ("\n\nA default this run used has changed since "
+                        f"({code(' '.join(flags))} was the default then); with today's mirage the same run is:\n\n"
+                        + fenced(today, "bash"))
+        named = _with_data_names(today, data_names(run_dir))
+        if named != today:
+            section += ("\n\nWith its data by name (as the Data section says), the same run is:\n\n"
+                        + fenced(named, "bash"))
+        return section
     if reconstructed and missing:
         return ("## Command\n\nThis run predates recorded commands, and its results do not record all that its "
                 f"command needs (not recorded: {', '.join(map(code, missing))}), so the command cannot be rebuilt "
@@ -357,6 +395,16 @@ def command_section(run_dir: Path, reconstructed: str | None = None,
                 "results do not record, such as a pipeline YAML or an adapter, are not in it):\n\n"
                 + fenced(reconstructed, "bash"))
     return "## Command\n\nnot recorded by this run."
+
+
+def _with_data_names(command: str, names: Mapping[str, str]) -> str:
+    """``command`` with each argument that is a path of ``names`` replaced by its dataset name."""
+    import shlex
+
+    if not names:
+        return command
+    argv = shlex.split(command)
+    return shlex.join(names.get(arg, arg) for arg in argv) if any(arg in names for arg in argv) else command
 
 
 def page(title: str, intro: str | None, sections: Sequence[str | None]) -> str:
