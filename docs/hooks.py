@@ -3,7 +3,7 @@
 - The CLI reference renders ``mirage.cli.build_parser()`` (every command of ``cli.commands()``, every flag).
 - The configuration reference renders the config dataclasses' fields, defaults, flags and help.
 - Each command's cost, the benchmark tables and the README's headline table are read from ``benchmarks/results``.
-- The notebooks come in with their outputs: the executed copies ``tests/test_notebooks.py`` writes to
+- The notebooks come in with their outputs: the executed copies ``tests/docs/test_notebooks.py`` writes to
   ``out/notebooks/`` when they match the stored notebook cell for cell, the stored (output-free) ones otherwise.
 - Every run folder of ``benchmarks/results`` joins the site under ``results/`` with its page (``README.md``, written
   by ``mirage report DIR``) and its files.
@@ -12,7 +12,7 @@ A page asks for generated text with a marker on a line of its own, e.g. ``<!-- m
 ``<!-- mirage:config -->``, ``<!-- mirage:cost attribute -->``, ``<!-- mirage:bench attribution -->``,
 ``<!-- mirage:headline -->``, ``<!-- mirage:compare fidelity/fields_val.json -->``, ``<!-- mirage:self-match self_match -->``,
 ``<!-- mirage:card smollm2-135m-cite-follow -->``, ``<!-- mirage:bias-follow DIR DIR -->``,
-``<!-- mirage:methods DIR -->``. ``tests/test_docs_site.py`` builds the site and reads these pages back.
+``<!-- mirage:methods DIR -->``. ``tests/docs/test_docs_site.py`` builds the site and reads these pages back.
 """
 
 from __future__ import annotations
@@ -645,7 +645,7 @@ def notebook_source(name: str) -> Path:
     stored, executed = NOTEBOOKS / name, EXECUTED / name
     if executed.exists() and _sources(executed) == _sources(stored):
         return executed
-    log.info("notebook %s: no executed copy matching it in %s (run tests/test_notebooks.py); showing it without "
+    log.info("notebook %s: no executed copy matching it in %s (run tests/docs/test_notebooks.py); showing it without "
              "outputs", name, EXECUTED)
     return stored
 

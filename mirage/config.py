@@ -418,7 +418,7 @@ def with_implied(section: str, changes: Mapping[str, Any]) -> dict[str, Any]:
 #: Presets: name → benchmark (None: every other use) → the sections' fields it sets. ``authors``: what the MIRAGE
 #: authors' released scripts compute (Betswish/MIRAGE-reproduce: ``sec4_alignment/MIRAGE_match.py`` for XOR-AttriQA,
 #: ``sec5_longQA/mirage_cite.py`` for ELI5 and general use); ``inseq``: inseq's ``attribute_context`` with mirage's
-#: document aggregation (what ``tests/test_parity.py`` pins). docs/fidelity.md lists every choice.
+#: document aggregation (what ``tests/peers/test_parity.py`` pins). docs/fidelity.md lists every choice.
 PRESETS: dict[str, dict[str | None, dict[str, dict[str, Any]]]] = {
     "authors": {
         None: {"cti": {"metric": "kl_noctx_ctx", "std_k": 1.0, "std_kind": "population",

@@ -527,7 +527,7 @@ def plan_graph(lm: LoadedModel, seq: int, rows: int = 1) -> GraphPlan:
 
 #: How many times the size-based estimate (:func:`guessed_activations`) :func:`graph_upper_bytes` takes as the most a
 #: block can keep; the measured counts of the embedded models are 0.61 (smollm2-135m) and 0.86 (Gemma 3 270M) of the
-#: estimate (tests/test_memory_budget.py checks them and the tiny test models against the bound).
+#: estimate (tests/attribution/test_memory_budget.py checks them and the tiny test models against the bound).
 UPPER_FACTOR = 2
 
 

@@ -100,7 +100,7 @@ def load_model(
                         device_map=device_map, max_memory=max_memory, quantization=quantization,
                         memory_budget=memory_budget)
         # mirage.tune.adapters.apply_adapter also checks an adapter's base model; a shipped one is tested against
-        # its base (tests/test_tune.py), and the registry names that base
+        # its base (tests/tune/test_tune.py), and the registry names that base
         with warnings.catch_warnings():  # merged at once: an embedding LoRA then changes tied embeddings both ways
             warnings.filterwarnings("ignore", message=TIED_EMBEDDINGS_WARNING)
             lm.model = PeftModel.from_pretrained(lm.model, str(shipped.path)).merge_and_unload().eval()

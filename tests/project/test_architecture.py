@@ -1,0 +1,357 @@
+"""The shape of the package: every module imports on its own, no module uses another's private names, the import
+graph among mirage's modules (imports inside functions included) has no cycle, and the layout line of
+docs/architecture.md lists the modules in an order the imports agree with."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "mirage"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _runtime_imports(tree: ast.AST, *, type_only: bool = False):
+    """Every import statement, in functions too, but not those under ``if TYPE_CHECKING:`` (never run) unless
+    ``type_only``."""
+    for node in ast.iter_child_nodes(tree):
+        if not type_only and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                yield from _runtime_imports(child)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        yield from _runtime_imports(node, type_only=type_only)
+
+
+def _imported(module: str, node: ast.Import | ast.ImportFrom) -> list[tuple[str, str | None]]:
+    """``(module, name)`` pairs an import statement of ``module`` brings in; ``name`` None for ``import x``."""
+    if isinstance(node, ast.Import):
+        return [(alias.name, None) for alias in node.names]
+    package = module.split(".") if MODULES[module].name == "__init__.py" else module.split(".")[:-1]
+    if node.level:
+        base = package[: len(package) - (node.level - 1)]
+        source = ".".join(base + ([node.module] if node.module else []))
+    else:
+        source = node.module or ""
+    return [(f"{source}.{alias.name}", None) if f"{source}.{alias.name}" in MODULES else (source, alias.name)
+            for alias in node.names]
+
+
+def _graph(*, type_only: bool = False) -> dict[str, set[str]]:
+    """mirage module → the mirage modules it imports (explicitly; a parent package run first is not counted);
+    ``type_only``: imports under ``if TYPE_CHECKING:`` count too."""
+    graph = {}
+    for module, path in MODULES.items():
+        deps = set()
+        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8")), type_only=type_only):
+            deps |= {source for source, _name in _imported(module, node) if source in MODULES and source != module}
+        graph[module] = deps
+    return graph
+
+
+#: Imports each module named in argv in a child forked from an interpreter that has loaded only the heavy third-party
+#: libraries (no mirage module), so that each import starts from nothing of mirage, without paying torch's import
+#: time once per module; prints one line per module that failed.
+_IMPORT_EACH = """
+import os, sys, traceback
+import scipy.stats, torch, transformers  # noqa: F401  third-party only
+assert not any(name == "mirage" or name.startswith("mirage.") for name in sys.modules)
+for module in sys.argv[1:]:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            __import__(module)
+        except BaseException:
+            os.write(write, traceback.format_exc().encode()[-4000:])
+            os._exit(1)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        error = pipe.read().strip()
+    if os.waitpid(pid, 0)[1]:
+        print(f"{module}: {error.splitlines()[-1] if error else 'failed'}")
+"""
+
+
+def test_every_module_imports_on_its_own():
+    modules = sorted(m for m in MODULES if m != "mirage.__main__")  # __main__ runs the command line
+    if hasattr(os, "fork"):
+        run = subprocess.run([sys.executable, "-c", _IMPORT_EACH, *modules], capture_output=True, text=True,
+                             cwd=ROOT, check=False)
+        assert run.returncode == 0, run.stderr
+        failures = run.stdout.splitlines()
+    else:  # one fresh interpreter per module
+        runs = {m: subprocess.run([sys.executable, "-c", f"import {m}"], capture_output=True, text=True, cwd=ROOT,
+                                  check=False) for m in modules}
+        failures = [f"{m}: {r.stderr.strip().splitlines()[-1]}" for m, r in runs.items() if r.returncode]
+    assert not failures, "\n".join(failures)
+
+
+def test_no_module_imports_private_names_of_another():
+    found = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases = {}  # local name → mirage module, for ``module._name`` access
+        for node in _runtime_imports(tree):
+            for source, name in _imported(module, node):
+                if not source.startswith("mirage"):
+                    continue
+                if name is None:
+                    asname = next((a.asname for a in node.names if a.name == source.split(".")[-1]
+                                   or a.name == source), None)
+                    aliases[asname or source.split(".")[-1]] = source
+                elif name.startswith("_") and not name.endswith("__"):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name} from {source}")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.endswith("__")):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert not found, "private names used across modules (make them public where their concept lives):\n" + \
+        "\n".join(found)
+
+
+def _test_file_findings(path: Path) -> list[str]:
+    """What a test file must not do: import a module of ``benchmarks/`` (scripts, run as commands), or import or use
+    an underscore name of a mirage module (``from mirage.x import _y``; ``x._y`` or ``monkeypatch.setattr(x, "_y",
+    …)`` on a mirage module it imported); dunders are allowed."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found, aliases = [], {}  # aliases: local name (or dotted name) → mirage module
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.endswith("__")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "benchmarks":
+                    found.append(f"{node.lineno}: import {alias.name}")
+                elif alias.name.split(".")[0] == "mirage":
+                    aliases[alias.asname or alias.name] = alias.name
+                    if alias.asname is None:  # ``import mirage.x.y`` binds ``mirage``, ``mirage.x`` … as names too
+                        parts = alias.name.split(".")
+                        aliases.update({".".join(parts[:k]): ".".join(parts[:k]) for k in range(1, len(parts))})
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            root = node.module.split(".")[0]
+            if root == "benchmarks":
+                found.append(f"{node.lineno}: from {node.module} import …")
+            elif root == "mirage":
+                for alias in node.names:
+                    if f"{node.module}.{alias.name}" in MODULES:
+                        aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    elif private(alias.name):
+                        found.append(f"{node.lineno}: from {node.module} import {alias.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private(node.attr) and ast.unparse(node.value) in aliases:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and ast.unparse(node.func).endswith(("setattr", "delattr", "getattr"))
+              and len(node.args) >= 2):
+            target, name = node.args[0], node.args[1]
+            if (isinstance(name, ast.Constant) and isinstance(name.value, str) and private(name.value)
+                    and ast.unparse(target) in aliases):
+                found.append(f"{node.lineno}: {ast.unparse(node.func)}({ast.unparse(target)}, {name.value!r}, …)")
+            if (isinstance(target, ast.Constant) and isinstance(target.value, str)
+                    and target.value.split(".")[0] == "mirage" and any(map(private, target.value.split(".")))):
+                found.append(f"{node.lineno}: {ast.unparse(node.func)}({target.value!r}, …)")
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    return [f"{where}:{line}" for line in sorted(found, key=lambda line: int(line.split(":")[0]))]
+
+
+def test_tests_use_only_the_public_library():
+    """Tests import no benchmark script (``benchmarks/`` runs as commands: a test that checks one runs it) and no
+    private name of mirage: what a test needs is public where its concept lives, or tested through what uses it."""
+    found = [line for path in sorted((ROOT / "tests").rglob("*.py")) for line in _test_file_findings(path)]
+    assert not found, "tests reaching past the public library:\n" + "\n".join(found)
+
+
+#: Test folders for what is not a module of the package: the docs site, the benchmark scripts and their results, the
+#: repository's own rules (layering, CI policy, honest messages).
+REPOSITORY_TEST_FOLDERS = ("docs", "benchmarks", "project")
+
+
+def test_the_tests_are_laid_out_as_the_package():
+    """A test file lies in the folder of the subpackage it tests (``tests/attribution/`` for ``mirage/attribution/``),
+    in a folder of the repository's own tests, or beside conftest.py named after a top-level module it tests
+    (``test_config.py``, ``test_pipeline_scores.py``): finding a module's tests needs no grep."""
+    package = ROOT / "mirage"
+    subpackages = {p.name for p in package.iterdir() if (p / "__init__.py").is_file()}
+    top_level = {p.stem for p in package.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    misplaced = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        where = path.relative_to(ROOT / "tests").parts
+        if len(where) == 1:
+            name = where[0].removeprefix("test_").removesuffix(".py")
+            ok = any(name == m or name.startswith(m + "_") for m in top_level)
+        else:
+            ok = len(where) == 2 and (where[0] in subpackages or where[0] in REPOSITORY_TEST_FOLDERS)
+        if not ok:
+            misplaced.append(path.relative_to(ROOT).as_posix())
+    assert not misplaced, f"test files not laid out as the package: {misplaced}"
+
+
+def test_the_test_check_finds_what_it_forbids(tmp_path):
+    bad = tmp_path / "test_bad.py"
+    bad.write_text("import benchmarks.bench_scale\nfrom benchmarks.cci_methods import main\n"
+                   "from mirage.attribution.cci import _batched_gradients, __doc__\n"
+                   "import mirage.attribution.cci as cci\nfrom mirage.attribution import forward\n"
+                   "import mirage.attribution.models\n"
+                   "cci._native_16bit, cci.__name__, forward._run, mirage.attribution.models._x, cci.compute_cci\n"
+                   "def test(monkeypatch):\n    monkeypatch.setattr(cci, '_native_16bit', None)\n"
+                   "    monkeypatch.setattr('mirage.attribution.cci._x', None)\n"
+                   "    monkeypatch.setattr(cci, 'ok', 1)\n",
+                   encoding="utf-8")
+    found = [line.split(":", 1)[1] for line in _test_file_findings(bad)]
+    assert [line.split(":")[0] for line in found] == ["1", "2", "3", "7", "7", "7", "9", "10"], found
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle, as the modules along it, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        state[module] = 2
+        path.pop()
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module)):
+            return found
+    return None
+
+
+#: Cycles closed only by type-only imports that are known and accepted (none): any cycle fails.
+KNOWN_TYPE_ONLY_CYCLES: list[set[str]] = []
+
+
+def test_import_graph_has_no_cycle():
+    cycle = _cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_import_graph_has_no_cycle_counting_type_only_imports():
+    """A type-only import is a dependency too (a module that needs another's types to be read): no cycle either."""
+    graph = _graph(type_only=True)
+    for known in KNOWN_TYPE_ONLY_CYCLES:
+        assert _cycle({m: graph[m] & known for m in known}) is not None, f"no cycle among {sorted(known)}: remove it " \
+            "from KNOWN_TYPE_ONLY_CYCLES"
+        graph = {m: deps - known if m in known else deps for m, deps in graph.items()}
+    cycle = _cycle(graph)
+    assert cycle is None, "import cycle (type-only imports counted): " + " -> ".join(cycle)
+
+
+def test_one_reader_per_name():
+    """``read_results`` (a results file as a table; ``report.read_result_objects`` gives the objects) and
+    ``read_text`` (a UTF-8 file, gunzipped under a .gz name) have one definition each in the package."""
+    for name in ("read_results", "read_result_objects", "read_text"):
+        defined = [module for module, path in MODULES.items()
+                   if any(isinstance(node, ast.FunctionDef) and node.name == name
+                          for node in ast.parse(path.read_text(encoding="utf-8")).body)]
+        assert len(defined) == 1, f"{name} is defined in {defined}"
+
+
+#: Names every module may define for itself: command registration, entry points, exports and loggers.
+SHARED_NAMES = frozenset({"register", "main", "__all__", "log", "logger"})
+#: Names still defined twice whose both copies lie in modules other steps of #66 are splitting now (neither copy can
+#: move until they land): ``TextView`` (the XOR-AttriQA module's, which ``runs.experiment`` may not import, and
+#: ``runs.experiment``'s) and ``_located`` (the JSON readers' error position, the HTML report's text search).
+KNOWN_TWICE: frozenset[str] = frozenset()
+
+
+def top_level_names(tree: ast.Module) -> set[str]:
+    """The names a module defines at its top level: functions, classes and plain (or annotated) assignments to a
+    name; imports and tuple targets (``__getattr__, __dir__ = …``) are not definitions."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names - SHARED_NAMES
+
+
+def defined_twice(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Name → the modules defining it, for every top-level name defined in two modules or more."""
+    where: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        for name in top_level_names(ast.parse(path.read_text(encoding="utf-8"))):
+            where.setdefault(name, set()).add(module)
+    return {name: found for name, found in where.items() if len(found) > 1}
+
+
+def test_each_concept_is_defined_once():
+    """No top-level name is defined in two modules: the same concept is imported from its one module, and two
+    concepts sharing a name are named apart (private helpers too)."""
+    twice = defined_twice(MODULES)
+    for name in KNOWN_TWICE:
+        assert name in twice, f"{name} is defined once now: remove it from KNOWN_TWICE"
+    found = {name: modules for name, modules in twice.items() if name not in KNOWN_TWICE}
+    assert not found, f"{len(found)} names defined in more than one module:\n" + \
+        "\n".join(f"{name}: {', '.join(sorted(modules))}" for name, modules in sorted(found.items()))
+
+
+def test_the_duplicate_finder_finds_one(tmp_path):
+    one, two = tmp_path / "one.py", tmp_path / "two.py"
+    one.write_text("import os\nT = 1\nlog = 2\ndef f(): pass\na, b = 1, 2\n", encoding="utf-8")
+    two.write_text("T: int = 3\nclass f: pass\nlog = 4\nfrom os import path as a\n", encoding="utf-8")
+    assert defined_twice({"one": one, "two": two}) == {"T": {"one", "two"}, "f": {"one", "two"}}
+
+
+def test_cycle_finder_finds_one():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_architecture_layout_follows_the_import_graph():
+    """docs/architecture.md's layout line lists every module; a module in the chain imports only modules of its own
+    stage or of earlier ones (or the modules listed beside the chain, which import only each other)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8").split("## Layout", 1)[1].split("\n## ", 1)[0]
+    layout = text.split("`mirage/`", 1)[1].split("`configs/`", 1)[0]
+    chain, beside = layout.split("beside them", 1)
+    stage = {}
+    for k, part in enumerate(chain.split("→")):
+        for name in re.findall(r"`([a-z_.]+)/?`", part):
+            stage[f"mirage.{name}"] = k
+    for name in re.findall(r"`([a-z_.]+)`", beside):
+        stage[f"mirage.{name}"] = -1
+
+    def stage_of(module: str) -> int | None:
+        while module not in stage and "." in module:
+            module = module.rsplit(".", 1)[0]
+        return stage.get(module)
+
+    unlisted = sorted(m for m in MODULES if m not in ("mirage", "mirage.__main__") and stage_of(m) is None)
+    assert not unlisted, f"modules missing from docs/architecture.md's layout line: {unlisted}"
+    wrong = []
+    for module, deps in _graph().items():
+        own = stage_of(module)
+        for dep in deps:
+            theirs = stage_of(dep)
+            if own is None or theirs is None or dep == "mirage":
+                continue
+            if (own == -1 and theirs != -1) or (own >= 0 and theirs > own):
+                wrong.append(f"{module} imports {dep}")
+    assert not wrong, "docs/architecture.md's layout order disagrees with the imports:\n" + "\n".join(sorted(wrong))
