@@ -20,9 +20,12 @@ from mirage.attribution.methods import (
     MethodScores,
     attribute_documents,
     cite_documents,
+    contextcite_masks,
     document_inputs,
     gated_logprobs,
     gated_pass,
+    lasso_surrogate,
+    logit_of_logprob,
     permutation_orders,
     register_document_method,
     shapley_values,
@@ -46,7 +49,7 @@ QUESTION = "What is the capital of France?"
 ANSWER = "Paris is the capital."
 BUILT_INS = {"attention_last", "attention_all", "attntrace", "leave_one_out", "arc_jsd", "shapley",
              "document_gate_jvp", "mirage_cci", "gradient_all", "attnlrp", "at2", "rollout", "selfcite",
-             "value_zeroing"}
+             "value_zeroing", "contextcite"}
 
 
 def head_weights_path_for(model):
@@ -104,7 +107,7 @@ def test_every_registered_method_conforms(name, inputs):
     assert first.method == name
     doc = torch.tensor(first.doc_scores, dtype=torch.float64)
     assert doc.shape == (inputs.n_answer, inputs.n_docs)
-    assert torch.isfinite(doc).all() and doc.abs().sum() > 0
+    assert torch.isfinite(doc).all() and (doc.abs().sum() > 0 or method.sparse)
     if first.context_scores is not None:
         context = torch.tensor(first.context_scores, dtype=torch.float64)
         assert context.shape == (inputs.n_answer, inputs.n_context)
@@ -124,6 +127,65 @@ def test_every_registered_method_conforms(name, inputs):
     assert DocumentAttribution.from_dict(json.loads(json.dumps(first.to_dict()))) == first
     # the model's attention kernel is its own again
     assert inputs.lm.model.config._attn_implementation == kernel
+
+
+# -- ContextCite ----------------------------------------------------------------------------------------------------
+
+def test_contextcite_masks_logits_and_surrogate_are_contextcite_s_own():
+    """The masks are ContextCite's draws (context-cite 0.0.4's ``_create_mask``: seed 0 is its own masks), the
+    answer's score its ``logit_prob`` aggregation, and the surrogate's weights its LassoRegression's."""
+    import numpy as np
+    from context_cite.solver import LassoRegression
+    from context_cite.utils import _create_mask, aggregate_logit_probs
+
+    masks = contextcite_masks(5, 64, 0.5, seed=0)
+    assert masks == [tuple(bool(v) for v in _create_mask(5, 0.5, j)) for j in range(64)]
+    assert contextcite_masks(5, 64, 0.5, seed=1) == [tuple(bool(v) for v in _create_mask(5, 0.5, 64 + j))
+                                                     for j in range(64)]
+    gen = torch.Generator().manual_seed(0)
+    token_logits = torch.randn(64, 3, generator=gen) * 2  # per-token logit probabilities
+    token_logprobs = torch.nn.functional.logsigmoid(token_logits.double())
+    ours = logit_of_logprob(token_logprobs.sum(dim=1))
+    theirs = torch.as_tensor(aggregate_logit_probs(token_logits.numpy()), dtype=torch.float64)
+    assert torch.allclose(ours, theirs, rtol=0, atol=1e-4)
+    weights, bias = lasso_surrogate(masks, (theirs / 3).tolist(), 0.01)
+    expected_w, expected_b = LassoRegression(0.01).fit(np.array(masks), theirs.numpy(), 3)
+    assert np.allclose(np.array(weights) * 3, expected_w, rtol=1e-6, atol=1e-9)
+    assert math.isclose(bias * 3, float(expected_b), rel_tol=1e-6, abs_tol=1e-9)
+
+
+def test_contextcite_on_the_model_is_the_surrogate_of_plain_passes(inputs):
+    """The method's weights are ContextCite's solver fitted on the answer's logit probability read from plain
+    passes (no cache, prompts prepared by the Mirage) under its masks; every row holds the whole answer's weights;
+    ``span="token"`` fits each token on its own; a document that raises the answer weighs more than one that does
+    not."""
+    import dataclasses
+
+    import numpy as np
+    from context_cite.solver import LassoRegression
+
+    # the tiny model's documents barely move its answer: ContextCite's alpha (0.01) zeros every weight, a small one
+    assert not any(map(any, DOCUMENT_METHODS["contextcite"].attribute(inputs).doc_scores))
+    method = dataclasses.replace(DOCUMENT_METHODS["contextcite"], lasso_alpha=1e-6)
+    res = method.attribute(inputs)
+    assert any(res.doc_scores[0])
+    masks = contextcite_masks(inputs.n_docs, method.num_ablations, method.keep_prob)
+    plain = {m: _plain_logprobs(inputs, [d for d in range(inputs.n_docs) if m[d]]) for m in set(masks)}
+    answer = torch.stack([logit_of_logprob(plain[m].sum()) for m in masks])
+    expected, _ = LassoRegression(method.lasso_alpha).fit(np.array(masks), answer.numpy(), inputs.n_answer)
+    doc = torch.tensor(res.doc_scores, dtype=torch.float64)
+    assert all(row == res.doc_scores[0] for row in res.doc_scores)
+    assert np.allclose(doc[0].numpy(), expected, rtol=1e-4, atol=1e-6)
+    assert res.cost.forward_passes == len(set(masks)) + (1 if tuple([True] * inputs.n_docs) not in masks else 0)
+    per_token = dataclasses.replace(method, span="token").attribute(inputs)
+    for t in range(inputs.n_answer):
+        logits = torch.stack([logit_of_logprob(plain[m][t]) for m in masks])
+        w, _ = LassoRegression(method.lasso_alpha).fit(np.array(masks), logits.numpy(), 1)
+        assert np.allclose(per_token.doc_scores[t], w, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="span='all' is not valid; choose 'answer'"):
+        dataclasses.replace(method, span="all")
+    with pytest.raises(ValueError, match="keep_prob=1.0 is not valid"):
+        dataclasses.replace(method, keep_prob=1.0)
 
 
 # -- Shapley --------------------------------------------------------------------------------------------------------

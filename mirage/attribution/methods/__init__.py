@@ -32,6 +32,8 @@ name                   cost                                        source
 ``arc_jsd``            n + 1 forward passes, n from the cache      ARC-JSD (Li et al., 2025)
 ``shapley``            2**n forward passes (n <= 10), from the     Shapley (1953); sampled permutations above
                        cache; sampled above: one per subset        (Castro, Gómez and Tejada, 2009)
+``contextcite``        one pass per distinct random mask (64),     ContextCite (Cohen-Wang et al., 2024): a LASSO
+                       from the cache                              surrogate of the answer on document masks
 ``selfcite``           2n forward passes, from the cache           SelfCite's reward (Chuang et al., 2025) of each
                                                                    document cited alone
 ``document_gate_jvp``  n forward-mode (JVP) passes, no cache       mirage's; first-order ablation estimate as in
@@ -60,9 +62,13 @@ reranking and the method of its per-document reward).
 
 from mirage.attribution.methods.ablation import (
     ArcJSDMethod,
+    ContextCiteMethod,
     LeaveOneOutMethod,
     ShapleyMethod,
     answer_logprobs,
+    contextcite_masks,
+    lasso_surrogate,
+    logit_of_logprob,
     permutation_orders,
     shapley_values,
 )
@@ -119,6 +125,7 @@ __all__ = [
     "AttentionMethod",
     "AttnLRPMethod",
     "AttnTraceMethod",
+    "ContextCiteMethod",
     "DocumentAttribution",
     "DocumentCitation",
     "DocumentGateJVPMethod",
@@ -144,12 +151,15 @@ __all__ = [
     "citation_rewards",
     "cite_documents",
     "context_attention",
+    "contextcite_masks",
     "document_inputs",
     "gated_logprobs",
     "gated_pass",
+    "lasso_surrogate",
     "head_features",
     "layer_indices",
     "log_distributions",
+    "logit_of_logprob",
     "lrp_rules",
     "permutation_orders",
     "register_document_method",

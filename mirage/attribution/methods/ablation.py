@@ -1,6 +1,8 @@
 """Document methods that remove documents from the prompt and read the answer again: leave-one-out
-(:class:`LeaveOneOutMethod`, ``leave_one_out``), ARC-JSD (:class:`ArcJSDMethod`, ``arc_jsd``) and Shapley values
-(:class:`ShapleyMethod`, ``shapley``; the arithmetic in :func:`shapley_values`).
+(:class:`LeaveOneOutMethod`, ``leave_one_out``), ARC-JSD (:class:`ArcJSDMethod`, ``arc_jsd``), Shapley values
+(:class:`ShapleyMethod`, ``shapley``; the arithmetic in :func:`shapley_values`) and ContextCite's sparse linear
+surrogate (:class:`ContextCiteMethod`, ``contextcite``; its masks in :func:`contextcite_masks`, its fit in
+:func:`lasso_surrogate`).
 
 A prompt without some documents is the template's prompt with the others, renumbered from 1 (as the faithfulness
 check and :func:`mirage.likelihood.signals.passage_signals` build it); without any, the contextless prompt. On a
@@ -17,7 +19,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
@@ -29,8 +31,8 @@ from mirage.attribution.methods.passes import log_distributions, subset_readouts
 if TYPE_CHECKING:
     from mirage.attribution.methods.base import DocumentInputs, PassMeter
 
-__all__ = ["ArcJSDMethod", "LeaveOneOutMethod", "ShapleyMethod", "answer_logprobs", "permutation_orders",
-           "shapley_values"]
+__all__ = ["ArcJSDMethod", "ContextCiteMethod", "LeaveOneOutMethod", "ShapleyMethod", "answer_logprobs",
+           "contextcite_masks", "lasso_surrogate", "logit_of_logprob", "permutation_orders", "shapley_values"]
 
 
 def answer_logprobs(inputs: DocumentInputs, subsets: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,6 +170,98 @@ class ShapleyMethod(DocumentMethod):
         return MethodScores(doc=phi.T, notes={"shapley": how})
 
 
+def contextcite_masks(n_docs: int, count: int, keep_prob: float, seed: int = 0) -> list[tuple[bool, ...]]:
+    """ContextCite's ablation masks (keep = True): mask ``j`` is drawn from numpy's ``RandomState(seed * count + j)``
+    as a choice of False / True per document with probabilities ``1 - keep_prob`` / ``keep_prob``, so seed 0 gives
+    ContextCite's own masks and two seeds never share a draw (as :mod:`mirage.peers.contextcite` runs it)."""
+    import numpy as np
+
+    masks = []
+    for j in range(count):
+        rng = np.random.RandomState(seed * count + j)
+        masks.append(tuple(bool(v) for v in rng.choice([False, True], size=n_docs, p=[1 - keep_prob, keep_prob])))
+    return masks
+
+
+def logit_of_logprob(logprob: torch.Tensor) -> torch.Tensor:
+    """``log p - log(1 - p)`` of a log-probability (ContextCite's ``logit_prob`` output), in float64."""
+    logprob = logprob.double()
+    return logprob - torch.log1p(-torch.exp(logprob))
+
+
+def lasso_surrogate(masks: Sequence[Sequence[bool]], targets: Sequence[float], alpha: float
+                    ) -> tuple[list[float], float]:
+    """ContextCite's surrogate: a LASSO (scikit-learn's, ``alpha``, intercept fitted, ``random_state=0``) of
+    ``targets`` on the keep masks standardized per document (a document kept in every mask or in none has scale 1),
+    its weights and intercept brought back to the masks' own scale: ``target ≈ weights · mask + intercept``."""
+    import numpy as np
+    from sklearn.linear_model import Lasso
+
+    x = np.asarray(masks, dtype=np.float32)
+    y = np.asarray(targets, dtype=np.float64)
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale = np.where(scale == 0, 1.0, scale)
+    lasso = Lasso(alpha=alpha, random_state=0, fit_intercept=True).fit((x - mean) / scale, y)
+    weights = lasso.coef_ / scale
+    return [float(w) for w in weights], float(lasso.intercept_ - (mean / scale) @ lasso.coef_)
+
+
+@dataclass(frozen=True)
+class ContextCiteMethod(DocumentMethod):
+    """ContextCite (Cohen-Wang, Shah, Georgiev and Mądry, 2024, "ContextCite: Attributing Model Generation to
+    Context"), one source per document: the answer is read again under ``num_ablations`` random keep/drop masks of
+    the documents (:func:`contextcite_masks`: ContextCite's draws, each document kept with ``keep_prob``), and a
+    sparse linear surrogate of the answer's score on the masks (:func:`lasso_surrogate`, LASSO ``lasso_alpha``) gives
+    each document its weight.
+
+    ``span="answer"`` (ContextCite's use: the whole response): the score is the logit of the answer's probability
+    (ContextCite's ``logit_prob``: ``log p - log(1 - p)``, ``log p`` the sum of the answer's token log-probabilities),
+    fitted per answer token as ContextCite fits it (divided by the number of tokens, the weights multiplied back),
+    and ``doc_scores[t][d]`` is document d's weight for every token t: the rows are the answer's, not per token, so
+    their mean (XOR-AttriQA's passage score) is ContextCite's weight. ``span="token"``: one surrogate per answer
+    token, of that token's logit probability. Defaults are ContextCite's (context-cite 0.0.4: 64 ablations, keep
+    probability 0.5, alpha 0.01). A document left out is dropped from the prompt and the others renumbered from 1
+    (mirage's ablated prompt; :mod:`mirage.peers.contextcite` keeps the numbers, as its sources are spans of one
+    text). No context scores. Cost: one pass per distinct mask (at most ``num_ablations``), each from the full
+    prompt's cached prefix."""
+
+    sparse: ClassVar[bool] = True
+    name: str = "contextcite"
+    num_ablations: int = 64
+    keep_prob: float = 0.5
+    lasso_alpha: float = 0.01
+    span: str = "answer"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_ablations, int) or self.num_ablations < 2:
+            raise ValueError(f"num_ablations={self.num_ablations!r} is not valid; give at least 2 masks to fit on.")
+        if not 0 < self.keep_prob < 1:
+            raise ValueError(f"keep_prob={self.keep_prob!r} is not valid; give a probability strictly between 0 and 1.")
+        if not self.lasso_alpha >= 0:
+            raise ValueError(f"lasso_alpha={self.lasso_alpha!r} is not valid; give a number >= 0.")
+        if self.span not in ("answer", "token"):
+            raise ValueError(f"span={self.span!r} is not valid; choose 'answer' (the whole answer, ContextCite's use) "
+                             "or 'token' (a surrogate per answer token).")
+
+    def compute(self, inputs: DocumentInputs, meter: PassMeter) -> MethodScores:
+        n = inputs.n_docs
+        masks = contextcite_masks(n, self.num_ablations, self.keep_prob, self.seed)
+        _full, rows = answer_logprobs(inputs, [tuple(d for d in range(n) if m[d]) for m in masks])  # [masks, n_answer]
+        if self.span == "answer":
+            n_answer = inputs.n_answer
+            targets = logit_of_logprob(rows.sum(dim=1)) / n_answer
+            weights, _bias = lasso_surrogate(masks, targets.tolist(), self.lasso_alpha)
+            doc = torch.tensor([w * n_answer for w in weights], dtype=torch.float64).expand(n_answer, n).clone()
+        else:
+            logits = logit_of_logprob(rows)
+            doc = torch.tensor([lasso_surrogate(masks, logits[:, t].tolist(), self.lasso_alpha)[0]
+                                for t in range(inputs.n_answer)], dtype=torch.float64)
+        distinct = len(set(masks))
+        return MethodScores(doc=doc, notes={"contextcite": f"{len(masks)} masks, {distinct} distinct, span {self.span}"})
+
+
 register_document_method(LeaveOneOutMethod())
 register_document_method(ArcJSDMethod())
 register_document_method(ShapleyMethod())
+register_document_method(ContextCiteMethod())

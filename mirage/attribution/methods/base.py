@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import torch
 
@@ -262,6 +262,9 @@ class DocumentMethod(ABC):
     other settings is ``dataclasses.replace(method, ...)``."""
 
     name: str
+    #: Whether every score can be exactly 0 by design (a sparse surrogate, where no document moves the answer past
+    #: its penalty); the conformance test asks any other method for some non-zero score.
+    sparse: ClassVar[bool] = False
 
     @abstractmethod
     def compute(self, inputs: DocumentInputs, meter: PassMeter) -> MethodScores:
