@@ -110,7 +110,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     check_output_file(args.output, [args.input])
     exp = ExperimentConfig.from_args(args, command="attribute")
     exp.check_device()
-    items = list(read_items(args.input))
+    items = list(read_items(args.input))[exp.skip or 0:]
     if exp.limit is not None:
         items = items[: exp.limit]
     keys = item_keys(raw for _index, raw in items)
@@ -187,7 +187,7 @@ def register_attribute(sub: argparse._SubParsersAction) -> None:
     """Add ``mirage attribute``."""
     att = sub.add_parser("attribute", help=ATTRIBUTE_HELP)
     add_options(att, AttributeOptions, ["input", "output"])
-    add_options(att, ExperimentConfig, ["limit"], unset=True)
+    add_options(att, ExperimentConfig, ["limit", "skip"], unset=True)
     add_options(att, AttributeOptions, ["quiet"])
     add_experiment_args(att)
     att.set_defaults(func=cmd_attribute)

@@ -82,6 +82,9 @@ class ExperimentConfig:
     text: TextView = cli_arg("en", flag="--text", help=(
         "en: English translations (English models, default); native: the annotated text"))
     limit: int | None = cli_arg(None, flag="--limit", type=non_negative_int, help="only the first N items")
+    skip: int | None = cli_arg(None, flag="--skip", type=non_negative_int, help=(
+        "leave out the first N rows of each data file (never of --calibrate-on), before --limit: --skip 30 "
+        "--limit 30 reads rows 31-60, a half to confirm on after choosing on the first"))
     seeds: tuple[int, ...] = cli_arg((), flag="--seeds", help="generation seeds (default: the config's seed)")
     nli: str | None = cli_arg(None, flag="--nli", help=(
         "Hugging Face NLI judge for ALCE citation quality (the paper: google/t5_xxl_true_nli_mixture)"))
@@ -126,6 +129,7 @@ class ExperimentConfig:
         setfield(self, "experiment.data", paths)
         setfield(self, "experiment.text", literal, choices=TextView)
         setfield(self, "experiment.limit", integer, minimum=0, optional=True, expected="an integer >= 0 or null")
+        setfield(self, "experiment.skip", integer, minimum=0, optional=True, expected="an integer >= 0 or null")
         seeds = (self.seeds,) if isinstance(self.seeds, (int, float)) else self.seeds  # one seed, as YAML gives it
         if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence):
             _fail("seeds", "a list of integers in [0, 2**63)", self.seeds)
@@ -233,7 +237,7 @@ class ExperimentConfig:
             if unknown:
                 raise ConfigError(f"Unknown key(s) {unknown} in 'data'; known: ['calibrate_on', 'eval'].")
             files, calibrate_on = files.get("eval"), files.get("calibrate_on")
-        given = {key: data[key] for key in ("model", "text", "limit", "seeds", "nli", "description", "dataset",
+        given = {key: data[key] for key in ("model", "text", "limit", "skip", "seeds", "nli", "description", "dataset",
                                             *LOADING_KEYS)
                  if data.get(key) is not None}
         return cls(command=command, data=() if files is None else files, calibrate_on=calibrate_on or (),
@@ -265,7 +269,7 @@ class ExperimentConfig:
         except ConfigError as err:
             raise ConfigError(f"{config}: {err}" if config else str(err)) from err
         changes: dict[str, Any] = {name: getattr(args, name) for name in
-                                   ("model", "calibrate_on", "text", "limit", "nli", "device", "dtype",
+                                   ("model", "calibrate_on", "text", "limit", "skip", "nli", "device", "dtype",
                                     *LOADING_KEYS)
                                    if getattr(args, name, None) is not None}
         for name in ("data", "seeds"):

@@ -266,6 +266,7 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     _check_command(experiment, "xor-attriqa")
     model = _mirage_source(experiment, mirage)
     cfg, model_name, text, limit = experiment.pipeline, experiment.model, experiment.text, experiment.limit
+    skip = experiment.skip or 0
     calibrate_by, all_tokens, batch_items = options.calibrate_by, options.all_tokens, options.batch_items
     group_passages = options.group_passages
     # a dataset name of several parts (xor-attriqa-match:fi,ru) reads each part's file
@@ -273,10 +274,11 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     out = Path(options.output)
     methods = resolve_methods(options.methods) if options.methods else ()  # a bad name leaves no run folder
 
-    def load(path: str | Path) -> XorData:
-        return load_xor_attriqa(path, text=text, nli_dir=options.nli_dir, limit=limit, group=group_passages)
+    def load(path: str | Path, skip: int = 0) -> XorData:
+        return load_xor_attriqa(path, text=text, nli_dir=options.nli_dir, limit=limit, group=group_passages,
+                                skip=skip)
 
-    test = concat_data(load(p) for p in data)  # read before the run folder is claimed: bad data leaves nothing
+    test = concat_data(load(p, skip) for p in data)  # read before the run folder is claimed: bad data leaves nothing
     kept, trained = leave_out_trained(test.items, experiment.adapter or experiment.model,
                                       question=lambda item: item.question, keep=options.keep_trained_questions,
                                       noun="test rows")
@@ -370,7 +372,7 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     if cal is not None:
         labels["calibration_size"] = calibration_size(cal)
     settings = {"model": model_name, **labels, "calibrate_by": calibrate_by,
-                "limit": limit, "group_passages": group_passages, "all_tokens": all_tokens, "signals": use_signals,
+                "limit": limit, **({"skip": skip} if skip else {}), "group_passages": group_passages, "all_tokens": all_tokens, "signals": use_signals,
                 "groups": list(groups), **trained, "config": cfg.to_dict()}
     if methods:
         settings["methods"] = list(options.methods)
@@ -492,7 +494,7 @@ def run_eli5(
     source = str(resolve(experiment.data[0]))
     out = Path(options.output)
     check_run(out, replace(experiment, dtype=_dtype(model, experiment.dtype)).fingerprint())
-    data = load_alce(source, limit=limit)
+    data = load_alce(source, limit=limit, skip=experiment.skip or 0)
     kept, trained = leave_out_trained(data.items, experiment.adapter or experiment.model,
                                       question=lambda item: item.question, keep=options.keep_trained_questions,
                                       noun="questions")
@@ -521,6 +523,7 @@ def run_eli5(
 
         cached = M.CachedJudge(judge, load_judgments(store), on_new=remember)
     settings = {"model": model_name, "data": data_label(source), "seeds": list(seeds), "ndocs": ndocs, "limit": limit,
+                **({"skip": experiment.skip} if experiment.skip else {}),
                 "at_most_citations": at_most, **trained, "config": cfg.to_dict()}
     if len(set(seeds)) > 1 and not cfg.generation.do_sample:
         settings["note"] = "greedy decoding: the seeds give the same answers; sample to vary them"

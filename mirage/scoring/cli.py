@@ -36,7 +36,7 @@ class ScoreTerminal:
 def _add_run_args(parser: argparse.ArgumentParser, options: type, *, skip: set[str], benchmark: str) -> None:
     """The row limit, the output directory, --quiet, --keep-trained-questions and the experiment flags (as ``mirage
     attribute``, less the pipeline flags the command sets itself)."""
-    add_options(parser, ExperimentConfig, ["limit"], unset=True,
+    add_options(parser, ExperimentConfig, ["limit", "skip"], unset=True,
                 override={"limit": {"help": "only the first N rows of each file (quick looks)"}})
     add_options(parser, options, ["output"])
     add_options(parser, ScoreTerminal)

@@ -104,10 +104,10 @@ def _hub_rows(source: str) -> list[Any]:
     return [dict(r) for r in ds]
 
 
-def load_alce(source: str | Path, *, limit: int | None = None) -> ALCEData:
+def load_alce(source: str | Path, *, limit: int | None = None, skip: int = 0) -> ALCEData:
     """Read ALCE-format items from a local JSON list / JSONL file, or ``hf:OWNER/REPO/FILE`` through ``datasets``.
 
-    Bad rows are returned with their line number (row number for hub data), not raised. ``limit``: first N rows.
+    Bad rows are returned with their line number (row number for hub data), not raised. ``limit``: first N rows (after the first ``skip``).
     """
     source_str = str(source)
     if source_str.startswith(HUB_PREFIX):
@@ -117,7 +117,8 @@ def load_alce(source: str | Path, *, limit: int | None = None) -> ALCEData:
         if not path.exists():
             raise InputError(f"{path} does not exist; give an ALCE-format JSON file (or hf:OWNER/REPO/FILE).")
         rows = read_rows(path)
-    items, bad = parse_rows(rows, lambda raw: parse_alce_row(raw, file=source_str), file=source_str, limit=limit)
+    items, bad = parse_rows(rows, lambda raw: parse_alce_row(raw, file=source_str), file=source_str, limit=limit,
+                            skip=skip)
     return ALCEData(items=tuple(items), bad_rows=tuple(bad))
 
 

@@ -32,13 +32,15 @@ def require(row: dict[str, Any], name: str, kind: type | tuple[type, ...], *, no
 
 
 def parse_rows(rows: Iterable[RawRow | BadRow], parse: Callable[[RawRow], ParsedT], *, file: str,
-               limit: int | None = None) -> tuple[list[ParsedT], list[BadRow]]:
-    """``parse`` each of the first ``limit`` rows (bad ones included in the count); rows that could not be read, or
-    that ``parse`` rejects with RowError, come back as BadRow with their line number."""
+               limit: int | None = None, skip: int = 0) -> tuple[list[ParsedT], list[BadRow]]:
+    """``parse`` each of the first ``limit`` rows after the first ``skip`` (bad ones included in both counts); rows
+    that could not be read, or that ``parse`` rejects with RowError, come back as BadRow with their line number."""
     items: list[ParsedT] = []
     bad: list[BadRow] = []
     for n, raw in enumerate(rows):
-        if limit is not None and n >= limit:
+        if n < skip:
+            continue
+        if limit is not None and n >= skip + limit:
             break
         if isinstance(raw, BadRow):
             bad.append(raw)

@@ -255,11 +255,12 @@ def group_by_answer(items: Iterable[XorItem]) -> list[XorItem]:
 
 
 def load_xor_attriqa(path: str | Path, *, text: TextView = "en", nli_dir: str | Path | None = None,
-                     limit: int | None = None, group: bool = False) -> XorData:
+                     limit: int | None = None, group: bool = False, skip: int = 0) -> XorData:
     """Read an XOR-AttriQA file (match or per-passage release); bad rows are returned, not raised.
 
     The NLI baselines' predictions are read from ``<stem>.nli-translate-en.json`` and ``<stem>.nli-in-lang.json``
-    beside the file (or in ``nli_dir``). ``limit`` keeps the first N rows, bad ones included. With ``group``, the
+    beside the file (or in ``nli_dir``). ``limit`` keeps the first N rows after the first ``skip``, bad ones included
+    in both. With ``group``, the
     per-passage release's rows of one answer become one item with all its passages (:func:`group_by_answer`), as a
     match row holds them; without it each such row is an item with its single passage.
     """
@@ -277,7 +278,8 @@ def load_xor_attriqa(path: str | Path, *, text: TextView = "en", nli_dir: str | 
     def parse(raw: RawRow) -> XorItem:
         return parse_row(raw, file=str(path), split=split, text=text)
 
-    items, bad = parse_rows(read_rows(path, what="XOR-AttriQA JSONL file"), parse, file=str(path), limit=limit)
+    items, bad = parse_rows(read_rows(path, what="XOR-AttriQA JSONL file"), parse, file=str(path), limit=limit,
+                            skip=skip)
     if group:
         items = group_by_answer(items)
     for name, values in nli_files.items():

@@ -392,6 +392,33 @@ def test_a_limit_that_cuts_the_calibration_files_is_said_and_a_tiny_calibration_
     assert size["answers"] == 2 and 0 <= size["supporting"] <= size["passages"]
 
 
+def test_skip_reads_a_later_slice_of_the_data_and_never_of_the_calibration_files(tmp_path, capsys, monkeypatch,
+                                                                                  tiny_causal):
+    """``--skip 2 --limit 2`` scores rows 3-4 of the data (a confirming half after choosing on the first rows) and
+    calibrates on the first 2 rows of the calibration file, as ``--limit 2`` alone does; the results record it and
+    the page's command gives it back (the tiny in-memory model stands in for smollm2: only the rows are under
+    test)."""
+    from mirage.pipeline import Mirage
+    from mirage.scoring.xor_data import load_xor_attriqa
+
+    monkeypatch.setattr(Mirage, "from_pretrained", classmethod(lambda cls, *a, config=None, **k: cls(
+        tiny_causal, config=config)))
+    out = tmp_path / "run"
+    assert cli.main(["score", "xor-attriqa", str(XOR_VAL), "--calibrate-on", str(XOR_VAL), "--skip", "2", "--limit",
+                     "2", "--settings", "ex", "cal", "-o", str(out)]) == 0
+    rows = load_xor_attriqa(XOR_VAL, limit=4).items
+    assert [i.key for i in load_xor_attriqa(XOR_VAL, skip=2, limit=2).items] == [i.key for i in rows[2:]]
+    res = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert res["settings"]["skip"] == 2 and res["settings"]["limit"] == 2
+    assert res["counts"]["all"]["items"] == 2 and res["settings"]["calibration_size"]["answers"] == 2
+    scored = {r["key"] for r in _lines(out / "scores.jsonl") if "cti" in r}
+    assert scored == {i.key for i in rows}  # rows 1-2 for calibration, rows 3-4 scored
+    assert "--skip 2 --limit 2" in (out / "README.md").read_text(encoding="utf-8")
+    with pytest.raises(SystemExit):
+        cli.main(["score", "xor-attriqa", str(XOR_VAL), "--skip", "-1", "-o", str(tmp_path / "bad")])
+    assert "--skip" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
 def test_without_calibration_files_the_default_computes_no_passage_signal(tmp_path, capsys):
     """The passage-likelihood classifier is fitted on the calibration files: without ``--calibrate-on`` the default
     scorer computes no passage signal (a pass per passage) that no row would use, and says that the classifier was

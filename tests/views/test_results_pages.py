@@ -391,6 +391,7 @@ def _check_xor(folder: Path, args: argparse.Namespace, argv: list[str]) -> None:
     s = json.loads((folder / "results.json").read_text())["settings"]
     exp = ExperimentConfig.from_args(args, command="xor-attriqa")
     assert exp.model == s["model"] and exp.text == s.get("text", "en") and exp.limit == s.get("limit")
+    assert (exp.skip or 0) == s.get("skip", 0)
     data, cal = list(exp.data), list(exp.calibrate_on or ())
     assert len(data) == len(_strings(s["data"])) and all(map(_same_data, data, _strings(s["data"])))
     assert len(cal) == len(_strings(s.get("calibrate_on"))) and all(
@@ -413,6 +414,7 @@ def _check_eli5(folder: Path, args: argparse.Namespace, argv: list[str]) -> None
     s = json.loads((folder / "results.json").read_text())["settings"]
     exp = ExperimentConfig.from_args(args, command="eli5")
     assert exp.model == s["model"] and exp.limit == s.get("limit") and list(exp.seeds) == s["seeds"]
+    assert (exp.skip or 0) == s.get("skip", 0)
     assert len(exp.data) == len(_strings(s["data"])) and all(map(_same_data, exp.data, _strings(s["data"])))
 
 

@@ -65,6 +65,8 @@ def _xor_command(s: Mapping[str, Any]) -> str:
         argv += ["--calibrate-on", *map(registered_name, as_list(s["calibrate_on"]))]
     if s.get("calibrate_by", "global") != "global":
         argv += ["--calibrate-by", s["calibrate_by"]]
+    if s.get("skip"):
+        argv += ["--skip", str(s["skip"])]
     if s.get("limit") is not None:
         argv += ["--limit", str(s["limit"])]
     groups = s.get("groups")
@@ -132,6 +134,8 @@ def _eli5_command(s: Mapping[str, Any]) -> str:
         argv += ["--ndocs", str(s["ndocs"])]
     if s.get("at_most_citations", 3) != 3:
         argv += ["--at-most-citations", str(s["at_most_citations"])]
+    if s.get("skip"):
+        argv += ["--skip", str(s["skip"])]
     if s.get("limit") is not None:
         argv += ["--limit", str(s["limit"])]
     argv += ["--keep-trained-questions"] if s.get("trained_questions_kept") is not None else []
