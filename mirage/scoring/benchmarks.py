@@ -260,8 +260,9 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     ``matches.jsonl``; only the rows where it reproduces the annotated answer
     (:func:`mirage.scoring.xor_attriqa.same_answer`) are kept, and its own generation is attributed; results.json's
     ``settings.self_match`` has the rows checked and kept per language (an InputError when none is kept).
-    ``reuse_from``: while this run's store is empty, it starts from that run's stored model outputs
-    (:func:`reuse_store`; the same ``run.json``), so that only the rows this run's settings add are computed.
+    ``reuse_from``: while this run's stores are empty, they start from that run's stored model outputs (its
+    ``scores.jsonl`` and, with ``methods``, its methods' ``methods.jsonl``; :func:`reuse_store`, the same
+    ``run.json``), so that only the rows this run's settings add are computed.
     """
     _check_command(experiment, "xor-attriqa")
     model = _mirage_source(experiment, mirage)
@@ -289,7 +290,8 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     fingerprint = replace(experiment, dtype=_dtype(model, experiment.dtype)).fingerprint()
     check_run(out, fingerprint)
     if options.reuse_from is not None:
-        reuse_store(out / "scores.jsonl", Path(options.reuse_from), fingerprint, shard or Shard.from_env())
+        for name in ("scores.jsonl", *((METHODS_FILE,) if methods else ())):  # the methods' scores: the same model
+            reuse_store(out / name, Path(options.reuse_from), fingerprint, shard or Shard.from_env())
     labels = {"text": text, "data": [data_label(p) for p in data],
               "calibrate_on": [data_label(p) for p in cal_files] or None}
     match = None

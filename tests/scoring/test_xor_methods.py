@@ -96,6 +96,24 @@ def test_a_rerun_resumes_without_the_model_and_the_table_shows_the_methods(metho
     assert "Document attribution methods" in printed and "leave_one_out, threshold for F1" in printed
 
 
+def test_reuse_from_starts_the_methods_store_too(methods_run, monkeypatch, tmp_path):
+    """``--reuse-from`` a run that scored the methods starts a new run's ``methods.jsonl`` from that run's as well as
+    its ``scores.jsonl``: the same command into another folder computes nothing and gives the same table."""
+    from mirage.pipeline import Mirage
+
+    out, args = methods_run
+
+    def refuse(*a, **k):
+        raise AssertionError("the model was loaded although the reused run had every score")
+
+    monkeypatch.setattr(Mirage, "from_pretrained", classmethod(refuse))
+    again = tmp_path / "again"
+    assert cli.main([*args[:-1], str(again), "--reuse-from", str(out)]) == 0
+    assert _lines(again / "methods.jsonl") == _lines(out / "methods.jsonl")
+    first, second = (json.loads((d / "results.json").read_text()) for d in (out, again))
+    assert second["agreement"] == first["agreement"] and second["roc_auc"] == first["roc_auc"]
+
+
 def test_the_classifier_takes_the_methods_scores_as_features(methods_run, monkeypatch, capsys):
     """``--classifier-methods``: the passage-likelihood classifier fitted again with the named methods' passage
     scores among its features, from the stored scores (nothing computed again), one row per feature set."""

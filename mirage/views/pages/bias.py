@@ -17,6 +17,7 @@ from mirage.views.pages.core import (
     cell,
     code,
     command_section,
+    data_names,
     data_section,
     link,
     md_table,
@@ -84,7 +85,8 @@ def _bias_limit(run_dir: Path, res: Mapping[str, Any]) -> tuple[int | None, bool
         cfg = dataclasses.replace(BiasConfig(**settings), docs="retrieved")
         run = run_dir / "run.trec" if _retriever_of(run_dir) else None
         with contextlib.redirect_stderr(io.StringIO()):  # its notes on skipped rows are the run's, not the page's
-            every = [item.id for item in build_items(str(resolve(named_data(run_dir, str(res.get("data"))))), cfg,
+            given = str(res.get("data"))  # the recorded path, or the dataset its data_names.json says it is
+            every = [item.id for item in build_items(str(resolve(data_names(run_dir).get(given, given))), cfg,
                                                      run=run)]
         ids = [item.id for item in read_bias_items(run_dir / "items.jsonl")] if (run_dir / "items.jsonl").is_file() else None
         in_order = ids is not None
