@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         a, b = preds["mirage"][setting], preds["script"][setting]
         if not a:
             continue
-        entry: dict[str, Any] = {"pairs": len(a), "same_pct": round(100 * sum(x == y for x, y in zip(a, b)) / len(a), 2),
+        entry: dict[str, Any] = {"pairs": len(a),
+                                 "same_pct": round(100 * sum(x == y for x, y in zip(a, b)) / len(a), 2),
                                  "items_differing": sum(1 for r in items if setting in r.get("differs", {}))}
         for who, p in (("mirage", a), ("script", b)):
             c = M.BinaryCounts.of(p, labels[setting])
@@ -135,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
            "per_item": Path(args.out).with_suffix(".items.jsonl").name}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    Path(args.out).with_suffix(".items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
+    Path(args.out).with_suffix(".items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items),
+                                                          encoding="utf-8")
     for setting, entry in summary.items():
         print(setting, json.dumps(entry))
     return 0

@@ -6,11 +6,11 @@
 The learned setting of ``mirage score xor-attriqa`` runs, per item, CTI's two passes and the passage signals (one
 pass over the prompt before the first passage, one short pass per passage). Every pass needs the logits of the
 answer positions only. **full_head**, what the scorer did before: the signals' passes ran the model's output head on
-every input position and kept the answer rows afterwards. **kept_rows**, today's :func:`mirage.attribution.forward.causal_pass`:
-the head runs on the answer rows only (``logits_to_keep``). The two runs alternate item by item on the same loaded
-model; the script checks the log-probabilities agree (max |difference|), prints the seconds of each, the ratio,
-and writes ``benchmarks/results/passage_signals.json``. A large vocabulary gains most (Gemma 3: 262k entries,
-SmolLM2: 49k). Run it on an otherwise idle machine.
+every input position and kept the answer rows afterwards. **kept_rows**, today's
+:func:`mirage.attribution.forward.causal_pass`: the head runs on the answer rows only (``logits_to_keep``). The two runs
+alternate item by item on the same loaded model; the script checks the log-probabilities agree (max |difference|),
+prints the seconds of each, the ratio, and writes ``benchmarks/results/passage_signals.json``. A large vocabulary gains
+most (Gemma 3: 262k entries, SmolLM2: 49k). Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     m = Mirage.from_pretrained(args.model, config=xor_attriqa_pipeline())  # the scorer's prompt
     kept = ps.causal_pass
-    items = [i for i in load_xor_attriqa(resolve(args.data), text=args.text, limit=args.limit).items if len(i.passages) > 1]
+    items = [i for i in load_xor_attriqa(resolve(args.data), text=args.text, limit=args.limit).items
+             if len(i.passages) > 1]
     rows = []
     for item in items:
         text, prep = prepare_item(m, item)

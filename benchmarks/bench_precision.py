@@ -8,10 +8,11 @@ The ELI5 answers are generated once (float32, greedy) and then force-decoded by 
 same tokens: float32 at ``--threads`` threads (the baseline), float32 at one thread, the model loaded in
 bfloat16 and in float16 (CTI's scores are computed in float32 either way; the backward passes run in the model's
 dtype), and the float32 model with ``cci.precision`` bfloat16 or float16 (``cci_bfloat16``, ``cci_float16``: CTI in
-float32, only CCI's passes under autocast). For each variant: the seconds of attribution per answer, the ratio to the baseline, the generation time of
-the baseline, and parity: the largest CTI score difference, whether the selected tokens and the sentence citations
-are the same, and the rank correlation of the CCI saliency rows of the tokens both selected. The CPU's flags that
-decide whether half precision has hardware support (``avx512_bf16``, ``amx_bf16``, ``avx512_fp16``) are recorded.
+float32, only CCI's passes under autocast). For each variant: the seconds of attribution per answer, the ratio to the
+baseline, the generation time of the baseline, and parity: the largest CTI score difference, whether the selected tokens
+and the sentence citations are the same, and the rank correlation of the CCI saliency rows of the tokens both selected.
+The CPU's flags that decide whether half precision has hardware support (``avx512_bf16``, ``amx_bf16``, ``avx512_fp16``)
+are recorded.
 
 Across devices: ``--device cuda`` runs the same on a GPU (``float32_1thread`` is skipped there), and ``--details
 FILE`` keeps every variant's per-answer CTI scores, selected tokens, citations and saliency rows. A later run with

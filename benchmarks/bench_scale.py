@@ -18,8 +18,8 @@ Each point runs in its own process (a clean peak-memory reading, and a time limi
 appended to ``OUT/points.jsonl`` as soon as it finishes, so an interrupted run resumes where it stopped (points
 already there are skipped). After a point fails (time limit, out of memory or over the memory budget), the longer
 prompts of that model and answer length are skipped: the largest prompt that fits is the last one that finished.
-``OUT/results.json`` and ``OUT/README.md`` are written from the points (the page by :func:`mirage.views.pages.write_page`, from the
-JSON alone). The script prints ratios; it asserts nothing about time.
+``OUT/results.json`` and ``OUT/README.md`` are written from the points (the page by
+:func:`mirage.views.pages.write_page`, from the JSON alone). The script prints ratios; it asserts nothing about time.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ GPU_PLAN = {"models": ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b"], "prompts": [
             "answers": [16, 64, 128], "budget": None, "point_timeout": 240}
 
 
-# -- the arithmetic a point does ----------------------------------------------------------------------------------------
+# -- the arithmetic a point does --------------------------------------------------------------------------------------
 
 
 def model_shape(name: str) -> dict[str, Any]:
@@ -132,7 +132,7 @@ def attribution_flops(shape: dict[str, Any], point: dict[str, Any]) -> float:
     return total
 
 
-# -- one point, in its own process --------------------------------------------------------------------------------------
+# -- one point, in its own process ------------------------------------------------------------------------------------
 
 
 def _documents(files: list[str]) -> list[dict[str, str]]:
@@ -151,7 +151,8 @@ def _documents(files: list[str]) -> list[dict[str, str]]:
 
 
 def _build_model(name: str, device: str, dtype: str, budget: str | None) -> Any:
-    """A LoadedModel: the embedded model, or a random-initialised one of ``SHAPES[name]`` with the embedded tokenizer."""
+    """A LoadedModel: the embedded model, or a random-initialised one of ``SHAPES[name]`` with the embedded
+    tokenizer."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -315,7 +316,7 @@ def _plan(lm: Any, seq: int) -> dict[str, Any]:
             "target_bytes": backward_row_bytes(lm, seq), "targets_per_pass": int(width.group(1)) if width else 1}
 
 
-# -- the driver ---------------------------------------------------------------------------------------------------------
+# -- the driver -------------------------------------------------------------------------------------------------------
 
 
 def _key(p: dict[str, Any]) -> str:
@@ -386,8 +387,8 @@ def point_in_child(point: dict[str, Any], timeout: float) -> dict[str, Any]:
     keys with ``status`` (time limit, out of memory, CPU time limit, failed) and ``error``."""
     t = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, __file__, "--point", json.dumps(point)], check=False, capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run([sys.executable, __file__, "--point", json.dumps(point)], check=False,
+                              capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {**{k: point[k] for k in ("model", "prompt", "answer", "budget", "dtype")}, "status": "time limit",
                 "error": f"over the {timeout:.0f} s limit"}

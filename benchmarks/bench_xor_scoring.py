@@ -13,10 +13,10 @@ in one padded forward (``mirage score xor-attriqa --batch-items N``; the CPU def
 difference of its learned setting's metrics from learned_only's; and **after_batchN**: after with N new items' passes
 batched, CTI's and CCI's alike (one padded differentiable pass, one vmapped backward pass per target rank), with
 whether its tables equal after's. Two calibration rows beyond the timed ones are scored first, untimed, so that
-first-call costs (kernel loading on a GPU) fall in no run; ``--runs`` picks runs, ``--dtype`` the model's dtype. It checks that ``results.json`` is identical for
-every pre-existing setting (and the sweep and the calibration) between before and after, prints the wall time of each and the ratios, the seconds per
-test item by answer length, and writes ``benchmarks/results/xor_scoring.json``. Run it on an otherwise idle
-machine.
+first-call costs (kernel loading on a GPU) fall in no run; ``--runs`` picks runs, ``--dtype`` the model's dtype. It
+checks that ``results.json`` is identical for every pre-existing setting (and the sweep and the calibration) between
+before and after, prints the wall time of each and the ratios, the seconds per test item by answer length, and writes
+``benchmarks/results/xor_scoring.json``. Run it on an otherwise idle machine.
 
 With ``--commands``, it times whole commands instead, each in its own process (interpreter start, imports, model
 loading and scoring all counted), on the first N rows of fi only: **reference**, the reference procedure (inseq
@@ -205,8 +205,9 @@ def time_commands(data: str, *, limit: int, model: str, text: str, threads: int 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("data_dir", nargs="?", default="xor-attriqa-match:val,fi,ru", help="folder with fi.jsonl, ru.jsonl, val.jsonl (XOR-AttriQA match release), or the "
-                                     "dataset xor-attriqa-match:val,fi,ru (`mirage data get` it first)")
+    ap.add_argument("data_dir", nargs="?", default="xor-attriqa-match:val,fi,ru",
+                    help="folder with fi.jsonl, ru.jsonl, val.jsonl (XOR-AttriQA match release), or the "
+                         "dataset xor-attriqa-match:val,fi,ru (`mirage data get` it first)")
     ap.add_argument("--limit", type=int, default=5, help="rows of each file (default 5)")
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--text", default="en", choices=["en", "native"])

@@ -1,7 +1,7 @@
 """Does the learned classifier gain from more calibration answers? Chosen on the calibration splits only.
 
-    python benchmarks/calibration_data.py SCORES... --match train.jsonl val.jsonl --extra full/train.jsonl full/val.jsonl
-        [--text native] [--repeats 5] [-o OUT.json]
+    python benchmarks/calibration_data.py SCORES... --match train.jsonl val.jsonl
+        --extra full/train.jsonl full/val.jsonl [--text native] [--repeats 5] [-o OUT.json]
 
 The match release annotates 139 calibration answers (56 ``train`` + 83 ``val``). The per-passage release of the same
 splits, with its rows grouped by answer (``--group-passages``), has 342 items: the same 139 answers, 144 answers the
@@ -114,14 +114,16 @@ def cross_validated(match: Sequence[XorItem], extra: Sequence[XorItem], scores: 
 
 
 def train_to_val(match: Sequence[XorItem], extra: Sequence[XorItem], scores: dict) -> dict:
-    """Fitted on the ``train`` match answers alone, or on every ``train`` answer; scored on the ``val`` match answers."""
+    """Fitted on the ``train`` match answers alone, or on every ``train`` answer; scored on the ``val`` match
+    answers."""
     def split(item: XorItem) -> str:
         return Path(item.file).name.split(".")[0]
 
     train = [i for i in match if split(i) == "train"]
     val = [i for i in match if split(i) == "val"]
     out = {}
-    for name, fit_on in (("match only", train), ("match + extra", [*train, *(i for i in extra if split(i) == "train")])):
+    for name, fit_on in (("match only", train),
+                         ("match + extra", [*train, *(i for i in extra if split(i) == "train")])):
         pool = Pool()
         model = fit_learned_model(fit_on, scores, cti=EX)
         pool.add(model, val, scores)
@@ -149,7 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra = [i for i in grouped if (i.question, i.answer) not in seen]
     missing = [i for i in [*match, *extra] if i.key not in scores]
     if missing:
-        sys.exit(f"{len(missing)} items have no scores in {', '.join(map(str, args.scores))} (first: {missing[0].file} line "
+        sys.exit(f"{len(missing)} items have no scores in {', '.join(map(str, args.scores))} "
+                 f"(first: {missing[0].file} line "
                  f"{missing[0].line}); run mirage score xor-attriqa --settings learned on them first.")
     result = {"n_match_items": len(match), "n_extra_items": len(extra),
               "n_match_passages": sum(len(i.labels) for i in match),

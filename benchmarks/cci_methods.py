@@ -8,10 +8,10 @@ scores on the calibration splits only.
         [--limit N] [-o OUT.json]
 
 ``SCORES`` is a ``mirage score xor-attriqa`` store holding the calibration items' CTI scores and passage signals
-(the shipped ``scores.jsonl.gz`` of a view, with the ``run.json`` beside it that says its prompt). For every calibration item with two passages or more (the first
-``--limit``), each method's CCI rows of the tokens MIRAGE-EX selects are computed into ``ROWS.METHOD.jsonl``
-(:func:`mirage.scoring.xor_attriqa.method_rows`: resumable, one store per method and settings: a re-run computes
-only what is missing; ``SCORES`` is never written),
+(the shipped ``scores.jsonl.gz`` of a view, with the ``run.json`` beside it that says its prompt). For every calibration
+item with two passages or more (the first ``--limit``), each method's CCI rows of the tokens MIRAGE-EX selects are
+computed into ``ROWS.METHOD.jsonl`` (:func:`mirage.scoring.xor_attriqa.method_rows`: resumable, one store per method and
+settings: a re-run computes only what is missing; ``SCORES`` is never written),
 with the method's seconds per item. Then, on the items where every method has the rows of the tokens that the
 stored CTI scores select (an item whose recomputed selection differs is left out and counted):
 

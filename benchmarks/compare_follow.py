@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     for row in rows:
         v, c = row["values"], row["changes"]
-        print(f"{row['name']} ({row['answer_kind']}): {row['n_items']} items, follows {v['follow_rate']:.3f} (change {c['follow_rate']:+.3f})")
+        print(f"{row['name']} ({row['answer_kind']}): {row['n_items']} items, follows {v['follow_rate']:.3f} "
+              f"(change {c['follow_rate']:+.3f})")
     return 0
 
 

@@ -6,9 +6,9 @@ features, and the model's own yes/no judgment of whether a passage supports the 
 
 ``SCORES`` (and ``OTHER_SCORES``) are ``mirage score xor-attriqa`` stores holding the calibration items' passage
 signals (the shipped ``scores.jsonl.gz`` of each view). Each candidate set is fitted exactly as ``--settings learned``
-fits its classifier (:func:`mirage.likelihood.classifier.fit_learned`) and scored, beside the default set on the same passages, by
-its out-of-fold ROC-AUC (item-grouped 5-fold, as ``benchmarks/learned_features.py``) and by the ROC-AUC of the
-classifier fitted on ``train`` and applied to ``val``:
+fits its classifier (:func:`mirage.likelihood.classifier.fit_learned`) and scored, beside the default set on the same
+passages, by its out-of-fold ROC-AUC (item-grouped 5-fold, as ``benchmarks/learned_features.py``) and by the ROC-AUC of
+the classifier fitted on ``train`` and applied to ``val``:
 
 - ``--other``: the default features of a second model (e.g. gemma3-270m reading the original text beside
   smollm2-135m-instruct reading the English translation), item by item;

@@ -5,9 +5,9 @@
 
 ``SCORES`` is a ``mirage score xor-attriqa`` store (``scores.jsonl``, or the shipped ``scores.jsonl.gz``) holding
 the calibration items' passage signals. For each candidate set of feature families (:mod:`mirage.likelihood.features`)
-the classifier is fitted exactly as ``--settings learned`` fits it (:func:`mirage.likelihood.classifier.fit_learned`: standardised
-features, class-balanced logistic regression, C chosen by item-grouped 5-fold cross-validation) and scored by its
-out-of-fold predictions: ROC-AUC at the chosen C, and F1, agreement and balanced accuracy at the out-of-fold
+the classifier is fitted exactly as ``--settings learned`` fits it (:func:`mirage.likelihood.classifier.fit_learned`:
+standardised features, class-balanced logistic regression, C chosen by item-grouped 5-fold cross-validation) and scored
+by its out-of-fold predictions: ROC-AUC at the chosen C, and F1, agreement and balanced accuracy at the out-of-fold
 F1-maximising threshold. Each set is compared with the default set fitted on the same passages: those of the items
 (with two passages or more) that carry every feature of the set. The CCI family needs the MIRAGE-EX tokens' CCI
 rows, which a ``--settings learned`` run does not compute; a run with MIRAGE-EX/CAL on the calibration files has

@@ -92,7 +92,8 @@ def measure(point: dict[str, Any]) -> dict[str, Any]:
            "kept_mb": kept / MB, "kept_estimate_mb": kept_new / MB, "kept_previous_mb": kept_old / MB,
            "need_mb": measured_need / MB, "need_estimate_mb": need_new / MB, "need_previous_mb": need_old / MB,
            "per_target_mb": (over[1] - over[0]) / MB,
-           "per_target_estimate_mb": planner.backward_row_bytes(lm, seq) / MB, "per_target_previous_mb": target_old / MB}
+           "per_target_estimate_mb": planner.backward_row_bytes(lm, seq) / MB,
+           "per_target_previous_mb": target_old / MB}
     row["need_estimate_over_measured"] = need_new / max(1, measured_need)
     row["need_previous_over_measured"] = need_old / max(1, measured_need)
     row["per_target_estimate_over_measured"] = planner.backward_row_bytes(lm, seq) / max(1, over[1] - over[0])

@@ -74,9 +74,10 @@ def main() -> int:
     parser.add_argument("--text", default="en", choices=["en", "native"])
     parser.add_argument("-o", "--output")
     parser.add_argument("--write-run", metavar="DIR",
-                        help="also write DIR/scores.jsonl (and run.json) with the straddling tokens dropped: the scores "
-                             "a run with mirage's current rule (context tokens inside the documents block) stores, so "
-                             "`mirage score xor-attriqa … -o DIR` re-evaluates it without recomputing attribution")
+                        help="also write DIR/scores.jsonl (and run.json) with the straddling tokens dropped: the "
+                             "scores a run with mirage's current rule (context tokens inside the documents block) "
+                             "stores, so `mirage score xor-attriqa … -o DIR` re-evaluates it without recomputing "
+                             "attribution")
     args = parser.parse_args()
 
     cfg = stored_xor_pipeline(Path(args.run_dir) / "scores.jsonl", args.model)  # the run's own prompt
@@ -102,7 +103,8 @@ def main() -> int:
                                   for metric in ("agreement", "f1", "balanced_accuracy", "roc_auc")
                                   if setting in report[metric]}
     print(f"{n_dropped} of {n_items} items have a context token straddling the end of the documents block")
-    print(f"{'setting':14s} {'agreement':>19s} {'F1':>15s} {'balanced acc.':>15s} {'ROC-AUC':>15s}   (as run -> dropped)")
+    print(f"{'setting':14s} {'agreement':>19s} {'F1':>15s} {'balanced acc.':>15s} {'ROC-AUC':>15s}"
+          "   (as run -> dropped)")
     for setting in SETTINGS:
         a, b = out["as_run"][setting], out["straddling_dropped"][setting]
         cells = []

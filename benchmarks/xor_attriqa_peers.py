@@ -49,7 +49,8 @@ from mirage.scoring.xor_eval import (
     per_language,
 )
 
-PEER_NAMES = {**{f"{k}_content": f"{v}, content only" for k, v in SETTING_NAMES.items()},"contextcite_ex": "ContextCite EX-style", "contextcite_cal_agreement": "ContextCite CAL (agreement)",
+PEER_NAMES = {**{f"{k}_content": f"{v}, content only" for k, v in SETTING_NAMES.items()},
+              "contextcite_ex": "ContextCite EX-style", "contextcite_cal_agreement": "ContextCite CAL (agreement)",
               "contextcite_cal_f1": "ContextCite CAL (F1)"}
 
 

@@ -10,9 +10,10 @@
 
 A page asks for generated text with a marker on a line of its own, e.g. ``<!-- mirage:cli -->``,
 ``<!-- mirage:config -->``, ``<!-- mirage:cost attribute -->``, ``<!-- mirage:bench attribution -->``,
-``<!-- mirage:headline -->``, ``<!-- mirage:compare fidelity/fields_val.json -->``, ``<!-- mirage:self-match self_match -->``,
-``<!-- mirage:card smollm2-135m-cite-follow -->``, ``<!-- mirage:bias-follow DIR DIR -->``,
-``<!-- mirage:methods DIR -->``. ``tests/docs/test_docs_site.py`` builds the site and reads these pages back.
+``<!-- mirage:headline -->``, ``<!-- mirage:compare fidelity/fields_val.json -->``,
+``<!-- mirage:self-match self_match -->``, ``<!-- mirage:card smollm2-135m-cite-follow -->``,
+``<!-- mirage:bias-follow DIR DIR -->``, ``<!-- mirage:methods DIR -->``. ``tests/docs/test_docs_site.py`` builds the
+site and reads these pages back.
 """
 
 from __future__ import annotations
@@ -618,7 +619,8 @@ def compare_table(rel: str) -> str:
                                          *(with_change(row, m) for m in ("f1", "balanced_accuracy", "roc_auc",
                                                                          "agreement")),
                                          interval(row, "f1"), interval(row, "balanced_accuracy")]) + " |")
-    return "\n".join(lines) + f"\n\nFrom {_source(rel)} (split `{data['split']}`; changes from `{data['rows'][0]['run']}`)."
+    return "\n".join(lines) + (f"\n\nFrom {_source(rel)} (split `{data['split']}`; "
+                               f"changes from `{data['rows'][0]['run']}`).")
 
 
 def self_match_table(rel: str) -> str:

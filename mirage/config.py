@@ -15,8 +15,8 @@ config class shares) and raises :class:`ConfigError` naming the field as ``secti
 
 A field settable from the command line declares its flag in its metadata: ``flag``, ``help``, ``implies`` (other
 fields of the section set with it unless also given, by the flag and by ``MirageConfig.replace``) and ``exclusive``
-(a name shared by fields that choose the same thing: their flags exclude each other); :mod:`mirage.runs.experiment` makes
-every run command's flags from these.
+(a name shared by fields that choose the same thing: their flags exclude each other); :mod:`mirage.runs.experiment`
+makes every run command's flags from these.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ CTISelector = Literal["std", "threshold"]
 CCIMethod = Literal["saliency", "input_x_gradient", "integrated_gradients", "attention_last", "attention_all",
                     "rollout", "attnlrp"]
 PercentRule = Literal["range", "percentile"]
-#: ``cti.std_kind``: the spread in mean + k·std: ``sample`` (n - 1, torch's and inseq's) or ``population`` (n, numpy's, the
-#: authors' released scripts).
+#: ``cti.std_kind``: the spread in mean + k·std: ``sample`` (n - 1, torch's and inseq's) or ``population`` (n, numpy's,
+#: the authors' released scripts).
 StdKind = Literal["sample", "population"]
 #: ``cti.threshold_floor``: ``none``, or ``mean``: no token below its answer's mean CTI score is selected, whatever
 #: the threshold (the authors' scripts read CCI from an inseq run at mean + 0·std, so their calibrated threshold can
@@ -165,7 +165,8 @@ class CTIConfig:
         setfield(self, "cti.std_k", number)
         setfield(self, "cti.threshold", number, optional=True, hint="or null with selector='std'")
         if self.selector == "threshold" and self.threshold is None:
-            raise ConfigError("cti.selector='threshold' needs cti.threshold (a calibrated value, e.g. from calibration).")
+            raise ConfigError("cti.selector='threshold' needs cti.threshold "
+                              "(a calibrated value, e.g. from calibration).")
 
 
 @dataclass(frozen=True)
@@ -245,8 +246,8 @@ class AggregationConfig:
         "flag": "--keep-saliency", "help": "keep the whole saliency matrix (selected tokens x context tokens)"})
     #: How a sentence's documents are chosen: ``reference`` (the union of the documents behind its context-sensitive
     #: tokens, the method's rule) or ``likelihood`` (the passage-likelihood classifier: a logistic regression over
-    #: how much each passage alone raises the answer's likelihood, and the largest |CTI|; no CCI; :mod:`mirage.likelihood.classifier`;
-    #: costs one single-document pass per document), or any rule registered with
+    #: how much each passage alone raises the answer's likelihood, and the largest |CTI|; no CCI;
+    #: :mod:`mirage.likelihood.classifier`; costs one single-document pass per document), or any rule registered with
     #: :func:`mirage.pipeline.register_citation_rule`. ``learned``, its old name, is accepted with a DeprecationWarning.
     rule: str = field(default="reference", metadata={
         "flag": "--citation-rule", "help": "reference (default: the documents behind the context-sensitive tokens) "
@@ -301,7 +302,8 @@ class MirageConfig:
             value = getattr(self, name)
             if not isinstance(value, section_cls):
                 raise ConfigError(f"MirageConfig.{name} must be a {section_cls.__name__}, got "
-                                  f"{type(value).__name__}; build the tree from plain dicts with MirageConfig.from_dict.")
+                                  f"{type(value).__name__}; build the tree from plain dicts "
+                                  "with MirageConfig.from_dict.")
         if self.preset is not None and self.preset not in PRESETS:
             raise ConfigError(f"preset={show(self.preset)} is not valid; choose one of "
                               f"{', '.join(map(repr, PRESETS))}.")

@@ -146,9 +146,9 @@ class Mirage:
         """Generate (or force-decode ``answer``) and attribute each sentence to the documents it relied on.
 
         ``docs``: ``{"title", "text"}`` objects, plain strings (texts without titles), or columns
-        ``{"title": [...], "text": [...]}`` (see :func:`mirage.data.inputs.make_item`). ``max_new_tokens``, ``do_sample``
-        (or its alias ``sample``), ``temperature``, ``top_p`` and ``seed`` override the config's ``generation``
-        section for this call.
+        ``{"title": [...], "text": [...]}`` (see :func:`mirage.data.inputs.make_item`). ``max_new_tokens``,
+        ``do_sample`` (or its alias ``sample``), ``temperature``, ``top_p`` and ``seed`` override the config's
+        ``generation`` section for this call.
         """
         cfg = with_generation(config or self.config, max_new_tokens=max_new_tokens, do_sample=do_sample,
                               sample=sample, temperature=temperature, top_p=top_p, seed=seed)
@@ -162,8 +162,8 @@ class Mirage:
     def score_tokens(self, prepared: PreparedItem, answer: TokenizedAnswer | str, *, targets: TargetSpec = "selected",
                      generated: Generated | None = None, config: MirageConfig | None = None) -> TokenScores:
         """CTI for every answer token and CCI for the ``targets`` (``"selected"`` by CTI, ``"all"`` or ``"none"``);
-        see :mod:`mirage.attribution.token_scores`. ``answer`` is the text (or its tokens) to force-decode after the prepared
-        prompt; ``generated``: the generation that produced it, whose logits are then reused."""
+        see :mod:`mirage.attribution.token_scores`. ``answer`` is the text (or its tokens) to force-decode after the
+        prepared prompt; ``generated``: the generation that produced it, whose logits are then reused."""
         if isinstance(answer, str):
             answer = tokenize_answer(self.lm.tokenizer, answer)
         cfg = config or self.config
@@ -177,8 +177,8 @@ class Mirage:
                     targets: TargetSpec = "selected", item_targets: Sequence[TargetSpec] | None = None,
                     config: MirageConfig | None = None, max_batch_tokens: int | None = None) -> list[TokenScores]:
         """:meth:`score_tokens` of several prepared items at once, in padded batches: CTI's passes and, from the
-        same differentiable pass, CCI's gradients (see :func:`mirage.attribution.token_scores.score_batch`); the same scores up
-        to float rounding."""
+        same differentiable pass, CCI's gradients (see :func:`mirage.attribution.token_scores.score_batch`); the same
+        scores up to float rounding."""
         tokenized = [tokenize_answer(self.lm.tokenizer, a) if isinstance(a, str) else a for a in answers]
         cfg = config or self.config
         if document_method(cfg.cci) is not None:  # its own passes: item by item

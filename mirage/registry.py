@@ -7,9 +7,9 @@ The CTI metrics (:data:`CTI_METRICS`), the CTI selectors (:data:`CTI_SELECTORS`)
 ``cti.selector`` / ``cci.method`` / ``aggregation.rule`` / ``bias.rage_embedder``, ``mirage retrieve`` and
 ``mirage bias --retriever`` any registered retriever. Each registry's entries all go through one conformance test
 in the tests of the stage that uses them, so registering an entry is enough to get it tested. The registries live
-here, and the stages that define the built-ins (:mod:`mirage.attribution.cti`, :mod:`mirage.attribution.cci`, :mod:`mirage.attribution.methods`,
-:mod:`mirage.pipeline`) register them on import, so that the configuration checks a name without importing those
-stages and no stage's types depend on the configuration in a cycle.
+here, and the stages that define the built-ins (:mod:`mirage.attribution.cti`, :mod:`mirage.attribution.cci`,
+:mod:`mirage.attribution.methods`, :mod:`mirage.pipeline`) register them on import, so that the configuration checks a
+name without importing those stages and no stage's types depend on the configuration in a cycle.
 """
 
 from __future__ import annotations

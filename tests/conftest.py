@@ -105,8 +105,8 @@ def data_if_present(request, monkeypatch) -> Path | None:
 @pytest.fixture(scope="module")
 def one_thread():
     """One torch thread for a module: on a shared two-core machine, two threads per process oversubscribe the cores
-    and make real-model runs several times slower (measured in tests/bias/test_cli.py: about 50 s for eight generations with
-    one thread, 8 min with two)."""
+    and make real-model runs several times slower (measured in tests/bias/test_cli.py: about 50 s for eight generations
+    with one thread, 8 min with two)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

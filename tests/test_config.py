@@ -116,8 +116,8 @@ PIPELINE_FLAGS = {
     "--cti-metric": ("cti", "metric", "kl_noctx_ctx (reference, default), kl_ctx_noctx (paper), js, prob_diff"),
     "--cti-std": ("cti", "std_k", "CTI: keep tokens with score >= mean + K*std (MIRAGE-EX); default 1"),
     "--cti-threshold": ("cti", "threshold", "CTI: calibrated fixed threshold (MIRAGE-CAL)"),
-    "--cti-std-kind": ("cti", "std_kind", ("the std of mean + K*std: sample (inseq, default) or population (the authors' "
-                                      "scripts; a two-token answer then cites its larger token)")),
+    "--cti-std-kind": ("cti", "std_kind", ("the std of mean + K*std: sample (inseq, default) or population "
+                                           "(the authors' scripts; a two-token answer then cites its larger token)")),
     "--cti-threshold-floor": ("cti", "threshold_floor", ("none (default) or mean: never select a token below its "
                                                          "answer's mean score, whatever the threshold (the authors' "
                                                          "scripts; matters for calibrated thresholds)")),
@@ -206,7 +206,8 @@ def test_every_flag_parses_into_its_field():
         (lambda: CCIConfig(batch_size=0), "cci.batch_size must be an integer >= 1, got 0; null adapts it to free"),
         (lambda: CCIConfig(batch_size=2.5), "cci.batch_size must be an integer >= 1, got 2.5"),
         (lambda: CCIConfig(ig_steps=math.inf), "cci.ig_steps must be an integer >= 1, got inf."),
-        (lambda: GenerationConfig(max_new_tokens="abc"), "generation.max_new_tokens must be an integer >= 1, got 'abc'."),
+        (lambda: GenerationConfig(max_new_tokens="abc"),
+         "generation.max_new_tokens must be an integer >= 1, got 'abc'."),
         (lambda: GenerationConfig(max_new_tokens=True), "generation.max_new_tokens must be an integer >= 1, got True."),
         (lambda: GenerationConfig(max_new_tokens=0), "generation.max_new_tokens must be an integer >= 1, got 0."),
         (lambda: GenerationConfig(temperature=0), "generation.temperature must be a finite number > 0, got 0; use do_"),
@@ -217,7 +218,8 @@ def test_every_flag_parses_into_its_field():
         (lambda: GenerationConfig(seed=-1), "generation.seed must be an integer in [0, 2**63), got -1."),
         (lambda: GenerationConfig(seed=2**64), "generation.seed must be an integer in [0, 2**63)"),
         (lambda: AggregationConfig(max_citations=2.5), "aggregation.max_citations must be an integer >= 1, got 2.5."),
-        (lambda: AggregationConfig(max_citations=False), "aggregation.max_citations must be an integer >= 1, got False"),
+        (lambda: AggregationConfig(max_citations=False),
+         "aggregation.max_citations must be an integer >= 1, got False"),
         (lambda: AggregationConfig(top_context_tokens=-1), "aggregation.top_context_tokens must be an integer >= 0"),
         (lambda: PromptConfig(name=3), "prompt.name must be a string, got 3."),
         (lambda: PromptConfig(path=["a.yaml"]), "prompt.path must be a string, got ['a.yaml']; or null."),

@@ -18,8 +18,8 @@ How the gradients are computed for gradient methods (``saliency``, ``input_x_gra
   (``torch.autograd.grad(..., is_grads_batched=True)``) in memory-bounded chunks; each chunk is reduced to
   ``[chunk, seq]`` at once;
 - for several items at once (:func:`compute_cci_batch`), one left-padded pass over all of them
-  (:class:`~mirage.attribution.graphs.BatchGraph`): rows of a padded batch do not interact, so the k-th target of every item
-  shares one vmapped backward pass (as many passes as the largest item has targets).
+  (:class:`~mirage.attribution.graphs.BatchGraph`): rows of a padded batch do not interact, so the k-th target of every
+  item shares one vmapped backward pass (as many passes as the largest item has targets).
 
 The reference runs a forward and a backward pass per selected token. Models whose operations vmap cannot batch
 (remembered on the model: ``LoadedModel.batched_backward``) fall back to repeating the input once per target
@@ -400,10 +400,10 @@ def compute_cci(
 ) -> CCIScores:
     """Saliency of each context token for each selected answer token, batched in memory-bounded chunks.
 
-    ``input_ids`` is the attributed input (see :func:`mirage.attribution.forward.model_inputs`) and ``answer_positions[i]`` the
-    position whose logits predict answer token i. ``graph``: the pass of :func:`mirage.attribution.graphs.attribution_graph`
-    over the same input, when the caller already ran it (otherwise one is run, cut after the furthest selected
-    position).
+    ``input_ids`` is the attributed input (see :func:`mirage.attribution.forward.model_inputs`) and
+    ``answer_positions[i]`` the position whose logits predict answer token i. ``graph``: the pass of
+    :func:`mirage.attribution.graphs.attribution_graph` over the same input, when the caller already ran it (otherwise
+    one is run, cut after the furthest selected position).
     """
     contrast_ids = _contrast_ids(answer_ids, selected, contextless_top)
     if not selected:
@@ -465,9 +465,9 @@ def select_context(scores: Sequence[float], cfg: CCIConfig) -> list[int]:
 
 @dataclass(frozen=True)
 class CCIRequest:
-    """What one row of a :class:`~mirage.attribution.graphs.BatchGraph` needs for :func:`compute_cci_batch`: its answer ids, the
-    answer indices to attribute, the contextless model's top token at each answer step, and the context positions
-    (in the row's unpadded input) whose scores are kept."""
+    """What one row of a :class:`~mirage.attribution.graphs.BatchGraph` needs for :func:`compute_cci_batch`: its answer
+    ids, the answer indices to attribute, the contextless model's top token at each answer step, and the context
+    positions (in the row's unpadded input) whose scores are kept."""
 
     answer_ids: Sequence[int]
     selected: Sequence[int]

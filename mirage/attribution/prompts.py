@@ -498,7 +498,8 @@ def _overflow_error(template: PromptTemplate, question: str, needed: int, max_to
 def tokenize_prompt(tokenizer: Any, prompt: BuiltPrompt) -> TokenizedPrompt:
     """Tokenize both prompts and map each token inside the documents block to the document it overlaps most.
 
-    User text (``prompt.user_spans``) is tokenized as text, see :func:`mirage.attribution.tokenization.encode_prompt_text`.
+    User text (``prompt.user_spans``) is tokenized as text, see
+    :func:`mirage.attribution.tokenization.encode_prompt_text`.
 
     A token that reaches across the block's edge is not a context token: it is part template text (Gemma's tokenizer
     merges the last document's closing newline with the template's next one into a single ``"\n\n"``), and such a

@@ -1,7 +1,7 @@
 """Attribution results: plain dataclasses that carry their config and versions and round-trip through JSON.
 
-Plain data only: rendering is :mod:`mirage.views.rendering` (text) and :mod:`mirage.views.report` (HTML), the faithfulness check
-:func:`mirage.scoring.faithfulness.faithfulness`.
+Plain data only: rendering is :mod:`mirage.views.rendering` (text) and :mod:`mirage.views.report` (HTML), the
+faithfulness check :func:`mirage.scoring.faithfulness.faithfulness`.
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ from typing import Any, Literal, get_args
 SplitMethod = Literal["rules", "punkt"]
 
 _ABBREVIATIONS = frozenset(
-    ["mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "e.g", "i.e", "cf", "al", "fig", "figs", "no", "nos", "vol", "approx", "dept", "est", "inc", "ltd", "co", "corp", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "u.s", "u.k", "a.m", "p.m", "ca", "resp", "ed", "eds"]
+    ["mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "e.g", "i.e", "cf", "al", "fig", "figs", "no",
+     "nos", "vol", "approx", "dept", "est", "inc", "ltd", "co", "corp", "jan", "feb", "mar", "apr", "jun", "jul", "aug",
+     "sep", "sept", "oct", "nov", "dec", "u.s", "u.k", "a.m", "p.m", "ca", "resp", "ed", "eds"]
 )
 _BOUNDARY = re.compile(r"[.!?。！？।]+[\"'”’»)\]]*(?=\s)|[。！？]+|\n+")
 
@@ -47,7 +49,8 @@ def split_sentences(text: str, *, method: SplitMethod = "rules") -> list[tuple[i
     if method == "punkt":
         return _punkt_split(text)
     if method != "rules":
-        raise ValueError(f"method={method!r} is not valid; choose one of {', '.join(map(repr, get_args(SplitMethod)))}.")
+        raise ValueError(f"method={method!r} is not valid; choose one of "
+                         f"{', '.join(map(repr, get_args(SplitMethod)))}.")
     spans: list[tuple[int, int]] = []
     start = 0
     for match in _BOUNDARY.finditer(text):

@@ -6,8 +6,9 @@
 ``targets`` picks the answer tokens CCI attributes: ``"selected"`` (those CTI selects, as the pipeline does),
 ``"all"`` (every answer token, so that any selection can be derived afterwards, as the XOR-AttriQA scorer does) or
 ``"none"`` (CTI only), or explicit answer indices, or a function of the :class:`CTIScores` returning them (the
-XOR-AttriQA scorer asks for the tokens some setting selects). When the answer was just generated, generation's logits are the with-documents pass; otherwise
-that pass is differentiable when CCI can take its gradients from it (see :func:`mirage.attribution.cci.shares_cti_graph`).
+XOR-AttriQA scorer asks for the tokens some setting selects). When the answer was just generated, generation's logits
+are the with-documents pass; otherwise that pass is differentiable when CCI can take its gradients from it (see
+:func:`mirage.attribution.cci.shares_cti_graph`).
 """
 
 from __future__ import annotations
@@ -98,13 +99,14 @@ def score_batch(lm: LoadedModel, prompts: Sequence[TokenizedPrompt], answers: Se
                 item_targets: Sequence[TargetSpec] | None = None,
                 max_batch_tokens: int | None = None) -> list[TokenScores]:
     """:func:`score_tokens` of several answers (each after its own prompt), in padded batches: every contextless
-    input in batched inference passes (:func:`mirage.attribution.forward.batched_answer_logits`); the with-documents inputs of
-    items that may need CCI in batched differentiable passes (:func:`mirage.attribution.graphs.batched_attribution_graph`,
-    causal models whose CCI shares CTI's graph), from which CTI reads its logits and CCI takes every row's
-    gradients at once (:func:`mirage.attribution.cci.compute_cci_batch`); the other items' with-documents inputs in batched
-    inference passes, with CCI item by item. ``targets``: the spec for every item, or ``item_targets``: one per
-    item. The scores equal per-item :func:`score_tokens` up to float rounding; batches pay off where one sequence
-    leaves the device idle (a GPU, many short answers). ``timings``: each item's share of its batch's seconds."""
+    input in batched inference passes (:func:`mirage.attribution.forward.batched_answer_logits`); the with-documents
+    inputs of items that may need CCI in batched differentiable passes
+    (:func:`mirage.attribution.graphs.batched_attribution_graph`, causal models whose CCI shares CTI's graph), from
+    which CTI reads its logits and CCI takes every row's gradients at once
+    (:func:`mirage.attribution.cci.compute_cci_batch`); the other items' with-documents inputs in batched inference
+    passes, with CCI item by item. ``targets``: the spec for every item, or ``item_targets``: one per item. The scores
+    equal per-item :func:`score_tokens` up to float rounding; batches pay off where one sequence leaves the device idle
+    (a GPU, many short answers). ``timings``: each item's share of its batch's seconds."""
     if len(prompts) != len(answers):
         raise ValueError(f"{len(prompts)} prompts for {len(answers)} answers.")
     per_item = list(item_targets) if item_targets is not None else [targets] * len(prompts)

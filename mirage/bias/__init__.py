@@ -2,7 +2,8 @@
 
     from mirage import Mirage
     from mirage.bias import BiasConfig, run_bias_study
-    result = run_bias_study("data/xor_attriqa_match", mirage=Mirage.from_pretrained(), cfg=BiasConfig(), output_dir="out")
+    result = run_bias_study("data/xor_attriqa_match", mirage=Mirage.from_pretrained(), cfg=BiasConfig(),
+                            output_dir="out")
 """
 
 from __future__ import annotations

@@ -98,7 +98,8 @@ def bias_config_from_args(args: argparse.Namespace, section: dict[str, Any] | No
     """The study's BiasConfig: the ``bias:`` section of the ``--config`` file (its keys are BiasConfig's fields, plus
     ``mixed_grid: true``), with the flags given on the command line on top; unset, BiasConfig's defaults."""
     if section is not None and not isinstance(section, dict):
-        raise ConfigError("the config file's 'bias' section must be a mapping of bias settings (metadata, k, modes, …).")
+        raise ConfigError("the config file's 'bias' section must be a mapping of bias settings "
+                          "(metadata, k, modes, …).")
     values: dict[str, Any] = dict(section or {})
     mixed_grid = bool(values.pop("mixed_grid", False)) or args.mixed_grid
     values.update(given_options(BiasConfig, args, skip=("labels", "explain")))  # a flag wins over the file
@@ -120,8 +121,8 @@ _RUN_KEYS = ("retriever", "top_k", "sweep", "answers", "answers_name", "reuse")
 
 
 def split_run_options(args: argparse.Namespace, section: Any) -> dict[str, Any] | None:
-    """Move the run options of a config file's ``bias:`` section (sweep, retriever, reuse, …) onto ``args`` (a flag given on the command line wins); return
-    the rest, the BiasConfig settings."""
+    """Move the run options of a config file's ``bias:`` section (sweep, retriever, reuse, …) onto ``args`` (a flag
+    given on the command line wins); return the rest, the BiasConfig settings."""
     if section is None or not isinstance(section, dict):
         return section
     section = dict(section)

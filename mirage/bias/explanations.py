@@ -85,7 +85,8 @@ CONTENT_CUES: dict[str, str] = {
     "provides": r"provides|provided|providing", "details": r"details?|detailed", "facts": r"facts?|factual",
     "evidence": r"evidence", "supports": r"support\w*", "topic": r"topics?", "about": r"about",
     "related": r"relat(?:es|ed|ing)", "says": r"says|said", "according to": r"according\s+to",
-    "refers": r"refers?|referring", "data": r"data", "question": r"questions?", "content": r"content", "context": r"context",
+    "refers": r"refers?|referring", "data": r"data", "question": r"questions?", "content": r"content",
+    "context": r"context",
 }
 #: Cues of a metadata / authorship reason besides the study's own labels.
 AUTHORSHIP_CUES: dict[str, str] = {

@@ -76,10 +76,12 @@ def load_protocol(path: str | Path) -> list[ProtocolStudy]:
     for i, entry in enumerate(studies, 1):
         at = f"{where}, entry {i}"
         if not isinstance(entry, dict) or set(entry) - {"name", "config", "args"}:
-            raise ConfigError(f"{at} must be a mapping with keys name, config and optionally args; got {short_repr(entry)}.")
+            raise ConfigError(f"{at} must be a mapping with keys name, config and optionally args; "
+                              f"got {short_repr(entry)}.")
         name, config, args = entry.get("name"), entry.get("config"), entry.get("args", [])
         if not isinstance(name, str) or not _NAME.fullmatch(name):
-            raise ConfigError(f"{at}: name must be a folder name (letters, digits, '_', '-', '.'); got {short_repr(name)}.")
+            raise ConfigError(f"{at}: name must be a folder name (letters, digits, '_', '-', '.'); "
+                              f"got {short_repr(name)}.")
         if name in {s.name for s in out}:
             raise ConfigError(f"{at}: the name {name!r} is used twice; each study needs its own folder.")
         if not isinstance(config, str):
@@ -259,8 +261,8 @@ def _num(x: float | None, p: float | None = None, digits: int = 1) -> str:
 
 
 def overview_table(rows: Sequence[OverviewRow]) -> str:
-    """The overview as markdown, a row per study and citation source: vanilla precision / recall and citations per answer,
-    CAS of precision (informed, counterfactual), CAB of precision and recall, and the mixed grid's CAB where run
+    """The overview as markdown, a row per study and citation source: vanilla precision / recall and citations per
+    answer, CAS of precision (informed, counterfactual), CAB of precision and recall, and the mixed grid's CAB where run
     (* p < 0.05, ** p < 0.01 by each study's own tests)."""
     head = ["study", "metadata", "k", "questions", "source", "P / R vanilla", "citations per answer", "CAS P informed",
             "CAS P counterfactual", "CAB P", "CAB R", "mixed CAB P"]

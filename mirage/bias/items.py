@@ -306,7 +306,8 @@ def read_run(path: str | Path) -> dict[str, list[str]]:
         try:
             ranked.setdefault(parts[0], []).append((float(parts[4]), parts[2]))
         except (IndexError, ValueError):
-            raise InputError(f"{path} line {n} is {line!r}; a TREC run line is 'qid Q0 docid rank score tag'.") from None
+            raise InputError(f"{path} line {n} is {line!r}; "
+                             "a TREC run line is 'qid Q0 docid rank score tag'.") from None
     return {q: [d for _, d in sorted(docs, key=lambda t: -t[0])] for q, docs in ranked.items()}
 
 

@@ -91,7 +91,8 @@ class BiasConfig:
         "replace these documents by an LLM rewrite (their actual authorship becomes LLM)"))
     explain: bool = cli_arg(False, flag="--explain", help="also ask the model to explain its citations",
                             cli_default=False)
-    prompts_dir: str | None = cli_arg(None, flag="--prompts-dir", help="folder with edited copies of configs/bias/*.yaml")
+    prompts_dir: str | None = cli_arg(None, flag="--prompts-dir",
+                                      help="folder with edited copies of configs/bias/*.yaml")
     baseline_draws: int = cli_arg(1000, flag="--baseline-draws", help="random-citation baseline draws (default 1000)")
     n_relevant: int = cli_arg(1, flag="--n-relevant", help=(
         "relevant documents per question: the questions with exactly this many are the items (default 1)"))
@@ -128,7 +129,8 @@ class BiasConfig:
             raise ConfigError("bias.modes is empty; give at least one of " + ", ".join(MODES) + ".")
         for mode in self.modes:
             if mode not in MODES and mode not in MIXED_CELLS:
-                raise ConfigError(f"bias.modes has {short_repr(mode)}; choose from {', '.join(map(repr, MODES + MIXED_CELLS))}.")
+                raise ConfigError(f"bias.modes has {short_repr(mode)}; choose from "
+                                  f"{', '.join(map(repr, MODES + MIXED_CELLS))}.")
         if len(set(self.modes)) != len(self.modes):
             raise ConfigError(f"bias.modes={short_repr(list(self.modes))} repeats a mode.")
         if len(self.mixed) != 2:
@@ -164,7 +166,8 @@ class BiasConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - known
         if unknown:
-            raise ConfigError(f"Unknown bias config key(s) {short_repr(sorted(map(str, unknown)))}; known: {sorted(known)}.")
+            raise ConfigError(f"Unknown bias config key(s) {short_repr(sorted(map(str, unknown)))}; "
+                              f"known: {sorted(known)}.")
         data = dict(data)
         if data.get("labels") is not None:
             data["labels"] = tuple(tuple(pool) for pool in data["labels"])

@@ -121,7 +121,8 @@ def run_retriever_study(data: str, retrievers: Sequence[str], *, mirage: MirageS
                                   quality=retrieval_quality(ranking, beir.qrels, k=cfg.k, top_k=top_k))
     if not ranked:
         return None
-    comparison = RetrieverComparison(data=data_label(data), top_k=top_k, k=cfg.k, runs=runs, versions=library_versions())
+    comparison = RetrieverComparison(data=data_label(data), top_k=top_k, k=cfg.k, runs=runs,
+                                     versions=library_versions())
     comparison.save(out_dir / "retrievers.json")
     write_atomic(out_dir / "retrievers.md", render_retrievers(comparison))
     return comparison

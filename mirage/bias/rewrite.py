@@ -32,8 +32,8 @@ def rewrite_text(lm: LoadedModel, text: str, *, prompt: dict[str, Any], seed: in
 
 def rewrite_key(model: str, prompt: dict[str, Any], text: str) -> str:
     """The key of a cached rewrite: the SHA-1 of the model name, the prompt's instruction and template, and the text,
-    joined by newlines. It is not :func:`mirage.runs.store.content_key` (a hash of canonical JSON, which gives other values)
-    because the ``rewrites.jsonl`` files already written are keyed so and must keep finding their rewrites."""
+    joined by newlines. It is not :func:`mirage.runs.store.content_key` (a hash of canonical JSON, which gives other
+    values) because the ``rewrites.jsonl`` files already written are keyed so and must keep finding their rewrites."""
     blob = f"{model}\n{prompt['instruction']}\n{prompt['template']}\n{text}"
     return hashlib.sha1(blob.encode("utf-8", "surrogatepass")).hexdigest()
 

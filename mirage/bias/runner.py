@@ -200,7 +200,8 @@ class BiasStudy:
             key=p.key, item_id=p.item.id, mode=p.mode, labels=list(p.labels), relevant=list(p.item.relevant),
             n_docs=n_docs, answers=list(p.item.answers), raw_answer=gen.text, answer=parsed.text,
             self_citations=[list(c) for c in parsed.citations], mirage_citations=mirage_cits,
-            self_citation_probs=[[d, pr] for d, pr in self_probs], mirage_citation_probs=[[d, pr] for d, pr in mirage_probs],
+            self_citation_probs=[[d, pr] for d, pr in self_probs],
+            mirage_citation_probs=[[d, pr] for d, pr in mirage_probs],
             n_answer_tokens=len(gen.ids), explanation=explanation, error=error, prompt=prep.prompt.text,
             timings={k: round(v, 3) for k, v in timings.items()})
 

@@ -128,10 +128,10 @@ def build_items(data: str, cfg: BiasConfig, *, limit: int | None = None, split: 
     return items
 
 
-def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_dir: str | Path, limit: int | None = None,
-                   split: str = "test", rewriter: LoadedModel | None = None, progress: Progress | None = None,
-                   compare: Sequence[BiasStudyResult] = (), embed: Embedder | None = None,
-                   run: Mapping[str, Sequence[str]] | str | Path | None = None,
+def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_dir: str | Path,
+                   limit: int | None = None, split: str = "test", rewriter: LoadedModel | None = None,
+                   progress: Progress | None = None, compare: Sequence[BiasStudyResult] = (),
+                   embed: Embedder | None = None, run: Mapping[str, Sequence[str]] | str | Path | None = None,
                    reuse: Sequence[str | Path] = (), tuned: str | None = None) -> BiasStudyResult | None:
     """Build the items (``run``: a retriever's ranking for BEIR data, see :func:`build_items`), run every
     (item, mode) not yet in ``DIR/generations.jsonl``, and write the results, tables and CAB figure.

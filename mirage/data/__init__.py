@@ -19,5 +19,5 @@ from mirage.data.fetch import (
 )
 from mirage.data.registry import DATASETS, DataError, parse_spec
 
-__all__ = ["DATASETS", "DataError", "data_label", "data_root", "dataset_table", "get", "is_cached", "parse_spec", "resolve",
-           "resolve_all", "resolve_files"]
+__all__ = ["DATASETS", "DataError", "data_label", "data_root", "dataset_table", "get", "is_cached", "parse_spec",
+           "resolve", "resolve_all", "resolve_files"]

@@ -267,7 +267,8 @@ def _preview(value: Any, limit: int, depth: int = 0) -> Any:
     if isinstance(value, bool) or value is None or isinstance(value, float):
         return value
     if isinstance(value, int):
-        return value if value.bit_length() <= 128 else f"<an integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
+        return (value if value.bit_length() <= 128
+                else f"<an integer of about {int(value.bit_length() * 0.30103) + 1} digits>")
     if depth >= _PREVIEW_DEPTH and isinstance(value, (Mapping, list, tuple)):
         return "..."
     if isinstance(value, Mapping):

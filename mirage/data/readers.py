@@ -293,7 +293,8 @@ def _whole_object(path: Path, text: str, start: int) -> RawRow | None:
             return RawRow(index=0, line=line, data=data)
         error = json.JSONDecodeError("Extra data", text, _skip(text, end))
     line_end = text.find("\n", start)
-    if not text[start + 1:line_end if line_end != -1 else len(text)].strip(_WHITESPACE):  # a lone "{": one pretty-printed object, broken (JSONL lines are whole objects)
+    # a lone "{": one pretty-printed object, broken (JSONL lines are whole objects)
+    if not text[start + 1:line_end if line_end != -1 else len(text)].strip(_WHITESPACE):
         raise InputError(f"{path} is not valid JSON at line {error.lineno} ({error.msg}, column {error.colno}): it "
                          "starts as one JSON object over several lines but does not parse as one. Fix it there, or "
                          "give a JSON list, or one object per line (JSONL).")

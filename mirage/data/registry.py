@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from mirage.data.inputs import InputError
 
-__all__ = ["DATASETS", "SOURCES", "XOR_SPLITS", "DataError", "DataSpec", "Dataset", "Output", "Source", "Upstream", "is_spec",
-           "parse_spec"]
+__all__ = ["DATASETS", "SOURCES", "XOR_SPLITS", "DataError", "DataSpec", "Dataset", "Output", "Source", "Upstream",
+           "is_spec", "parse_spec"]
 
 
 class DataError(InputError):

@@ -9,10 +9,10 @@ leave-one-document-out drop and the attention share (:mod:`mirage.likelihood.sig
 Every feature is higher when the document looks more used. Families (the names' prefixes):
 
 - ``ex_*``: over the context-sensitive tokens (by default MIRAGE-EX's: mean + k·std of the answer's CTI scores), the
-  tokens every run has CCI rows for. ``share_max``: the passage's largest saliency over the context's largest (what MIRAGE's ROC-AUC
-  uses); ``mass``: the passage's fraction of the summed saliency; ``cti_mass``: that fraction weighted by |CTI|;
-  ``density``: the passage's mean saliency per token over the context's mean (length-normalised); ``kept``: the
-  passage's fraction of the context tokens the top-5 % rule keeps. ``content_*``: the same with the template's
+  tokens every run has CCI rows for. ``share_max``: the passage's largest saliency over the context's largest (what
+  MIRAGE's ROC-AUC uses); ``mass``: the passage's fraction of the summed saliency; ``cti_mass``: that fraction weighted
+  by |CTI|; ``density``: the passage's mean saliency per token over the context's mean (length-normalised); ``kept``:
+  the passage's fraction of the context tokens the top-5 % rule keeps. ``content_*``: the same with the template's
   scaffolding tokens (``Document [1]:``, newlines) left out.
 - ``all_*``: the same over every answer token, weighting each by |CTI| (needs every token's CCI row: calibration
   files have them, test files only with ``--all-tokens``); used to measure what the selection loses, not by the

@@ -7,11 +7,11 @@ left out of the prompt, and how much attention the answer pays to each document.
     sig.attention[j]    # share of the answer's attention to the documents block that lands on document j+1
 
 Leave-one-out and single-document prompts are the template's prompt with those documents, renumbered, as in the
-faithfulness check (:mod:`mirage.scoring.faithfulness`); the no-document prompt is the contextless one. The with-documents
-pass runs once with its key/value cache kept; every other pass reuses that cache for the tokens it shares with the
-full prompt (everything before the first document that differs), so the n leave-one-out passes cost about n/2 full
-passes and the n single-document passes about one. Attention is read from that same pass (the model runs it with eager
-attention, restored afterwards), averaged over layers and heads, from the positions that predict answer tokens.
+faithfulness check (:mod:`mirage.scoring.faithfulness`); the no-document prompt is the contextless one. The
+with-documents pass runs once with its key/value cache kept; every other pass reuses that cache for the tokens it shares
+with the full prompt (everything before the first document that differs), so the n leave-one-out passes cost about n/2
+full passes and the n single-document passes about one. Attention is read from that same pass (the model runs it with
+eager attention, restored afterwards), averaged over layers and heads, from the positions that predict answer tokens.
 
 Shapes: ``n_docs`` documents, ``n_answer`` answer tokens.
 """
@@ -45,10 +45,10 @@ Readout = Callable[[torch.Tensor], Any]
 @dataclass
 class PassageSignals(JSONRecord):
     """``logprob[t]``: log p of answer token t with all documents; ``loo_logprob[j][t]``: the same without document
-    j (0-based; empty when not computed); ``drop[j]``: the summed difference (larger: the answer leans more on document j); ``attention[j]``:
-    document j's share of the answer's attention to the documents (empty when the model cannot return attention);
-    ``only_logprob[j][t]``: log p of answer token t with document j alone; ``none_logprob[t]``: with no document
-    (the contextless prompt). Empty lists in signals stored before they were computed."""
+    j (0-based; empty when not computed); ``drop[j]``: the summed difference (larger: the answer leans more on document
+    j); ``attention[j]``: document j's share of the answer's attention to the documents (empty when the model cannot
+    return attention); ``only_logprob[j][t]``: log p of answer token t with document j alone; ``none_logprob[t]``: with
+    no document (the contextless prompt). Empty lists in signals stored before they were computed."""
 
     logprob: list[float]
     loo_logprob: list[list[float]]

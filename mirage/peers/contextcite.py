@@ -117,8 +117,8 @@ def _classes() -> tuple[type, type]:
         tokenizer's ``apply_chat_template`` (in ``_get_prompt_ids``). mirage's prompt text already has its template
         and the chat template applied, so ``_get_prompt_ids`` is replaced: the prompt is mirage's text with the
         ablated documents block in place of the whole one, tokenized as mirage tokenizes prompts
-        (:func:`mirage.attribution.tokenization.encode_prompt_text`, user text never read as special tokens). With every source
-        kept, its ids are mirage's prompt ids.
+        (:func:`mirage.attribution.tokenization.encode_prompt_text`, user text never read as special tokens). With every
+        source kept, its ids are mirage's prompt ids.
 
         The response: ContextCite generates it lazily (``_output`` caches ``prompt + response`` text under
         ``_cache["output"]``) and takes its ids by re-tokenizing that text after the prompt's length, which can merge
@@ -289,7 +289,8 @@ def store_settings(model: str, text: str, prompt: Any, *, num_ablations: int, se
 
 
 def run_contextcite(model: Any, items: Sequence[XorItem], *, store: ResumableJSONL, num_ablations: int, seed: int,
-                    progress: Progress | None = None, full_head: bool = False) -> tuple[dict[str, list[float]], list[BadRow]]:
+                    progress: Progress | None = None,
+                    full_head: bool = False) -> tuple[dict[str, list[float]], list[BadRow]]:
     """Scores of every item, running ContextCite only for keys without stored scores (items that failed before are
     tried again), each record written as its item finishes. ``model``: a Mirage, or a function returning one, called
     only if something needs to run. Items that fail come back as BadRow and are stored as error records; none stops

@@ -1,1 +1,2 @@
-"""Runs and stores: the experiment configuration and its fingerprint, resumable JSONL stores, a run folder's files, sharding over processes, loading a model on demand, progress."""
+"""Runs and stores: the experiment configuration and its fingerprint, resumable JSONL stores, a run folder's files,
+sharding over processes, loading a model on demand, progress."""

@@ -52,7 +52,8 @@ class XorAttriQAOptions:
     #: Also check how much each citation set matters to the model (``faithfulness.jsonl``).
     faithfulness: bool = cli_arg(False, **FAITHFULNESS)
     #: The setting groups to compute (:data:`SETTING_GROUPS`).
-    groups: tuple[str, ...] = cli_arg(SETTING_GROUPS, flag="--settings", choices=(*SETTING_GROUPS, *GROUP_ALIASES), help=(
+    groups: tuple[str, ...] = cli_arg(SETTING_GROUPS, flag="--settings",
+                                      choices=(*SETTING_GROUPS, *GROUP_ALIASES), help=(
         "settings to compute (default all): ex (MIRAGE-EX), cal (MIRAGE-CAL and the top-%% sweep), likelihood (the "
         "passage-likelihood classifier and the passage score; needs no CCI row; 'learned' is its old name)"))
     all_tokens: bool = cli_arg(False, flag="--all-tokens", help=(

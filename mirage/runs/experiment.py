@@ -175,8 +175,8 @@ class ExperimentConfig:
 
         ``attribute`` and ``bias`` store whole results: the model and the whole pipeline config. ``xor-attriqa``
         stores raw per-token scores and selects when evaluating: the model, prompt (and its template's text), CTI
-        metric and CCI method. ``eli5`` stores whole results keyed by seed: all but the generation seed. (The shapes are those of
-        the ``run.json`` files and result records already written, so existing runs resume.)
+        metric and CCI method. ``eli5`` stores whole results keyed by seed: all but the generation seed. (The shapes are
+        those of the ``run.json`` files and result records already written, so existing runs resume.)
         """
         out = self._outputs_depend_on()
         dtype = self.dtype_name()
@@ -219,7 +219,8 @@ class ExperimentConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, command: RunCommand) -> ExperimentConfig:
         """From an experiment file's mapping: the keys of :data:`~mirage.config.EXPERIMENT_KEYS` (null = unset) and
-        the pipeline sections. ``data`` is a file, a list of files, or ``{eval: files, calibrate_on: file or files}``."""
+        the pipeline sections. ``data`` is a file, a list of files, or
+        ``{eval: files, calibrate_on: file or files}``."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"an experiment must be a mapping of keys, got {type(data).__name__}.")
         if "bias" in data and command != "bias":

@@ -61,7 +61,8 @@ class Shard:
 
     def __post_init__(self) -> None:
         if self.world < 1 or not 0 <= self.rank < self.world:
-            raise ShardError(f"shard rank {self.rank} of {self.world}: need 0 <= RANK < WORLD_SIZE and WORLD_SIZE >= 1.")
+            raise ShardError(f"shard rank {self.rank} of {self.world}: "
+                             "need 0 <= RANK < WORLD_SIZE and WORLD_SIZE >= 1.")
 
     @classmethod
     def from_env(cls) -> Shard:

@@ -227,15 +227,16 @@ def run_xor_attriqa(
     ``options.output``, ``results.json``, ``pairs.jsonl`` (one line per (item, passage): every setting's score and
     citation, :func:`mirage.scoring.xor_eval.pair_records`) and ``sweep.png``.
 
-    Only what the settings need is computed, item by item into ``scores.jsonl``: CTI of every answer token, the
-    passage signals (leave-one-out, attention) and the CCI rows of the tokens MIRAGE-EX selects for every item; for
-    calibration items, the rows the exact calibration search reaches (it goes down from the highest CTI threshold
-    and stops when no lower one can win; see :func:`mirage.scoring.xor_eval.calibrate_threshold`); then, for test
-    items, the rows of the tokens some calibrated threshold selects. ``all_tokens`` computes every row of every item (what
-    the threshold-free ``mirage_raw`` ROC-AUC needs); without ``signals``, no passage signals, and so no ``learned``
-or ``passage_score`` setting; without calibration files, neither (their classifier is fitted on them). ``groups`` (:data:`~mirage.runs.benchmark_options.SETTING_GROUPS`) limits the settings, and
-so the work, to those asked for: ``learned`` alone computes no CCI row at all. A row already stored is never
-computed again. The options below are fields of :class:`XorAttriQAOptions`.
+    Only what the settings need is computed, item by item into ``scores.jsonl``: CTI of every answer token, the passage
+    signals (leave-one-out, attention) and the CCI rows of the tokens MIRAGE-EX selects for every item; for calibration
+    items, the rows the exact calibration search reaches (it goes down from the highest CTI threshold and stops when no
+    lower one can win; see :func:`mirage.scoring.xor_eval.calibrate_threshold`); then, for test items, the rows of the
+    tokens some calibrated threshold selects. ``all_tokens`` computes every row of every item (what the threshold-free
+    ``mirage_raw`` ROC-AUC needs); without ``signals``, no passage signals, and so no ``learned`` or ``passage_score``
+    setting; without calibration files, neither (their classifier is fitted on them). ``groups``
+    (:data:`~mirage.runs.benchmark_options.SETTING_GROUPS`) limits the settings, and so the work, to those asked for:
+    ``learned`` alone computes no CCI row at all. A row already stored is never computed again. The options below are
+    fields of :class:`XorAttriQAOptions`.
 
     ``experiment``: the model (its name is recorded), the data files or dataset names, the text view, the row limit
     and the pipeline (``ExperimentConfig.from_dict({...}, command="xor-attriqa")`` gives the one the command runs,
@@ -254,9 +255,9 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     RAG system did not reproduce, with far fewer supporting passages: measured, they make the learned setting worse
     on held-out match answers (``benchmarks/calibration_data.py``). The experiment's ``dtype``: the dtype a lazily
     loaded model will run in (default: a loaded Mirage's, else the device's default), which the run's fingerprint
-    names unless float32 (as it names an adapter and a quantization). ``self_match``: a one-pass self-match check (the paper's
-    Algorithm 1 without its beam search and its reshuffled passage orders): the scoring model first generates each
-    answer once, greedily, in the file's passage order (test and calibration rows) with the scoring prompt, into
+    names unless float32 (as it names an adapter and a quantization). ``self_match``: a one-pass self-match check (the
+    paper's Algorithm 1 without its beam search and its reshuffled passage orders): the scoring model first generates
+    each answer once, greedily, in the file's passage order (test and calibration rows) with the scoring prompt, into
     ``matches.jsonl``; only the rows where it reproduces the annotated answer
     (:func:`mirage.scoring.xor_attriqa.same_answer`) are kept, and its own generation is attributed; results.json's
     ``settings.self_match`` has the rows checked and kept per language (an InputError when none is kept).
@@ -374,7 +375,8 @@ computed again. The options below are fields of :class:`XorAttriQAOptions`.
     if cal is not None:
         labels["calibration_size"] = calibration_size(cal)
     settings = {"model": model_name, **labels, "calibrate_by": calibrate_by,
-                "limit": limit, **({"skip": skip} if skip else {}), "group_passages": group_passages, "all_tokens": all_tokens, "signals": use_signals,
+                "limit": limit, **({"skip": skip} if skip else {}), "group_passages": group_passages,
+                "all_tokens": all_tokens, "signals": use_signals,
                 "groups": list(groups), **trained, "config": cfg.to_dict()}
     if methods:
         settings["methods"] = list(options.methods)

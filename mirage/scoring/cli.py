@@ -144,8 +144,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_options(xor, ExperimentConfig, ["data", "text", "calibrate_on"], unset=True, override={
         "data": {"nargs": "*", "help": "XOR-AttriQA JSONL files (match or per-passage release)"}})
     add_options(xor, XorAttriQAOptions, skip=["output", "keep_trained_questions"])
-    _add_run_args(xor, XorAttriQAOptions, skip={"--cci-top-k", "--cci-top-percent", "--cti-threshold", "--max-citations",
-                             "--max-new-tokens", "--sample", "--temperature", "--top-p", "--seed"},
+    _add_run_args(xor, XorAttriQAOptions,
+                  skip={"--cci-top-k", "--cci-top-percent", "--cti-threshold", "--max-citations", "--max-new-tokens",
+                        "--sample", "--temperature", "--top-p", "--seed"},
                   benchmark="xor-attriqa")
     xor.set_defaults(func=_reporting_judge_errors(cmd_xor_attriqa))
 

@@ -90,12 +90,13 @@ def _hub_rows(source: str) -> list[Any]:
     spec = source[len(HUB_PREFIX):]
     repo, _, filename = spec.rpartition("/") if spec.count("/") >= 2 else (spec, "", "")
     if not filename:
-        raise InputError(f"{source}: give hf:OWNER/REPO/FILE, e.g. hf:princeton-nlp/ALCE-data/eli5_eval_bm25_top100.json")
+        raise InputError(f"{source}: give hf:OWNER/REPO/FILE, "
+                         "e.g. hf:princeton-nlp/ALCE-data/eli5_eval_bm25_top100.json")
     try:
         from datasets import load_dataset
     except ImportError as err:
-        raise InputError(f"{source}: reading ALCE from the hub needs the 'datasets' package (pip install 'mirage-rag[datasets]'), "
-                         "or download the file and give its path.") from err
+        raise InputError(f"{source}: reading ALCE from the hub needs the 'datasets' package "
+                         "(pip install 'mirage-rag[datasets]'), or download the file and give its path.") from err
     try:
         ds = load_dataset(repo, data_files=filename, split="train")
     except Exception as err:  # the hub or the file cannot be reached: tell the user, do not crash with a trace
@@ -107,11 +108,13 @@ def _hub_rows(source: str) -> list[Any]:
 def load_alce(source: str | Path, *, limit: int | None = None, skip: int = 0) -> ALCEData:
     """Read ALCE-format items from a local JSON list / JSONL file, or ``hf:OWNER/REPO/FILE`` through ``datasets``.
 
-    Bad rows are returned with their line number (row number for hub data), not raised. ``limit``: first N rows (after the first ``skip``).
+    Bad rows are returned with their line number (row number for hub data), not raised. ``limit``: first N rows (after
+    the first ``skip``).
     """
     source_str = str(source)
     if source_str.startswith(HUB_PREFIX):
-        rows: Iterable[RawRow | BadRow] = (RawRow(index=i, line=i + 1, data=r) for i, r in enumerate(_hub_rows(source_str)))
+        rows: Iterable[RawRow | BadRow] = (RawRow(index=i, line=i + 1, data=r)
+                                           for i, r in enumerate(_hub_rows(source_str)))
     else:
         path = Path(source)
         if not path.exists():
@@ -270,7 +273,8 @@ class ELI5Report(JSONRecord):
     bad_rows: dict[str, Any]
     settings: dict[str, Any]
     versions: dict[str, str] = field(default_factory=dict)
-    #: With ``--faithfulness``: mean drop/keep per citation method (:class:`mirage.scoring.faithfulness.FaithfulnessSummary`).
+    #: With ``--faithfulness``: mean drop/keep per citation method
+    #: (:class:`mirage.scoring.faithfulness.FaithfulnessSummary`).
     faithfulness: dict[str, Any] | None = None
     format: int = ELI5_REPORT_FORMAT
 

@@ -144,7 +144,8 @@ class FaithfulnessSummary(JSONRecord):
 
     def to_text(self) -> str:
         """A small fixed-width table, one row per method."""
-        head = f"{'method':<20} {'n':>4} {'empty':>5} {'size':>5} {'drop':>8} {'keep':>8} {'drop/tok':>9} {'keep/tok':>9}"
+        head = (f"{'method':<20} {'n':>4} {'empty':>5} {'size':>5} {'drop':>8} {'keep':>8} "
+                f"{'drop/tok':>9} {'keep/tok':>9}")
         rows = [head]
         for name, s in self.methods.items():
             cells = [fmt_number(value, digits, width=width, missing="—") for value, digits, width in (

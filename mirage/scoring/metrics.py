@@ -4,8 +4,8 @@ Every score is a percentage in [0, 100], or ``None`` where it is undefined (no p
 skip undefined values. ROC-AUC is a fraction in [0, 1], as usual. The binary scores are computed here from the
 confusion counts, in the same floating-point operations as scikit-learn's (``accuracy_score``,
 ``precision_recall_fscore_support`` with ``zero_division=nan``, ``balanced_accuracy_score``; ``roc_auc_score`` through
-its ROC curve and trapezoids), so that they equal them bit for bit (tests/scoring/test_binary_metrics.py compares them) without
-importing scikit-learn, about a second of every scoring command.
+its ROC curve and trapezoids), so that they equal them bit for bit (tests/scoring/test_binary_metrics.py compares them)
+without importing scikit-learn, about a second of every scoring command.
 """
 
 from __future__ import annotations

@@ -176,8 +176,8 @@ def scores_from_records(records: Iterable[Any]) -> dict[str, ItemScores]:
 
 def xor_attriqa_pipeline() -> MirageConfig:
     """The pipeline ``mirage score xor-attriqa`` runs when no file or flag changes it: the default one with the
-    scorer's own prompt (:data:`mirage.runs.experiment.DEFAULT_PROMPTS`: ``standard``, since these answers cite nothing).
-    Give it to the functions here (or to the Mirage) to score as the command does."""
+    scorer's own prompt (:data:`mirage.runs.experiment.DEFAULT_PROMPTS`: ``standard``, since these answers cite
+    nothing). Give it to the functions here (or to the Mirage) to score as the command does."""
     from mirage.runs.experiment import ExperimentConfig
 
     return ExperimentConfig.from_dict({}, command="xor-attriqa").pipeline
@@ -248,8 +248,9 @@ def score_item(mirage: Any, item: XorItem, *, config: MirageConfig | None = None
 def score_item_batch(mirage: Any, items: Sequence[XorItem], *, config: MirageConfig | None = None,
                      targets: Sequence[str | Sequence[int] | Callable[[Any], Iterable[int]]],
                      signals: bool = False) -> list[ItemScores | InputError]:
-    """:func:`score_item` of several items, their CTI and CCI passes batched (:meth:`mirage.pipeline.Mirage.score_batch`);
-    an item the pipeline rejects comes back as its InputError, in its place."""
+    """:func:`score_item` of several items, their CTI and CCI passes batched
+    (:meth:`mirage.pipeline.Mirage.score_batch`); an item the pipeline rejects comes back as its InputError, in its
+    place."""
     cfg = ex_config(config or mirage.config)
     out: list[ItemScores | InputError | None] = [None] * len(items)
     ready = []
@@ -324,10 +325,10 @@ def score_items(
 ) -> tuple[dict[str, ItemScores], list[BadRow]]:
     """Scores of every item, running the model only for what ``store`` (a ResumableJSONL, appended as each item
     finishes) lacks. An item not scored yet gets, in one pass, CTI, the CCI rows of its MIRAGE-EX tokens (with
-    ``ex_rows``) and of ``needs(item, cti)``, and with ``signals`` its passage signals; an item scored before gets only the rows and
-    signals it lacks. ``model`` is a Mirage, or a function returning one, called only if something needs to run.
-    ``batch_items`` > 1 batches the CTI and CCI passes of that many new items (:func:`score_item_batch`); None: 8 on a
-    GPU, 1 on a CPU.
+    ``ex_rows``) and of ``needs(item, cti)``, and with ``signals`` its passage signals; an item scored before gets only
+    the rows and signals it lacks. ``model`` is a Mirage, or a function returning one, called only if something needs to
+    run. ``batch_items`` > 1 batches the CTI and CCI passes of that many new items (:func:`score_item_batch`); None: 8
+    on a GPU, 1 on a CPU.
     Items the pipeline rejects come back as BadRow."""
     scores = scores_from_records(store.records()) if store is not None else {}
     todo: dict[str, XorItem] = {}
@@ -445,8 +446,9 @@ def match_items(model: Any | Callable[[], Any], items: Sequence[XorItem], *, con
         iterable: Iterable[XorItem] = todo if progress is None else progress(todo, len(todo), "self-match")
         for item in iterable:
             generated = generate_own_answer(mirage, item, config=config)
-            rec = MatchRecord(key=item.key, file=Path(item.file).name, line=item.line, lang=item.lang, annotated=item.answer,
-                              generated=generated.strip(), kept=same_answer(generated, item.answer))
+            rec = MatchRecord(key=item.key, file=Path(item.file).name, line=item.line, lang=item.lang,
+                              annotated=item.answer, generated=generated.strip(),
+                              kept=same_answer(generated, item.answer))
             done[item.key] = rec
             if store is not None:
                 store.write(rec.to_dict())

@@ -32,7 +32,8 @@ from mirage.scoring.xor_data import NLI_FILES, XorItem
 #: Reported settings, in table order.
 SETTINGS = ("ex_top3", "ex_top5pct", "cal_top3", "cal_top5pct", "nli_mt", "nli_orig", "cite_all", "cite_none")
 #: Every row a report can have, in table order: the settings, then ``learned`` and ``learned_agreement`` (with
-#: calibration: the classifier at its F1 and at its agreement threshold) and the threshold-free ``passage_score`` and ``mirage_raw`` (ROC-AUC only; ``mirage_raw`` with every CCI row).
+#: calibration: the classifier at its F1 and at its agreement threshold) and the threshold-free ``passage_score`` and
+#: ``mirage_raw`` (ROC-AUC only; ``mirage_raw`` with every CCI row).
 TABLE_ORDER = (*SETTINGS[:4], "learned", "learned_agreement", *SETTINGS[4:], "passage_score", "mirage_raw")
 #: The CCI selections of the paper's table: top-3 tokens and top-5 %.
 CCI_SELECTIONS: dict[str, dict[str, Any]] = {"top3": {"top_k": 3, "top_percent": None},
@@ -288,7 +289,8 @@ class XorAttriQAReport(JSONRecord):
     bad_rows: dict[str, Any]
     settings: dict[str, Any]
     versions: dict[str, str] = field(default_factory=dict)
-    #: With ``--faithfulness``: mean drop/keep per citation method (:class:`mirage.scoring.faithfulness.FaithfulnessSummary`).
+    #: With ``--faithfulness``: mean drop/keep per citation method
+    #: (:class:`mirage.scoring.faithfulness.FaithfulnessSummary`).
     faithfulness: dict[str, Any] | None = None
     #: The per-passage features: ``passage_score`` (the feature behind that setting), ``roc_auc`` of each feature
     #: on the test items, and, with calibration, the ``learned`` model (:class:`LearnedModel` as a dict), its
@@ -339,8 +341,8 @@ def _mirage_rows(views: Sequence[XorItemView], *, selection: str, cti_for: Calla
 
 def _calibrated_cti(cal: Calibration, selection: str, ex_cti: CTIConfig) -> Callable[[XorItemView], CTIConfig]:
     """Per item, the CTI config thresholding at the calibrated value for ``selection`` and the item's language."""
-    return lambda v: CTIConfig(metric=ex_cti.metric, selector="threshold", threshold=cal.threshold(selection, v.item.lang),
-                               threshold_floor=ex_cti.threshold_floor)
+    return lambda v: CTIConfig(metric=ex_cti.metric, selector="threshold",
+                               threshold=cal.threshold(selection, v.item.lang), threshold_floor=ex_cti.threshold_floor)
 
 
 def _baseline_rows(views: Sequence[XorItemView]) -> dict[str, list[tuple[str, list[bool], list[bool], list[float]]]]:

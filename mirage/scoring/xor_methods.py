@@ -33,8 +33,8 @@ from mirage.runs.sharding import owns
 from mirage.scoring.xor_attriqa import prepare_item
 from mirage.scoring.xor_data import XorItem
 
-__all__ = ["CALIBRATED_RULES", "METHODS_FILE", "METHOD_RULES", "MethodRecord", "document_method_rows", "resolve_methods", "score_methods",
-           "xor_document_inputs"]
+__all__ = ["CALIBRATED_RULES", "METHODS_FILE", "METHOD_RULES", "MethodRecord", "document_method_rows",
+           "resolve_methods", "score_methods", "xor_document_inputs"]
 
 #: The run folder's store of the methods' document scores.
 METHODS_FILE = "methods.jsonl"

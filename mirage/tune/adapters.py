@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirage.attribution.models import (  # the base-model fingerprint is the core's: load_model(adapter=...) checks it too
+# the base-model fingerprint is the core's: load_model(adapter=...) checks it too
+from mirage.attribution.models import (
     TIED_EMBEDDINGS_WARNING,
     LoadedModel,
     ModelLoadError,
@@ -165,10 +166,10 @@ def export_adapter(directory: str | Path, dest: str | Path, *, dtype: str = "flo
 
 def lora_from_change(base: torch.nn.Module, tuned: dict[str, torch.Tensor], rank: int, *, embed_rank: int = 0,
                      norms: bool = False) -> tuple[Any, float]:
-    """``base`` wrapped as a peft LoRA model of ``rank`` on every linear layer, each adapter set to the best rank-``rank``
-    approximation of that layer's change (``tuned[name + ".weight"]`` minus the base weight), and the share of the
-    linear layers' change kept (squared singular values kept over all). ``embed_rank`` > 0 carries the input
-    embeddings' change the same way (an embedding LoRA; with tied input and output embeddings the merged model
+    """``base`` wrapped as a peft LoRA model of ``rank`` on every linear layer, each adapter set to the best
+    rank-``rank`` approximation of that layer's change (``tuned[name + ".weight"]`` minus the base weight), and the
+    share of the linear layers' change kept (squared singular values kept over all). ``embed_rank`` > 0 carries the
+    input embeddings' change the same way (an embedding LoRA; with tied input and output embeddings the merged model
     changes both, as full fine-tuning did); ``norms`` carries the norm layers' tuned weights whole (peft's
     ``modules_to_save``: a few thousand numbers). ``base``'s own weights are not changed. How a fully fine-tuned model
     is shipped as an adapter (:func:`adapter_from_model`, ``mirage tune export DIR/model --rank R``)."""
@@ -322,10 +323,10 @@ def apply_adapter(lm: LoadedModel, directory: str | Path, *, merge: bool = True)
 def load_tuned(directory: str | Path, *, device: str | torch.device | None = None,
                dtype: str | torch.dtype | None = None, merge: bool = True, base: str | None = None,
                use_chat_template: bool | None = None, **placement: Any) -> LoadedModel:
-    """The adapter's base model (``base``, or the name the adapter records; :func:`mirage.attribution.models.load_model`, with
-    ``placement``: ``device_map``, ``max_memory``, ``quantization``, ``memory_budget``, ``trust_remote_code``) with
-    the adapter applied (:func:`apply_adapter`: refused on another base model), and the chat-template choice it was
-    trained with unless ``use_chat_template`` says."""
+    """The adapter's base model (``base``, or the name the adapter records;
+    :func:`mirage.attribution.models.load_model`, with ``placement``: ``device_map``, ``max_memory``, ``quantization``,
+    ``memory_budget``, ``trust_remote_code``) with the adapter applied (:func:`apply_adapter`: refused on another base
+    model), and the chat-template choice it was trained with unless ``use_chat_template`` says."""
     info = read_adapter_info(directory)
     chat = info.prompt.get("chat_template") if use_chat_template is None else use_chat_template
     lm = load_model(base or info.base_model, device=device, dtype=dtype, use_chat_template=chat, **placement)

@@ -469,12 +469,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     rl = stages.add_parser(
         "reward", help="the reward stage: GRPO on mirage's citation reward, KL penalty against the start (trl)",
-        description="Sample answers from the model (the SFT adapter in the config's adapter), reward each with "
-                    "RAGE's citation precision/recall against the human labels, its agreement with mirage's "
-                    "citations of the same answer, the faithfulness drop of its cited documents, a format term and "
-                    "a permutation term (the same passages cited when the question's documents come in another "
-                    "order: data made with --spread-positions) (weights in the config's reward section), and train the adapter with GRPO and a KL penalty "
-                    "(reward.beta) against the starting model. Writes DIR/adapter, DIR/reward.json and "
+        description="Sample answers from the model (the SFT adapter in the config's adapter), reward each with RAGE's "
+                    "citation precision/recall against the human labels, its agreement with mirage's citations of the "
+                    "same answer, the faithfulness drop of its cited documents, a format term and a permutation term "
+                    "(the same passages cited when the question's documents come in another order: data made with "
+                    "--spread-positions) (weights in the config's reward section), and train the adapter with GRPO and "
+                    "a KL penalty (reward.beta) against the starting model. Writes DIR/adapter, DIR/reward.json and "
                     "DIR/checkpoints; running again with the same -o resumes.")
     add_options(rl, StageOptions, ["config"], override={"config": {
         "cli_default": str(DEFAULT_CONFIG.with_name("reward.yaml")),

@@ -146,10 +146,11 @@ _TUNE_SECTIONS = {"prompt": PromptConfig, "lora": LoraSettings, "train": TrainSe
 
 @dataclass(frozen=True)
 class TuneConfig:
-    """One fine-tuning run: the base ``model`` (any name :func:`mirage.attribution.models.load_model` takes), the training
-    ``data`` (files written by ``mirage tune data``), the RAG ``prompt`` the examples are rendered with (mirage's
-    prompt section: the training prompt is the inference prompt), the ``adapter`` to start from (the SFT adapter, for
-    the reward stage), ``device``/``dtype`` (null: mirage's defaults, fp32 on a CPU) and the sections above."""
+    """One fine-tuning run: the base ``model`` (any name :func:`mirage.attribution.models.load_model` takes), the
+    training ``data`` (files written by ``mirage tune data``), the RAG ``prompt`` the examples are rendered with
+    (mirage's prompt section: the training prompt is the inference prompt), the ``adapter`` to start from (the SFT
+    adapter, for the reward stage), ``device``/``dtype`` (null: mirage's defaults, fp32 on a CPU) and the sections
+    above."""
 
     model: str = cli_arg(DEFAULT_MODEL, flag="--model", cli_default=None, help=(
         "base model: an embedded name, a Hugging Face id or a local folder (default: the config's model)"))
@@ -228,10 +229,12 @@ def _section(name: str, value: Any, base: Any = None) -> Any:
     if value is None:
         value = {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"tune config section {short_repr(name)} must be a mapping of fields, got {type(value).__name__}.")
+        raise ConfigError(f"tune config section {short_repr(name)} must be a mapping of fields, "
+                          f"got {type(value).__name__}.")
     section_cls = _TUNE_SECTIONS[name]
     known = {f.name for f in fields(section_cls)}
     unknown = sorted(map(str, set(value) - known))
     if unknown:
-        raise ConfigError(f"Unknown key(s) {short_repr(unknown)} in tune config section {short_repr(name)}; known: {sorted(known)}.")
+        raise ConfigError(f"Unknown key(s) {short_repr(unknown)} in tune config section {short_repr(name)}; "
+                          f"known: {sorted(known)}.")
     return dataclasses.replace(base, **value) if base is not None else section_cls(**value)

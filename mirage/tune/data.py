@@ -90,8 +90,8 @@ class TrainingExample(JSONRecord):
     """One training item: a question, its documents and the answer to learn, ``output``, with its ``[n]`` marks.
 
     ``citations[i]``: the 1-based documents cited by sentence i of the answer (marks removed, as
-    :func:`mirage.attribution.citations.parse_answer` splits it); ``supporting``: the documents human annotators marked as
-    supporting the answer, where such labels exist (XOR-AttriQA), else None; ``file``/``line``: where the row came
+    :func:`mirage.attribution.citations.parse_answer` splits it); ``supporting``: the documents human annotators marked
+    as supporting the answer, where such labels exist (XOR-AttriQA), else None; ``file``/``line``: where the row came
     from; ``lang``: its query language, when known.
     """
 
@@ -175,7 +175,8 @@ def test_row_keys(folder: str | Path, *, text: TextView = "en", group: bool = Fa
 def insert_citations(text: str, spans: Sequence[tuple[int, int]], citations: Sequence[Sequence[int]]) -> str:
     """``text`` with ``[n]`` marks at the end of each sentence (``spans[i]``, character spans in ``text``): before
     its closing punctuation when it has some (``Helsinki [1].``), else after it (``1986 [1]``). A sentence with no
-    citation is left as it is. :func:`mirage.attribution.citations.parse_answer` reads the marks back onto the same sentences."""
+    citation is left as it is. :func:`mirage.attribution.citations.parse_answer` reads the marks back onto the same
+    sentences."""
     if len(spans) != len(citations):
         raise ValueError(f"{len(spans)} sentence spans but {len(citations)} citation lists")
     out, last = [], 0
@@ -195,7 +196,8 @@ def insert_citations(text: str, spans: Sequence[tuple[int, int]], citations: Seq
 
 
 def cite_every_sentence(text: str, citations: Sequence[int]) -> str:
-    """``text`` with the same citations on each of its sentences (:func:`mirage.attribution.sentences.split_sentences`)."""
+    """``text`` with the same citations on each of its sentences
+    (:func:`mirage.attribution.sentences.split_sentences`)."""
     spans = split_sentences(text) or [(0, len(text))]
     return insert_citations(text, spans, [list(citations)] * len(spans))
 
@@ -486,8 +488,8 @@ def spread_positions(examples: Sequence[TrainingExample], *, k: int = 5, copies:
     Over a set, every position holds the supporting passage equally often, so "cite ``[1]``" earns nothing. An
     example without a supporting passage (its answer cites nothing) is presented ``copies`` times in shuffled
     orders and keeps citing nothing. An example with more than ``k`` documents keeps its supporting ones and the
-    first others (an ALCE demo, without labels, keeps the documents it cites). ``meta["document_order"]`` records each document's origin (its 1-based number in the example,
-    or 0 for a filler)."""
+    first others (an ALCE demo, without labels, keeps the documents it cites). ``meta["document_order"]`` records each
+    document's origin (its 1-based number in the example, or 0 for a filler)."""
     if k < 2:
         raise InputError(f"--spread-positions must be at least 2, got {k}")
     copies = k if copies is None else copies

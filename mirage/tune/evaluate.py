@@ -3,19 +3,20 @@
     report = evaluate_citations(Mirage(load_tuned("out/sft/adapter")), examples, max_new_tokens=48)
     report.answers_cited          # share of answers with at least one citation of an existing document
 
-Per answer: its self-citations per sentence (:func:`mirage.attribution.citations.parse_answer`), their union's precision and
-recall against the documents labelled as supporting (where labels exist, :func:`mirage.bias.metrics.citation_set_prf`)
-and whether the item's reference answer occurs in it (:func:`mirage.bias.metrics.exact_match`). Greedy decoding
-with the inference prompt (:meth:`mirage.pipeline.Mirage.prepare`).
+Per answer: its self-citations per sentence (:func:`mirage.attribution.citations.parse_answer`), their union's precision
+and recall against the documents labelled as supporting (where labels exist,
+:func:`mirage.bias.metrics.citation_set_prf`) and whether the item's reference answer occurs in it
+(:func:`mirage.bias.metrics.exact_match`). Greedy decoding with the inference prompt
+(:meth:`mirage.pipeline.Mirage.prepare`).
 
 With a ``judge`` (a :class:`mirage.config.MirageConfig`), mirage also attributes each generated answer on the same
-model (what did the model that wrote it use?) and runs the faithfulness check (:func:`mirage.scoring.faithfulness.faithfulness`)
-on its self-citations, mirage's citations and random sets of the same sizes. The report then compares, over
-(answer, document) pairs, the self-citations and mirage's citations with the human labels, and with each other
-(:class:`JudgeSummary`). With a ``store`` (a :class:`mirage.runs.store.ResumableJSONL`), every finished answer is
-appended as it is done, keyed by the item's id, question and documents, and a rerun with the same store and settings
-reuses it (a changed item is answered again). A store written by an earlier mirage (a ``{"header": …}`` first line)
-is converted once, its original kept beside it (:func:`_convert_v0_store`).
+model (what did the model that wrote it use?) and runs the faithfulness check
+(:func:`mirage.scoring.faithfulness.faithfulness`) on its self-citations, mirage's citations and random sets of the same
+sizes. The report then compares, over (answer, document) pairs, the self-citations and mirage's citations with the human
+labels, and with each other (:class:`JudgeSummary`). With a ``store`` (a :class:`mirage.runs.store.ResumableJSONL`),
+every finished answer is appended as it is done, keyed by the item's id, question and documents, and a rerun with the
+same store and settings reuses it (a changed item is answered again). A store written by an earlier mirage (a
+``{"header": …}`` first line) is converted once, its original kept beside it (:func:`_convert_v0_store`).
 """
 
 from __future__ import annotations
@@ -61,11 +62,11 @@ class JudgeSummary(JSONRecord):
     any sentence cites it: ``self_vs_labels`` and ``mirage_vs_labels`` hold agreement, precision, recall, F1 and
     balanced accuracy (%) against the labels (which judge the reference answer, so for a generated answer they are an
     approximation); ``first_vs_labels``, the same for the positional baseline that cites document 1 of every answer
-    (a model that learned only "cite [1]" scores this). ``self_vs_mirage``: over the pairs of every attributed answer, ``pair_agreement`` (%) and
-    Cohen's ``kappa`` of the two citation decisions, and ``sentence_jaccard``, the mean per-sentence Jaccard index of
-    the two sets (1 where both leave a sentence uncited). ``faithfulness``: the drop/keep summary
-    (:class:`mirage.scoring.faithfulness.FaithfulnessSummary`) of self-citations, mirage's citations and random sets of the
-    same sizes. ``errors``: answers mirage could not attribute (listed per answer)."""
+    (a model that learned only "cite [1]" scores this). ``self_vs_mirage``: over the pairs of every attributed answer,
+    ``pair_agreement`` (%) and Cohen's ``kappa`` of the two citation decisions, and ``sentence_jaccard``, the mean
+    per-sentence Jaccard index of the two sets (1 where both leave a sentence uncited). ``faithfulness``: the drop/keep
+    summary (:class:`mirage.scoring.faithfulness.FaithfulnessSummary`) of self-citations, mirage's citations and random
+    sets of the same sizes. ``errors``: answers mirage could not attribute (listed per answer)."""
 
     rule: str
     n_attributed: int
@@ -245,7 +246,8 @@ def _answer_key(ex: TrainingExample) -> str:
 #: The fields a store adds to each answer row; the report's answers leave them out.
 _STORE_FIELDS = ("key", "settings")
 
-#: How a store written before :class:`mirage.runs.store.ResumableJSONL` begins: a header line, then rows keyed by ``id``.
+#: How a store written before :class:`mirage.runs.store.ResumableJSONL` begins: a header line, then rows keyed by
+#: ``id``.
 _V0_PREFIX = b'{"header": '
 
 
@@ -400,8 +402,8 @@ def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, m
     """Generate a greedy answer (at most ``max_new_tokens``) to each example's question and documents with
     ``mirage``'s model and prompt, and measure its self-citations (see :class:`CitationEval`); with ``judge``, also
     mirage's citations of each answer and the faithfulness check (:class:`JudgeSummary`); with ``store``, reuse
-    the answers stored there and append each new one as it is done (:class:`mirage.runs.store.ResumableJSONL`, keyed by the
-    example's id, question and documents, refusing a file made with another model, prompt, ``max_new_tokens`` or
+    the answers stored there and append each new one as it is done (:class:`mirage.runs.store.ResumableJSONL`, keyed by
+    the example's id, question and documents, refusing a file made with another model, prompt, ``max_new_tokens`` or
     judge rule; an earlier mirage's file is converted once, see :func:`_convert_v0_store`)."""
     cfg = mirage.config.replace(generation={"max_new_tokens": max_new_tokens, "do_sample": False})
     settings = {"model": mirage.lm.name, "prompt": cfg.to_dict()["prompt"], "max_new_tokens": max_new_tokens,

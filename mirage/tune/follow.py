@@ -180,8 +180,8 @@ class FollowReport(JSONRecord):
             lines += ["", CitationMisses.from_dict(q["misses"]).to_text() + "."]
         if self.judge is not None:
             lines += ["", ("The same answers judged (self-citation and mirage's citations against the labels, pooled "
-                           "over (answer, passage) pairs; the faithfulness check of each set against random sets of its "
-                           "size):"),
+                           "over (answer, passage) pairs; the faithfulness check of each set against random sets of "
+                           "its size):"),
                       "", "```text", self.judge.to_text(), "```"]
         return "\n".join(lines)
 

@@ -89,7 +89,8 @@ class EvalOptions:
     """``mirage tune eval`` (and ``follow``): the rows, the model that answers them, and its judge."""
 
     data: tuple[str, ...] = cli_arg(flag="data", help="XOR-AttriQA JSONL files")
-    adapter: str | None = cli_arg(None, flag="--adapter", help="an adapter folder (mirage tune sft -o DIR: DIR/adapter)")
+    adapter: str | None = cli_arg(None, flag="--adapter",
+                                  help="an adapter folder (mirage tune sft -o DIR: DIR/adapter)")
     model: str | None = cli_arg(None, flag="--model", help="a model without adapter (default smollm2-135m-instruct)")
     prompt: str | None = cli_arg(None, flag="--prompt", help=(
         "prompt template (default: the one the adapter, or the model folder mirage fine-tuned, was trained with; "

@@ -5,8 +5,8 @@ training set, with trl's ``SFTTrainer`` and the loss on the answer only.
 
 Each example is rendered by mirage's own prompt builder (:meth:`mirage.pipeline.Mirage.prepare`, chat template
 applied as mirage applies it), so the model learns on the very prompt it is asked with at inference; the answer
-follows as mirage force-decodes one (:func:`mirage.attribution.tokenization.tokenize_answer`), then the end-of-turn token.
-Examples longer than ``train.max_length`` tokens are left out and listed, never cut. Checkpoints go to
+follows as mirage force-decodes one (:func:`mirage.attribution.tokenization.tokenize_answer`), then the end-of-turn
+token. Examples longer than ``train.max_length`` tokens are left out and listed, never cut. Checkpoints go to
 ``DIR/checkpoints``; running again with the same ``-o`` resumes from the newest complete one (one a stopped run
 left half-saved is passed over, :func:`last_checkpoint`), and refuses other settings.
 """

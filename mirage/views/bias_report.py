@@ -168,8 +168,8 @@ def read_bias_records(folder: str | Path) -> list[BiasRecord]:
     for k, row in enumerate(read_run_records(path), start=1):
         problem = record_problem(row, BiasRecord) or _generation_problem(row)
         if problem is not None:
-            raise InputError(f"{path} record {k} (key {short_repr(row.get('key'))}): field {short_repr(problem[0], 80)} "
-                             f"{problem[1]}; give the folder `mirage bias` wrote.")
+            raise InputError(f"{path} record {k} (key {short_repr(row.get('key'))}): "
+                             f"field {short_repr(problem[0], 80)} {problem[1]}; give the folder `mirage bias` wrote.")
         try:
             out.append(BiasRecord.from_dict(row))
         except TypeError as err:
@@ -299,8 +299,8 @@ def texts_from_prompts(records: Sequence[BiasRecord], templates: Sequence[Prompt
 
 
 def sentence_cites(record: BiasRecord) -> tuple[SentenceCites, ...]:
-    """The answer's sentences (split as the study split them, :func:`mirage.attribution.citations.parse_answer`) with both
-    citation sets; sentences are numbered instead when the split does not give the record's count."""
+    """The answer's sentences (split as the study split them, :func:`mirage.attribution.citations.parse_answer`) with
+    both citation sets; sentences are numbered instead when the split does not give the record's count."""
     parsed = parse_answer(record.raw_answer, record.n_docs)
     n = max(len(record.self_citations), len(record.mirage_citations))
     texts = [parsed.text[a:b].strip() for a, b in parsed.sentences]
@@ -353,8 +353,8 @@ def query_views(records: Sequence[BiasRecord], modes: Sequence[str], *, texts: M
             docs.append(QueryDoc(doc=d, title=title, text=body, relevant=d in first.relevant, color=doc_color(d),
                                  modes=cells))
         question = text.question if text is not None else None
-        haystack = " ".join([item_id, question or ""] + [a.answer for a in answers if a] + [t for t, _ in
-                                                                                             (text.docs if text else ())])
+        haystack = " ".join([item_id, question or ""] + [a.answer for a in answers if a]
+                            + [t for t, _ in (text.docs if text else ())])
         views.append(QueryView(number=number, item_id=item_id, question=question, gold=tuple(first.answers),
                                docs=tuple(docs), answers=answers, haystack=haystack.lower()))
     return views
@@ -398,8 +398,8 @@ def bias_run_view(folder: str | Path, *, title: str | None = None) -> BiasRunVie
     records = read_bias_records(folder)
     results_path = run_file(folder, RESULTS_FILE)
     if results_path is None:
-        raise InputError(f"{folder} has no {RESULTS_FILE}; the run has not finished (re-run `mirage bias` with the same "
-                         "-o to write it).")
+        raise InputError(f"{folder} has no {RESULTS_FILE}; the run has not finished "
+                         "(re-run `mirage bias` with the same -o to write it).")
     data = read_json(results_path)
     problem = record_problem(data, BiasStudyResult)
     if problem is not None:

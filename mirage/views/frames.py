@@ -3,8 +3,8 @@
     df = mirage.read_results("out/attributed.jsonl")
     df[df.mirage_citations.str.len() == 0]          # sentences mirage finds no document behind
 
-One result's table is :meth:`mirage.attribution.results.AttributionResult.to_dataframe`; the results themselves, as objects,
-:func:`mirage.views.report.read_result_objects`.
+One result's table is :meth:`mirage.attribution.results.AttributionResult.to_dataframe`; the results themselves, as
+objects, :func:`mirage.views.report.read_result_objects`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def read_results(path: str | Path) -> pd.DataFrame:
     ``doc_1`` … ``doc_N``: the sentence's document scores (``SentenceAttribution.doc_scores``), N the most documents
     of any item, NaN beyond an item's own documents or in results written before scores existed.
 
-    The file is read as ``mirage view`` reads it (:func:`mirage.views.report.read_result_objects`): a torn last line is skipped
-    with a warning, any other bad line is an InputError naming the file and line.
+    The file is read as ``mirage view`` reads it (:func:`mirage.views.report.read_result_objects`): a torn last line is
+    skipped with a warning, any other bad line is an InputError naming the file and line.
     """
     import pandas as pd
 

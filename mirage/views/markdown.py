@@ -9,7 +9,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["LINE_BREAK", "LINK_END", "TEXT_ESCAPES", "cell", "code", "fenced", "fmt_number", "fmt_p", "fmt_pct", "md_table", "stars", "text"]
+__all__ = ["LINE_BREAK", "LINK_END", "TEXT_ESCAPES", "cell", "code", "fenced", "fmt_number", "fmt_p", "fmt_pct",
+           "md_table", "stars", "text"]
 
 #: A line break as markdown reads one.
 LINE_BREAK = re.compile(r"\r\n?|\n")

@@ -35,8 +35,8 @@ def read_eli5_answers(folder: str | Path, seeds: Sequence[int] = ()) -> list[Att
     rows = []
     for rec in read_run_records(path):
         if not isinstance(rec.get("result"), dict):
-            raise InputError(f"{path}: record {short_repr(rec['key'])} has no 'result'; give the folder `mirage score eli5` "
-                             "wrote.")
+            raise InputError(f"{path}: record {short_repr(rec['key'])} has no 'result'; "
+                             "give the folder `mirage score eli5` wrote.")
         res = result_from_record(rec["result"], f"{path}: record {short_repr(rec['key'])}")
         seed, line = rec.get("seed"), rec.get("line")
         if res.id is None:
@@ -52,8 +52,8 @@ def read_eli5_report(folder: str | Path) -> ELI5Report:
     """The run's ``results.json`` (:class:`mirage.scoring.eli5.ELI5Report`)."""
     path = run_file(folder, RESULTS_FILE)
     if path is None:
-        raise InputError(f"{folder} has no {RESULTS_FILE}; the run has not finished (re-run `mirage score eli5` with the "
-                         "same -o to write it).")
+        raise InputError(f"{folder} has no {RESULTS_FILE}; the run has not finished "
+                         "(re-run `mirage score eli5` with the same -o to write it).")
     data = read_json(path)
     if not isinstance(data, dict) or "per_seed" not in data:
         raise InputError(f"{path} is not the results of `mirage score eli5` (no 'per_seed').")

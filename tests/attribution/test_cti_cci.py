@@ -55,9 +55,9 @@ def test_std_selector_hand_case():
 
 def test_std_selector_short_answers_bound():
     """The short-answer limit of MIRAGE-EX (docs/method.md, "CTI selector"): with the sample std no score lies more
-    than (n - 1) / sqrt(n) std above the mean, so at k = 1 a two-token answer never keeps a token, and a three-token one only when one token
-    stands out; a calibrated threshold does not depend on the length. (0.373, 1.633, 1.472) are the CTI scores of
-    the tuned model's answer "165" in its hai study, which got no MIRAGE citation."""
+    than (n - 1) / sqrt(n) std above the mean, so at k = 1 a two-token answer never keeps a token, and a three-token one
+    only when one token stands out; a calibrated threshold does not depend on the length. (0.373, 1.633, 1.472) are the
+    CTI scores of the tuned model's answer "165" in its hai study, which got no MIRAGE citation."""
     gen = torch.Generator().manual_seed(0)
     for n in (2, 3, 4, 8):
         bound = (n - 1) / math.sqrt(n)

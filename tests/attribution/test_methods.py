@@ -499,7 +499,8 @@ def _plain_zeroed_output(inputs, layer, rows):
         return out
 
     handles = [p.register_forward_hook(zero) for p in value_projections(block)]
-    handles.append(block.register_forward_hook(lambda _m, _a, out: seen.setdefault("h", out[0] if isinstance(out, tuple) else out)))
+    handles.append(block.register_forward_hook(
+        lambda _m, _a, out: seen.setdefault("h", out[0] if isinstance(out, tuple) else out)))
     try:
         with torch.no_grad():
             lm.model(input_ids=torch.tensor([seq]), use_cache=False)

@@ -219,7 +219,8 @@ def test_a_folder_without_tokenizer_files(tmp_path):
 
 def test_a_missing_path_fails_at_once_without_probing_the_hub(monkeypatch):
     monkeypatch.setattr(checkpoints, "hub_reachable", _no_probe)
-    with pytest.raises(ModelLoadError, match="^Cannot load model '/nonexistent/model-folder': it is not an embedded model .*no folder /nonexistent/mod"):
+    with pytest.raises(ModelLoadError, match="^Cannot load model '/nonexistent/model-folder': it is not an embedded "
+                                             "model .*no folder /nonexistent/mod"):
         load_model("/nonexistent/model-folder", device="cpu")
 
 
@@ -233,8 +234,8 @@ def test_unknown_name_with_an_unreachable_hub_fails_fast(monkeypatch, timer):
         load_model("nobody-x/not-a-model-y", device="cpu")
     assert timer() - start < FAST
     assert str(err.value).startswith(
-        "model 'nobody-x/not-a-model-y' is not an embedded model (smollm2-135m-instruct, gemma3-270m, smollm2-135m-cite, "
-        "smollm2-135m-cite-follow), not a local "
+        "model 'nobody-x/not-a-model-y' is not an embedded model (smollm2-135m-instruct, gemma3-270m, "
+        "smollm2-135m-cite, smollm2-135m-cite-follow), not a local "
         "folder, and the Hugging Face hub is unreachable from here; give a local checkpoint folder or an embedded name"
     )
 

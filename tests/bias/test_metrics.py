@@ -273,7 +273,8 @@ def test_beir_folder(tmp_path):
     assert q1.docs[q1.relevant[0] - 1] == Document(title="T2", text="document number 2")
     assert len(q1.docs) == 4 and len({d.text for d in q1.docs}) == 4 and q1.answers == ("two",)
     # a TREC run gives the non-relevant documents, best first, skipping the relevant one
-    (tmp_path / "run.trec").write_text("\n".join(f"q3 Q0 d{i} {r} {10 - r} bm25" for r, i in enumerate([5, 7, 6, 1, 0])))
+    (tmp_path / "run.trec").write_text("\n".join(f"q3 Q0 d{i} {r} {10 - r} bm25"
+                                                 for r, i in enumerate([5, 7, 6, 1, 0])))
     q3_run = build_items(str(tmp_path), cfg)[1]
     assert {d.text for d in q3_run.docs} == {"document number 5", "document number 7", "document number 6",
                                              "document number 1"}
@@ -378,7 +379,8 @@ def test_rewrite_items_rewrites_the_chosen_documents_once(tiny_causal, tmp_path,
     from mirage.bias import rewrite as rewrite_mod
     from mirage.runs.store import ResumableJSONL
 
-    docs = (Document(title="", text="alpha text"), Document(title="", text="beta text"), Document(title="", text="gamma"))
+    docs = (Document(title="", text="alpha text"), Document(title="", text="beta text"),
+            Document(title="", text="gamma"))
     item = BiasItem(id="r", question="q?", docs=docs, relevant=(2,))
     calls = []
     monkeypatch.setattr(rewrite_mod, "rewrite_text", lambda lm, text, **kw: calls.append(text) or f"LLM: {text}")

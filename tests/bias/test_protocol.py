@@ -57,7 +57,8 @@ def test_a_studys_flags_are_checked_as_mirage_bias_parses_them(tmp_path):
     _study(tmp_path, "hai", "hai")
 
     def check(*args: str, config: str = "hai.yaml"):
-        study = load_protocol(_protocol(tmp_path, f"studies:\n  - {{name: s, config: {config}, args: {json.dumps(list(args))}}}\n"))[0]
+        study = load_protocol(_protocol(tmp_path, f"studies:\n  - {{name: s, config: {config}, "
+                                                  f"args: {json.dumps(list(args))}}}\n"))[0]
         return check_protocol_study(study, study_argv(study, tmp_path / "out", ["--limit", "2"]))
 
     assert check("--metadata", "race") == StudyPlan(reuses=True)

@@ -138,7 +138,8 @@ def test_a_protocol_folder_summarized_again_withdraws_a_study_of_training_questi
     assert [(w.study, w.n_items) for w in gone] == [("retrievers/bm25", 3)] and withdrawn(root) == gone
     overview = (root / "protocol.md").read_text(encoding="utf-8")
     assert "1 finished result " in overview and "| retrievers/bm25 |" not in overview
-    assert "`retrievers/bm25` (3 questions, " in overview and "every question is one the model was trained on" in overview
+    assert ("`retrievers/bm25` (3 questions, " in overview
+            and "every question is one the model was trained on" in overview)
     assert [r["study"] for r in json.loads((root / "protocol.json").read_text(encoding="utf-8"))] == ["hai"]
 
 

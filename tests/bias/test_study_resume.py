@@ -1,6 +1,6 @@
 """``mirage bias`` resumes only its own generations: ``DIR/generations.jsonl`` is opened with the experiment's
-settings (model and pipeline configuration, :meth:`mirage.runs.experiment.ExperimentConfig.fingerprint`), so a re-run with
-another model or configuration is refused before anything is generated, and the file is left as it was."""
+settings (model and pipeline configuration, :meth:`mirage.runs.experiment.ExperimentConfig.fingerprint`), so a re-run
+with another model or configuration is refused before anything is generated, and the file is left as it was."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def _model(name: str, config: MirageConfig, dtype: str = "torch.float32") -> Sim
 
 
 @pytest.mark.parametrize("model, config, dtype, says", [
-    ("another-model", MirageConfig(), "torch.float32", "model: 'smollm2-135m-instruct' in the file, 'another-model' now"),
+    ("another-model", MirageConfig(), "torch.float32",
+     "model: 'smollm2-135m-instruct' in the file, 'another-model' now"),
     ("smollm2-135m-instruct", MirageConfig().replace(cti={"std_k": 0.5}), "torch.float32",
      "config.cti.std_k: 1.0 in the file, 0.5 now"),
     ("smollm2-135m-instruct", MirageConfig(), "torch.bfloat16", "dtype: None in the file, 'bfloat16' now"),

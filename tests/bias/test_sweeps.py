@@ -41,7 +41,8 @@ def _supporting(n: int) -> dict[str, list[str]]:
     from mirage.bias.items import parse_match_rows
 
     rows, _ = load_xor_rows(ROWS)
-    return {rid: [p for p, a in zip(r.passages, r.labels) if a] for rid, r in parse_match_rows(rows) if sum(r.labels) == n}
+    return {rid: [p for p, a in zip(r.passages, r.labels) if a] for rid, r in parse_match_rows(rows)
+            if sum(r.labels) == n}
 
 
 # -- the sweep on the embedded model ------------------------------------------------------------------------------

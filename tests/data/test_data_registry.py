@@ -118,7 +118,8 @@ def test_get_from_a_copy_of_the_source_repository_joins_the_english_fields(data_
         "fi.jsonl", "fi.nli-in-lang.json", "fi.nli-translate-en.json",
         "val.jsonl", "val.nli-in-lang.json", "val.nli-translate-en.json"]
     for split in ("val", "fi"):  # built by the join, then checked against the pin: the data folder's bytes
-        assert (folder / f"{split}.jsonl").read_bytes() == (data_cache / "xor_attriqa_match" / f"{split}.jsonl").read_bytes()
+        assert (folder / f"{split}.jsonl").read_bytes() == (
+            data_cache / "xor_attriqa_match" / f"{split}.jsonl").read_bytes()
     assert get("xor-attriqa-full:fi", source=clone, progress=False).read_bytes() == (
         data_folder / "xor_attriqa_full" / "fi.jsonl").read_bytes()
     # a split the copy does not hold: one line naming the file and what to give
@@ -148,7 +149,8 @@ def test_the_eli5_recipes_rebuild_the_pinned_files(data_cache, tmp_path):
     assert hashlib.sha256(build_output(out.build, [published], out.name)).hexdigest() == out.sha256
     items = json.loads((data_cache / "eli5_alce" / "eli5_eval_sample.json").read_text())
     run = tmp_path / "run.json"
-    run.write_text(json.dumps({"args": {}, "data": [{**it, "prompt": "…", "output": "an answer [1]."} for it in items]}))
+    run.write_text(json.dumps({"args": {}, "data": [{**it, "prompt": "…", "output": "an answer [1]."}
+                                                    for it in items]}))
     out = DATASETS["eli5-alce"].parts["eli5-alce"][0]
     assert hashlib.sha256(build_output(out.build, [run], out.name)).hexdigest() == out.sha256
 
@@ -363,7 +365,8 @@ def test_attribute_reads_a_dataset_of_items(data_dir, tmp_path, capsys, monkeypa
     without the cache, one line naming `mirage data get`."""
     sample = resolve("eli5-alce")
     assert main(["attribute", "eli5-alce", "-o", str(sample)]) == 2
-    assert capsys.readouterr().err.strip() == (f"mirage: error: -o {sample} is the input file; results go to a new file "
+    assert capsys.readouterr().err.strip() == (f"mirage: error: -o {sample} is the input file; "
+                                               "results go to a new file "
                                                f"(e.g. {sample.with_name(sample.stem + '.attributed.jsonl')}), never "
                                                "over the input.")
     monkeypatch.setenv("MIRAGE_DATA_DIR", str(tmp_path / "empty"))

@@ -132,7 +132,8 @@ def _json_readers(path: Path) -> list[tuple[str, object]]:
                     pass
 
     return [("items (JSON, JSONL, JSON list)", items), ("rows", lambda: _read_all(read_rows(path))),
-            ("JSONL", lambda: _read_all(read_jsonl(path))), ("results records (view)", lambda: read_result_objects(path)),
+            ("JSONL", lambda: _read_all(read_jsonl(path))),
+            ("results records (view)", lambda: read_result_objects(path)),
             ("store records", lambda: read_records(path))]
 
 
@@ -198,7 +199,7 @@ def _try_view(root: Path, source: Path, files: dict[str, bytes]) -> None:
     output.unlink(missing_ok=True)
 
 
-# -- the cases ----------------------------------------------------------------------------------------------------------
+# -- the cases --------------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Iterator[Path]:

@@ -324,7 +324,7 @@ def test_yaml_files_of_templates_and_bias_prompts_refuse_aliases(tmp_path):
         load_template(PromptConfig(path=str(path)))
 
 
-# -- 5. `mirage view` of hand-edited result records ---------------------------------------------------------------------
+# -- 5. `mirage view` of hand-edited result records -------------------------------------------------------------------
 
 DELETE = object()
 
@@ -542,5 +542,6 @@ def test_a_huge_given_answer_is_refused_before_it_is_tokenized(embedded_mirage, 
     monkeypatch.setattr(type(tokenizer), "__call__", refuse)
     monkeypatch.setattr(type(tokenizer), "encode", refuse)
     item = {"id": "big", "question": "Why?", "docs": [{"title": "T", "text": "x"}], "output": "because " * 5_000_000}
-    with pytest.raises(InputError, match=r"^item big, field 'output': is \d+ characters long, more than the model's window"):
+    with pytest.raises(InputError, match=r"^item big, field 'output': is \d+ characters long, "
+                                         r"more than the model's window"):
         embedded_mirage.attribute_item(item)

@@ -158,7 +158,8 @@ def test_a_broken_list_element_is_one_error_and_the_others_are_read(tmp_path):
     assert [(type(r).__name__, r.line) for r in rows] == [("RawRow", 2), ("BadRow", 12), ("RawRow", 22),
                                                           ("RawRow", 32)]
     assert [r.index for r in rows if isinstance(r, RawRow)] == [0, 2, 3]
-    assert rows[1].error == "not valid JSON (Expecting ',' delimiter at line 14, column 3); this list element is skipped"
+    assert rows[1].error == ("not valid JSON (Expecting ',' delimiter at line 14, column 3); "
+                             "this list element is skipped")
     items = list(read_items(path))
     assert [i for i, _ in items] == [0, 1, 2, 3]
     assert items[0][1] == items[2][1] == items[3][1] == GOOD
@@ -215,7 +216,8 @@ def test_attribute_records_a_broken_list_element_per_item(tmp_path, monkeypatch,
     assert main(["attribute", str(src), "-o", str(out), "--limit", "1"]) == 3
     errors = [json.loads(line) for line in (tmp_path / "out.jsonl.errors.jsonl").read_text().splitlines()]
     assert len(errors) == 1 and errors[0]["index"] == 0
-    assert errors[0]["error"].startswith(f"item 0: {src}:2: not valid JSON (Expecting ':' delimiter at line 4, column 10)")
+    assert errors[0]["error"].startswith(f"item 0: {src}:2: not valid JSON "
+                                         "(Expecting ':' delimiter at line 4, column 10)")
     assert "1 invalid; attributing 0" in capsys.readouterr().err
 
 
@@ -359,7 +361,8 @@ def test_every_shared_nli_file_loads(data_dir):
     ("[0, 1, ", " is not valid JSON (Expecting value at line 1, column 8); "),
     ('{"predictions": [0, 1]}', " holds a JSON object, not a list; "),
     ("[0, 1, 2, 1]", ": 1 of its 4 predictions are not 0 or 1 ([2] = 2); "),
-    ('[0, "yes", 0.5, 1.0, null, 1]', ': 4 of its 6 predictions are not 0 or 1 ([1] = "yes", [2] = 0.5, [3] = 1.0, …); '),
+    ('[0, "yes", 0.5, 1.0, null, 1]',
+     ': 4 of its 6 predictions are not 0 or 1 ([1] = "yes", [2] = 0.5, [3] = 1.0, …); '),
 ])
 def test_a_malformed_nli_file_is_named_with_its_problem(xor_split, content, problem):
     nli = _write(xor_split.parent / "val.nli-translate-en.json", content)

@@ -19,8 +19,8 @@ EXPECTED = {
     "03_attribution_bias.ipynb": ["Self-citation", "MIRAGE", "CAB P / R", "cab.png", "P vanilla: base / tuned",
                               "| hai | mirage | 46.1 / 26.2 |"],
     "04_attribution_quality.ipynb": ["supporting", "learned", "coefficient"],
-    "05_citation_tuning.ipynb": ["answers cited %", "cite [1] F1", "supporting passages", "Q: ", "SFT + reward, 16 steps",
-                                 "SFT + reward, 1 epoch"],
+    "05_citation_tuning.ipynb": ["answers cited %", "cite [1] F1", "supporting passages", "Q: ",
+                                 "SFT + reward, 16 steps", "SFT + reward, 1 epoch"],
 }
 
 #: Output types a successful run must have shown (a figure, not only its repr).
@@ -52,7 +52,8 @@ def test_notebook_is_committed_without_outputs(path):
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: clear outputs before committing"
     raw = json.loads(path.read_text(encoding="utf-8"))  # as committed: nbformat.read fills in missing ids
-    assert all("id" in cell for cell in raw["cells"]), f"{path.name}: give every cell an id (nbformat.validator.normalize)"
+    assert all("id" in cell for cell in raw["cells"]), (f"{path.name}: give every cell an id "
+                                                        "(nbformat.validator.normalize)")
 
 
 @pytest.mark.slow

@@ -52,7 +52,8 @@ def test_import_mirage_and_parsing_arguments_import_no_torch():
 
 def test_from_mirage_import_mirage_still_works_lazily():
     run = subprocess.run([sys.executable, "-c", ("import sys, mirage; assert 'torch' not in sys.modules; "
-                          "from mirage import Mirage, attribute_dataset; print(Mirage.__module__, 'torch' in sys.modules)")],
+                          "from mirage import Mirage, attribute_dataset; "
+                          "print(Mirage.__module__, 'torch' in sys.modules)")],
                          capture_output=True, text=True, cwd=ROOT, check=True)
     assert run.stdout.split() == ["mirage.pipeline", "True"]
     run = subprocess.run([sys.executable, "-c", ("from mirage.scoring import run_xor_attriqa, evaluate; "

@@ -1,4 +1,5 @@
-"""One experiment configuration: read from experiment files and flags, validated, and fingerprinted for resume checks."""
+"""One experiment configuration: read from experiment files and flags, validated, and fingerprinted for resume
+checks."""
 
 from __future__ import annotations
 

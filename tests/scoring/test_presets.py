@@ -1,5 +1,5 @@
-"""The fidelity switches (docs/fidelity.md) and the presets that set them: each field changes what it should, presets set
-every field, mirage's defaults stay inseq's, and the learned rule's new name with its warning alias."""
+"""The fidelity switches (docs/fidelity.md) and the presets that set them: each field changes what it should, presets
+set every field, mirage's defaults stay inseq's, and the learned rule's new name with its warning alias."""
 
 from __future__ import annotations
 

@@ -174,6 +174,7 @@ def test_all_names_every_registered_method_in_a_fresh_process():
 
     from mirage.registry import DOCUMENT_METHODS
 
-    code = "from mirage.scoring.xor_methods import resolve_methods; print(' '.join(m.name for m in resolve_methods(['all'])))"
+    code = ("from mirage.scoring.xor_methods import resolve_methods; "
+            "print(' '.join(m.name for m in resolve_methods(['all'])))")
     done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=300)
     assert done.stdout.split() == sorted(DOCUMENT_METHODS)

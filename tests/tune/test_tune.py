@@ -228,7 +228,8 @@ def test_gold_answers_asked_again_as_yes_no_questions_keep_their_supporting_pass
         yes_q = f"{ex.question} Is it {as_asked(answers[ex.id])}?"
         assert yes.question == yes_q and yes.meta["yes_no"]["asked"] == answers[ex.id]
         wrong = no.meta["yes_no"]["asked"]
-        assert no.question == f"{ex.question} Is it {as_asked(wrong)}?" and wrong in set(answers.values()) - {answers[ex.id]}
+        assert (no.question == f"{ex.question} Is it {as_asked(wrong)}?"
+                and wrong in set(answers.values()) - {answers[ex.id]})
         for one, reply in ((yes, "Yes"), (no, "No")):
             parsed = parse_answer(one.output, len(one.docs))
             assert parsed.text == reply and one.citations == [ex.supporting] and one.supporting == ex.supporting
@@ -953,8 +954,8 @@ def test_a_shipped_citing_adapter_loads_offline_by_its_embedded_name(smollm2, na
 
 def test_a_lora_taken_from_a_full_fine_tuning_change_keeps_what_its_rank_holds(tiny_causal):
     """lora_from_change (mirage tune export DIR/model --rank R): each linear layer's change, tuned minus base, as a LoRA
-    by truncated SVD. A change of rank 2 comes back whole at rank 2 (the merged weights are the tuned ones) and in part at rank 1;
-    the base model's weights stay as they were."""
+    by truncated SVD. A change of rank 2 comes back whole at rank 2 (the merged weights are the tuned ones) and in part
+    at rank 1; the base model's weights stay as they were."""
     from mirage.tune.adapters import lora_from_change
 
     base = copy.deepcopy(tiny_causal.model)
@@ -999,7 +1000,8 @@ def _tuned_change(base, seed: int, *, rank: int = 6, embed_rank: int = 2) -> dic
             change = torch.randn(out_dim, rank, generator=generator) @ torch.randn(rank, in_dim, generator=generator)
             tuned[name + ".weight"] = module.weight.detach() + 0.01 * change
         elif type(module).__name__.endswith("RMSNorm"):
-            tuned[name + ".weight"] = module.weight.detach() + 0.1 * torch.randn(module.weight.shape, generator=generator)
+            tuned[name + ".weight"] = module.weight.detach() + 0.1 * torch.randn(module.weight.shape,
+                                                                                 generator=generator)
     embed = base.model.embed_tokens.weight.detach()
     tuned["model.embed_tokens.weight"] = embed + 0.01 * (torch.randn(len(embed), embed_rank, generator=generator)
                                                          @ torch.randn(embed_rank, embed.shape[1], generator=generator))

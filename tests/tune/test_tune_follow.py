@@ -443,7 +443,8 @@ def test_the_same_answer_is_read_without_its_citations():
     moved = [presentation("a", p, f"Helsinki [{p}]") for p in range(1, 6)]
     moved[1]["answer"] = "helsinki  [2]"
     changing = [presentation("b", 1, "Helsinki [1]"), presentation("b", 2, "Turku [2]"),
-                presentation("b", 3, "Turku [3]"), presentation("b", 4, "Oulu [4]"), presentation("b", 5, "Helsinki [5]")]
+                presentation("b", 3, "Turku [3]"), presentation("b", 4, "Oulu [4]"),
+                presentation("b", 5, "Helsinki [5]")]
     row = compare_follow(moved + changing, moved + changing)
     assert row.values["answer_stable"] == pytest.approx((1.0 + 0.4) / 2)
     assert row.values["follow_rate"] == 1.0

@@ -92,7 +92,8 @@ def test_report_in_a_real_browser(browser, report):
     for k, s in enumerate(generated.sentences):
         mirage_cell = rows.nth(k).locator("td.mirage").inner_text()
         self_cell = rows.nth(k).locator("td.self").inner_text()
-        assert all(f"[{d}]" in mirage_cell for d in s.mirage_citations) and (s.mirage_citations or "none" in mirage_cell)
+        assert (all(f"[{d}]" in mirage_cell for d in s.mirage_citations)
+                and (s.mirage_citations or "none" in mirage_cell))
         assert all(f"[{d}]" in self_cell for d in s.self_citations) and (s.self_citations or "none" in self_cell)
         differ = sorted(s.mirage_citations) != sorted(s.self_citations)
         assert ("differ" in (rows.nth(k).get_attribute("class") or "")) == differ
@@ -120,8 +121,9 @@ def test_report_in_a_real_browser(browser, report):
     token = next(t for t in generated.tokens if t.index in generated.spans[0].tokens and t.top_context)
     assert token.top_context[0].token.strip() in tip.inner_text()
     first = span_cues(generated, generated.spans[0])[0]  # the strongest share over the span's tokens
-    assert first["share"] == pytest.approx(max(cue_share(t, c) for t in generated.tokens if t.index in generated.spans[0].tokens
-                                 for c in t.top_context), abs=1e-4)
+    assert first["share"] == pytest.approx(max(cue_share(t, c) for t in generated.tokens
+                                               if t.index in generated.spans[0].tokens for c in t.top_context),
+                                           abs=1e-4)
     assert tip.locator("tr").first.inner_text().split()[-1] == f"{100 * first['share']:.1f}%"
     linked = panel.locator("ol.docs mark.heat.linked")
     assert linked.count() > 0

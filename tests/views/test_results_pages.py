@@ -1,5 +1,5 @@
-"""Results pages (``mirage.views.pages``): every folder of benchmarks/results has the page ``mirage report`` writes from its
-results alone; a run writes its page with its command and the SHA-256 of its data; a README.md mirage did not write
+"""Results pages (``mirage.views.pages``): every folder of benchmarks/results has the page ``mirage report`` writes from
+its results alone; a run writes its page with its command and the SHA-256 of its data; a README.md mirage did not write
 is never overwritten. The run test scores two rows of the XOR-AttriQA slice in tests/data on the embedded model."""
 
 from __future__ import annotations
@@ -38,10 +38,12 @@ def test_every_results_folder_has_the_page_mirage_report_writes(tmp_path, data_i
     top = sorted(p.name for p in copy.iterdir() if p.is_dir())
     assert top and set(top) <= {p.name for p in folders if p.parent == copy}
     missing = [str(p.relative_to(copy)) for p in folders if not (p / PAGE).is_file()]
-    assert not missing, f"folders without a committed results page (run `mirage report -r benchmarks/results`): {missing}"
+    assert not missing, ("folders without a committed results page (run `mirage report -r benchmarks/results`): "
+                         f"{missing}")
     assert cli.main(["report", "--recursive", str(copy)]) == 0
     differ = [str(p.relative_to(copy)) for p in folders
-              if (p / PAGE).read_text(encoding="utf-8") != (RESULTS / p.relative_to(copy) / PAGE).read_text(encoding="utf-8")]
+              if (p / PAGE).read_text(encoding="utf-8")
+              != (RESULTS / p.relative_to(copy) / PAGE).read_text(encoding="utf-8")]
     assert not differ, (f"committed pages that differ from what `mirage report` writes now: {differ}; after "
                         "changing results or their table writers, run `mirage report -r benchmarks/results`")
 
@@ -162,8 +164,8 @@ def test_a_readme_that_is_a_pipe_is_left_alone_never_read(tmp_path):
     shutil.copytree(RESULTS / "eli5_smollm2_selfcitation", run)
     (run / PAGE).unlink()
     os.mkfifo(run / PAGE)
-    out = subprocess.run([sys.executable, "-m", "mirage", "report", str(run)], capture_output=True, text=True, check=False,
-                         timeout=120, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-m", "mirage", "report", str(run)], capture_output=True, text=True,
+                         check=False, timeout=120, cwd=ROOT)
     assert out.returncode == 2 and "not written by mirage" in out.stderr and out.stderr.count("\n") == 1
     assert (run / PAGE).is_fifo()
 
@@ -190,7 +192,7 @@ def test_the_scaling_page_says_what_the_budget_changed_and_the_gpu_time_per_oper
     assert "budget 40GB: CCI's three strongest context tokens the same as without a budget, for each of 18" in text
 
 
-# -- hostile run folders (issue 64) -------------------------------------------------------------------------------------
+# -- hostile run folders (issue 64) -----------------------------------------------------------------------------------
 
 ELI5 = RESULTS / "eli5_smollm2_selfcitation"
 
@@ -382,7 +384,8 @@ def _check_bias(folder: Path, args: argparse.Namespace, argv: list[str]) -> None
         assert args.limit == res["n_items"] + left_out and (ids is None or len(ids) == res["n_items"])
         assert every is None or ids is None or set(ids) <= set(every[:args.limit]), "the first questions of the data"
     else:
-        assert every is None or len(every) == res["n_items"] + left_out, "all questions, or a --limit the page leaves out"
+        assert every is None or len(every) == res["n_items"] + left_out, (
+            "all questions, or a --limit the page leaves out")
 
 
 def _check_xor(folder: Path, args: argparse.Namespace, argv: list[str]) -> None:
@@ -493,7 +496,8 @@ def test_data_names_hold_the_rows_each_run_read(folder, data_dir):
         prompt = re.sub(r" \[\d+\]", "", g["prompt"]) if cfg.sentence_mark else g["prompt"]  # the marks written
         assert all(" ".join(d.text.split()[:12]) in " ".join(prompt.split()) for d in item.docs), g["key"]
     if (folder / core.PROVENANCE).is_file():
-        recorded = [d.get("sha256") for d in core.read_provenance(folder / core.PROVENANCE).data if d["given"] == res["data"]]
+        recorded = [d.get("sha256") for d in core.read_provenance(folder / core.PROVENANCE).data
+                    if d["given"] == res["data"]]
         assert recorded in ([], [None], [sha256_of(resolve(name))])
 
 

@@ -167,7 +167,8 @@ MARKED = MirageConfig().replace(prompt={"name": "selfcitation_marked"}, cti={"st
                                cci={"top_k": 6, "top_percent": None})
 #: An item for selfcitation_marked, whose prompt writes `` [n]`` after each sentence of document n.
 MARKED_ITEM = {"question": "Why do cats purr?",
-               "docs": [{"title": "Cats", "text": "Why do cats purr? They purr when content. They also purr when hurt!"},
+               "docs": [{"title": "Cats",
+                         "text": "Why do cats purr? They purr when content. They also purr when hurt!"},
                         {"title": "", "text": "Dogs bark. Highly scalable, dogs fetch sticks."},
                         {"title": "Birds", "text": "Birds sing at dawn."}],
                "output": "They purr when content [1]. Highly scalable [2]."}

@@ -357,6 +357,7 @@ def test_eli5_run_in_a_real_browser(browser, tmp_path):
     assert rows.count() == len(results[1].sentences)
     for k, s in enumerate(results[1].sentences):
         mirage_cell = rows.nth(k).locator("td.mirage").inner_text()
-        assert all(f"[{d}]" in mirage_cell for d in s.mirage_citations) and (s.mirage_citations or "none" in mirage_cell)
+        assert (all(f"[{d}]" in mirage_cell for d in s.mirage_citations)
+                and (s.mirage_citations or "none" in mirage_cell))
     assert errors == []
     page.close()

@@ -258,7 +258,8 @@ class ContextCiteMethod(DocumentMethod):
             doc = torch.tensor([lasso_surrogate(masks, logits[:, t].tolist(), self.lasso_alpha)[0]
                                 for t in range(inputs.n_answer)], dtype=torch.float64)
         distinct = len(set(masks))
-        return MethodScores(doc=doc, notes={"contextcite": f"{len(masks)} masks, {distinct} distinct, span {self.span}"})
+        return MethodScores(doc=doc,
+                            notes={"contextcite": f"{len(masks)} masks, {distinct} distinct, span {self.span}"})
 
 
 register_document_method(LeaveOneOutMethod())

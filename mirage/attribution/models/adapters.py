@@ -16,7 +16,9 @@ from mirage.attribution.models.loaded import ModelLoadError
 if TYPE_CHECKING:  # torch is imported when a model is loaded or a device checked, so importing mirage stays light
     import torch
 
-__all__ = ["ADAPTER_WEIGHTS", "FINGERPRINT_ROWS", "FINGERPRINT_RTOL", "TIED_EMBEDDINGS_WARNING", "adapter_base_model", "adapter_digest", "adapter_fits", "architecture", "check_adapter_folder", "describe", "is_adapter_folder", "same_weights", "trained_prompt_name", "tuned_record", "weight_digest", "weight_fingerprint"]
+__all__ = ["ADAPTER_WEIGHTS", "FINGERPRINT_ROWS", "FINGERPRINT_RTOL", "TIED_EMBEDDINGS_WARNING", "adapter_base_model",
+           "adapter_digest", "adapter_fits", "architecture", "check_adapter_folder", "describe", "is_adapter_folder",
+           "same_weights", "trained_prompt_name", "tuned_record", "weight_digest", "weight_fingerprint"]
 
 
 #: peft's warning when an adapter targets tied input/output embeddings: it concerns an adapter left unmerged, where

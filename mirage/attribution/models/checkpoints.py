@@ -235,7 +235,8 @@ def quiet_transformers_loading() -> Iterator[None]:
 
     bars_on = hf_logging.is_progress_bar_enabled()
     # transformers' switch also flips the hub's (download) bars: keep the hub's settings, per group, as they were.
-    hub_tqdm = importlib.import_module("huggingface_hub.utils.tqdm")  # the module (the package exports a class so named)
+    # the module (the package exports a class so named)
+    hub_tqdm = importlib.import_module("huggingface_hub.utils.tqdm")
     hub_states = getattr(hub_tqdm, "progress_bar_states", None)
     hub_saved = dict(hub_states) if isinstance(hub_states, dict) else None
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import yaml
 
-__all__ = ["EmbeddedAdapterSpec", "EmbeddedModelSpec", "cache_dir", "embedded_adapters", "embedded_models", "embedded_names"]
+__all__ = ["EmbeddedAdapterSpec", "EmbeddedModelSpec", "cache_dir", "embedded_adapters", "embedded_models",
+           "embedded_names"]
 
 
 @dataclass(frozen=True)

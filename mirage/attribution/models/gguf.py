@@ -23,7 +23,8 @@ from mirage.attribution.models.loaded import ModelLoadError
 
 logger = logging.getLogger(__package__)  # the package's logger, "mirage.attribution.models", as before the split
 
-__all__ = ["CACHE_FORMAT", "TEMPORARY_NAME", "embedded_checkpoint", "gguf_path", "remove_stale_temporaries", "temporary_folder"]
+__all__ = ["CACHE_FORMAT", "TEMPORARY_NAME", "embedded_checkpoint", "gguf_path", "remove_stale_temporaries",
+           "temporary_folder"]
 
 
 #: The format of a converted model folder's ``mirage-cache.json`` stamp (a folder of another format is converted again).

@@ -42,7 +42,8 @@ class LoadedModel:
     #: False once it failed (CCI then repeats the input per target).
     batched_backward: bool | None = None
     #: The most memory (bytes) mirage's passes may bring this process to, weights included: resident memory on a
-    #: CPU, allocated memory of the input device on a GPU (see :func:`mirage.attribution.planner.plan_graph`); None: no budget.
+    #: CPU, allocated memory of the input device on a GPU (see :func:`mirage.attribution.planner.plan_graph`); None: no
+    #: budget.
     memory_budget: int | None = None
     #: How the last differentiable pass ran (attention kernel, checkpointing, CCI's backward), for the record.
     passes: dict[str, str] = field(default_factory=dict)

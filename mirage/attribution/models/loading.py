@@ -161,7 +161,8 @@ def _context_window(config: Any, tokenizer: Any) -> int | None:
     return limit if isinstance(limit, int) and limit < 10**7 else None
 
 
-def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None, use_chat_template: bool | None = None) -> LoadedModel:
+def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None,
+               use_chat_template: bool | None = None) -> LoadedModel:
     """Wrap a model and tokenizer the user already loaded (on a GPU, its attention then avoids cuDNN's backend:
     :func:`without_cudnn_attention`)."""
     config = model.config
@@ -199,7 +200,8 @@ def load_adapter(adapter: str | os.PathLike, *, base: str | None = None, **load:
     except FileNotFoundError:
         info = {}
     except (OSError, ValueError) as err:
-        raise ModelLoadError(f"{path / 'mirage-adapter.json'} cannot be read ({err}); save the adapter again.") from None
+        raise ModelLoadError(f"{path / 'mirage-adapter.json'} cannot be read ({err}); "
+                             "save the adapter again.") from None
     if not isinstance(info, dict):
         raise ModelLoadError(f"{path / 'mirage-adapter.json'} is not a JSON object; save the adapter again.")
     recorded = info.get("base_model") or adapter_base_model(path)

@@ -19,7 +19,9 @@ from mirage.attribution.models.loaded import ModelLoadError
 if TYPE_CHECKING:  # torch is imported when a model is loaded or a device checked, so importing mirage stays light
     import torch
 
-__all__ = ["DEVICE_MAP_STRATEGIES", "QUANTIZATIONS", "Placement", "cpu_flags", "default_device", "default_dtype", "dtype_name", "format_size", "parse_device_map", "parse_max_memory", "parse_size", "quantization_config", "rank_device_group", "resolve_device", "resolve_dtype", "resolve_placement"]
+__all__ = ["DEVICE_MAP_STRATEGIES", "QUANTIZATIONS", "Placement", "cpu_flags", "default_device", "default_dtype",
+           "dtype_name", "format_size", "parse_device_map", "parse_max_memory", "parse_size", "quantization_config",
+           "rank_device_group", "resolve_device", "resolve_dtype", "resolve_placement"]
 
 
 def default_device() -> torch.device:

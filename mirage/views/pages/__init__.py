@@ -149,7 +149,7 @@ def record_run(run_dir: str | Path, argv: Sequence[str], *, cwd: str | Path | No
     return run_dir / PAGE
 
 
-# -- the command --------------------------------------------------------------------------------------------------------
+# -- the command ------------------------------------------------------------------------------------------------------
 
 REPORT_HELP = "write a run folder's results page (DIR/README.md) from its results alone"
 
@@ -190,5 +190,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_report)
 
 
-__all__ = ["BUILTIN", "PAGE_KINDS", "PageKind", "ReportOptions", "page_folders", "page_kind", "record_run", "register", "register_page_kind",
-           "render_page", "write_page", "write_pages"]
+__all__ = ["BUILTIN", "PAGE_KINDS", "PageKind", "ReportOptions", "page_folders", "page_kind", "record_run", "register",
+           "register_page_kind", "render_page", "write_page", "write_pages"]

@@ -175,7 +175,8 @@ def _scale_page(results: dict[str, Any]) -> str:
     if within:
         lines += ["", "## Peak memory against the budget", "",
                   ("The point's peak (resident memory of its process on a CPU, weights and interpreter included) "
-                   "divided by its budget."), "", "| model | answer | prompt tokens | budget | peak / budget | within |",
+                   "divided by its budget."), "",
+                  "| model | answer | prompt tokens | budget | peak / budget | within |",
                   "|---|---:|---:|---|---:|---|"]
         lines += within
     planned = _scale_plan(points)

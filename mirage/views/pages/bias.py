@@ -41,11 +41,11 @@ __all__ = [
 
 
 BIAS_FLAGS = {"metadata": "--metadata", "k": "--k", "n_relevant": "--n-relevant", "modes": "--modes",
-              "relevant_side": "--relevant-side", "mixed": "--mixed", "docs": "--docs", "rage_similar": "--rage-similar",
-              "rage_embedder": "--rage-embedder", "max_doc_words": "--max-doc-words", "rewrite": "--rewrite",
-              "explain": "--explain", "prompts_dir": "--prompts-dir", "baseline_draws": "--baseline-draws",
-              "labels": "--labels", "seed": "--seed", "sentence_mark": "--sentence-mark",
-              "keep_trained_questions": "--keep-trained-questions"}
+              "relevant_side": "--relevant-side", "mixed": "--mixed", "docs": "--docs",
+              "rage_similar": "--rage-similar", "rage_embedder": "--rage-embedder", "max_doc_words": "--max-doc-words",
+              "rewrite": "--rewrite", "explain": "--explain", "prompts_dir": "--prompts-dir",
+              "baseline_draws": "--baseline-draws", "labels": "--labels", "seed": "--seed",
+              "sentence_mark": "--sentence-mark", "keep_trained_questions": "--keep-trained-questions"}
 
 
 def _retriever_of(run_dir: Path) -> tuple[str, int] | None:
@@ -88,7 +88,8 @@ def _bias_limit(run_dir: Path, res: Mapping[str, Any]) -> tuple[int | None, bool
             given = str(res.get("data"))  # the recorded path, or the dataset its data_names.json says it is
             every = [item.id for item in build_items(str(resolve(data_names(run_dir).get(given, given))), cfg,
                                                      run=run)]
-        ids = [item.id for item in read_bias_items(run_dir / "items.jsonl")] if (run_dir / "items.jsonl").is_file() else None
+        ids = ([item.id for item in read_bias_items(run_dir / "items.jsonl")]
+               if (run_dir / "items.jsonl").is_file() else None)
         in_order = ids is not None
         if ids is None:  # the questions its generations answered (a store's records are in the order they finished)
             ids = list(dict.fromkeys(str(r.get("item_id")) for r in read_records(run_dir / "generations.jsonl.gz")
@@ -167,8 +168,8 @@ def _protocol_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) ->
                 "Percentages; CAS = mean |change| of precision against vanilla, CAB = ω · mean (informed − "
                 "counterfactual); * p < 0.05, ** p < 0.01 by each study's tests. Written by `mirage bias-protocol` "
                 "(`protocol.json`, `protocol.md`).",
-                ["## Overview\n\n" + overview_table(rows), "## Withdrawn\n\n" + gone if gone else None, "## Studies\n\n" + links if links else None,
-                 command_section(run_dir, None), *tail(run_dir)])
+                ["## Overview\n\n" + overview_table(rows), "## Withdrawn\n\n" + gone if gone else None,
+                 "## Studies\n\n" + links if links else None, command_section(run_dir, None), *tail(run_dir)])
 
 
 def _sweep_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
@@ -190,12 +191,13 @@ def _sweep_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> st
     for p in sweep.points:
         for name, src in p.sources.items():
             van = src.modes.get("vanilla", {})
-            rows.append((link(text(p.value), f"{p.run_dir}/README.md"), p.n_items, cell(name), pct(van.get("precision")),
-                         pct(van.get("recall")), cell(van.get("n_citations"), 2), effect(src.cab)))
+            rows.append((link(text(p.value), f"{p.run_dir}/README.md"), p.n_items, cell(name),
+                         pct(van.get("precision")), pct(van.get("recall")), cell(van.get("n_citations"), 2),
+                         effect(src.cab)))
     return page(f"Bias sweep over {code(sweep.parameter)}: {text(sweep.model)}",
-                f"Metadata {text(sweep.metadata.get('first'))} vs {text(sweep.metadata.get('second'))}; one study per value "
-                "(its folder has the full tables). Percentages; * p < 0.05, ** p < 0.01. Written by `mirage bias "
-                "--sweep` (`sweep.json`).",
+                f"Metadata {text(sweep.metadata.get('first'))} vs {text(sweep.metadata.get('second'))}; "
+                "one study per value (its folder has the full tables). Percentages; * p < 0.05, ** p < 0.01. "
+                "Written by `mirage bias --sweep` (`sweep.json`).",
                 ["## Sweep\n\n" + md_table([cell(sweep.parameter), "questions", "source", "P vanilla", "R vanilla",
                                              "citations per answer", "CAB P"], rows),
                  plots_section(run_dir), settings_section({k: v for k, v in sweep.config.items() if v is not None}),

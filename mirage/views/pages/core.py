@@ -25,7 +25,8 @@ MARK = "<!-- Written by `mirage report` from this folder's results; edit the res
 PAGE = "README.md"
 PROVENANCE = "provenance.json"
 PROVENANCE_FORMAT = 1
-#: A run folder's record, written after the run, of the dataset names of data it read as local files (:func:`data_names`).
+#: A run folder's record, written after the run, of the dataset names of data it read as local files
+#: (:func:`data_names`).
 DATA_NAMES = "data_names.json"
 
 

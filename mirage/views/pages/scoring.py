@@ -96,7 +96,8 @@ def _xor_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
     if s.get("self_match"):
         tables.append("Self-match (a one-pass check: the paper's Algorithm 1 without its beam search and its "
                       "reshuffled passage orders): only the rows where the model generated the annotated answer once, "
-                      "greedily, in the file's passage order, were scored, its own generation attributed:\n\n" + _self_match_table(s["self_match"]))
+                      "greedily, in the file's passage order, were scored, its own generation attributed:\n\n"
+                      + _self_match_table(s["self_match"]))
     if report.faithfulness:
         tables.append(fenced(FaithfulnessSummary.from_dict(report.faithfulness).to_text()))
     features = report.features or {}
@@ -247,8 +248,8 @@ def _self_match_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) 
                 "A one-pass self-match check (`mirage score xor-attriqa --self-match`: the paper's Algorithm 1 "
                 "without its beam search and its reshuffled passage orders): the scoring model generates each answer "
                 "once, greedily, with the scoring prompt and the file's passage order, and a row is kept where its "
-                "generation is the annotated answer (the authors' exact string test). No `results.json`: no test row was kept, so nothing was scored; "
-                "each generation is in `matches.jsonl`.",
+                "generation is the annotated answer (the authors' exact string test). No `results.json`: no test row "
+                "was kept, so nothing was scored; each generation is in `matches.jsonl`.",
                 ["## Rows kept\n\n" + _self_match_table(data),
                  settings_section({k: v for k, v in data.items() if k not in ("test", "calibration")}),
                  data_section(run_dir, _self_match_data(run_dir)), command_section(run_dir), *tail(run_dir)])

@@ -182,7 +182,8 @@ def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
     recon = "\n".join(commands) if commands else None
     versions = next((d.get("versions") for kind in files.values() for _n, d in kind if d.get("versions")), None)
     settings = next((d.get("config") for kind in ("sft", "reward") for _n, d in files[kind]), None)
-    data = sorted({p for kind in ("sft", "reward") for _n, d in files[kind] for p in d.get("config", {}).get("data", [])})
+    data = sorted({p for kind in ("sft", "reward") for _n, d in files[kind]
+                   for p in d.get("config", {}).get("data", [])})
     return page("Citation tuning", "Records of `mirage tune sft`, `mirage tune reward` and `mirage tune eval`. "
                 "Peak memory in GiB (2^30 bytes).",
                 [*sections, settings_section(settings, "Settings (first training record)") if settings else None,

@@ -349,7 +349,8 @@ def run_view(res: AttributionResult) -> RunView:
     """What one column shows of a result."""
     regions = doc_regions(res)
     tokens = {t.index: t for t in res.tokens}
-    return RunView(res=res, answer=answer_views(res, regions), chart=cti_bars(res), docs=_documents(res, regions, tokens),
+    return RunView(res=res, answer=answer_views(res, regions), chart=cti_bars(res),
+                   docs=_documents(res, regions, tokens),
                    content_only=context_mode(res) == "content",
                    approximate_shares=bool(res.context_spans or res.spans) and not stores_shares(res),
                    n_differ=sum(_differ(s, res) for s in res.sentences))

@@ -66,7 +66,8 @@ class DocRegion:
 
 
 def _span_in_prompt(prompt: str, text: str, lo: int, hi: int) -> tuple[int, int] | None:
-    """Where ``text``, or else its longest prefix (a document cut to fit the window), first lies in ``prompt[lo:hi]``."""
+    """Where ``text``, or else its longest prefix (a document cut to fit the window), first lies in
+    ``prompt[lo:hi]``."""
     at = prompt.find(text, lo, hi)
     if at >= 0:
         return at, at + len(text)
