@@ -78,7 +78,8 @@ def _finish(args: argparse.Namespace, report: Any, table: Callable[[Any], str], 
     if not args.quiet:
         print(table(report))
         _print_faithfulness(report.faithfulness)
-    print(f"wrote {Path(args.output) / 'results.json'} and {Path(args.output) / figure} "
+    plot = Path(args.output) / figure  # none where no row has a sweep (--settings likelihood)
+    print(f"wrote {Path(args.output) / 'results.json'}{f' and {plot}' if plot.is_file() else ''} "
           f"({report.bad_rows['count']} bad rows skipped).", file=sys.stderr)
     return 0
 

@@ -96,7 +96,7 @@ def test_a_rerun_resumes_without_the_model_and_the_table_shows_the_methods(metho
     assert "Document attribution methods" in printed and "leave_one_out, threshold for F1" in printed
 
 
-def test_reuse_from_starts_the_methods_store_too(methods_run, monkeypatch, tmp_path):
+def test_reuse_from_starts_the_methods_store_too(methods_run, monkeypatch, tmp_path, capsys):
     """``--reuse-from`` a run that scored the methods starts a new run's ``methods.jsonl`` from that run's as well as
     its ``scores.jsonl``: the same command into another folder computes nothing and gives the same table."""
     from mirage.pipeline import Mirage
@@ -110,6 +110,9 @@ def test_reuse_from_starts_the_methods_store_too(methods_run, monkeypatch, tmp_p
     again = tmp_path / "again"
     assert cli.main([*args[:-1], str(again), "--reuse-from", str(out)]) == 0
     assert _lines(again / "methods.jsonl") == _lines(out / "methods.jsonl")
+    # --settings likelihood has no sweep: the run names the files it wrote, no sweep.png
+    assert f"wrote {again / 'results.json'} (0 bad rows" in capsys.readouterr().err
+    assert not (again / "sweep.png").exists()
     first, second = (json.loads((d / "results.json").read_text()) for d in (out, again))
     assert second["agreement"] == first["agreement"] and second["roc_auc"] == first["roc_auc"]
 
