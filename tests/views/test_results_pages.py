@@ -353,8 +353,7 @@ def _questions(data: str, config: dict, run: Path | None) -> list[str] | None:
 
     if not Path(data).exists():
         return None
-    fields = {f.name for f in dataclasses.fields(BiasConfig)}
-    cfg = BiasConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in fields})
+    cfg = BiasConfig.from_dict(config)
     return [i.id for i in build_items(data, dataclasses.replace(cfg, docs="retrieved"), run=run)]
 
 
@@ -485,8 +484,7 @@ def test_data_names_hold_the_rows_each_run_read(folder, data_dir):
 
     res = json.loads((folder / "results.json").read_text())
     name = core.data_names(folder)[res["data"]]
-    fields = {f.name for f in dataclasses.fields(BiasConfig)}
-    cfg = BiasConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in res["config"].items() if k in fields})
+    cfg = BiasConfig.from_dict(res["config"])
     items = {i.id: i for i in build_items(str(resolve(name)), dataclasses.replace(cfg, docs="retrieved"))}
     gens = read_records(folder / "generations.jsonl.gz")
     assert gens and {g["item_id"] for g in gens} <= set(items)
