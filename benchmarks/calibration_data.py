@@ -13,7 +13,7 @@ predicts the labels of held-out match answers better than fitting on the match a
 test row:
 
 - **cross-validated**: the match answers are split into 5 folds (item-grouped, ``--repeats`` random assignments);
-  each fold is predicted by the classifier fitted (:func:`mirage.scoring.xor_eval.fit_learned_model`, the shipped
+  each fold is predicted by the classifier fitted (:func:`mirage.scoring.xor_classifier.fit_learned_model`, the shipped
   fitting code, its C and thresholds chosen inside the training part) on the other four folds alone, and on the
   other four plus every extra answer;
 - **train → val**: fitted on the ``train`` match answers alone, or on every ``train`` answer of the per-passage
@@ -45,8 +45,8 @@ from mirage.likelihood.features import matrix
 from mirage.runs.store import read_records, write_atomic
 from mirage.scoring import metrics as M
 from mirage.scoring.xor_attriqa import scores_from_records
+from mirage.scoring.xor_classifier import fit_learned_model, passage_features
 from mirage.scoring.xor_data import XorItem, concat_data, load_xor_attriqa
-from mirage.scoring.xor_eval import fit_learned_model, passage_features
 
 EX = CTIConfig(selector="std")
 

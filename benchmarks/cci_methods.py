@@ -46,8 +46,8 @@ from mirage.runs.progress import terminal_progress
 from mirage.runs.store import read_records, write_atomic
 from mirage.scoring.benchmarks import stored_xor_pipeline
 from mirage.scoring.xor_attriqa import ItemScores, method_rows, scores_from_records
+from mirage.scoring.xor_classifier import passage_features
 from mirage.scoring.xor_data import XorItem, concat_data, load_xor_attriqa
-from mirage.scoring.xor_eval import passage_features
 
 #: Run by default; ``--methods`` also takes the document methods that serve as the CCI step
 #: (``CONTEXT_DOCUMENT_METHODS``: their rows of the same MIRAGE-EX tokens, :mod:`mirage.attribution.methods.as_cci`).

@@ -39,8 +39,8 @@ from mirage.likelihood.classifier import fit_learned
 from mirage.likelihood.features import FEATURES, matrix
 from mirage.runs.store import ResumableJSONL, read_records, write_atomic
 from mirage.scoring.xor_attriqa import scores_from_records
+from mirage.scoring.xor_classifier import passage_features
 from mirage.scoring.xor_data import XorItem, concat_data, load_xor_attriqa
-from mirage.scoring.xor_eval import passage_features
 
 JUDGE_QUESTION = "Is the answer supported by the passage? Answer Yes or No."
 

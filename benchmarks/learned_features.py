@@ -48,8 +48,8 @@ from mirage.runs.store import read_records, write_atomic
 from mirage.scoring import metrics as M
 from mirage.scoring.benchmarks import stored_xor_pipeline
 from mirage.scoring.xor_attriqa import scores_from_records
+from mirage.scoring.xor_classifier import passage_features
 from mirage.scoring.xor_data import XorItem, concat_data, load_xor_attriqa
-from mirage.scoring.xor_eval import passage_features
 
 ONLY = FEATURES  # the shipped default: the single-document family and the item's context
 #: Candidate sets, by name: the default, and the default with each other family and with both.

@@ -35,19 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mirage.config import MirageConfig
-from mirage.likelihood.classifier import best_threshold
+from mirage.likelihood.classifier import LearnedModel, best_threshold
 from mirage.peers.contextcite import STORE_NAME, contextcite_scores
 from mirage.runs.store import read_records
 from mirage.scoring.tables import SETTING_NAMES, XOR_METRICS, grid
 from mirage.scoring.xor_attriqa import scores_from_records
+from mirage.scoring.xor_classifier import pair_scores
 from mirage.scoring.xor_data import XorItem, concat_data, load_xor_attriqa
-from mirage.scoring.xor_eval import (
-    LearnedModel,
-    RowsNeeded,
-    evaluate,
-    pair_scores,
-    per_language,
-)
+from mirage.scoring.xor_eval import RowsNeeded, evaluate, per_language
 
 PEER_NAMES = {**{f"{k}_content": f"{v}, content only" for k, v in SETTING_NAMES.items()},
               "contextcite_ex": "ContextCite EX-style", "contextcite_cal_agreement": "ContextCite CAL (agreement)",

@@ -11,7 +11,8 @@ flags are made; this module imports no scorer, so that building the parser impor
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -20,7 +21,7 @@ from mirage.options import cli_arg
 from mirage.runs.experiment import KEEP_TRAINED_QUESTIONS, positive_int
 
 __all__ = ["FAITHFULNESS", "GROUP_ALIASES", "OUTPUT_DIR", "SETTING_GROUPS", "CalibrateBy", "ELI5Options",
-           "XorAttriQAOptions"]
+           "XorAttriQAOptions", "setting_groups"]
 
 #: MIRAGE-CAL's CTI threshold: one for the whole calibration split (``global``), or one per language.
 CalibrateBy = Literal["global", "language"]
@@ -161,3 +162,19 @@ def _optional_positive(options: Any, name: str, *, optional: bool = True) -> Non
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name} must be an integer >= 1{' or null' if optional else ''}, got {value!r}.")
+
+
+def setting_groups(groups: Iterable[str]) -> tuple[str, ...]:
+    """``groups`` checked against :data:`SETTING_GROUPS`, old names (:data:`GROUP_ALIASES`) renamed with a
+    DeprecationWarning; a ValueError names unknown ones."""
+    out = []
+    for name in groups:
+        if name in GROUP_ALIASES:
+            warnings.warn(f"the setting group {name!r} is now called {GROUP_ALIASES[name]!r} (the passage-likelihood "
+                          "classifier); the old name will go.", DeprecationWarning, stacklevel=3)
+            name = GROUP_ALIASES[name]
+        if name not in SETTING_GROUPS:
+            raise ValueError(f"unknown setting groups [{name!r}]; choose from {list(SETTING_GROUPS)}.")
+        if name not in out:
+            out.append(name)
+    return tuple(out)

@@ -33,7 +33,7 @@ from mirage.config import ConfigError, MirageConfig
 from mirage.data import data_label, resolve, resolve_files
 from mirage.data.inputs import InputError, NothingToScore
 from mirage.data.readers import BadRow
-from mirage.runs.benchmark_options import ELI5Options, XorAttriQAOptions
+from mirage.runs.benchmark_options import ELI5Options, XorAttriQAOptions, setting_groups
 from mirage.runs.experiment import ExperimentConfig, leave_out_trained
 from mirage.runs.files import RESULTS_FILE, read_json
 from mirage.runs.lazy import MirageSource, resolve_mirage
@@ -52,7 +52,6 @@ from mirage.scoring.xor_eval import (
     calibration_rows,
     calibration_selections,
     evaluate,
-    setting_groups,
 )
 from mirage.scoring.xor_methods import METHODS_FILE, document_method_rows, resolve_methods, score_methods
 

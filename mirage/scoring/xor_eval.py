@@ -11,7 +11,6 @@ passage per row, the largest CTI score, as in the reference's "full" evaluation)
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -20,13 +19,22 @@ from mirage.attribution.aggregation import doc_scores
 from mirage.attribution.cci import select_context
 from mirage.attribution.cti import select_tokens
 from mirage.attribution.serialization import JSONRecord
-from mirage.config import CCIConfig, ConfigError, ContextView, CTIConfig, MirageConfig
-from mirage.likelihood.classifier import LearnedModel, fit_learned
-from mirage.likelihood.features import ALL_TOKEN_FEATURES, FEATURES, document_features, matrix
-from mirage.runs.benchmark_options import GROUP_ALIASES, SETTING_GROUPS, CalibrateBy
+from mirage.config import CCIConfig, ContextView, CTIConfig, MirageConfig
+from mirage.likelihood.features import ALL_TOKEN_FEATURES, FEATURES
+from mirage.runs.benchmark_options import SETTING_GROUPS, CalibrateBy, setting_groups
 from mirage.scoring import metrics as M
 from mirage.scoring.rows import BadRow
 from mirage.scoring.xor_attriqa import ItemScores
+from mirage.scoring.xor_classifier import (
+    PASSAGE_SCORE,
+    ex_cti_config,
+    feature_rows,
+    fit_learned_model,
+    fit_rows,
+    learned_rows,
+    method_feature,
+    with_method_features,
+)
 from mirage.scoring.xor_data import NLI_FILES, XorItem
 
 #: Reported settings, in table order.
@@ -41,11 +49,6 @@ CCI_SELECTIONS: dict[str, dict[str, Any]] = {"top3": {"top_k": 3, "top_percent":
 #: The top-% values of the sweep (the paper's Figure 4).
 SWEEP_PERCENTS = (3, 5, 7, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100)
 XOR_REPORT_FORMAT = 2
-#: The threshold-free per-passage score of the ``passage_score`` setting (a feature of
-#: :mod:`mirage.likelihood.features`): how much the passage alone raises the answer's log-probability over no passage.
-#: Chosen as the single feature with the best ROC-AUC on the calibration splits (train + val, English view,
-#: smollm2: 0.798; the leave-one-out drop 0.722, the best CCI aggregation 0.709), never on test rows.
-PASSAGE_SCORE = "only_gain"
 
 
 # -- settings ---------------------------------------------------------------------------------------------------------
@@ -110,12 +113,6 @@ def build_views(items: Sequence[XorItem], scores: dict[str, ItemScores], selecti
         floor = sum(sc.cti) / len(sc.cti) if cti_floor == "mean" and sc.cti else 0.0
         views.append(XorItemView(item=item, tokens=tuple(toks), floor=floor))
     return views
-
-
-def ex_cti_config(cfg: MirageConfig) -> CTIConfig:
-    """MIRAGE-EX's CTI selector under ``cfg``: mean + k·std of the answer's scores (``cti.std_k``, ``cti.std_kind``)."""
-    return CTIConfig(metric=cfg.cti.metric, selector="std", std_k=cfg.cti.std_k, std_kind=cfg.cti.std_kind,
-                     threshold_floor=cfg.cti.threshold_floor)
 
 
 def selected_tokens(view: XorItemView, cti: CTIConfig) -> tuple[int, ...]:
@@ -429,88 +426,6 @@ def calibrated_floor(calibration_items: Sequence[XorItem], scores: dict[str, Ite
     return min(values) if values else None
 
 
-def passage_features(scores: ItemScores, *, cti: CTIConfig | None = None) -> list[dict[str, float]]:
-    """The per-passage features (:func:`mirage.likelihood.features.document_features`) of a scored item, over the
-    tokens MIRAGE-EX selects (``cti``: its selector; the example-level default)."""
-    selected = select_tokens(scores.cti, cti or CTIConfig(selector="std"))[0] if scores.n_docs > 1 else []
-    return document_features(cti=scores.cti, rows=scores.cci, docs=scores.docs_per_context_token(),
-                             n_docs=scores.n_docs, selected=selected, content=scores.content_per_context_token(),
-                             signals=scores.signals)
-
-
-def _feature_rows(items: Sequence[XorItem], scores: dict[str, ItemScores], cti: CTIConfig
-                  ) -> list[tuple[XorItem, list[dict[str, float]]]]:
-    return [(item, passage_features(scores[item.key], cti=cti)) for item in items if item.key in scores]
-
-
-def fit_learned_model(calibration_items: Sequence[XorItem], scores: dict[str, ItemScores], *, cti: CTIConfig,
-                      names: Sequence[str] = FEATURES) -> LearnedModel:
-    """The learned classifier fitted on the calibration items' passages (:mod:`mirage.likelihood.classifier`)."""
-    return _fit_rows(_feature_rows(calibration_items, scores, cti), names)
-
-
-def method_feature(method: str) -> str:
-    """The name of the classifier feature holding a document method's score of the passage
-    (``--classifier-methods``)."""
-    return f"method:{method}"
-
-
-def with_method_features(rows: Sequence[tuple[XorItem, list[dict[str, float]]]],
-                         methods: Sequence[str], method_scores: Mapping[str, Mapping[str, Sequence[float]]]
-                         ) -> list[tuple[XorItem, list[dict[str, float]]]]:
-    """``rows`` (item, features per passage) with each of ``methods``' passage score added as a feature
-    (:func:`method_feature`; ``method_scores``: method → item key → score per passage), keeping the items every one
-    of them scored."""
-    out = []
-    for item, feats in rows:
-        found = [method_scores.get(m, {}).get(item.key) for m in methods]
-        if any(f is None or len(f) != len(feats) for f in found):
-            continue
-        out.append((item, [{**f, **{method_feature(m): float(doc[d]) for m, doc in zip(methods, found)}}
-                           for d, f in enumerate(feats)]))
-    return out
-
-
-def _fit_rows(rows: Sequence[tuple[XorItem, list[dict[str, float]]]], names: Sequence[str]) -> LearnedModel:
-    X = [r for _item, feats in rows for r in matrix(feats, names)]
-    y = [label for item, _feats in rows for label in item.labels]
-    groups = [item.key for item, feats in rows for _ in feats]
-    try:
-        return fit_learned(X, y, groups=groups, names=names)
-    except ValueError as err:
-        raise ConfigError(f"the learned setting cannot be fitted on the calibration files' {len(rows)} scored "
-                          f"item(s): {err} Give more calibration rows (--calibrate-on train.jsonl val.jsonl), or "
-                          "leave the setting out (--settings ex cal).") from err
-
-
-def _learned_rows(model: LearnedModel, rows: Sequence[tuple[XorItem, list[dict[str, float]]]],
-                  threshold: float | None = None):
-    cut = model.threshold if threshold is None else threshold
-    out = []
-    for item, feats in rows:
-        probs = model.predict_proba(matrix(feats, model.features))
-        out.append((item.lang, [p >= cut for p in probs], list(item.labels), probs, item.key))
-    return out
-
-
-def pair_scores(items: Sequence[XorItem], scores: dict[str, ItemScores], *, config: MirageConfig | None = None,
-                model: LearnedModel | None = None) -> list[dict[str, Any]]:
-    """One row per scored (item, passage) pair: key, language, passage index, human label, the ``passage_score``
-    and, given the fitted ``model``, the learned probability and prediction (for ROC curves and peer comparisons)."""
-    cfg = config or MirageConfig()
-    ex_cti = ex_cti_config(cfg)
-    out = []
-    for item, feats in _feature_rows(items, scores, ex_cti):
-        probs = model.predict_proba(matrix(feats, model.features)) if model is not None else [None] * len(feats)
-        for d, (f, label) in enumerate(zip(feats, item.labels)):
-            row = {"key": item.key, "lang": item.lang, "passage": d, "label": bool(label),
-                   "passage_score": f[PASSAGE_SCORE]}
-            if model is not None:
-                row.update(learned=probs[d], learned_cites=probs[d] >= model.threshold)
-            out.append(row)
-    return out
-
-
 def _feature_aucs(rows: Sequence[tuple[XorItem, list[dict[str, float]]]], langs: Sequence[str]
                   ) -> dict[str, dict[str, float | None]]:
     """ROC-AUC of each single feature, per language and averaged (which features carry the signal)."""
@@ -575,7 +490,7 @@ def evaluate(
 
     for setting, rows in (extra_rows or {}).items():
         add(setting, rows)
-    test_rows = _feature_rows([v.item for v in views], scores, ex_cti)
+    test_rows = feature_rows([v.item for v in views], scores, ex_cti)
     features: dict[str, Any] | None = None
     if learned:
         collected["passage_score"] = [(item.lang, [False] * len(feats), list(item.labels),
@@ -585,19 +500,19 @@ def evaluate(
     if cal_views and features is not None:
         cal_items = [v.item for v in cal_views]
         model = fit_learned_model(cal_items, scores, cti=ex_cti)
-        add("learned", _learned_rows(model, test_rows))
+        add("learned", learned_rows(model, test_rows))
         # the same classifier at the threshold that maximised out-of-fold agreement on the calibration items
-        add("learned_agreement", _learned_rows(model, test_rows, model.cv["agreement_threshold"]))
-        cal_rows = _feature_rows(cal_items, scores, ex_cti)
+        add("learned_agreement", learned_rows(model, test_rows, model.cv["agreement_threshold"]))
+        cal_rows = feature_rows(cal_items, scores, ex_cti)
         features.update(learned=model.to_dict(), coefficients=model.coefficients(),
                         roc_auc_calibration=_feature_aucs(cal_rows, _languages(cal_items)))
         classifiers = {}
         for feature_set in classifier_methods:
             names = feature_set.split("+")
             setting = f"learned+{feature_set}"
-            with_methods = _fit_rows(with_method_features(cal_rows, names, method_scores or {}),
+            with_methods = fit_rows(with_method_features(cal_rows, names, method_scores or {}),
                                      [*model.features, *map(method_feature, names)])
-            add(setting, _learned_rows(with_methods, with_method_features(test_rows, names, method_scores or {})))
+            add(setting, learned_rows(with_methods, with_method_features(test_rows, names, method_scores or {})))
             classifiers[setting] = {"model": with_methods.to_dict(), "coefficients": with_methods.coefficients()}
         if classifiers:
             features["with_methods"] = classifiers
@@ -646,22 +561,6 @@ def pair_records(items: Sequence[XorItem], rows: dict[str, list]) -> list[dict[s
             out.append({"key": item.key, "query": item.question, "passage": d, "label": bool(label),
                         "settings": settings})
     return out
-
-
-def setting_groups(groups: Iterable[str]) -> tuple[str, ...]:
-    """``groups`` checked against :data:`SETTING_GROUPS`, old names (:data:`GROUP_ALIASES`) renamed with a
-    DeprecationWarning; a ValueError names unknown ones."""
-    out = []
-    for name in groups:
-        if name in GROUP_ALIASES:
-            warnings.warn(f"the setting group {name!r} is now called {GROUP_ALIASES[name]!r} (the passage-likelihood "
-                          "classifier); the old name will go.", DeprecationWarning, stacklevel=3)
-            name = GROUP_ALIASES[name]
-        if name not in SETTING_GROUPS:
-            raise ValueError(f"unknown setting groups [{name!r}]; choose from {list(SETTING_GROUPS)}.")
-        if name not in out:
-            out.append(name)
-    return tuple(out)
 
 
 def top_percent_sweep(items: Sequence[XorItem], calibration_items: Sequence[XorItem], scores: dict[str, ItemScores],

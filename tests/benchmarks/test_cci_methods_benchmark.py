@@ -17,8 +17,8 @@ def test_each_method_scores_the_ex_tokens_and_a_rerun_computes_nothing(embedded_
     from mirage.attribution.cti import select_tokens
     from mirage.config import CTIConfig
     from mirage.scoring.xor_attriqa import method_rows, score_item, xor_attriqa_pipeline
+    from mirage.scoring.xor_classifier import passage_features
     from mirage.scoring.xor_data import load_xor_attriqa
-    from mirage.scoring.xor_eval import passage_features
 
     items = [it for it in load_xor_attriqa(DATA / "val.jsonl", text="en").items if len(it.passages) > 1][:2]
     assert len(items) == 2

@@ -16,7 +16,8 @@ from mirage.likelihood.classifier import LearnedModel, fit_learned, load_learned
 from mirage.likelihood.features import FEATURES, matrix
 from mirage.likelihood.signals import passage_signals
 from mirage.scoring.xor_attriqa import ItemScores, scores_from_records
-from mirage.scoring.xor_eval import SETTINGS, passage_features
+from mirage.scoring.xor_classifier import passage_features
+from mirage.scoring.xor_eval import SETTINGS
 
 DATA = Path(__file__).parents[1] / "data" / "xor_attriqa_match"
 QUESTION = "When was the Ikhwan party formed?"
@@ -150,8 +151,8 @@ def test_learned_setting_on_too_few_calibration_items_is_a_config_error():
     from dataclasses import replace
 
     from mirage.config import ConfigError, CTIConfig
+    from mirage.scoring.xor_classifier import fit_learned_model
     from mirage.scoring.xor_data import XorItem
-    from mirage.scoring.xor_eval import fit_learned_model
 
     def item(q: str, labels: tuple[bool, ...]) -> XorItem:
         return XorItem(file="cal.jsonl", line=1, lang="fi", question=q, passages=("a", "b"), answer="x",

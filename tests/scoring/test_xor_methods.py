@@ -121,7 +121,7 @@ def test_the_classifier_takes_the_methods_scores_as_features(methods_run, monkey
     """``--classifier-methods``: the passage-likelihood classifier fitted again with the named methods' passage
     scores among its features, from the stored scores (nothing computed again), one row per feature set."""
     from mirage.pipeline import Mirage
-    from mirage.scoring.xor_eval import method_feature
+    from mirage.scoring.xor_classifier import method_feature
 
     out, args = methods_run
     sets = ["leave_one_out", "leave_one_out+attention_last"]
@@ -151,7 +151,7 @@ def test_the_classifier_takes_the_methods_scores_as_features(methods_run, monkey
 
 
 def test_method_features_are_added_per_passage_and_items_without_them_are_left_out():
-    from mirage.scoring.xor_eval import method_feature, with_method_features
+    from mirage.scoring.xor_classifier import method_feature, with_method_features
 
     items = load_xor_attriqa(XOR_VAL, text="en", limit=2).items
     rows = [(item, [{"f": float(d)} for d in range(len(item.labels))]) for item in items]
