@@ -12,8 +12,9 @@ A page asks for generated text with a marker on a line of its own, e.g. ``<!-- m
 ``<!-- mirage:config -->``, ``<!-- mirage:cost attribute -->``, ``<!-- mirage:bench attribution -->``,
 ``<!-- mirage:headline -->``, ``<!-- mirage:compare fidelity/fields_val.json -->``,
 ``<!-- mirage:self-match self_match -->``, ``<!-- mirage:card smollm2-135m-cite-follow -->``,
-``<!-- mirage:bias-follow DIR DIR -->``, ``<!-- mirage:methods DIR -->``. ``tests/docs/test_docs_site.py`` builds the
-site and reads these pages back.
+``<!-- mirage:bias-follow DIR DIR -->``, ``<!-- mirage:methods DIR -->``,
+``<!-- mirage:methods-faithfulness DIR -->``. ``tests/docs/test_docs_site.py`` builds the site and reads these pages
+back.
 """
 
 from __future__ import annotations
@@ -553,6 +554,25 @@ def methods_table(folder: str) -> str:
                               "passes / answer", "s / answer (× MIRAGE)"], rows), "", f"From {_source(rel)}."])
 
 
+def methods_faithfulness(folder: str) -> str:
+    """Each document method's faithfulness in a ``--methods`` run that scored the references
+    (:func:`mirage.scoring.xor_methods.method_faithfulness`): rank agreement with the same model's exact Shapley
+    values and leave-one-out, and the drop / keep of the answer's log-probability for its top passage beside a random
+    one, ordered by Spearman with Shapley."""
+    rel = f"{folder}/results.json"
+    methods = _read(rel).get("methods") or {}
+    found = {name: entry["faithfulness"] for name, entry in methods.items() if entry.get("faithfulness")}
+    rows = [[_code(name), _num(f["spearman"].get("shapley"), 2), _num(f["top1"].get("shapley")),
+             _num(f["spearman"].get("leave_one_out"), 2), _num(f["top1"].get("leave_one_out")),
+             f"{_num(f.get('drop_top1'), 3)} / {_num(f.get('drop_random'), 3)}",
+             f"{_num(f.get('keep_top1'), 3)} / {_num(f.get('keep_random'), 3)}"]
+            for name, f in sorted(found.items(), key=lambda kv: -(kv[1]["spearman"].get("shapley") or -2.0))]
+    answers = max((f.get("answers", 0) for f in found.values()), default=0)
+    return "\n".join([table(["method", "Spearman with Shapley", "top-1 = Shapley's %", "Spearman with LOO",
+                              "top-1 = LOO's %", "drop: top-1 / random", "keep: top-1 / random"], rows), "",
+                      f"On the {answers} answers with two or more passages. From {_source(rel)}."])
+
+
 # ---------------------------------------------------------------------------------------------- the headline table
 #: (what, model and view, results folder, file in it, setting): the README's and the site's headline rows.
 HEADLINE = [
@@ -672,6 +692,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "cost": lambda command: COSTS[command](),
     "xor": xor_table,
     "methods": methods_table,
+    "methods-faithfulness": methods_faithfulness,
     "protocol": protocol_overview,
     "bias-follow": bias_follow,
     "tune": tune_tables,

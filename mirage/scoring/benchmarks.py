@@ -86,10 +86,12 @@ def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
 def reuse_store(store: Path, source: Path, fingerprint: dict[str, Any], shard: Shard) -> bool:
     """Start the empty store ``store`` from the stored model outputs of the run in folder ``source``
     (``scores.jsonl``, or its ``.gz``), whose ``run.json`` must equal ``fingerprint``; True if it did. A store that
-    already holds records (a resumed run) is left as it is, and a ``source`` shipped without its store gives nothing
-    (a note says so). ConfigError when ``source`` is not such a run, or under a launcher (start from it in one
-    process, then shard)."""
-    if store.exists() and store.stat().st_size > 0:
+    already holds records (a resumed run), or has its own ``.gz`` (a run folder shipped compressed, which the store
+    resumes from), is left as it is, and a ``source`` shipped without its store gives nothing (a note says so).
+    ConfigError when ``source`` is not such a run, or under a launcher (start from it in one process, then
+    shard)."""
+    own = [store, store.with_name(store.name + ".gz")]
+    if any(p.exists() and p.stat().st_size > 0 for p in own):
         return False
     if shard.world > 1:
         raise ConfigError("--reuse-from runs in one process: start the run without the launcher (or copy the "

@@ -97,6 +97,8 @@ def xor_table(report: XorAttriQAReport, metrics: list[str] | None = None) -> str
                           "files).")
     if report.methods:
         blocks.append(methods_table(report))
+        if any("faithfulness" in entry for entry in report.methods.values()):
+            blocks.append(faithfulness_table(report))
     blocks.append(f"Bad rows skipped: {report.bad_rows['count']}")
     return "\n\n".join(blocks)
 
@@ -159,6 +161,29 @@ def methods_table(report: XorAttriQAReport) -> str:
                      fmt_number(row.passes, 1), fmt_number(row.seconds, 3)])
     return grid("Document attribution methods (--methods; averages over languages; cost: mean passes and seconds "
                 "per test answer)", header, rows)
+
+
+def faithfulness_table(report: XorAttriQAReport) -> str:
+    """Each document method's faithfulness (:func:`mirage.scoring.xor_methods.method_faithfulness`): rank agreement
+    with exact Shapley values and leave-one-out of the same model, and the answer's log-probability change when its
+    top passage is dropped or kept alone, beside a random passage's."""
+    header = ["", "answers", "rho Shapley", "top-1 Shapley %", "rho LOO", "top-1 LOO %", "drop top-1",
+              "drop random", "keep top-1", "keep random"]
+    rows = []
+    for name, entry in (report.methods or {}).items():
+        f = entry.get("faithfulness")
+        if not f:
+            continue
+        rows.append([name, fmt_number(f.get("answers")),
+                     fmt_number(f["spearman"].get("shapley"), 2), fmt_number(f["top1"].get("shapley"), 1),
+                     fmt_number(f["spearman"].get("leave_one_out"), 2), fmt_number(f["top1"].get("leave_one_out"), 1),
+                     *[fmt_number(f.get(k), 3) for k in ("drop_top1", "drop_random", "keep_top1", "keep_random")]])
+    return grid("Faithfulness of the document methods, on the answers with 2+ passages\n"
+                "rho: Spearman with the same model's exact Shapley values / leave-one-out (LOO); top-1: the method's "
+                "top passage is theirs\ndrop: how far the answer's mean token log-probability (nats) falls with the "
+                "method's top passage removed; keep: its change with that passage alone (against every passage); "
+                "each beside a random passage's",
+                header, rows)
 
 
 ELI5_ROWS = {

@@ -13,8 +13,11 @@ rows per method, beside MIRAGE's and the baselines in every table of ``results.j
 - ``NAME@cal_agreement``: one threshold chosen to maximise agreement (as MIRAGE-CAL's).
 
 ROC-AUC is the same for the three (the same scores). ``results.json``'s ``methods`` has, per method, its settings,
-the calibrated thresholds and each one's value on the calibration answers, and its cost per answer (passes,
-positions, seconds, peak GPU memory) on the test answers.
+the calibrated thresholds and each one's value on the calibration answers, its cost per answer (passes, positions,
+seconds, peak GPU memory) on the test answers and, where the run scored the references, its ``faithfulness``
+(:func:`method_faithfulness`): how its passage ranking agrees with what removing passages does to the same model's
+answer (exact Shapley values and leave-one-out), and what dropping or keeping its top passage does beside a random
+passage.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ from mirage.runs.sharding import owns
 from mirage.scoring.xor_attriqa import prepare_item
 from mirage.scoring.xor_data import XorItem
 
-__all__ = ["CALIBRATED_RULES", "METHODS_FILE", "METHOD_RULES", "MethodRecord", "document_method_rows",
-           "resolve_methods", "score_methods", "xor_document_inputs"]
+__all__ = ["CALIBRATED_RULES", "FAITHFULNESS_REFERENCES", "METHODS_FILE", "METHOD_RULES", "MethodRecord",
+           "document_method_rows", "method_faithfulness", "resolve_methods", "score_methods", "xor_document_inputs"]
 
 #: The run folder's store of the methods' document scores.
 METHODS_FILE = "methods.jsonl"
@@ -44,6 +47,9 @@ CALIBRATED_RULES = {"cal": "f1", "cal_agreement": "agreement"}
 METHOD_RULES = ("ex", *CALIBRATED_RULES)
 #: What ``--methods all`` stands for.
 ALL = "all"
+#: The faithfulness check's references (:func:`method_faithfulness`): what removing passages does to the same model's
+#: answer, exactly (Shapley values over every subset of the passages) and one passage at a time.
+FAITHFULNESS_REFERENCES = ("shapley", "leave_one_out")
 
 
 def resolve_methods(names: Sequence[str]) -> tuple[Any, ...]:
@@ -179,5 +185,99 @@ def document_method_rows(items: Sequence[XorItem], calibration_items: Sequence[X
                 rows[f"{method.name}@{rule}"] = [(item.lang, [s >= bar for s in r.doc], list(item.labels),
                                                   list(r.doc), item.key) for item, r in test]
             entry["calibration"] = {"answers": len(cal), "pairs": len(pooled), **thresholds}
+        faith = method_faithfulness(test, scores)
+        if faith is not None:
+            entry["faithfulness"] = faith
         summary[method.name] = entry
     return rows, summary
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties given their average rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def _spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman's rank correlation with average ranks for ties; None where either side is constant."""
+    ra, rb = _ranks(a), _ranks(b)
+    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+    va = sum((x - ma) ** 2 for x in ra)
+    vb = sum((y - mb) ** 2 for y in rb)
+    if va == 0 or vb == 0:
+        return None
+    return sum((x - ma) * (y - mb) for x, y in zip(ra, rb)) / (va * vb) ** 0.5
+
+
+def _top(values: Sequence[float]) -> list[int]:
+    """The passages at the top (several where tied)."""
+    best = max(values)
+    return [d for d, v in enumerate(values) if v == best]
+
+
+def _mean_or_none(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def method_faithfulness(test: Sequence[tuple[XorItem, MethodRecord]],
+                        scores: Mapping[str, Mapping[str, MethodRecord]]) -> dict[str, Any] | None:
+    """How faithful one method's passage scores (``test``: its records of the test answers) are to what removing
+    passages does to the same model's answer, over the answers with at least two passages that the references
+    scored; None where the run scored neither reference (:data:`FAITHFULNESS_REFERENCES`) nor ``selfcite``.
+
+    - ``spearman[ref]``: Spearman's rank correlation of the method's passage scores with the reference's (average
+      ranks for ties), averaged over the answers where neither side is constant (``spearman_answers[ref]`` of them);
+    - ``top1[ref]``: % of answers whose top passage is the reference's (a tie at the top counts as a random pick
+      among the tied: the share of them that is the reference's top);
+    - with ``leave_one_out``: ``drop_top1``, the drop of the answer's mean token log-probability (nats) when the
+      method's top passage is removed from the prompt, and ``drop_random``, the same for a passage drawn at random
+      (the mean over the answer's passages), both averaged over answers;
+    - with ``leave_one_out`` and ``selfcite`` too: ``keep_top1``, the answer's mean token log-probability with the
+      method's top passage alone minus with every passage (``log p(y | d alone) - log p(y | all)`` = SelfCite's
+      reward of d minus its leave-one-out drop), and ``keep_random``, the same for a random passage.
+
+    A faithful method's top passage drops the answer more than a random one and keeps more of it alone."""
+    refs = {name: scores.get(name, {}) for name in (*FAITHFULNESS_REFERENCES, "selfcite")}
+    if not any(refs[name] for name in FAITHFULNESS_REFERENCES):
+        return None
+    pairs = [(item, rec) for item, rec in test if len(rec.doc) >= 2]
+    out: dict[str, Any] = {"answers": 0, "spearman": {}, "spearman_answers": {}, "top1": {}}
+    for ref in FAITHFULNESS_REFERENCES:
+        both = [(rec.doc, refs[ref][item.key].doc) for item, rec in pairs
+                if item.key in refs[ref] and len(refs[ref][item.key].doc) == len(rec.doc)]
+        if not both:
+            continue
+        corr = [c for c in (_spearman(a, b) for a, b in both) if c is not None]
+        out["spearman"][ref] = _mean_or_none(corr)
+        out["spearman_answers"][ref] = len(corr)
+        out["top1"][ref] = 100 * statistics.fmean(
+            sum(d in _top(b) for d in _top(a)) / len(_top(a)) for a, b in both)
+        out["answers"] = max(out["answers"], len(both))
+    loo, kept = refs["leave_one_out"], refs["selfcite"]
+    drops, drop_random, keeps, keep_random = [], [], [], []
+    for item, rec in pairs:
+        if item.key not in loo or len(loo[item.key].doc) != len(rec.doc):
+            continue
+        top, drop = _top(rec.doc), loo[item.key].doc
+        drops.append(statistics.fmean(drop[d] for d in top))
+        drop_random.append(statistics.fmean(drop))
+        if item.key in kept and len(kept[item.key].doc) == len(rec.doc):
+            keep = [k - x for k, x in zip(kept[item.key].doc, drop)]
+            keeps.append(statistics.fmean(keep[d] for d in top))
+            keep_random.append(statistics.fmean(keep))
+    if drops:
+        out.update(drop_top1=statistics.fmean(drops), drop_random=statistics.fmean(drop_random),
+                   drop_answers=len(drops))
+    if keeps:
+        out.update(keep_top1=statistics.fmean(keeps), keep_random=statistics.fmean(keep_random),
+                   keep_answers=len(keeps))
+    return out

@@ -117,6 +117,36 @@ def test_reuse_from_starts_the_methods_store_too(methods_run, monkeypatch, tmp_p
     assert second["agreement"] == first["agreement"] and second["roc_auc"] == first["roc_auc"]
 
 
+def test_a_run_shipped_compressed_resumes_from_its_own_stores_not_from_reuse_from(methods_run, monkeypatch, tmp_path):
+    """A run folder shipped with its stores gzipped (scores.jsonl.gz, methods.jsonl.gz), rerun with its own command's
+    ``--reuse-from`` naming a run that lacks some of its records: it resumes from its own stores (no model loaded,
+    nothing computed), never from the other run's (which would compute its rows again)."""
+    import gzip
+    import shutil
+
+    from mirage.pipeline import Mirage
+
+    out, args = methods_run
+    shipped, partial = tmp_path / "shipped", tmp_path / "partial"
+    shutil.copytree(out, shipped)
+    shutil.copytree(out, partial)
+    for name in ("scores.jsonl", "methods.jsonl"):
+        (shipped / f"{name}.gz").write_bytes(gzip.compress((shipped / name).read_bytes()))
+        (shipped / name).unlink()
+    first = [line for line in (partial / "methods.jsonl").read_text().splitlines(keepends=True)
+             if json.loads(line)["method"] == METHODS[0]]
+    (partial / "methods.jsonl").write_text("".join(first))
+
+    def refuse(*a, **k):
+        raise AssertionError("the model was loaded although the run's own compressed stores had every score")
+
+    monkeypatch.setattr(Mirage, "from_pretrained", classmethod(refuse))
+    assert cli.main([*args[:-1], str(shipped), "--reuse-from", str(partial)]) == 0
+    assert _lines(shipped / "methods.jsonl") == _lines(out / "methods.jsonl")
+    again, before = (json.loads((d / "results.json").read_text()) for d in (shipped, out))
+    assert again["agreement"] == before["agreement"] and again["methods"].keys() == before["methods"].keys()
+
+
 def test_the_classifier_takes_the_methods_scores_as_features(methods_run, monkeypatch, capsys):
     """``--classifier-methods``: the passage-likelihood classifier fitted again with the named methods' passage
     scores among its features, from the stored scores (nothing computed again), one row per feature set."""
@@ -148,6 +178,69 @@ def test_the_classifier_takes_the_methods_scores_as_features(methods_run, monkey
     assert cli.main([*args, "--classifier-methods", "shapley"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("mirage: error: classifier_methods: 'shapley'") and "add it to --methods" in err[-1]
+
+
+def test_faithfulness_follows_from_the_stored_scores(methods_run):
+    """Each method's faithfulness in results.json, recomputed by hand from pairs.jsonl (each pair's score is the
+    method's passage score): over the answers with 2+ passages, the leave-one-out drop of the method's top passage
+    beside a random passage's, and its top-1 agreement with leave-one-out; leave-one-out agrees with itself."""
+    out, _ = methods_run
+    res = json.loads((out / "results.json").read_text())
+    by_item: dict[str, dict[str, list[float]]] = {}
+    for p in _lines(out / "pairs.jsonl"):
+        for setting, got in p["settings"].items():
+            if setting.endswith("@ex"):  # the method's passage score (the same under its three rules)
+                by_item.setdefault(p["key"], {}).setdefault(setting[:-3], []).append(got["score"])
+    multi = [scores for scores in by_item.values() if len(scores["leave_one_out"]) >= 2]
+    assert multi, "the slice has no answer with two passages: the check would test nothing"
+    loo_self = res["methods"]["leave_one_out"]["faithfulness"]
+    assert loo_self["answers"] == len(multi) and loo_self["top1"]["leave_one_out"] == 100.0
+    assert loo_self["drop_top1"] >= loo_self["drop_random"]
+    assert "shapley" not in loo_self["top1"] and "keep_top1" not in loo_self  # not scored by this run
+    for name in METHODS:
+        faith = res["methods"][name]["faithfulness"]
+        drops, randoms, top1 = [], [], []
+        for scores in multi:
+            own, loo = scores[name], scores["leave_one_out"]
+            top = [d for d, v in enumerate(own) if v == max(own)]
+            drops.append(sum(loo[d] for d in top) / len(top))
+            randoms.append(sum(loo) / len(loo))
+            top1.append(sum(loo[d] == max(loo) for d in top) / len(top))
+        assert faith["drop_top1"] == pytest.approx(sum(drops) / len(drops), abs=1e-5), name
+        assert faith["drop_random"] == pytest.approx(sum(randoms) / len(randoms), abs=1e-5), name
+        assert faith["top1"]["leave_one_out"] == pytest.approx(100 * sum(top1) / len(top1)), name
+
+
+def test_method_faithfulness_by_hand():
+    """Spearman with average ranks, a tie at the top as a random pick, and keep = SelfCite's reward minus the
+    leave-one-out drop, on records made by hand; a run without a reference has none."""
+    from mirage.scoring.xor_methods import MethodRecord, method_faithfulness
+
+    items = load_xor_attriqa(XOR_VAL, text="en", limit=3).items
+    three = [i for i in items if len(i.labels) >= 2][:1]
+    assert three
+    item = three[0]
+    n = len(item.labels)
+
+    def rec(name, doc):
+        return MethodRecord(method=name, item=item.key, doc=tuple(doc), doc_scores=(tuple(doc),), cost={})
+
+    loo = [float(d) for d in range(n)]                       # passage n-1 matters most
+    kept = [2.0 * d for d in range(n)]                       # keep = kept - loo = d
+    tied = [1.0] * n                                          # no ranking at all
+    scores = {"leave_one_out": {item.key: rec("leave_one_out", loo)},
+              "selfcite": {item.key: rec("selfcite", kept)},
+              "shapley": {item.key: rec("shapley", list(reversed(loo)))}}
+    f = method_faithfulness([(item, rec("m", loo))], scores)
+    assert f["spearman"] == {"shapley": pytest.approx(-1.0), "leave_one_out": pytest.approx(1.0)}
+    assert f["top1"] == {"shapley": 0.0, "leave_one_out": 100.0}
+    assert f["drop_top1"] == n - 1 and f["drop_random"] == pytest.approx((n - 1) / 2)
+    assert f["keep_top1"] == n - 1 and f["keep_random"] == pytest.approx((n - 1) / 2)
+    t = method_faithfulness([(item, rec("t", tied))], scores)
+    assert t["spearman"] == {} or all(v is None for v in t["spearman"].values())
+    assert t["top1"]["leave_one_out"] == pytest.approx(100 / n)   # a random pick among n tied passages
+    assert t["drop_top1"] == pytest.approx(t["drop_random"])
+    assert method_faithfulness([(item, rec("m", loo))], {"attention_last": {}}) is None
 
 
 def test_method_features_are_added_per_passage_and_items_without_them_are_left_out():
