@@ -7,8 +7,9 @@
     ds = attribute_dataset(ds, m)                # a datasets.Dataset with the attribution as columns
 
 A citation rule (``aggregation.rule``) gives each sentence its cited documents: ``reference`` (the documents behind
-its context-sensitive tokens) and ``likelihood`` (the passage-likelihood classifier) are built in, and
-:func:`register_citation_rule` adds one (a function of :class:`CitationInputs`).
+its context-sensitive tokens), ``likelihood`` (the passage-likelihood classifier) and ``selfcite`` (SelfCite's
+best-rewarded set of one or two documents) are built in, and :func:`register_citation_rule` adds one (a function of
+:class:`CitationInputs`).
 """
 
 from __future__ import annotations
@@ -312,8 +313,47 @@ def likelihood_citations(inputs: CitationInputs) -> list[SentenceAttribution]:
             for s, (ids, probs) in zip(inputs.sentences, cited)]
 
 
+#: The largest citation set the ``selfcite`` rule scores (SelfCite's best-of-N over every set of one or two of the
+#: documents: 15 sets of five documents), cut further by ``aggregation.max_citations``.
+SELFCITE_SET_SIZE = 2
+
+
+def selfcite_citations(inputs: CitationInputs) -> list[SentenceAttribution]:
+    """``selfcite``: SelfCite's self-supervised citation reward (Chuang et al., 2025) as a best-of-N rule, per
+    sentence. Every set of at most :data:`SELFCITE_SET_SIZE` (and ``aggregation.max_citations``) documents is
+    scored by the sentence's mean token log-probability with only those documents minus without them
+    (:func:`mirage.attribution.methods.selfcite.citation_reward_rows`; one set of passes for all the sentences), and
+    the best-rewarded set is cited where its reward is positive (a sentence that no set makes likelier cites nothing).
+    ``doc_scores``: each document's reward cited alone. Uses no CTI or CCI; costs two passes per candidate set, each
+    from the full prompt's cached prefix."""
+    from mirage.attribution.methods import document_inputs
+    from mirage.attribution.methods.selfcite import candidate_sets, citation_reward_rows, ranked
+
+    cfg = inputs.config
+    doc_in = document_inputs(inputs.mirage, inputs.prepared, inputs.text, config=cfg)
+    if doc_in.n_docs == 0:
+        return [dataclasses.replace(s, mirage_citations=[], doc_scores=[]) for s in inputs.sentences]
+    sets = candidate_sets(doc_in.n_docs, min(SELFCITE_SET_SIZE, cfg.aggregation.max_citations))
+    rows = citation_reward_rows(doc_in, sets)  # [n_sets, n_answer]
+    members = tokens_by_sentence(inputs.text, [(s.start, s.end) for s in inputs.sentences],
+                                 [a for a, _b in inputs.answer.offsets], range(rows.shape[1]))
+    single = {s[0]: k for k, s in enumerate(sets) if len(s) == 1}
+    out = []
+    for sentence, tokens in zip(inputs.sentences, members):
+        if not tokens:
+            out.append(dataclasses.replace(sentence, mirage_citations=[], doc_scores=[0.0] * doc_in.n_docs))
+            continue
+        rewards = rows[:, sorted(tokens)].mean(dim=1).tolist()
+        best = ranked(sets, rewards)
+        cited = list(best.best) if best.rewards[0] > 0 else []
+        out.append(dataclasses.replace(sentence, mirage_citations=cited,
+                                       doc_scores=[round(rewards[single[d]], 6) for d in range(1, doc_in.n_docs + 1)]))
+    return out
+
+
 CITATION_RULES.register("reference", reference_citations)
 CITATION_RULES.register("likelihood", likelihood_citations)
+CITATION_RULES.register("selfcite", selfcite_citations)
 #: The key of a citation rule's time in a result's ``timings``: none for ``reference`` (aggregation's own work),
 #: ``learned`` for ``likelihood`` (its key in the results written before the rename); any other rule's name.
 RULE_TIMINGS: dict[str, str | None] = {"reference": None, "likelihood": "learned"}

@@ -145,7 +145,9 @@ PIPELINE_FLAGS = {
     "--citation-rule": ("aggregation", "rule", ("reference (default: the documents behind the context-sensitive "
                                                 "tokens) or likelihood (the passage-likelihood classifier: passage "
                                                 "likelihoods and the largest |CTI|, no CCI; 'learned' is its old "
-                                                "name)")),
+                                                "name) or selfcite (SelfCite's reward: per sentence the best of "
+                                                "every 1- or 2-document set, by its likelihood with only them minus "
+                                                "without them)")),
     "--learned-model": ("aggregation", "learned_model", ("classifier file for --citation-rule likelihood, or "
                                                          "shipped:MODEL (default: the one shipped for the embedded "
                                                          "model)")),

@@ -380,6 +380,18 @@ def question_digest(question: str) -> str:
     return content_key(" ".join(question.split()))
 
 
+#: The selection protocol's two halves of the questions (:func:`question_half`): recipes are compared and chosen on
+#: the ``choosing`` half only, and each chosen one is reported once on the ``confirming`` half.
+HALVES = ("choosing", "confirming")
+
+
+def question_half(question: str) -> str:
+    """The half of the selection protocol (:data:`HALVES`) a question falls in: by the parity of its key
+    (:func:`question_digest`), so fixed per question whatever file, order or documents it is read with, and about
+    half of any set of questions in each."""
+    return HALVES[int(question_digest(question), 16) % 2]
+
+
 def trained_question_keys(model: Any, *, noun: str = "items") -> set[str] | None:
     """The keys (:func:`question_digest`) of the questions ``model`` records it was trained on (the
     ``training.questions`` of a model mirage tuned, :func:`~mirage.attribution.models.tuned_record`); None for any

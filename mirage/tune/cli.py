@@ -301,8 +301,16 @@ def _eval_examples(args: argparse.Namespace, rows: list[TrainingExample], *,
                    ) -> list[TrainingExample]:
     """The rows ``tune eval`` and ``tune follow`` answer, of those read (:func:`_read_eval_rows`): less the rows
     whose question the model was trained on (the questions ``--adapter`` records, and those of the ``--exclude``
-    training sets, with any documents in any order), then (of those ``usable`` keeps) the first ``--limit``."""
+    training sets, with any documents in any order), then those of ``--half`` (:func:`question_half`), then (of
+    those ``usable`` keeps) the first ``--limit``."""
     examples = _leave_out_trained(args, rows)
+    if args.half is not None:
+        from mirage.runs.experiment import question_half
+
+        kept = [ex for ex in examples if question_half(ex.question) == args.half]
+        print(f"{len(kept)} of {len(examples)} rows ask a question of the {args.half} half "
+              f"({len({ex.question for ex in kept})} questions).", file=sys.stderr)
+        examples = kept
     if usable is not None:
         examples = usable(examples)
     if args.limit is not None:
@@ -359,7 +367,7 @@ def _report_command(args: argparse.Namespace, verb: str) -> str:
 
     argv = ["tune", verb, *args.data]
     for flag, value in (("--adapter", args.adapter), ("--model", args.model), ("--prompt", args.prompt),
-                        ("--limit", args.limit), ("--limit-each", args.limit_each)):
+                        ("--limit", args.limit), ("--limit-each", args.limit_each), ("--half", args.half)):
         if value is not None:
             argv += [flag, str(value)]
     if args.exclude:

@@ -14,7 +14,7 @@ from typing import Literal
 
 from mirage.config import DEFAULT_MODEL
 from mirage.options import cli_arg
-from mirage.runs.experiment import TextView, non_negative_int, positive_int
+from mirage.runs.experiment import HALVES, TextView, non_negative_int, positive_int
 
 __all__ = ["DEFAULT_CONFIG", "TEXT_VIEW", "CardOptions", "EvalOptions", "ExportOptions", "FollowOptions",
            "StageOptions", "TrainingSetOptions"]
@@ -104,6 +104,10 @@ class EvalOptions:
         "only the first N rows (after --exclude)"))
     limit_each: int | None = cli_arg(None, flag="--limit-each", type=non_negative_int, metavar="N", help=(
         "only the first N rows of each file"))
+    half: str | None = cli_arg(None, flag="--half", choices=HALVES, help=(
+        "only the questions of one half of the selection protocol (a fixed half per question, by its text): "
+        "choosing (compare recipes here) or confirming (report a chosen one once); applied after the trained "
+        "questions are left out, before --limit"))
     judge: bool = cli_arg(False, flag="--judge", help=(
         "also attribute each answer with mirage on the same model (learned rule with the base model's shipped "
         "classifier where one ships) and run the faithfulness check: self-citation vs mirage vs the labels, and "

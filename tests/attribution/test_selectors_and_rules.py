@@ -55,7 +55,8 @@ def test_built_in_selectors_are_registered_and_select_tokens_uses_them():
 
 def test_a_registered_citation_rule_gives_the_sentences_citations(embedded_mirage, registries):
     with pytest.raises(ConfigError, match=r"^aggregation\.rule='test_first' is not valid; choose one of 'reference', "
-                                          r"'likelihood' \(or register one with .*register_citation_rule\)\.$"):
+                                          r"'likelihood', 'selfcite' \(or register one with "
+                                          r".*register_citation_rule\)\.$"):
         AggregationConfig(rule="test_first")
     seen = []
 
@@ -87,3 +88,34 @@ def test_unknown_names_are_one_line_errors_naming_the_nearest():
         AggregationConfig(rule=["reference"])
     with pytest.raises(ConfigError, match="cti.selector='threshold' needs cti.threshold"):
         CTIConfig(selector="threshold")
+
+
+def test_the_selfcite_rule_cites_each_sentence_its_best_rewarded_set(embedded_mirage):
+    """``--citation-rule selfcite``: per sentence, of every set of one or two documents, the one whose SelfCite reward
+    over that sentence's tokens is highest (computed here with the method's own ``best_citation`` on the same
+    answer), cited where it is positive; its doc_scores are each document's reward cited alone; no sentence cites
+    more than two documents."""
+    from mirage.attribution.aggregation import tokens_by_sentence
+    from mirage.attribution.methods import document_inputs
+    from mirage.attribution.methods.selfcite import best_citation, citation_rewards
+    from mirage.attribution.tokenization import tokenize_answer
+
+    cfg = MirageConfig().replace(aggregation={"rule": "selfcite"})
+    res = embedded_mirage.attribute(QUESTION, DOCS, answer=ANSWER, config=cfg)
+    assert res.config["aggregation"]["rule"] == "selfcite" and res.timings["selfcite"] > 0
+    prep = embedded_mirage.prepare({"question": QUESTION, "docs": DOCS, "output": ANSWER}, config=cfg)
+    inputs = document_inputs(embedded_mirage, prep, res.answer, config=cfg)
+    answer = tokenize_answer(embedded_mirage.lm.tokenizer, res.answer)
+    members = tokens_by_sentence(res.answer, [(s.start, s.end) for s in res.sentences],
+                                 [a for a, _b in answer.offsets], range(len(answer.ids)))
+    assert len(res.sentences) == 2 and all(members)
+    for sentence, tokens in zip(res.sentences, members):
+        ranked = best_citation(inputs, max_size=2, tokens=tokens)
+        assert sentence.mirage_citations == (list(ranked.best) if ranked.rewards[0] > 0 else [])
+        assert len(sentence.mirage_citations) <= 2
+        alone = citation_rewards(inputs, [[1], [2]], tokens=tokens)
+        assert sentence.doc_scores == pytest.approx(alone, abs=1e-5)
+    # the Ikhwan sentence is made likelier by the Ikhwan document, not by the weather one
+    assert res.sentences[0].doc_scores[0] > res.sentences[0].doc_scores[1]
+    with pytest.raises(ValueError, match="tokens"):
+        citation_rewards(inputs, [[1]], tokens=[])

@@ -402,6 +402,29 @@ def test_follow_on_rows_the_adapter_was_all_trained_on_says_so_in_one_line():
     assert not (ROOT / "unused.json").exists()
 
 
+def test_the_selection_halves_split_the_questions_once_and_eval_and_follow_take_them():
+    """The selection protocol's halves: every question in exactly one, fixed by its text (not its whitespace, file or
+    documents), both halves used; ``--half`` keeps one half's rows, said on stderr, before any model loads."""
+    from mirage.runs.experiment import HALVES, question_half
+
+    rows = xor_examples(VAL, for_evaluation=True)[0]
+    halves = {h: [ex for ex in rows if question_half(ex.question) == h] for h in HALVES}
+    assert all(halves.values()) and sum(map(len, halves.values())) == len(rows)
+    assert {question_half(f"  {ex.question}\n") for ex in rows} <= set(HALVES)
+    assert all(question_half(f"  {ex.question}\n") == question_half(ex.question) for ex in rows)
+    for verb in ("eval", "follow"):
+        for half in HALVES:
+            run = subprocess.run([sys.executable, "-m", "mirage", "tune", verb, str(VAL), "--model", "no/such/folder",
+                                  "--half", half, "-o", "unused.json"], capture_output=True, text=True, cwd=ROOT,
+                                 check=False)
+            assert run.returncode != 0 and "Traceback" not in run.stderr
+            assert f"{len(halves[half])} of {len(rows)} rows ask a question of the {half} half" in run.stderr
+    bad = subprocess.run([sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--half", "first", "-o",
+                          "unused.json"], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert bad.returncode != 0 and "--half" in bad.stderr and "choosing" in bad.stderr
+    assert not (ROOT / "unused.json").exists()
+
+
 FOLLOW_RUNS = ROOT / "benchmarks" / "results" / "tune_follow_smollm2"
 
 

@@ -5,7 +5,9 @@ the answer's mean token log-probability with only the cited documents kept minus
 likelihood cancels). Two passes per candidate, every pass after the first reusing the full prompt's cached prefix.
 
 - :func:`best_citation`: every citation set of at most ``max_size`` documents scored, the best-rewarded first
-  (best-of-N reranking; with five documents, the 15 one- and two-document sets);
+  (best-of-N reranking; with five documents, the 15 one- and two-document sets), over the whole answer or one
+  statement's tokens (:func:`citation_reward_rows` gives every token's, so one set of passes serves every sentence;
+  the ``selfcite`` citation rule of :mod:`mirage.pipeline` cites each sentence so);
 - :class:`SelfCiteMethod` (``selfcite``): the reward of each document cited alone, per answer token, as a document
   method: ``doc_scores[t][d] = log p(y_t | d alone) - log p(y_t | all but d)``.
 
@@ -29,7 +31,8 @@ from mirage.attribution.methods.base import DocumentMethod, MethodScores, regist
 if TYPE_CHECKING:
     from mirage.attribution.methods.base import DocumentInputs, PassMeter
 
-__all__ = ["RankedCitations", "SelfCiteMethod", "best_citation", "candidate_sets", "citation_rewards"]
+__all__ = ["RankedCitations", "SelfCiteMethod", "best_citation", "candidate_sets", "citation_reward_rows",
+           "citation_rewards", "ranked"]
 
 
 def _kept_and_removed(inputs: DocumentInputs, cited: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -42,15 +45,34 @@ def _kept_and_removed(inputs: DocumentInputs, cited: Sequence[int]) -> tuple[tup
     return kept, tuple(d for d in inputs.all_docs if d not in kept)
 
 
-def citation_rewards(inputs: DocumentInputs, candidates: Sequence[Sequence[int]]) -> list[float]:
-    """The SelfCite reward of each candidate citation set (1-based documents): the answer's mean token
-    log-probability with only those documents minus without them (nats; every document cited: against the
-    contextless prompt). One pass per distinct prompt."""
+def citation_reward_rows(inputs: DocumentInputs, candidates: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Per candidate citation set (1-based documents) and answer token, ``log p(y_t | only those documents) -
+    log p(y_t | without them)`` (nats; every document cited: against the contextless prompt): ``[n_candidates,
+    n_answer]``, whose mean over a statement's tokens is the statement's SelfCite reward. One pass per distinct
+    prompt."""
     pairs = [_kept_and_removed(inputs, c) for c in candidates]
-    subsets = [s for pair in pairs for s in pair]
-    _full, rows = answer_logprobs(inputs, subsets)
-    means = rows.mean(dim=1)
-    return [float(means[2 * k] - means[2 * k + 1]) for k in range(len(pairs))]
+    _full, rows = answer_logprobs(inputs, [s for pair in pairs for s in pair])
+    return rows[0::2] - rows[1::2]
+
+
+def _token_means(rows: torch.Tensor, tokens: Sequence[int] | None) -> list[float]:
+    """Each row's mean over ``tokens`` (0-based answer token indices; default every token)."""
+    if tokens is not None:
+        picked = sorted({int(t) for t in tokens})
+        bad = [t for t in picked if not 0 <= t < rows.shape[1]]
+        if not picked or bad:
+            raise ValueError(f"tokens {list(tokens)} is not valid; give 0-based indices of the answer's "
+                             f"{rows.shape[1]} tokens, at least one.")
+        rows = rows[:, picked]
+    return rows.mean(dim=1).tolist()
+
+
+def citation_rewards(inputs: DocumentInputs, candidates: Sequence[Sequence[int]], *,
+                     tokens: Sequence[int] | None = None) -> list[float]:
+    """The SelfCite reward of each candidate citation set (1-based documents): the answer's (or, given ``tokens``,
+    those answer tokens') mean token log-probability with only those documents minus without them (nats; every
+    document cited: against the contextless prompt). One pass per distinct prompt."""
+    return _token_means(citation_reward_rows(inputs, candidates), tokens)
 
 
 def candidate_sets(n_docs: int, max_size: int = 2) -> list[tuple[int, ...]]:
@@ -74,14 +96,18 @@ class RankedCitations:
         return self.sets[0]
 
 
-def best_citation(inputs: DocumentInputs, *, max_size: int = 2,
-                  candidates: Sequence[Sequence[int]] | None = None) -> RankedCitations:
-    """Every candidate citation set (default: :func:`candidate_sets` up to ``max_size``) ranked by its SelfCite
-    reward."""
-    sets = [tuple(sorted({int(c) for c in s})) for s in (candidates or candidate_sets(inputs.n_docs, max_size))]
-    rewards = citation_rewards(inputs, sets)
+def ranked(sets: Sequence[tuple[int, ...]], rewards: Sequence[float]) -> RankedCitations:
+    """Citation sets by reward, best first (ties: the smaller set, then the lower numbers)."""
     order = sorted(range(len(sets)), key=lambda k: (-rewards[k], len(sets[k]), sets[k]))
-    return RankedCitations(sets=tuple(sets[k] for k in order), rewards=tuple(rewards[k] for k in order))
+    return RankedCitations(sets=tuple(sets[k] for k in order), rewards=tuple(float(rewards[k]) for k in order))
+
+
+def best_citation(inputs: DocumentInputs, *, max_size: int = 2, candidates: Sequence[Sequence[int]] | None = None,
+                  tokens: Sequence[int] | None = None) -> RankedCitations:
+    """Every candidate citation set (default: :func:`candidate_sets` up to ``max_size``) ranked by its SelfCite
+    reward over the answer's tokens (or ``tokens``: a statement's)."""
+    sets = [tuple(sorted({int(c) for c in s})) for s in (candidates or candidate_sets(inputs.n_docs, max_size))]
+    return ranked(sets, citation_rewards(inputs, sets, tokens=tokens))
 
 
 @dataclass(frozen=True)
