@@ -25,7 +25,7 @@ Writes the share of (item, passage) pairs predicted the same, per setting, and h
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -34,12 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import UsageError, limit_arg, main, model_arg
 
 from mirage import Mirage
 from mirage.data import resolve
+from mirage.options import cli_arg
 from mirage.peers.authors import authors_citations, ex_threshold, passage_of_tokens, ranked_by_cti
 from mirage.peers.inseq import fit_to_prompt_context, run_reference
 from mirage.runs.store import read_records
@@ -51,25 +50,26 @@ from mirage.scoring.xor_data import load_xor_attriqa
 SETTINGS = ("ex_top3", "ex_top5pct", "cal_top3", "cal_top5pct")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", help="a mirage score xor-attriqa --preset authors run folder")
-    parser.add_argument("data", help="the rows it scored (a file or a dataset name, e.g. xor-attriqa-match:val)")
-    parser.add_argument("--out", required=True, help="the JSON file to write")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N rows")
-    parser.add_argument("--model", default=None, help="default: the run's model")
-    args = parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    run_dir: str = cli_arg(flag="run_dir", help="a mirage score xor-attriqa --preset authors run folder")
+    data: str = cli_arg(flag="data", help="the rows it scored (a file or a dataset name, e.g. xor-attriqa-match:val)")
+    out: str = cli_arg(flag="--out", help="the JSON file to write")
+    limit: int | None = limit_arg(help="only the first N rows")
+    model: str | None = model_arg(None, help="the model (default: the run's model)")
 
-    run = Path(args.run_dir)
-    results = json.loads((run / "results.json").read_text(encoding="utf-8"))
+
+def run(args: Options) -> int:
+    folder = Path(args.run_dir)
+    results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
     if results.get("settings", {}).get("config", {}).get("preset") != "authors":
-        parser.error(f"{run} was not run with --preset authors; run it with that preset first.")
+        raise UsageError(f"{folder} was not run with --preset authors; run it with that preset first.")
     model = args.model or results["settings"]["model"]
     cal = results.get("calibration") or {}
     pairs: dict[tuple[str, int], dict[str, Any]] = {}
-    for rec in read_records(run / "pairs.jsonl"):
+    for rec in read_records(folder / "pairs.jsonl"):
         pairs[(rec["key"], rec["passage"])] = rec
-    cfg = stored_xor_pipeline(run / "scores.jsonl", model)
+    cfg = stored_xor_pipeline(folder / "scores.jsonl", model)
     m = Mirage.from_pretrained(model, config=cfg)
     tok = m.lm.tokenizer
     std_k = results["settings"]["config"]["cti"]["std_k"]
@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                 value = M.BINARY_METRICS[measure](c)
                 entry[f"{who}_{measure}"] = None if value is None else round(value, 2)
         summary[setting] = entry
-    out = {"command": "python benchmarks/authors_parity.py " + shlex.join(sys.argv[1:] if argv is None else argv),
-           "model": model, "run": run.name, "items": len(items),
+    out = {"command": "python benchmarks/authors_parity.py " + shlex.join(sys.argv[1:]),
+           "model": model, "run": folder.name, "items": len(items),
            "items_skipped": sum(1 for r in items if "skipped" in r),
            "seconds": round(time.perf_counter() - started, 1), "summary": summary,
            "per_item": Path(args.out).with_suffix(".items.jsonl").name}
@@ -144,4 +144,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(Options, run)

@@ -21,23 +21,30 @@ whatever machine runs it.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
+from typing import Literal
 
 import torch
+from harness import (
+    ROOT,
+    cached_dataset,
+    device_arg,
+    device_name,
+    main,
+    measured_commit,
+    model_arg,
+    recorded_command,
+    threads_arg,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks import cached_dataset, device_name, measured_commit, recorded_command
 from mirage import Mirage, MirageConfig
 from mirage.attribution.generation import generate_answer
+from mirage.options import cli_arg
 from mirage.peers.inseq import run_reference, sentence_citations
 
 
@@ -99,7 +106,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _cases(n_eli5: int) -> list[dict]:
+def attribution_cases(n_eli5: int) -> list[dict]:
+    """The first ``n_eli5`` ELI5 questions (the eli5-alce sample's, five documents each; else the examples' without an
+    answer), answers to generate, then the examples' items with an answer of their own."""
     examples = json.loads((ROOT / "examples" / "rag_items.json").read_text())
     sample = cached_dataset("eli5-alce")
     if sample is not None:
@@ -210,19 +219,23 @@ def _plot(rows: list[dict], path: Path, title: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--eli5", type=int, default=2, help="ELI5 questions to generate and attribute")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--sweep", nargs="?", const="both", choices=["answer", "context", "both"],
-                        help="also the answer- and/or context-length sweeps (alone: both)")
-    parser.add_argument("--cci-precision", default="model", choices=["model", "bfloat16", "float16"],
-                        help="mirage's cci.precision (default: the model's dtype)")
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "attribution.json"))
-    args = parser.parse_args()
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    model: str = model_arg()
+    max_new_tokens: int = cli_arg(128, flag="--max-new-tokens", metavar="N", help="the generated answers' length")
+    eli5: int = cli_arg(2, flag="--eli5", metavar="N", help="ELI5 questions to generate and attribute")
+    threads: int | None = threads_arg()
+    sweep: Literal["answer", "context", "both"] | None = cli_arg(
+        None, flag="--sweep", nargs="?", const="both",
+        help="also the answer- and/or context-length sweeps (alone: both)")
+    cci_precision: Literal["model", "bfloat16", "float16"] = cli_arg(
+        "model", flag="--cci-precision", help="mirage's cci.precision (model: the model's dtype)")
+    device: str | None = device_arg()
+    out: str = cli_arg(str(ROOT / "benchmarks" / "results" / "attribution.json"), flag="--out",
+                       help="the JSON file to write")
+
+
+def run(args: Options) -> None:
     commit = measured_commit()  # now: the code this process runs, whatever the checkout holds when it ends
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -230,15 +243,15 @@ def main() -> None:
     cfg = MirageConfig().replace(generation={"max_new_tokens": args.max_new_tokens},
                                  cci={"precision": args.cci_precision})
     m = Mirage.from_pretrained(args.model, config=cfg, device=args.device)
-    warm = _cases(1)[0]
+    warm = attribution_cases(1)[0]
     m.attribute_item({**warm, "output": "Warm-up answer."}, config=cfg)  # first-call costs stay out of the figures
     rows, answers = [], {}
-    for case in _cases(args.eli5):
+    for case in attribution_cases(args.eli5):
         row, answer = _compare(m, case, cfg)
         rows.append({**row, "sweep": None})
         answers[case["id"]] = answer
     if args.sweep:
-        first = _cases(1)[0]
+        first = attribution_cases(1)[0]
         rows += _sweep(m, first, answers[first["id"]], cfg, args.sweep)
     device = device_name(m.lm.device)
     out = {"model": args.model, "device": str(m.lm.device), "device_name": device,
@@ -256,4 +269,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Options, run)

@@ -15,23 +15,21 @@ most (Gemma 3: 262k entries, SmolLM2: 49k). Run it on an otherwise idle machine.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import Text, limit_arg, main, model_arg, text_arg, threads_arg
 
 from mirage import Mirage
 from mirage.attribution.serialization import library_versions
 from mirage.attribution.tokenization import tokenize_answer
 from mirage.data import resolve
 from mirage.likelihood import signals as ps
+from mirage.options import cli_arg
 from mirage.scoring.xor_attriqa import SIGNALS, prepare_item, xor_attriqa_pipeline
 from mirage.scoring.xor_data import load_xor_attriqa
 
@@ -54,15 +52,18 @@ def timed(m: Mirage, prep: Any, answer_ids: list[int], cti: Any, head: Any) -> t
     return time.perf_counter() - t, sig
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("data", help="an XOR-AttriQA JSONL file, or a dataset such as xor-attriqa-match:fi")
-    ap.add_argument("--limit", type=int, default=5, help="rows (default 5)")
-    ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--text", default="en", choices=["en", "native"])
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    ap.add_argument("--out", default="benchmarks/results/passage_signals.json")
-    args = ap.parse_args()
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    data: str = cli_arg(flag="data", help="an XOR-AttriQA JSONL file, or a dataset such as xor-attriqa-match:fi")
+    limit: int = limit_arg(5, help="rows")
+    model: str = model_arg()
+    text: Text = text_arg()
+    threads: int | None = threads_arg()
+    out: str = cli_arg("benchmarks/results/passage_signals.json", flag="--out",
+                       help="the JSON file the run is added to (one entry per model and text)")
+
+
+def run(args: Options) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     m = Mirage.from_pretrained(args.model, config=xor_attriqa_pipeline())  # the scorer's prompt
@@ -104,4 +105,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Options, run)

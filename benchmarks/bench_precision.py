@@ -24,20 +24,17 @@ Nothing is asserted; numbers are wall-clock on whatever machine runs it.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
+from harness import ROOT, cached_dataset, device_arg, device_name, main, model_arg, threads_arg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks import cached_dataset, device_name
 from mirage import Mirage
 from mirage.attribution.models import cpu_flags
+from mirage.options import cli_arg
 from mirage.runs.files import read_json
 from mirage.scoring.metrics import attribution_details, attribution_parity
 
@@ -75,22 +72,30 @@ def _summary(parity: list[dict]) -> str:
             f"same citations {all(p['same_citations'] for p in parity)}")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--eli5", type=int, default=2, help="ELI5 questions (answers generated once, float32)")
-    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads of the baseline (default 2)")
-    ap.add_argument("--answer-tokens", type=int, help="cut each generated answer to its first N tokens")
-    ap.add_argument("--variants", nargs="*", choices=[v[0] for v in VARIANTS], default=[v[0] for v in VARIANTS],
-                    help="variants to run (float32 always runs: it is the baseline)")
-    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    ap.add_argument("--details", help="also write every variant's per-answer scores here (for --answers-from)")
-    ap.add_argument("--answers-from", help="a --details file: attribute its answers and compare with its variants")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "precision.json"))
-    args = ap.parse_args()
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    model: str = model_arg()
+    eli5: int = cli_arg(2, flag="--eli5", metavar="N", help="ELI5 questions (answers generated once, float32)")
+    threads: int = threads_arg(2, help="torch CPU threads of the baseline")
+    answer_tokens: int | None = cli_arg(None, flag="--answer-tokens", metavar="N",
+                                        help="cut each generated answer to its first N tokens")
+    variants: tuple[str, ...] = cli_arg(tuple(v[0] for v in VARIANTS), flag="--variants", nargs="*",
+                                        choices=[v[0] for v in VARIANTS],
+                                        help="variants to run (float32 always runs: it is the baseline)")
+    device: str = device_arg("cpu", help="cpu or cuda")
+    details: str | None = cli_arg(None, flag="--details", metavar="FILE",
+                                  help="also write every variant's per-answer scores here (for --answers-from)")
+    answers_from: str | None = cli_arg(None, flag="--answers-from", metavar="FILE",
+                                       help="a --details file: attribute its answers and compare with its variants")
+    out: str = cli_arg(str(ROOT / "benchmarks" / "results" / "precision.json"), flag="--out",
+                       help="the JSON file to write")
+
+
+def run(args: Options) -> None:
     other = read_json(args.answers_from) if args.answers_from else None
-    if other and args.answer_tokens is None:
-        args.answer_tokens = other.get("answer_tokens_cut")  # own answers cut alike, so that they compare
+    answer_tokens = args.answer_tokens
+    if other and answer_tokens is None:
+        answer_tokens = other.get("answer_tokens_cut")  # own answers cut alike, so that they compare
     cases = _cases(len(other["answers"]) if other else args.eli5)
     torch.set_num_threads(args.threads)
     base_model = Mirage.from_pretrained(args.model, device=args.device, dtype="float32")
@@ -101,9 +106,9 @@ def main() -> None:
         res = base_model.attribute_item({**case, "output": None})
         gen_s.append(res.timings.get("generation") or (time.perf_counter() - t))
         answer = res.answer
-        if args.answer_tokens:
+        if answer_tokens:
             tok = base_model.lm.tokenizer
-            answer = tok.decode(tok(answer, add_special_tokens=False)["input_ids"][:args.answer_tokens])
+            answer = tok.decode(tok(answer, add_special_tokens=False)["input_ids"][:answer_tokens])
         own_answers.append(answer)
     answers = other["answers"] if other else own_answers
     results: dict[str, dict] = {}
@@ -137,13 +142,13 @@ def main() -> None:
             del m
         base_total = results["float32"]["total_s"]  # written after each variant: a long one lost loses only itself
         out["ratio_to_float32"] = {k: round(v["total_s"] / base_total, 2) for k, v in results.items()}
-        if not args.answer_tokens:
+        if not answer_tokens:
             out["attribution_over_generation"] = {k: round(v["total_s"] / sum(gen_s), 2) for k, v in results.items()}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
         if args.details:
             Path(args.details).write_text(json.dumps({"machine": out["machine"], "device": out["device"],
-                                                      "answer_tokens_cut": args.answer_tokens, "answers": answers,
+                                                      "answer_tokens_cut": answer_tokens, "answers": answers,
                                                       "variants": details}) + "\n")
     if other:  # each of the other run's variants against this run's float32 baseline, answer by answer
         out["cross_parity"] = {}
@@ -157,4 +162,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Options, run)

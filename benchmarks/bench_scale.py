@@ -24,7 +24,7 @@ prompts of that model and answer length are skipped: the largest prompt that fit
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -34,13 +34,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from mirage.attribution.models import parse_size
-from mirage.views.pages import write_page
+from harness import HIDDEN, ROOT, cached_dataset, device_name, dtype_arg, main, threads_arg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from mirage.attribution.models import parse_size
+from mirage.options import cli_arg
+from mirage.views.pages import write_page
 
 #: Public shapes (config.json of each model on the Hugging Face hub). ``quantization``: how it is loaded on a GPU.
 SHAPES: dict[str, dict[str, Any]] = {
@@ -336,7 +337,7 @@ def _done(points_file: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def drive(args: argparse.Namespace) -> None:
+def drive(args: SimpleNamespace) -> None:
     """Run every point not yet in OUT/points.jsonl, each in a child process, then write results.json and README.md."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -414,13 +415,11 @@ def _line(rec: dict[str, Any]) -> str:
                    f"generation), peak {rec['peak_bytes'] / 1e9:.2f} GB, {rec['passes']}")
 
 
-def write_results(out: Path, points: list[dict[str, Any]], args: argparse.Namespace) -> None:
+def write_results(out: Path, points: list[dict[str, Any]], args: SimpleNamespace) -> None:
     """``results.json`` (settings, machine, points, growth exponents) and ``README.md`` rendered from it."""
     import torch
 
     device = torch.device(args.device)
-    from benchmarks import device_name
-
     for p in points:  # derived from the record alone, so points measured before the count existed get it too
         if p["status"] == "ok" and "flops" not in p:
             p["flops"] = attribution_flops(model_shape(p["model"]), p)
@@ -475,32 +474,40 @@ def growth(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--point", help=argparse.SUPPRESS)
-    parser.add_argument("--render", metavar="DIR", help="write DIR/README.md from DIR/results.json and stop")
-    parser.add_argument("--note", action="append", help="a sentence recorded in results.json and shown on the page")
-    parser.add_argument("--collect", action="store_true",
-                        help="run no point: write results.json and README.md from the points already in OUT")
-    parser.add_argument("--gpu", action="store_true", help="the GPU plan: 7-8B models, 1k-32k prompts, 16-128 tokens")
-    parser.add_argument("--models", nargs="+", choices=[EMBEDDED, *SHAPES])
-    parser.add_argument("--prompts", nargs="+", type=int, help="prompt lengths in tokens")
-    parser.add_argument("--answers", nargs="+", type=int, help="answer lengths in tokens")
-    parser.add_argument("--budget", nargs="*", help="memory budgets to run besides none (e.g. 3GB)")
-    parser.add_argument("--compare-at", nargs="*", type=int, default=None,
-                        help="with --budget: the embedded model's prompt lengths also run without a budget (to "
-                             "compare citations; default: all)")
-    parser.add_argument("--point-timeout", type=float, help="wall-clock seconds per point")
-    parser.add_argument("--cpu-limit", type=int, default=None,
-                        help="CPU seconds per point (the process's own, whatever else runs on the machine)")
-    parser.add_argument("--threads", type=int, default=max(1, min(4, os.cpu_count() or 1)))
-    parser.add_argument("--dtype", default=None, help="default: float32 on a CPU, bfloat16 on a GPU")
-    parser.add_argument("--docs", nargs="+", help="passages: XOR-AttriQA JSONL or ALCE JSON files, or dataset names "
-                                                  "(xor-attriqa-full:val)")
-    parser.add_argument("--out", default=None)
-    parser.add_argument("--command", help="the command recorded in results.json (default: this one); a script that "
-                                          "runs this one in steps names itself (benchmarks/gpu_scale.sh)")
-    args = parser.parse_args()
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    point: str | None = cli_arg(None, flag="--point", help=HIDDEN)  # one point's JSON: what a child process runs
+    render: str | None = cli_arg(None, flag="--render", metavar="DIR",
+                                 help="write DIR/README.md from DIR/results.json and stop")
+    note: tuple[str, ...] | None = cli_arg(None, flag="--note", action="append",
+                                           help="a sentence recorded in results.json and shown on the page")
+    collect: bool = cli_arg(False, flag="--collect",
+                            help="run no point: write results.json and README.md from the points already in OUT")
+    gpu: bool = cli_arg(False, flag="--gpu", help="the GPU plan: 7-8B models, 1k-32k prompts, 16-128 tokens")
+    models: tuple[str, ...] | None = cli_arg(None, flag="--models", choices=[EMBEDDED, *SHAPES],
+                                             help="the models (default: the plan's)")
+    prompts: tuple[int, ...] | None = cli_arg(None, flag="--prompts", help="prompt lengths in tokens")
+    answers: tuple[int, ...] | None = cli_arg(None, flag="--answers", help="answer lengths in tokens")
+    budget: tuple[str, ...] | None = cli_arg(None, flag="--budget", nargs="*",
+                                             help="memory budgets to run besides none (e.g. 3GB)")
+    compare_at: tuple[int, ...] | None = cli_arg(
+        None, flag="--compare-at", nargs="*", help="with --budget: the embedded model's prompt lengths also run "
+        "without a budget (to compare citations; default: all)")
+    point_timeout: float | None = cli_arg(None, flag="--point-timeout", help="wall-clock seconds per point")
+    cpu_limit: int | None = cli_arg(None, flag="--cpu-limit",
+                                    help="CPU seconds per point (the process's own, whatever else runs on the machine)")
+    threads: int = threads_arg(max(1, min(4, os.cpu_count() or 1)))
+    dtype: str | None = dtype_arg(help="the models' dtype (default: float32 on a CPU, bfloat16 on a GPU)")
+    docs: tuple[str, ...] | None = cli_arg(None, flag="--docs", help="passages: XOR-AttriQA JSONL or ALCE JSON files, "
+                                           "or dataset names (xor-attriqa-full:val)")
+    out: str | None = cli_arg(None, flag="--out", help="the results folder (default: benchmarks/results/scale_cpu, "
+                              "or scale_gpu with --gpu)")
+    command: str | None = cli_arg(None, flag="--command", help="the command recorded in results.json (default: this "
+                                  "one); a script that runs this one in steps names itself (benchmarks/gpu_scale.sh)")
+
+
+def run(options: Options) -> None:
+    args = SimpleNamespace(**dataclasses.asdict(options))  # the options, then the plan's values where none is given
     if args.point:
         print(json.dumps(run_point(json.loads(args.point))), flush=True)
         return
@@ -523,8 +530,6 @@ def main() -> None:
 
         args.docs = [str(resolve(d)) for d in args.docs]
     else:
-        from benchmarks import cached_dataset
-
         cached = cached_dataset("xor-attriqa-full")
         args.docs = [str(cached / "val.jsonl")] if cached else \
             [str(p) for p in sorted((ROOT / "tests" / "data" / "xor_attriqa_full").glob("*.jsonl"))]
@@ -532,4 +537,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Options, run)

@@ -35,7 +35,7 @@ command, its wall time and the reference's time over each, and writes ``benchmar
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -46,15 +46,26 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from statistics import median
+from typing import Literal
 
 import torch
+from harness import (
+    Text,
+    UsageError,
+    device_arg,
+    device_name,
+    dtype_arg,
+    limit_arg,
+    main,
+    model_arg,
+    text_arg,
+    threads_arg,
+)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import device_name
 from mirage import Mirage
 from mirage.attribution.models import dtype_name
 from mirage.data import resolve, resolve_files
+from mirage.options import cli_arg
 from mirage.runs.experiment import ExperimentConfig
 from mirage.runs.store import write_atomic
 from mirage.scoring.benchmarks import XorAttriQAOptions, run_xor_attriqa
@@ -203,36 +214,39 @@ def time_commands(data: str, *, limit: int, model: str, text: str, threads: int 
     write_atomic(out, json.dumps(result, indent=2) + "\n")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("data_dir", nargs="?", default="xor-attriqa-match:val,fi,ru",
-                    help="folder with fi.jsonl, ru.jsonl, val.jsonl (XOR-AttriQA match release), or the "
-                         "dataset xor-attriqa-match:val,fi,ru (`mirage data get` it first)")
-    ap.add_argument("--limit", type=int, default=5, help="rows of each file (default 5)")
-    ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--text", default="en", choices=["en", "native"])
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    ap.add_argument("--batch-items", type=int, default=None,
-                    help="also time learned_only with the CTI passes of N items batched (N > 1)")
-    ap.add_argument("--only-batch", action="store_true",
-                    help="with --batch-items: run only learned_only and its batched twin (skip the CCI runs)")
-    ap.add_argument("--device", default=None, help="cpu or cuda (default: mirage's choice)")
-    ap.add_argument("--dtype", default=None, help="model dtype, e.g. float32 (default: mirage's for the device)")
-    ap.add_argument("--runs", nargs="+", default=None, help="only these runs (names as printed)")
-    ap.add_argument("--out", default=None,
-                    help="results file (default benchmarks/results/xor_scoring.json, with --commands "
-                         "benchmarks/results/xor_commands.json)")
-    ap.add_argument("--commands", action="store_true",
-                    help="time whole commands instead: the reference procedure, --settings ex and the default")
-    ap.add_argument("--reference-command", metavar="FILE", default=None,
-                    help="(used by --commands) run the reference procedure on FILE's first --limit rows")
-    ap.add_argument("--compute-split", metavar="FILE", default=None,
-                    help="(used by --commands) time one procedure's model work alone on FILE's first --limit rows")
-    ap.add_argument("--procedure", choices=["reference", "paper_settings"], default="paper_settings",
-                    help="(with --compute-split) the procedure timed")
-    ap.add_argument("--repeats", type=int, default=3,
-                    help="with --commands: rounds of every measurement, each figure their median (default 3)")
-    args = ap.parse_args()
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    data_dir: str = cli_arg("xor-attriqa-match:val,fi,ru", flag="data_dir", nargs="?",
+                            help="folder with fi.jsonl, ru.jsonl, val.jsonl (XOR-AttriQA match release), or the "
+                                 "dataset xor-attriqa-match:val,fi,ru (`mirage data get` it first)")
+    limit: int = limit_arg(5, help="rows of each file")
+    model: str = model_arg()
+    text: Text = text_arg()
+    threads: int | None = threads_arg()
+    batch_items: int | None = cli_arg(None, flag="--batch-items", metavar="N",
+                                      help="also time learned_only with the CTI passes of N items batched (N > 1)")
+    only_batch: bool = cli_arg(False, flag="--only-batch", help="with --batch-items: run only learned_only and its "
+                               "batched twin (skip the CCI runs)")
+    device: str | None = device_arg()
+    dtype: str | None = dtype_arg()
+    runs: tuple[str, ...] | None = cli_arg(None, flag="--runs", help="only these runs (names as printed)")
+    out: str | None = cli_arg(None, flag="--out", help="results file (default benchmarks/results/xor_scoring.json, "
+                              "with --commands benchmarks/results/xor_commands.json)")
+    commands: bool = cli_arg(False, flag="--commands", help="time whole commands instead: the reference procedure, "
+                             "--settings ex and the default")
+    reference_command: str | None = cli_arg(None, flag="--reference-command", metavar="FILE",
+                                            help="(used by --commands) run the reference procedure on FILE's first "
+                                                 "--limit rows")
+    compute_split: str | None = cli_arg(None, flag="--compute-split", metavar="FILE",
+                                        help="(used by --commands) time one procedure's model work alone on FILE's "
+                                             "first --limit rows")
+    procedure: Literal["reference", "paper_settings"] = cli_arg("paper_settings", flag="--procedure",
+                                                                help="(with --compute-split) the procedure timed")
+    repeats: int = cli_arg(3, flag="--repeats", metavar="N",
+                           help="with --commands: rounds of every measurement, each figure their median")
+
+
+def run(args: Options) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.reference_command:
@@ -247,7 +261,7 @@ def main() -> None:
         time_commands(args.data_dir, limit=args.limit, model=args.model, text=args.text, threads=args.threads,
                       out=args.out or "benchmarks/results/xor_commands.json", repeats=args.repeats)
         return
-    args.out = args.out or "benchmarks/results/xor_scoring.json"
+    out_file = args.out or "benchmarks/results/xor_scoring.json"
     runs = [(*run, 1) for run in RUNS]  # the last field: items per batch of passes
     if args.batch_items and args.batch_items > 1:
         runs.insert(2, (f"after_batch{args.batch_items}", False, False, ("ex", "cal", "learned"), args.batch_items))
@@ -257,7 +271,7 @@ def main() -> None:
     if args.runs:
         unknown = set(args.runs) - {r[0] for r in runs}
         if unknown:
-            ap.error(f"--runs: unknown {sorted(unknown)}; choose from {[r[0] for r in runs]}")
+            raise UsageError(f"--runs: unknown {sorted(unknown)}; choose from {[r[0] for r in runs]}")
         runs = [r for r in runs if r[0] in args.runs]
     data = resolve(args.data_dir)
     test = [data / "fi.jsonl", data / "ru.jsonl"]
@@ -353,8 +367,8 @@ def main() -> None:
            "learned_only_equals_full_default_on_learned": learned_same, "median_seconds_per_test_item_by_answer_tokens":
            per_len, "test_items": len(items)}
     print(json.dumps(out, indent=2))
-    write_atomic(args.out, json.dumps(out, indent=2) + "\n")
+    write_atomic(out_file, json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    main(Options, run)

@@ -28,20 +28,19 @@ full/val.jsonl --group-passages`` adds to it (shipped beside each view's store a
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 import numpy as np
+from harness import Text, UsageError, main, text_arg
 
 from mirage.config import CTIConfig
 from mirage.likelihood.classifier import LearnedModel
 from mirage.likelihood.features import matrix
+from mirage.options import cli_arg
 from mirage.runs.store import read_records, write_atomic
 from mirage.scoring import metrics as M
 from mirage.scoring.xor_attriqa import scores_from_records
@@ -131,19 +130,22 @@ def train_to_val(match: Sequence[XorItem], extra: Sequence[XorItem], scores: dic
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("scores", nargs="+", type=Path, help="scores.jsonl(.gz) stores holding both sets' passage signals")
-    ap.add_argument("--match", nargs="+", type=Path, required=True, help="match-release train/val files")
-    ap.add_argument("--extra", nargs="+", type=Path, required=True,
-                    help="per-passage-release train/val files (grouped by answer; never fi/ru)")
-    ap.add_argument("--text", choices=("en", "native"), default="en")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("-o", "--output", type=Path)
-    args = ap.parse_args(argv)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    scores: tuple[Path, ...] = cli_arg(flag="scores", type=Path,
+                                       help="scores.jsonl(.gz) stores holding both sets' passage signals")
+    match: tuple[Path, ...] = cli_arg(flag="--match", type=Path, help="match-release train/val files")
+    extra: tuple[Path, ...] = cli_arg(flag="--extra", type=Path,
+                                      help="per-passage-release train/val files (grouped by answer; never fi/ru)")
+    text: Text = text_arg()
+    repeats: int = cli_arg(5, flag="--repeats", metavar="N", help="random fold assignments of the cross-validation")
+    output: Path | None = cli_arg(None, flag="--output", aliases=("-o",), type=Path, help="the JSON file to write")
+
+
+def run(args: Options) -> int:
     for path in [*args.match, *args.extra]:
         if not Path(path).name.startswith(("train", "val")):
-            ap.error(f"{path}: only the calibration splits (train*, val*) may be read here.")
+            raise UsageError(f"{path}: only the calibration splits (train*, val*) may be read here.")
     scores = scores_from_records([r for path in args.scores for r in read_records(path)])
     match = concat_data(load_xor_attriqa(p, text=args.text) for p in args.match).items
     grouped = concat_data(load_xor_attriqa(p, text=args.text, group=True) for p in args.extra).items
@@ -176,4 +178,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(Options, run)

@@ -15,7 +15,7 @@ Nothing is asserted.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -23,25 +23,26 @@ import time
 from pathlib import Path
 
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import ROOT, main, model_arg, threads_arg
 
 from mirage import Mirage, MirageConfig
+from mirage.options import cli_arg
 
 ANSWER = ("The first bridge over the river was built in the twelfth century by the town's merchants, who needed a "
           "crossing for their carts and paid for it with a toll on every load of goods that went over it.")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--prompt", type=int, default=2000)
-    ap.add_argument("--widths", nargs="+", type=int, default=[1, 4, 8])
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default="benchmarks/results/cci_batch_width.json")
-    args = ap.parse_args()
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    model: str = model_arg()
+    prompt: int = cli_arg(2000, flag="--prompt", metavar="N", help="the prompt's length in tokens (about)")
+    widths: tuple[int, ...] = cli_arg((1, 4, 8), flag="--widths", help="cci.batch_size values to compare")
+    repeats: int = cli_arg(2, flag="--repeats", metavar="N", help="rounds over the widths")
+    threads: int = threads_arg(2)
+    out: str = cli_arg("benchmarks/results/cci_batch_width.json", flag="--out", help="the JSON file to write")
+
+
+def run(args: Options) -> None:
     torch.set_num_threads(args.threads)
     base = Mirage.from_pretrained(args.model)
     tok = base.lm.tokenizer
@@ -88,4 +89,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Options, run)

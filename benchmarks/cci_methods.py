@@ -26,22 +26,20 @@ No test row is read.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import Text, limit_arg, main, model_arg, text_arg
 
-from benchmarks.learned_features import ONLY, _fit
+from benchmarks.learned_features import ONLY, fit_feature_set
 from mirage.attribution.cci import CONTEXT_DOCUMENT_METHODS
 from mirage.attribution.cti import select_tokens
 from mirage.config import CTIConfig
 from mirage.data.fetch import resolve_files
 from mirage.likelihood.features import CCI_FEATURES
+from mirage.options import cli_arg
 from mirage.runs.progress import terminal_progress
 from mirage.runs.store import read_records, write_atomic
 from mirage.scoring.benchmarks import stored_xor_pipeline
@@ -82,7 +80,7 @@ def compare(items: Sequence[XorItem], base: dict[str, ItemScores], by_method: di
         for name in CCI_FEATURES:
             x = [f[name] for _item, fs in feats for f in fs]
             single[name] = float(roc_auc_score(y, x)) if len(set(y)) == 2 else None
-        with_cci = _fit(feats, (*ONLY, *CCI_FEATURES))
+        with_cci = fit_feature_set(feats, (*ONLY, *CCI_FEATURES))
         seconds = sorted(rows[item.key]["seconds"] for item in common)
         out["methods"][method] = {
             "single_feature_roc_auc": single,
@@ -92,24 +90,28 @@ def compare(items: Sequence[XorItem], base: dict[str, ItemScores], by_method: di
             "median_seconds_per_item": seconds[len(seconds) // 2] if seconds else None,
             "total_seconds": sum(seconds),
         }
-    default = _fit([(item, passage_features(base[item.key], cti=ex)) for item in common], ONLY)
+    default = fit_feature_set([(item, passage_features(base[item.key], cti=ex)) for item in common], ONLY)
     out["default"] = {k: v for k, v in default.items() if k != "coefficients"}
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("scores", type=Path, help="scores.jsonl or scores.jsonl.gz of a mirage score xor-attriqa run")
-    ap.add_argument("--calibrate-on", nargs="+", type=Path, required=True,
-                    help="train/val files or a dataset name, e.g. xor-attriqa-match:train,val (never fi/ru)")
-    ap.add_argument("--model", required=True, help="the model SCORES was computed with")
-    ap.add_argument("--text", choices=("en", "native"), default="en")
-    ap.add_argument("--store", type=Path, required=True, help="where each method's rows go (one file per method)")
-    ap.add_argument("--methods", nargs="+", choices=METHODS + CONTEXT_DOCUMENT_METHODS, default=list(METHODS))
-    ap.add_argument("--ig-steps", type=int, default=8, help="integrated gradients' steps (mirage's default: 16)")
-    ap.add_argument("--limit", type=int, help="the first N calibration items with two passages or more")
-    ap.add_argument("-o", "--output", type=Path)
-    args = ap.parse_args(argv)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    scores: Path = cli_arg(flag="scores", type=Path,
+                           help="scores.jsonl or scores.jsonl.gz of a mirage score xor-attriqa run")
+    calibrate_on: tuple[Path, ...] = cli_arg(flag="--calibrate-on", type=Path, help="train/val files or a dataset "
+                                             "name, e.g. xor-attriqa-match:train,val (never fi/ru)")
+    model: str = model_arg(dataclasses.MISSING, help="the model SCORES was computed with")
+    text: Text = text_arg()
+    store: Path = cli_arg(flag="--store", type=Path, help="where each method's rows go (one file per method)")
+    methods: tuple[str, ...] = cli_arg(METHODS, flag="--methods", choices=METHODS + CONTEXT_DOCUMENT_METHODS,
+                                       help="the CCI methods compared")
+    ig_steps: int = cli_arg(8, flag="--ig-steps", metavar="N", help="integrated gradients' steps (mirage's own: 16)")
+    limit: int | None = limit_arg(help="the first N calibration items with two passages or more")
+    output: Path | None = cli_arg(None, flag="--output", aliases=("-o",), type=Path, help="the JSON file to write")
+
+
+def run(args: Options) -> int:
     items = concat_data(load_xor_attriqa(p, text=args.text) for p in resolve_files(args.calibrate_on)).items
     base = scores_from_records(read_records(args.scores))
     multi = [item for item in items if item.key in base and base[item.key].n_docs > 1]
@@ -133,4 +135,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(Options, run)

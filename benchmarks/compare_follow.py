@@ -14,16 +14,16 @@ follow page (``mirage report``) shows the file as a table.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import shlex
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import main
 
 from mirage.data.inputs import InputError
+from mirage.options import cli_arg
 from mirage.runs.store import read_records
 from mirage.tune.follow import compare_follow, follow_report_of
 
@@ -35,13 +35,15 @@ def _answers(report: Path) -> list[dict]:
     return list(read_records(path))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("reports", nargs="+", type=Path,
-                        help="`mirage tune follow` reports (JSON); the first is the one the others are compared with")
-    parser.add_argument("--out", required=True, type=Path, help="the JSON file to write")
-    parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (default 2000, seed 0)")
-    args = parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    reports: tuple[Path, ...] = cli_arg(flag="reports", type=Path, help="`mirage tune follow` reports (JSON); the "
+                                        "first is the one the others are compared with")
+    out: Path = cli_arg(flag="--out", type=Path, help="the JSON file to write")
+    bootstrap: int = cli_arg(2000, flag="--bootstrap", metavar="N", help="bootstrap resamples (seed 0)")
+
+
+def run(args: Options) -> int:
     try:
         first = follow_report_of(args.reports[0])
     except InputError as err:
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += [compare_follow(reference, answers[r], name=r.name, reference_name=args.reports[0].name,
                                 draws=args.bootstrap, items=items, answer_kind=kind).to_dict()
                  for kind, items in sorted(kinds.items()) for r in args.reports]
-    out = {"command": "python benchmarks/compare_follow.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+    out = {"command": "python benchmarks/compare_follow.py " + shlex.join(sys.argv[1:]),
            "follow_changes": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
@@ -69,4 +71,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(Options, run)

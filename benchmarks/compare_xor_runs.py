@@ -16,7 +16,7 @@ moves.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -24,9 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import main
 
+from mirage.options import cli_arg
 from mirage.runs.store import read_records
 from mirage.scoring.metrics import item_counts, paired_bootstrap
 
@@ -66,13 +66,16 @@ def _pair_counts(folder: Path) -> dict[str, dict[str, tuple[int, int, int, int]]
     return {setting: item_counts(records, setting) for setting in SETTINGS} if records else {}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="+", help="run folders; the first is the one the others are compared with")
-    parser.add_argument("--split", default="avg", help="which split's figures (default avg: over the languages)")
-    parser.add_argument("--out", required=True, help="the JSON file to write")
-    parser.add_argument("--bootstrap", type=int, default=2000, help="paired bootstrap resamples (0: none)")
-    args = parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    folders: tuple[str, ...] = cli_arg(flag="folders",
+                                       help="run folders; the first is the one the others are compared with")
+    split: str = cli_arg("avg", flag="--split", help="which split's figures (default avg: over the languages)")
+    out: str = cli_arg(flag="--out", help="the JSON file to write")
+    bootstrap: int = cli_arg(2000, flag="--bootstrap", metavar="N", help="paired bootstrap resamples (0: none)")
+
+
+def run(args: Options) -> int:
     folders = [Path(f) for f in args.folders]
     prefix = os.path.commonprefix([f.name for f in folders])
     rows = []
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 change = paired_bootstrap(base_counts.get(row["setting"], {}), counts.get(row["setting"], {}),
                                           resamples=args.bootstrap)
                 row.update(change or {})
-    out = {"command": "python benchmarks/compare_xor_runs.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+    out = {"command": "python benchmarks/compare_xor_runs.py " + shlex.join(sys.argv[1:]),
            "split": args.split, "folders": [str(f) for f in folders], "rows": rows}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     for row in rows:
@@ -100,4 +103,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(Options, run)

@@ -10,16 +10,13 @@ writes ``DIR/contextcite.jsonl``, one record per item (resumable; a file made wi
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import Text, UsageError, device_arg, dtype_arg, limit_arg, main, model_arg, text_arg
 
-from mirage.config import DEFAULT_MODEL
+from mirage.options import cli_arg
 from mirage.peers.contextcite import CONTEXTCITE_NUM_ABLATIONS, STORE_NAME, run_contextcite, store_settings
 from mirage.runs.experiment import ExperimentConfig
 from mirage.runs.progress import terminal_progress
@@ -27,24 +24,26 @@ from mirage.runs.store import ResumableJSONL
 from mirage.scoring.xor_data import concat_data, load_xor_attriqa
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("data", nargs="+", help="XOR-AttriQA JSONL files (match or per-passage release)")
-    parser.add_argument("-o", "--output", required=True, help=f"output folder (writes {STORE_NAME} there)")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="embedded model name, Hugging Face id or local path")
-    parser.add_argument("--text", choices=["en", "native"], default="en", help="English translations or native text")
-    parser.add_argument("--num-ablations", type=int, default=CONTEXTCITE_NUM_ABLATIONS,
-                        help=f"ablated contexts per item (ContextCite's default: {CONTEXTCITE_NUM_ABLATIONS})")
-    parser.add_argument("--seed", type=int, default=0, help="mask seed (0: ContextCite's own masks)")
-    parser.add_argument("--limit", type=int, help="keep the first N rows of each file")
-    parser.add_argument("--device", help="device to load the model on (default: mirage's choice)")
-    parser.add_argument("--dtype", help="model dtype (default: mirage's choice)")
-    parser.add_argument("--full-head", action="store_true",
-                        help="run the output head over every position, as ContextCite's own code does (same scores "
-                             "up to float rounding; slower, most on large vocabularies)")
-    args = parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    data: tuple[str, ...] = cli_arg(flag="data", help="XOR-AttriQA JSONL files (match or per-passage release)")
+    output: str = cli_arg(flag="--output", aliases=("-o",), help=f"output folder (writes {STORE_NAME} there)")
+    model: str = model_arg()
+    text: Text = text_arg()
+    num_ablations: int = cli_arg(CONTEXTCITE_NUM_ABLATIONS, flag="--num-ablations", metavar="N",
+                                 help="ablated contexts per item (ContextCite's own number)")
+    seed: int = cli_arg(0, flag="--seed", help="mask seed (0: ContextCite's own masks)")
+    limit: int | None = limit_arg(help="keep the first N rows of each file")
+    device: str | None = device_arg(help="device to load the model on (default: mirage's choice)")
+    dtype: str | None = dtype_arg(help="model dtype (default: mirage's choice)")
+    full_head: bool = cli_arg(False, flag="--full-head", help="run the output head over every position, as "
+                              "ContextCite's own code does (same scores up to float rounding; slower, most on large "
+                              "vocabularies)")
+
+
+def run(args: Options) -> int:
     if args.num_ablations < 1 or args.seed < 0:
-        parser.error("--num-ablations must be >= 1 and --seed >= 0")
+        raise UsageError("--num-ablations must be >= 1 and --seed >= 0")
 
     # The XOR-AttriQA scorer's pipeline config (its default prompt, "standard"), as `mirage score xor-attriqa` runs.
     exp = dataclasses.replace(ExperimentConfig.from_dict({"model": args.model, "text": args.text},
@@ -64,4 +63,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main(Options, run)

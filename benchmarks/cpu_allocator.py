@@ -15,7 +15,7 @@ context tokens of each selected token). Nothing is asserted.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -23,28 +23,28 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from harness import main, threads_arg
 
-import bench_scale  # the point runner, from this folder
-
+from benchmarks import bench_scale  # the point runner
 from mirage.data import resolve
+from mirage.options import cli_arg
 
 MODES = ("keep", "return")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--prompts", nargs="+", type=int, default=[1024, 4096, 7680])
-    ap.add_argument("--answer", type=int, default=40)
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--timeout", type=float, default=3600, help="wall-clock seconds per point")
-    ap.add_argument("--docs", nargs="+", default=["xor-attriqa-full:val"],
-                    help="passages: XOR-AttriQA JSONL or ALCE JSON files, or dataset names")
-    ap.add_argument("--out", default="benchmarks/results/cpu_allocator.json")
-    args = ap.parse_args()
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    prompts: tuple[int, ...] = cli_arg((1024, 4096, 7680), flag="--prompts", help="prompt lengths in tokens")
+    answer: int = cli_arg(40, flag="--answer", metavar="N", help="the answer's length in tokens")
+    repeats: int = cli_arg(1, flag="--repeats", metavar="N", help="rounds over the points")
+    threads: int = threads_arg(2)
+    timeout: float = cli_arg(3600, flag="--timeout", help="wall-clock seconds per point")
+    docs: tuple[str, ...] = cli_arg(("xor-attriqa-full:val",), flag="--docs",
+                                    help="passages: XOR-AttriQA JSONL or ALCE JSON files, or dataset names")
+    out: str = cli_arg("benchmarks/results/cpu_allocator.json", flag="--out", help="the JSON file to write")
+
+
+def run(args: Options) -> None:
     docs = [str(resolve(d)) for d in args.docs]  # dataset names (xor-attriqa-full:val) or paths
     runs: dict[tuple[int, str], list[dict]] = {}
     for _round in range(args.repeats):
@@ -88,4 +88,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Options, run)

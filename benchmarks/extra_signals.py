@@ -22,21 +22,19 @@ No test row is read.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 import numpy as np
+from harness import Text, UsageError, main, model_arg, text_arg
 
-from benchmarks.learned_features import _fit
+from benchmarks.learned_features import fit_feature_set
 from mirage.config import CTIConfig
 from mirage.likelihood.classifier import fit_learned
 from mirage.likelihood.features import FEATURES, matrix
+from mirage.options import cli_arg
 from mirage.runs.store import ResumableJSONL, read_records, write_atomic
 from mirage.scoring.xor_attriqa import scores_from_records
 from mirage.scoring.xor_classifier import passage_features
@@ -103,7 +101,7 @@ def compare(candidates: dict[str, tuple[list[tuple[XorItem, list[dict[str, float
     """Each candidate (passages, feature names) beside the default features on the same passages."""
     out = {}
     for name, (usable, names) in candidates.items():
-        fitted, base = _fit(usable, names), _fit(usable, FEATURES)
+        fitted, base = fit_feature_set(usable, names), fit_feature_set(usable, FEATURES)
         out[name] = {"features": list(names), "n_items": len(usable), "n_passages": sum(len(f) for _i, f in usable),
                      **{k: v for k, v in fitted.items() if k != "coefficients"},
                      "train_to_val_roc_auc": _train_to_val(usable, names),
@@ -112,19 +110,23 @@ def compare(candidates: dict[str, tuple[list[tuple[XorItem, list[dict[str, float
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("scores", type=Path)
-    ap.add_argument("--calibrate-on", nargs="+", type=Path, required=True, help="train/val files (never fi/ru)")
-    ap.add_argument("--text", choices=("en", "native"), default="en")
-    ap.add_argument("--other", type=Path, help="a second model's store of the same calibration items")
-    ap.add_argument("--other-text", choices=("en", "native"), default="native")
-    ap.add_argument("--judge", type=Path, help="store of the yes/no judge values (computed where missing)")
-    ap.add_argument("--model", help="the model of SCORES (with --judge)")
-    ap.add_argument("-o", "--output", type=Path)
-    args = ap.parse_args(argv)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    scores: Path = cli_arg(flag="scores", type=Path, help="the mirage score xor-attriqa store of the calibration items")
+    calibrate_on: tuple[Path, ...] = cli_arg(flag="--calibrate-on", type=Path, help="train/val files (never fi/ru)")
+    text: Text = text_arg()
+    other: Path | None = cli_arg(None, flag="--other", type=Path,
+                                 help="a second model's store of the same calibration items")
+    other_text: Text = text_arg("native", flag="--other-text", help="the text the second model read")
+    judge: Path | None = cli_arg(None, flag="--judge", type=Path,
+                                 help="store of the yes/no judge values (computed where missing)")
+    model: str | None = model_arg(None, help="the model of SCORES (with --judge)")
+    output: Path | None = cli_arg(None, flag="--output", aliases=("-o",), type=Path, help="the JSON file to write")
+
+
+def run(args: Options) -> int:
     if args.judge and not args.model:
-        ap.error("--judge needs --model, the model of SCORES.")
+        raise UsageError("--judge needs --model, the model of SCORES.")
     items = concat_data(load_xor_attriqa(p, text=args.text) for p in args.calibrate_on).items
     own = _features(items, args.scores)
     rows = [(it, own[(Path(it.file).name, it.line)]) for it in items if (Path(it.file).name, it.line) in own]
@@ -147,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"the judge alone: ROC-AUC {roc_auc_score(y, [f['judge'] for _i, fs in judged for f in fs]):.3f}, "
               f"its gap to the item's best {roc_auc_score(y, [f['judge_gap'] for _i, fs in judged for f in fs]):.3f}")
     if not candidates:
-        ap.error("give --other and/or --judge.")
+        raise UsageError("give --other and/or --judge.")
     result = compare(candidates)
     print(f"{'candidate':38s} {'items':>5s} {'OOF AUC':>8s} {'(dflt)':>7s} {'train→val':>9s} {'(dflt)':>7s}")
     for name, r in result.items():
@@ -160,4 +162,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(Options, run)

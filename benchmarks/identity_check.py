@@ -15,7 +15,7 @@ ratio, never an assertion).
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import gzip
 import json
 import os
@@ -28,7 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import ROOT, limit_arg, main, threads_arg
+
+from mirage.options import cli_arg
+
 LEGACY_DATA = ""  # --legacy-data
 
 #: Fields whose values change from run to run by nature (clock and environment), dropped before comparing.
@@ -107,8 +110,9 @@ def _run(cmd: list[str], tree: Path, log: Path) -> float:
     return time.perf_counter() - start
 
 
-def run_side(rev: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Check out ``rev`` into ``work/tree`` and run the three jobs there; their outputs under ``work/out``."""
+def run_side(rev: str, work: Path, args: Options, xor_file: Path, calibrate_file: Path) -> dict[str, Any]:
+    """Check out ``rev`` into ``work/tree`` and run the three jobs there (on the XOR-AttriQA rows of ``xor_file``,
+    calibrated on ``calibrate_file``); their outputs under ``work/out``."""
     tree, out = work / "tree", work / "out"
     subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT, check=True,
                    capture_output=True)
@@ -121,9 +125,9 @@ def run_side(rev: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
         "attribute": _run([py, "-m", "mirage", "attribute", "examples/rag_items.json", "-o",
                            str(out / "attribute" / "attributed.jsonl"), "--max-new-tokens", str(args.max_new_tokens)],
                           tree, log),
-        "score_xor_attriqa": _run([py, "-m", "mirage", "score", "xor-attriqa", str(args.xor_file), "--limit",
+        "score_xor_attriqa": _run([py, "-m", "mirage", "score", "xor-attriqa", str(xor_file), "--limit",
                                    str(args.limit), "--settings", "ex", "cal", "--calibrate-on",
-                                   str(args.calibrate_file), "-o", str(out / "xor"), "--quiet"], tree, log),
+                                   str(calibrate_file), "-o", str(out / "xor"), "--quiet"], tree, log),
         "bench_attribution": _run([py, "benchmarks/bench_attribution.py", "--threads", str(args.threads),
                                    "--max-new-tokens", str(args.bench_tokens), "--out", str(work / "bench.json")],
                                   tree, log),
@@ -140,28 +144,32 @@ def _data_file(name: str) -> Path:
     return Path(resolve(name)).resolve()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", required=True, help="the earlier revision")
-    parser.add_argument("--after", default="HEAD", help="the later revision (default HEAD)")
-    parser.add_argument("--xor", default="xor-attriqa-match:val", help="XOR-AttriQA rows to score (name or file)")
-    parser.add_argument("--calibrate-on", default="xor-attriqa-match:train", help="MIRAGE-CAL's calibration rows")
-    parser.add_argument("--limit", type=int, default=8, help="rows of each XOR-AttriQA file")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="the main command's answer length")
-    parser.add_argument("--bench-tokens", type=int, default=32, help="the benchmark's answer length")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--legacy-data", default="", help="for revisions from before datasets by name: the folder "
-                        "they read the data from (a copy of the data, as MIRAGE_SHARED_DATA)")
-    parser.add_argument("--out", required=True, help="the JSON file to write")
-    args = parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    before: str = cli_arg(flag="--before", help="the earlier revision")
+    after: str = cli_arg("HEAD", flag="--after", help="the later revision")
+    xor: str = cli_arg("xor-attriqa-match:val", flag="--xor", help="XOR-AttriQA rows to score (name or file)")
+    calibrate_on: str = cli_arg("xor-attriqa-match:train", flag="--calibrate-on",
+                                help="MIRAGE-CAL's calibration rows")
+    limit: int = limit_arg(8, help="rows of each XOR-AttriQA file")
+    max_new_tokens: int = cli_arg(64, flag="--max-new-tokens", metavar="N", help="the main command's answer length")
+    bench_tokens: int = cli_arg(32, flag="--bench-tokens", metavar="N", help="the benchmark's answer length")
+    threads: int = threads_arg(1)
+    legacy_data: str = cli_arg("", flag="--legacy-data", help="for revisions from before datasets by name: the "
+                               "folder they read the data from (a copy of the data, as MIRAGE_SHARED_DATA; "
+                               "default: none)")
+    out: str = cli_arg(flag="--out", help="the JSON file to write")
+
+
+def run(args: Options) -> int:
     global LEGACY_DATA
     LEGACY_DATA = str(Path(args.legacy_data).resolve()) if args.legacy_data else ""
-    args.xor_file, args.calibrate_file = _data_file(args.xor), _data_file(args.calibrate_on)
+    xor_file, calibrate_file = _data_file(args.xor), _data_file(args.calibrate_on)
     with tempfile.TemporaryDirectory(prefix="mirage-identity-") as tmp:
         sides = {}
         try:
             for side, rev in (("before", args.before), ("after", args.after)):
-                sides[side] = run_side(rev, Path(tmp) / side, args)
+                sides[side] = run_side(rev, Path(tmp) / side, args, xor_file, calibrate_file)
             outputs = {job: compare(Path(tmp) / "before" / "out" / job, Path(tmp) / "after" / "out" / job)
                        for job in ("attribute", "xor")}
         finally:
@@ -182,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                       "same_citations_after": row.get("same_citations")})
     bench_same = compare_bench(sides["before"]["bench"], sides["after"]["bench"])
     result = {
-        "command": "python benchmarks/identity_check.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "command": "python benchmarks/identity_check.py " + shlex.join(sys.argv[1:]),
         "before": sides["before"]["commit"], "after": sides["after"]["commit"],
         "identical": all(f["same_values"] for o in outputs.values() for f in o["files"].values()) and bench_same,
         "outputs": outputs, "bench_outputs_identical": bench_same, "bench": bench,
@@ -208,4 +216,4 @@ def compare_bench(before: dict[str, Any], after: dict[str, Any]) -> bool:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(Options, run)

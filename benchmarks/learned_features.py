@@ -29,21 +29,18 @@ writes the same as JSON.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 import numpy as np
+from harness import Text, UsageError, main, model_arg, text_arg
 
 from mirage.config import CTIConfig, MirageConfig
 from mirage.likelihood.classifier import fit_learned
 from mirage.likelihood.features import CCI_FEATURES, FEATURES, LOO_FEATURES, matrix
+from mirage.options import cli_arg
 from mirage.runs.store import read_records, write_atomic
 from mirage.scoring import metrics as M
 from mirage.scoring.benchmarks import stored_xor_pipeline
@@ -86,7 +83,10 @@ def oof_metrics(model_cv: dict, X: np.ndarray, y: np.ndarray, groups: Sequence[s
             "balanced_accuracy": M.balanced_accuracy(counts)}
 
 
-def _fit(usable, names: Sequence[str]) -> dict:
+def fit_feature_set(usable, names: Sequence[str]) -> dict:
+    """The classifier fitted as ``--settings learned`` fits it on the features ``names`` of ``usable`` ((item, passage
+    features) pairs), scored by its out-of-fold predictions: ROC-AUC at the chosen C, the metrics at the out-of-fold
+    F1 threshold, and the coefficients."""
     y = np.asarray([lab for item, _f in usable for lab in item.labels], dtype=bool)
     groups = [item.key for item, feats in usable for _ in feats]
     X = np.asarray([r for _item, feats in usable for r in matrix(feats, names)], dtype=np.float64)
@@ -111,8 +111,8 @@ def compare(items: Sequence[XorItem], records: list[dict], *, candidates: dict[s
         if len({lab for item, _f in usable for lab in item.labels}) < 2 or len(usable) < 10:
             out["sets"][name] = {"features": list(names), "n_items": len(usable), "missing": True}
             continue
-        fitted = _fit(usable, names)
-        base = _fit(usable, ONLY)
+        fitted = fit_feature_set(usable, names)
+        base = fit_feature_set(usable, ONLY)
         out["sets"][name] = {"features": list(names), "n_items": len(usable),
                              "n_passages": sum(len(f) for _i, f in usable), **fitted,
                              "default_on_same": {k: v for k, v in base.items() if k != "coefficients"},
@@ -191,17 +191,21 @@ def fill(items: Sequence[XorItem], records: list[dict], path: Path, model: str, 
         return store.records()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("scores", type=Path, help="scores.jsonl or scores.jsonl.gz of a mirage score xor-attriqa run")
-    ap.add_argument("--calibrate-on", nargs="+", type=Path, required=True, help="train/val files (never fi/ru)")
-    ap.add_argument("--text", choices=("en", "native"), default="en")
-    ap.add_argument("-o", "--output", type=Path)
-    ap.add_argument("--fill", type=Path, help="store for the leave-one-out signals and EX rows the items lack")
-    ap.add_argument("--model", help="the model of SCORES (with --fill)")
-    args = ap.parse_args(argv)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    scores: Path = cli_arg(flag="scores", type=Path,
+                           help="scores.jsonl or scores.jsonl.gz of a mirage score xor-attriqa run")
+    calibrate_on: tuple[Path, ...] = cli_arg(flag="--calibrate-on", type=Path, help="train/val files (never fi/ru)")
+    text: Text = text_arg()
+    output: Path | None = cli_arg(None, flag="--output", aliases=("-o",), type=Path, help="the JSON file to write")
+    fill: Path | None = cli_arg(None, flag="--fill", type=Path,
+                                help="store for the leave-one-out signals and EX rows the items lack")
+    model: str | None = model_arg(None, help="the model of SCORES (with --fill)")
+
+
+def run(args: Options) -> int:
     if args.fill and not args.model:
-        ap.error("--fill needs --model, the model SCORES was computed with.")
+        raise UsageError("--fill needs --model, the model SCORES was computed with.")
     items = concat_data(load_xor_attriqa(p, text=args.text) for p in args.calibrate_on).items
     records = read_records(args.scores)
     if args.fill:
@@ -232,4 +236,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(Options, run)

@@ -17,7 +17,7 @@ it). Memory in MB (2^20 bytes). Nothing is asserted.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import multiprocessing
 import sys
@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import main, threads_arg
+
+from mirage.options import cli_arg
 
 MB = 2**20
 
@@ -104,13 +105,16 @@ def measure(point: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=["smollm2-135m-instruct", "gemma3-270m"])
-    ap.add_argument("--prompts", nargs="+", type=int, default=[1024, 2048])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default="benchmarks/results/memory_estimates.json")
-    args = ap.parse_args()
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    models: tuple[str, ...] = cli_arg(("smollm2-135m-instruct", "gemma3-270m"), flag="--models",
+                                      help="the models measured")
+    prompts: tuple[int, ...] = cli_arg((1024, 2048), flag="--prompts", help="prompt lengths in tokens")
+    threads: int = threads_arg(2)
+    out: str = cli_arg("benchmarks/results/memory_estimates.json", flag="--out", help="the JSON file to write")
+
+
+def run(args: Options) -> None:
     command = "python benchmarks/memory_estimates.py " + " ".join(sys.argv[1:])
     rows: list[dict[str, Any]] = []
     started = time.time()
@@ -134,4 +138,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Options, run)

@@ -14,15 +14,16 @@ headroom has to absorb it). Memory in MB (2^20 bytes). Nothing is asserted.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import main, threads_arg
+
+from mirage.options import cli_arg
 
 MB = 2**20
 SHORTER = 100  # how many tokens shorter the second row is
@@ -65,13 +66,16 @@ def measure(model: str, kernel: str, prompts: list[int]) -> list[dict[str, Any]]
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=["smollm2-135m-instruct", "gemma3-270m"])
-    ap.add_argument("--prompts", nargs="+", type=int, default=[256, 640, 1024])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default="benchmarks/results/padded_batch_memory.json")
-    args = ap.parse_args()
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    models: tuple[str, ...] = cli_arg(("smollm2-135m-instruct", "gemma3-270m"), flag="--models",
+                                      help="the models measured")
+    prompts: tuple[int, ...] = cli_arg((256, 640, 1024), flag="--prompts", help="prompt lengths in tokens")
+    threads: int = threads_arg(2)
+    out: str = cli_arg("benchmarks/results/padded_batch_memory.json", flag="--out", help="the JSON file to write")
+
+
+def run(args: Options) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
@@ -87,4 +91,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Options, run)

@@ -12,19 +12,16 @@ figures show what the benchmark's rows (each a shape met once) hold besides arit
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
-import sys
 import time
-from pathlib import Path
 
 import torch
+from harness import device_arg, device_name, main, model_arg, recorded_command
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import device_name, recorded_command
-from benchmarks.bench_attribution import _cases
+from benchmarks.bench_attribution import attribution_cases
 from mirage import Mirage
+from mirage.options import cli_arg
 from mirage.peers.inseq import run_reference
 from mirage.runs.store import write_atomic
 
@@ -42,16 +39,18 @@ def _top(prof, n: int) -> list[dict]:
             for e in rows]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--top", type=int, default=15, help="operators kept per profile")
-    ap.add_argument("--out", default="benchmarks/results/profile_attribution.json")
-    args = ap.parse_args()
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    model: str = model_arg()
+    device: str | None = device_arg()
+    top: int = cli_arg(15, flag="--top", metavar="N", help="operators kept per profile")
+    out: str = cli_arg("benchmarks/results/profile_attribution.json", flag="--out", help="the JSON file to write")
+
+
+def run(args: Options) -> None:
     m = Mirage.from_pretrained(args.model, device=args.device)
     device = m.lm.device
-    eli5 = _cases(1)[0]
+    eli5 = attribution_cases(1)[0]
     first = m.attribute_item({**eli5, "output": None})  # warm-up: generation and attribution
     ids = m.lm.tokenizer(first.answer, add_special_tokens=False)["input_ids"]
     cuts = [n for n in (12, 20, 28, 36, 44, 52) if n < len(ids)] or [max(1, len(ids) - 1)]
@@ -98,4 +97,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Options, run)

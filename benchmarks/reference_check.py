@@ -9,15 +9,14 @@ first). Nothing is asserted: it prints both computations side by side.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import main
 
 from mirage.data import resolve
+from mirage.options import cli_arg
 from mirage.peers.inseq import run_reference
 
 
@@ -95,22 +94,24 @@ def _demo_cases(tokenizer, data: Path):  # data: XOR-AttriQA-match val rows
     return out
 
 
-def main() -> None:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    data: str = cli_arg("xor-attriqa-match:val", flag="--data",
+                        help="XOR-AttriQA-match val rows: a file or a dataset")
+
+
+def run(args: Options) -> None:
     import torch
 
     from mirage.attribution.models import load_model
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default="xor-attriqa-match:val",
-                        help="XOR-AttriQA-match val rows: a file or a dataset (default xor-attriqa-match:val)")
-    args = parser.parse_args()
-    args.data = resolve(args.data)
+    data = resolve(args.data)
     torch.set_num_threads(2)
     lm = load_model("smollm2-135m-instruct")
     model, tok = lm.model, lm.tokenizer
     print(f"tokenizer adds BOS: {tok('x').input_ids != tok('x', add_special_tokens=False).input_ids}; "
           f"bos_token={tok.bos_token!r} (config bos id {model.config.bos_token_id})")
-    for case in _demo_cases(tok, args.data):
+    for case in _demo_cases(tok, data):
         name = case.pop("name")
         ref = run_reference(model, tok, **case, std_k=1.0)
         n_prompt = len(tok(case["prompt"], add_special_tokens=False).input_ids)
@@ -135,4 +136,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Options, run)

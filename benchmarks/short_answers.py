@@ -16,7 +16,7 @@ two-token answer has a mirage citation (the run used the sample std).
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -24,11 +24,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import main
 
 from mirage.attribution.cti import select_tokens
 from mirage.config import CTIConfig
+from mirage.options import cli_arg
 from mirage.runs.store import read_records
 
 BUCKETS = ("1", "2", "3", "4-5", "6+")
@@ -65,14 +65,16 @@ def bias_counts(folder: Path) -> dict[str, Any]:
             "longer": sum(v for k, v in sizes.items() if isinstance(k, int) and k > 2)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--xor", nargs="*", default=[], help="mirage score xor-attriqa run folders")
-    parser.add_argument("--bias", nargs="*", default=[], help="mirage bias run folders")
-    parser.add_argument("--out", required=True, help="the JSON file to write")
-    args = parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    xor: tuple[str, ...] = cli_arg((), flag="--xor", nargs="*", help="mirage score xor-attriqa run folders")
+    bias: tuple[str, ...] = cli_arg((), flag="--bias", nargs="*", help="mirage bias run folders")
+    out: str = cli_arg(flag="--out", help="the JSON file to write")
+
+
+def run(args: Options) -> int:
     out: dict[str, Any] = {
-        "command": "python benchmarks/short_answers.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
+        "command": "python benchmarks/short_answers.py " + shlex.join(sys.argv[1:])}
     for folder in map(Path, args.xor):
         out[f"xor:{folder.name}"] = xor_counts(folder)
     for folder in map(Path, args.bias):
@@ -84,4 +86,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(Options, run)

@@ -18,16 +18,14 @@ before that change::
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import Text, main, model_arg, text_arg
 
 from mirage import Mirage, MirageConfig
+from mirage.options import cli_arg
 from mirage.runs.store import read_records
 from mirage.scoring.benchmarks import stored_xor_pipeline
 from mirage.scoring.xor_attriqa import ItemScores, prepare_item, run_lengths, scores_from_records
@@ -65,21 +63,21 @@ def without(scores: ItemScores, drop: list[int]) -> ItemScores:
                                context_docs=run_lengths([docs[j] for j in keep]))
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir")
-    parser.add_argument("data", nargs="+")
-    parser.add_argument("--calibrate-on", required=True)
-    parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--text", default="en", choices=["en", "native"])
-    parser.add_argument("-o", "--output")
-    parser.add_argument("--write-run", metavar="DIR",
-                        help="also write DIR/scores.jsonl (and run.json) with the straddling tokens dropped: the "
-                             "scores a run with mirage's current rule (context tokens inside the documents block) "
-                             "stores, so `mirage score xor-attriqa … -o DIR` re-evaluates it without recomputing "
-                             "attribution")
-    args = parser.parse_args()
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    run_dir: str = cli_arg(flag="run_dir", help="a finished mirage score xor-attriqa run folder")
+    data: tuple[str, ...] = cli_arg(flag="data", help="the XOR-AttriQA files it scored")
+    calibrate_on: str = cli_arg(flag="--calibrate-on", help="the calibration file it was calibrated on")
+    model: str = model_arg(help="the model the run used")
+    text: Text = text_arg()
+    output: str | None = cli_arg(None, flag="--output", aliases=("-o",), help="the JSON file to write")
+    write_run: str | None = cli_arg(None, flag="--write-run", metavar="DIR", help="also write DIR/scores.jsonl (and "
+                                    "run.json) with the straddling tokens dropped: the scores a run with mirage's "
+                                    "current rule (context tokens inside the documents block) stores, so `mirage "
+                                    "score xor-attriqa … -o DIR` re-evaluates it without recomputing attribution")
 
+
+def run(args: Options) -> int:
     cfg = stored_xor_pipeline(Path(args.run_dir) / "scores.jsonl", args.model)  # the run's own prompt
     stored = scores_from_records(read_records(Path(args.run_dir) / "scores.jsonl"))
     test = [i for path in args.data for i in load_xor_attriqa(path, text=args.text).items]
@@ -124,4 +122,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(Options, run)

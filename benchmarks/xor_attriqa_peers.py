@@ -24,18 +24,17 @@ predictions; what the notebook's ROC curves read), and prints the table.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import Text, main, text_arg
 
 from mirage.config import MirageConfig
 from mirage.likelihood.classifier import LearnedModel, best_threshold
+from mirage.options import cli_arg
 from mirage.peers.contextcite import STORE_NAME, contextcite_scores
 from mirage.runs.store import read_records
 from mirage.scoring.tables import SETTING_NAMES, XOR_METRICS, grid
@@ -62,27 +61,29 @@ def peer_rows(items: Sequence[XorItem], cc: dict[str, list[float]], rule) -> lis
     return [(item.lang, rule(cc[item.key]), list(item.labels), list(cc[item.key])) for item in items if item.key in cc]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("run_dir")
-    ap.add_argument("--contextcite", help="folder of benchmarks/contextcite_xor.py's output (without it: mirage's "
-                                          "settings and the NLI judges only)")
-    ap.add_argument("--data", nargs="+", required=True)
-    ap.add_argument("--calibrate-on", nargs="+", required=True)
-    ap.add_argument("--text", default="en", choices=["en", "native"])
-    ap.add_argument("-o", "--output", help="output folder (default RUN_DIR/peers)")
-    args = ap.parse_args(argv)
-    run = Path(args.run_dir)
-    out = Path(args.output) if args.output else run / "peers"
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    run_dir: str = cli_arg(flag="run_dir", help="a mirage score xor-attriqa run folder (scores.jsonl, results.json)")
+    contextcite: str | None = cli_arg(None, flag="--contextcite", help="folder of benchmarks/contextcite_xor.py's "
+                                      "output (without it: mirage's settings and the NLI judges only)")
+    data: tuple[str, ...] = cli_arg(flag="--data", help="the test files (XOR-AttriQA JSONL)")
+    calibrate_on: tuple[str, ...] = cli_arg(flag="--calibrate-on", help="the calibration files (XOR-AttriQA JSONL)")
+    text: Text = text_arg()
+    output: str | None = cli_arg(None, flag="--output", aliases=("-o",), help="output folder (default RUN_DIR/peers)")
+
+
+def run(args: Options) -> int:
+    folder = Path(args.run_dir)
+    out = Path(args.output) if args.output else folder / "peers"
     out.mkdir(parents=True, exist_ok=True)
-    scores = scores_from_records(read_records(run / "scores.jsonl"))
+    scores = scores_from_records(read_records(folder / "scores.jsonl"))
     cc_records = read_records(Path(args.contextcite) / STORE_NAME) if args.contextcite else []
     cc = contextcite_scores(cc_records)
     test = concat_data(load_xor_attriqa(p, text=args.text) for p in args.data).items
     cal = concat_data(load_xor_attriqa(p, text=args.text) for p in args.calibrate_on).items
     both = [i for i in test if (i.key in cc or not args.contextcite) and i.key in scores]
     cal_both = [i for i in cal if i.key in cc and i.key in scores]
-    stored = json.loads((run / "results.json").read_text())
+    stored = json.loads((folder / "results.json").read_text())
     cfg = MirageConfig.from_dict(stored["settings"]["config"])
     groups = stored["settings"].get("groups") or ("ex", "cal", "learned")
     report = evaluate(both, scores, config=cfg, calibration_items=[i for i in cal if i.key in scores],
@@ -148,4 +149,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(Options, run)

@@ -10,17 +10,16 @@ passage predictions (top-3 and top-5 %) are compared, and both are scored agains
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import Text, limit_arg, main, model_arg, text_arg
 
 from mirage import Mirage
 from mirage.attribution.cti import select_tokens
 from mirage.config import CCIConfig, CTIConfig
+from mirage.options import cli_arg
 from mirage.peers.inseq import fit_to_prompt_context, passage_predictions, run_reference
 from mirage.runs.store import read_records
 from mirage.scoring import metrics as M
@@ -43,15 +42,16 @@ def _top(values: list[float], k: int) -> list[int]:
     return sorted(range(len(values)), key=lambda j: -values[j])[:k]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir")
-    parser.add_argument("data", nargs="+")
-    parser.add_argument("--limit", type=int, default=2)
-    parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--text", default="en", choices=["en", "native"])
-    args = parser.parse_args()
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    run_dir: str = cli_arg(flag="run_dir", help="a mirage score xor-attriqa run folder (its scores.jsonl)")
+    data: tuple[str, ...] = cli_arg(flag="data", help="the XOR-AttriQA files it scored")
+    limit: int = limit_arg(2, help="rows of each file")
+    model: str = model_arg(help="the model the run used")
+    text: Text = text_arg()
 
+
+def run(args: Options) -> int:
     cfg = stored_xor_pipeline(Path(args.run_dir) / "scores.jsonl", args.model)  # the run's own prompt
     stored = scores_from_records(read_records(Path(args.run_dir) / "scores.jsonl"))
     m = Mirage.from_pretrained(args.model, config=cfg)
@@ -108,4 +108,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main(Options, run)

@@ -9,8 +9,10 @@ the field's check reads them (``--k 3.0`` is 3, :func:`mirage.checks.flag_type`)
 default (:func:`flag_help`). Where the annotation does not say it all, the metadata does: ``aliases`` (``-o``),
 ``metavar``, ``type`` (a narrower argparse type, e.g. an integer >= 1), ``nargs``, ``choices`` (names, or a callable
 giving them), ``dest``, ``required``, ``cli_default`` (the parser's default where it is not the field's: None =
-"not given", so that a config file or preset decides) and ``exclusive`` (fields that choose the same thing share a
-name: their flags exclude each other). ``implies`` and ``later`` belong to :mod:`mirage.config`.
+"not given", so that a config file or preset decides), ``exclusive`` (fields that choose the same thing share a
+name: their flags exclude each other), and argparse's ``const`` (the value of a flag given without one, with
+``nargs="?"``) and ``action="append"`` (a tuple field collecting one value per repetition of its flag). ``implies``
+and ``later`` belong to :mod:`mirage.config`.
 
     add_options(parser, XorAttriQAOptions)                         # every field with a flag, in field order
     options = options_from_args(XorAttriQAOptions, args, output=…)  # the flags given, the class's defaults elsewhere
@@ -31,7 +33,8 @@ __all__ = ["OptionField", "add_options", "cli_arg", "flag_help", "given_options"
            "options_from_args", "value_type"]
 
 #: The metadata keys :func:`add_options` reads (besides ``flag`` and ``help``).
-_SPEC_KEYS = ("aliases", "metavar", "type", "nargs", "choices", "dest", "required", "cli_default", "exclusive")
+_SPEC_KEYS = ("aliases", "metavar", "type", "nargs", "choices", "dest", "required", "cli_default", "exclusive",
+              "const", "action")
 
 
 def cli_arg(default: Any = dataclasses.MISSING, *, flag: str, help: str,
@@ -192,9 +195,10 @@ def _argument(opt: OptionField, default: Any, *, unset: bool) -> tuple[list[str]
             choices = choices()
         if choices:
             kwargs["choices"] = list(choices)
-        nargs = spec.get("nargs", nargs)
+        nargs = spec.get("nargs", None if spec.get("action") == "append" else nargs)  # append: one value a flag
         if nargs is not None:
             kwargs["nargs"] = nargs
+        kwargs.update({key: spec[key] for key in ("const", "action") if key in spec})
         parser_default = None if unset else (list(shown) or None) if isinstance(shown, tuple) else shown
         kwargs["help"] = flag_help(spec["help"], shown)
     kwargs["default"] = spec.get("cli_default", parser_default)

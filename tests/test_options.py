@@ -79,3 +79,26 @@ def test_a_command_can_give_a_field_its_own_help_and_arity():
     assert (action.nargs, action.help) == ("?", "one file")
     assert flag_help("x", ("a", "b")) == "x (default: a b)" and flag_help("x", ()) == "x"
     assert flag_help("x (default 2)", 3) == "x (default 2)" and flag_help("x", True) == "x (default: true)"
+
+
+@dataclass(frozen=True)
+class Repeated:
+    sweep: Literal["answer", "context", "both"] | None = cli_arg(None, flag="--sweep", nargs="?", const="both",
+                                                                 help="a sweep (alone: both)")
+    note: tuple[str, ...] | None = cli_arg(None, flag="--note", action="append", help="a note (repeatable)")
+
+
+def test_a_flag_can_stand_alone_or_repeat():
+    """``const``: the value of a flag given without one (``nargs="?"``); ``action="append"``: a tuple field gathers
+    one value per repetition of its flag."""
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_options(parser, Repeated)
+    assert options_from_args(Repeated, parser.parse_args([])) == Repeated()
+    assert options_from_args(Repeated, parser.parse_args(["--sweep"])).sweep == "both"
+    assert options_from_args(Repeated, parser.parse_args(["--sweep", "answer"])).sweep == "answer"
+    got = options_from_args(Repeated, parser.parse_args(["--note", "a b", "--note", "c"]))
+    assert got.note == ("a b", "c")
+    with pytest.raises(argparse.ArgumentError, match="invalid choice"):
+        parser.parse_args(["--sweep", "all"])
+    with pytest.raises(TypeError, match="unknown metadata"):
+        cli_arg(None, flag="--x", help="x", store="no")
