@@ -327,7 +327,7 @@ def selfcite_citations(inputs: CitationInputs) -> list[SentenceAttribution]:
     ``doc_scores``: each document's reward cited alone. Uses no CTI or CCI; costs two passes per candidate set, each
     from the full prompt's cached prefix."""
     from mirage.attribution.methods import document_inputs
-    from mirage.attribution.methods.selfcite import candidate_sets, citation_reward_rows, ranked
+    from mirage.attribution.methods.selfcite import candidate_sets, citation_reward_rows, ranked, token_means
 
     cfg = inputs.config
     doc_in = document_inputs(inputs.mirage, inputs.prepared, inputs.text, config=cfg)
@@ -343,7 +343,7 @@ def selfcite_citations(inputs: CitationInputs) -> list[SentenceAttribution]:
         if not tokens:
             out.append(dataclasses.replace(sentence, mirage_citations=[], doc_scores=[0.0] * doc_in.n_docs))
             continue
-        rewards = rows[:, sorted(tokens)].mean(dim=1).tolist()
+        rewards = token_means(rows, tokens)
         best = ranked(sets, rewards)
         cited = list(best.best) if best.rewards[0] > 0 else []
         out.append(dataclasses.replace(sentence, mirage_citations=cited,

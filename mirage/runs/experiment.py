@@ -382,10 +382,11 @@ def question_digest(question: str) -> str:
 
 #: The selection protocol's two halves of the questions (:func:`question_half`): recipes are compared and chosen on
 #: the ``choosing`` half only, and each chosen one is reported once on the ``confirming`` half.
-HALVES = ("choosing", "confirming")
+Half = typing.Literal["choosing", "confirming"]
+HALVES: tuple[str, ...] = typing.get_args(Half)
 
 
-def question_half(question: str) -> str:
+def question_half(question: str) -> Half:
     """The half of the selection protocol (:data:`HALVES`) a question falls in: by the parity of its key
     (:func:`question_digest`), so fixed per question whatever file, order or documents it is read with, and about
     half of any set of questions in each."""

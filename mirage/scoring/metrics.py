@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -369,12 +370,40 @@ def citation_set_agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]
 
 
 def rank_correlation(a: Sequence[float], b: Sequence[float]) -> float:
-    """Spearman's rank correlation of two equally long score rows (ranks by sort order; ties are not averaged)."""
+    """Spearman's rank correlation of two equally long score rows (ranks by sort order; ties are not averaged: for
+    float rows of one attribution computed twice, where ties are rare; :func:`spearman` averages them)."""
     import torch
 
     ra = torch.tensor(a, dtype=torch.float64).argsort().argsort().double()
     rb = torch.tensor(b, dtype=torch.float64).argsort().argsort().double()
     return float(torch.corrcoef(torch.stack([ra, rb]))[0, 1])
+
+
+def average_ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks of ``values``, tied values given their average rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman's rank correlation of two equally long score rows with :func:`average_ranks` (the tie-aware form,
+    for rounded or sparse scores); None where either row is constant."""
+    ra, rb = average_ranks(a), average_ranks(b)
+    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+    va = sum((x - ma) ** 2 for x in ra)
+    vb = sum((y - mb) ** 2 for y in rb)
+    if va == 0 or vb == 0:
+        return None
+    return sum((x - ma) * (y - mb) for x, y in zip(ra, rb)) / (va * vb) ** 0.5
 
 
 def attribution_details(res: AttributionResult) -> dict[str, Any]:

@@ -511,7 +511,7 @@ def evaluate(
             names = feature_set.split("+")
             setting = f"learned+{feature_set}"
             with_methods = fit_rows(with_method_features(cal_rows, names, method_scores or {}),
-                                     [*model.features, *map(method_feature, names)])
+                                    [*model.features, *map(method_feature, names)])
             add(setting, learned_rows(with_methods, with_method_features(test_rows, names, method_scores or {})))
             classifiers[setting] = {"model": with_methods.to_dict(), "coefficients": with_methods.coefficients()}
         if classifiers:

@@ -33,6 +33,7 @@ from mirage.data.inputs import InputError
 from mirage.runs.lazy import resolve_mirage
 from mirage.runs.progress import Progress
 from mirage.runs.sharding import owns
+from mirage.scoring.metrics import spearman
 from mirage.scoring.xor_attriqa import prepare_item
 from mirage.scoring.xor_data import XorItem
 
@@ -192,32 +193,6 @@ def document_method_rows(items: Sequence[XorItem], calibration_items: Sequence[X
     return rows, summary
 
 
-def _ranks(values: Sequence[float]) -> list[float]:
-    """1-based ranks, ties given their average rank."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
-def _spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """Spearman's rank correlation with average ranks for ties; None where either side is constant."""
-    ra, rb = _ranks(a), _ranks(b)
-    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
-    va = sum((x - ma) ** 2 for x in ra)
-    vb = sum((y - mb) ** 2 for y in rb)
-    if va == 0 or vb == 0:
-        return None
-    return sum((x - ma) * (y - mb) for x, y in zip(ra, rb)) / (va * vb) ** 0.5
-
-
 def _top(values: Sequence[float]) -> list[int]:
     """The passages at the top (several where tied)."""
     best = max(values)
@@ -232,10 +207,11 @@ def method_faithfulness(test: Sequence[tuple[XorItem, MethodRecord]],
                         scores: Mapping[str, Mapping[str, MethodRecord]]) -> dict[str, Any] | None:
     """How faithful one method's passage scores (``test``: its records of the test answers) are to what removing
     passages does to the same model's answer, over the answers with at least two passages that the references
-    scored; None where the run scored neither reference (:data:`FAITHFULNESS_REFERENCES`) nor ``selfcite``.
+    scored; None where the run scored neither reference (:data:`FAITHFULNESS_REFERENCES`).
 
     - ``spearman[ref]``: Spearman's rank correlation of the method's passage scores with the reference's (average
-      ranks for ties), averaged over the answers where neither side is constant (``spearman_answers[ref]`` of them);
+      ranks for ties, :func:`mirage.scoring.metrics.spearman`), averaged over the answers where neither side is
+      constant (``spearman_answers[ref]`` of them);
     - ``top1[ref]``: % of answers whose top passage is the reference's (a tie at the top counts as a random pick
       among the tied: the share of them that is the reference's top);
     - with ``leave_one_out``: ``drop_top1``, the drop of the answer's mean token log-probability (nats) when the
@@ -256,11 +232,11 @@ def method_faithfulness(test: Sequence[tuple[XorItem, MethodRecord]],
                 if item.key in refs[ref] and len(refs[ref][item.key].doc) == len(rec.doc)]
         if not both:
             continue
-        corr = [c for c in (_spearman(a, b) for a, b in both) if c is not None]
+        corr = [c for c in (spearman(a, b) for a, b in both) if c is not None]
         out["spearman"][ref] = _mean_or_none(corr)
         out["spearman_answers"][ref] = len(corr)
-        out["top1"][ref] = 100 * statistics.fmean(
-            sum(d in _top(b) for d in _top(a)) / len(_top(a)) for a, b in both)
+        tops = [(_top(a), set(_top(b))) for a, b in both]
+        out["top1"][ref] = 100 * statistics.fmean(sum(d in theirs for d in mine) / len(mine) for mine, theirs in tops)
         out["answers"] = max(out["answers"], len(both))
     loo, kept = refs["leave_one_out"], refs["selfcite"]
     drops, drop_random, keeps, keep_random = [], [], [], []

@@ -14,7 +14,7 @@ from typing import Literal
 
 from mirage.config import DEFAULT_MODEL
 from mirage.options import cli_arg
-from mirage.runs.experiment import HALVES, TextView, non_negative_int, positive_int
+from mirage.runs.experiment import Half, TextView, non_negative_int, positive_int
 
 __all__ = ["DEFAULT_CONFIG", "TEXT_VIEW", "CardOptions", "EvalOptions", "ExportOptions", "FollowOptions",
            "StageOptions", "TrainingSetOptions"]
@@ -104,7 +104,7 @@ class EvalOptions:
         "only the first N rows (after --exclude)"))
     limit_each: int | None = cli_arg(None, flag="--limit-each", type=non_negative_int, metavar="N", help=(
         "only the first N rows of each file"))
-    half: str | None = cli_arg(None, flag="--half", choices=HALVES, help=(
+    half: Half | None = cli_arg(None, flag="--half", help=(
         "only the questions of one half of the selection protocol (a fixed half per question, by its text): "
         "choosing (compare recipes here) or confirming (report a chosen one once); applied after the trained "
         "questions are left out, before --limit"))

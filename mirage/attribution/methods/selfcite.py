@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from mirage.attribution.methods.base import DocumentInputs, PassMeter
 
 __all__ = ["RankedCitations", "SelfCiteMethod", "best_citation", "candidate_sets", "citation_reward_rows",
-           "citation_rewards", "ranked"]
+           "citation_rewards", "ranked", "token_means"]
 
 
 def _kept_and_removed(inputs: DocumentInputs, cited: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -55,8 +55,9 @@ def citation_reward_rows(inputs: DocumentInputs, candidates: Sequence[Sequence[i
     return rows[0::2] - rows[1::2]
 
 
-def _token_means(rows: torch.Tensor, tokens: Sequence[int] | None) -> list[float]:
-    """Each row's mean over ``tokens`` (0-based answer token indices; default every token)."""
+def token_means(rows: torch.Tensor, tokens: Sequence[int] | None = None) -> list[float]:
+    """Each row of :func:`citation_reward_rows` averaged over ``tokens`` (0-based answer token indices, a
+    statement's; default every token): each candidate's reward for that statement."""
     if tokens is not None:
         picked = sorted({int(t) for t in tokens})
         bad = [t for t in picked if not 0 <= t < rows.shape[1]]
@@ -72,7 +73,7 @@ def citation_rewards(inputs: DocumentInputs, candidates: Sequence[Sequence[int]]
     """The SelfCite reward of each candidate citation set (1-based documents): the answer's (or, given ``tokens``,
     those answer tokens') mean token log-probability with only those documents minus without them (nats; every
     document cited: against the contextless prompt). One pass per distinct prompt."""
-    return _token_means(citation_reward_rows(inputs, candidates), tokens)
+    return token_means(citation_reward_rows(inputs, candidates), tokens)
 
 
 def candidate_sets(n_docs: int, max_size: int = 2) -> list[tuple[int, ...]]:
