@@ -323,6 +323,12 @@ def bench_xor_commands() -> str:
              + (f", the median of {data['repeats']} rounds" if data.get("repeats", 1) > 1 else "")
              + f", from {_source(rel)}:")
     out = [intro, "", table(["command", "as run", "seconds", "reference / this"], rows), ""]
+    rounds = data.get("rounds", {})
+    if len(rounds.get("reference", [])) > 1:  # the spread a median hides: the ratio round by round
+        per_round = [
+            f"{run} " + ", ".join(_num(ref / s, 2, "×") for ref, s in zip(rounds["reference"], seconds))
+            for run, seconds in rounds.items() if run != "reference"]
+        out += [f"Round by round, reference / this: {'; '.join(per_round)}.", ""]
     compute = data.get("compute_only")
     if compute:
         seconds = compute["seconds"]

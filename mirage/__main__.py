@@ -2,6 +2,6 @@
 
 import sys
 
-from mirage.cli import main
+from mirage.cli import command
 
-sys.exit(main())
+sys.exit(command())

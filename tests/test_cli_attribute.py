@@ -67,6 +67,21 @@ def test_module_entry_point_sees_every_command():
         assert command in out.stdout
 
 
+def test_the_command_process_tunes_the_garbage_collector_and_main_does_not():
+    """The console script (``command``) collects the young generation every COMMAND_GC_THRESHOLD allocations and
+    freezes what is alive when the command returns; ``main``, which callers run inside their own process, leaves the
+    collector as it found it."""
+    code = ("import gc, sys\nfrom mirage import cli\nsys.argv = ['mirage', 'data', 'list']\n"
+            "before = gc.get_threshold()\nassert cli.main(['data', 'list']) == 0\n"
+            "assert gc.get_threshold() == before and gc.get_freeze_count() == 0\n"
+            "assert cli.command() == 0\n"
+            "print(gc.get_threshold()[0], gc.get_freeze_count() > 0, before[1:] == gc.get_threshold()[1:])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    from mirage.cli import COMMAND_GC_THRESHOLD
+
+    assert out.stdout.splitlines()[-1] == f"{COMMAND_GC_THRESHOLD} True True"
+
+
 def _no_model(monkeypatch):
     """Fail the test if the command tries to load a model."""
     from mirage.pipeline import Mirage
