@@ -29,18 +29,7 @@ from typing import Any, Literal
 
 import yaml
 
-from mirage.checks import (
-    ConfigError,
-    boolean,
-    integer,
-    literal,
-    number,
-    registered,
-    seed,
-    setfield,
-    show,
-    string,
-)
+from mirage.checks import ConfigError, boolean, integer, literal, number, registered, seed, setfield, show, string
 from mirage.registry import CCI_METHODS, CITATION_RULES, CTI_METRICS, CTI_SELECTORS
 
 #: The model every command and config loads unless told another (an embedded name, see
@@ -406,7 +395,7 @@ def with_implied(section: str, changes: Mapping[str, Any]) -> dict[str, Any]:
     unless given too: ``{"top_k": 3}`` → ``{"top_k": 3, "top_percent": None}``. A field set to None implies nothing.
     Two changed fields implying different values of one field are a ConfigError naming both."""
     by_name = {f.name: f for f in fields(_SECTIONS[section])}
-    out, source = dict(changes), {}
+    out, source = dict(changes), dict[str, str]()
     for key, value in changes.items():
         if value is None:
             continue
@@ -469,7 +458,7 @@ def flags_for_changed_defaults(benchmark: str, config: Mapping[str, Any], comman
     for bench, section, name, before in CHANGED_DEFAULTS:
         value = config.get(section, {}).get(name, before)
         flag = flags[(section, name)]
-        if bench != benchmark or value == getattr(getattr(today, section), name):
+        if bench != benchmark or value == getattr(getattr(today, section), name) or flag is None:
             continue
         if command is None or flag not in command.split():
             out += [flag, str(value)]

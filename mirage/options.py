@@ -169,7 +169,7 @@ def add_options(parser: argparse.ArgumentParser | Any, cls: type, only: Sequence
             groups[exclusive] = parser.add_mutually_exclusive_group()
         target = groups[exclusive] if exclusive else parser
         names, kwargs, default = _argument(opt, opt.default(defaults), unset=unset)
-        action = target.add_argument(*names, **kwargs)
+        action: Any = target.add_argument(*names, **kwargs)  # carries mirage's config_default beside argparse's
         if action.default is None and "cli_default" not in opt.spec:  # "not given" stands for the field's default
             action.config_default = None if kwargs.get("action") == "store_true" or default == () else default
         actions.append(action)
@@ -182,6 +182,7 @@ def _argument(opt: OptionField, default: Any, *, unset: bool) -> tuple[list[str]
     base, nargs, choices = _shape(opt.hint)
     shown = None if default is dataclasses.MISSING else default
     kwargs: dict[str, Any] = {}
+    parser_default: Any
     if _is_switch(opt):
         kwargs["action"] = "store_true"
         parser_default = None if unset else bool(shown)

@@ -91,7 +91,7 @@ class Mirage:
         trained = None if config is not None else trained_prompt_name(adapter or name_or_path)
         if trained:  # a tuned model without a config of one's own: the prompt it was trained in
             cfg = cfg.replace(prompt={"name": trained})
-        placement = {"device_map": device_map, "max_memory": max_memory, "quantization": quantization,
+        placement: dict[str, Any] = {"device_map": device_map, "max_memory": max_memory, "quantization": quantization,
                      "memory_budget": memory_budget, "trust_remote_code": trust_remote_code}
         if adapter is None and name_or_path is not None and is_adapter_folder(name_or_path):
             adapter, name_or_path = str(name_or_path), None
@@ -105,8 +105,8 @@ class Mirage:
 
     # -- stages ---------------------------------------------------------------------------------------------------
 
-    def prepare(self, item: RAGItem | dict, *, config: MirageConfig | None = None, index: int | str | None = None,
-                reserve_tokens: int | None = None) -> PreparedItem:
+    def prepare(self, item: RAGItem | Mapping[str, Any], *, config: MirageConfig | None = None,
+                index: int | str | None = None, reserve_tokens: int | None = None) -> PreparedItem:
         """Validate an item and build and tokenize its prompts (documents truncated to fit the window).
 
         ``reserve_tokens`` is the room kept for a given answer (its tokens and one more); without it, the room is
@@ -188,7 +188,7 @@ class Mirage:
         return score_batch(self.lm, [p.tokens for p in prepared], tokenized, cfg, targets=targets,
                            item_targets=item_targets, max_batch_tokens=max_batch_tokens)
 
-    def attribute_item(self, item: RAGItem | dict, *, config: MirageConfig | None = None,
+    def attribute_item(self, item: RAGItem | Mapping[str, Any], *, config: MirageConfig | None = None,
                        index: int | str | None = None) -> AttributionResult:
         """Attribute one item ``{"question", "docs", "output"?}``; see :meth:`attribute`."""
         cfg = config or self.config
@@ -240,7 +240,8 @@ class Mirage:
             saliency=saliency_matrix(prep.tokens, scores.cci, content) if cfg.aggregation.keep_saliency else None,
         )
 
-    def _prepare_for_output(self, item: RAGItem | dict, cfg: MirageConfig, index: int | str | None) -> PreparedItem:
+    def _prepare_for_output(self, item: RAGItem | Mapping[str, Any], cfg: MirageConfig,
+                            index: int | str | None) -> PreparedItem:
         """The item prepared with room for its given answer (as text), or for generation when it has none."""
         raw_item = make_item(item, item=index)
         reserve = None
@@ -258,7 +259,7 @@ class Mirage:
     def _parse_answer(self, prep: PreparedItem, generated: Generated | None,
                       index: int | str | None) -> ParsedAnswer:
         """The given or generated answer with its self-citations parsed out; empty once stripped is an InputError."""
-        raw_answer = generated.text if generated is not None else prep.item.output
+        raw_answer = generated.text if generated is not None else prep.item.output or ""
         parsed = parse_answer(raw_answer, len(prep.item.docs))
         if not parsed.text.strip():
             field = "output" if prep.item.output is not None else "generated answer"

@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 PY=${PYTHON:-python3}
 "$PY" -m ruff check mirage tests benchmarks
+"$PY" -m mypy  # the core ([tool.mypy] in pyproject.toml)
 exec "$PY" -m pytest -q -p no:cacheprovider --durations=40 "$@"

@@ -454,6 +454,8 @@ def select_context(scores: Sequence[float], cfg: CCIConfig) -> list[int]:
     if cfg.top_k is not None:
         k = min(cfg.top_k, n)
         return sorted(torch.topk(values, k).indices.tolist())
+    if cfg.top_percent is None:
+        raise ValueError("CCIConfig sets top_k or top_percent; this one has neither.")
     p = cfg.top_percent / 100.0
     if cfg.percent_rule == "range":
         vmax, vmin = float(values.max()), float(values.min())
@@ -487,7 +489,7 @@ def compute_cci_batch(lm: LoadedModel, graph: BatchGraph, requests: Sequence[CCI
         raise ValueError(f"{len(requests)} requests for a graph of {graph.inputs.shape[0]} rows.")
     if not shares_cti_graph(lm, cfg):
         return None
-    plans = [(sorted(range(len(req.selected)), key=lambda k, req=req: req.selected[k]),
+    plans = [(sorted(range(len(req.selected)), key=req.selected.__getitem__),
               _contrast_ids(req.answer_ids, req.selected, req.contextless_top)) for req in requests]
     n_rows = max((len(req.selected) for req in requests), default=0)
     out_rows: list[list[list[float]]] = [[] for _ in requests]

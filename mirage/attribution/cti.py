@@ -130,6 +130,8 @@ def select_std(values: torch.Tensor, cfg: CTIConfig) -> tuple[tuple[int, ...], f
 
 def select_threshold(values: torch.Tensor, cfg: CTIConfig) -> tuple[tuple[int, ...], float]:
     """``threshold``: |score| >= the calibrated ``cfg.threshold``."""
+    if cfg.threshold is None:
+        raise ValueError("the threshold selector needs cti.threshold (a calibrated value).")
     threshold = _floored(values, float(cfg.threshold), cfg)
     return _at_least(values, threshold), threshold
 
@@ -151,7 +153,7 @@ def select_tokens(scores: Sequence[float], cfg: CTIConfig) -> tuple[tuple[int, .
     values = torch.tensor(list(scores), dtype=torch.float64)
     if len(values) == 0:
         return (), float("nan")
-    selected, threshold = CTI_SELECTORS.lookup(cfg.selector)(values, cfg)
+    selected, threshold = CTI_SELECTORS.lookup(str(cfg.selector))(values, cfg)  # CTIConfig always sets it
     return tuple(sorted({int(i) for i in selected})), float(threshold)
 
 

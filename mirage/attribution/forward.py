@@ -68,11 +68,11 @@ def _run(
     """Logits ``[batch, len(positions), vocab]`` at the given positions."""
     keep = torch.tensor(list(positions), device=lm.device)
     kwargs: dict = {"use_cache": False}
-    if input_ids is not None:
-        kwargs["input_ids"] = input_ids
-    else:
-        kwargs["inputs_embeds"] = inputs_embeds
-    batch = (input_ids if input_ids is not None else inputs_embeds).shape[0]
+    given = input_ids if input_ids is not None else inputs_embeds
+    if given is None:
+        raise ValueError("give input_ids or inputs_embeds")
+    kwargs["input_ids" if input_ids is not None else "inputs_embeds"] = given
+    batch = given.shape[0]
     if lm.is_encoder_decoder:
         dec = torch.tensor([_decoder_ids(lm, answer_ids)], device=lm.device).expand(batch, -1)
         kwargs["decoder_input_ids"] = dec

@@ -5,6 +5,10 @@ to return freed memory), whether its layers are checkpointed to fit (:func:`plan
 :func:`checkpointed_layers`), and the one-line :class:`MemoryBudgetError` when it cannot (docs/scaling.md).
 
 Shapes: ``seq`` input positions, ``rows`` sequences of a left-padded batch.
+
+Over 600 lines: everything the differentiable passes know about memory is here (the probes' counts, the device's
+budget and its allocator, checkpointing), so that a plan's figures have one source; the budget and the allocator
+(about 80 lines) are the part to move out next.
 """
 
 from __future__ import annotations
@@ -606,7 +610,7 @@ def checkpointed_layers(model: torch.nn.Module, on: bool = True) -> Iterator[Non
             with attention_kernels(model):
                 return _inner(*args, **kwargs)
 
-        def forward(*args: object, _inner: Any = inner, _run: Any = run, **kwargs: object) -> object:
+        def forward(*args: object, _inner: Any = inner, _run: Any = run, **kwargs: Any) -> object:
             if not torch.is_grad_enabled():
                 return _inner(*args, **kwargs)
             return torch.utils.checkpoint.checkpoint(_run, *args, use_reentrant=False, preserve_rng_state=False,

@@ -187,7 +187,10 @@ def _fill(template: str, values: dict[str, str]) -> tuple[str, dict[str, int]]:
 def _render_documents(template: PromptTemplate,
                       docs: tuple[Document, ...]) -> tuple[str, list[Span], list[Span]]:
     """The documents block, each document's span inside it, and the spans of the titles and texts."""
-    parts, spans, user, pos = [], [], [], 0
+    parts: list[str] = []
+    spans: list[Span] = []
+    user: list[Span] = []
+    pos = 0
     for i, doc in enumerate(docs, start=1):
         form = template.untitled_doc_template if not doc.title and template.untitled_doc_template else \
             template.doc_template

@@ -23,6 +23,9 @@ Cue words and clause-level negation are heuristics over English text: they count
 whether it is true. Run on a finished run folder without generating anything::
 
     python -m mirage.bias.explanations DIR            # prints the tables; writes DIR/explanations.json
+
+Over 600 lines: one analysis of one record field (documents named, negation, stated reasons, confidence) with its
+tables and command; its heuristics (cue lists, clause patterns) are read and changed together.
 """
 
 from __future__ import annotations

@@ -302,6 +302,21 @@ def defined_twice(modules: dict[str, Path]) -> dict[str, set[str]]:
     return {name: found for name, found in where.items() if len(found) > 1}
 
 
+#: The redesign's bound on module length (issue #66): at most MAX_LONG modules past LONG_MODULE lines, each saying in
+#: its docstring why it is one module ("Over 600 lines: …").
+LONG_MODULE, MAX_LONG = 600, 3
+
+
+def test_few_modules_are_long_and_each_long_one_says_why():
+    lengths = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in MODULES.items()}
+    long = sorted(name for name, n in lengths.items() if n > LONG_MODULE)
+    assert len(long) <= MAX_LONG, {name: lengths[name] for name in long}
+    unexplained = [name for name in long
+                   if f"Over {LONG_MODULE} lines:" not in (ast.get_docstring(ast.parse(MODULES[name].read_text(
+                       encoding="utf-8"))) or "")]
+    assert not unexplained, f"say in the docstring why each is one module ('Over {LONG_MODULE} lines: …')"
+
+
 def test_each_concept_is_defined_once():
     """No top-level name is defined in two modules: the same concept is imported from its one module, and two
     concepts sharing a name are named apart (private helpers too)."""

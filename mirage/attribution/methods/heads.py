@@ -197,7 +197,7 @@ def negative_pearson(predicted: torch.Tensor, target: torch.Tensor) -> torch.Ten
 def train_head_weights(examples: Iterable[DocumentInputs], *, model: str, masks: int = 32, keep: float = 0.5,
                        iterations: int = 1000, learning_rate: float = 1e-3, seed: int = 0, held_out: int = 5,
                        check_every: int = 25, data: Sequence[str] = (),
-                       progress: Callable[[Any, int, str], Any] | None = None,
+                       progress: Callable[[Any, int | None, str], Any] | None = None,
                        total: int | None = None) -> HeadWeights:
     """AT2's head weights of the model behind ``examples`` (see the module docstring): the ablation effects of
     ``masks`` subsets per answer, then up to ``iterations`` steps over the training answers at once.
@@ -257,12 +257,12 @@ def train_head_weights(examples: Iterable[DocumentInputs], *, model: str, masks:
         schedule.step()
         if held and (step % check_every == 0 or step == iterations):
             now = correlation(w.detach(), check_x, check_y)
-            if now is not None and now > best_check:
+            if now is not None and (best_check is None or now > best_check):  # None: constant effects
                 best, best_step, best_check = w.detach().clone(), step, now
     if not held and float(negative_pearson(fit_x @ w.detach(), fit_y)) < best_loss:  # the last step's weights
         best, best_step = w.detach().clone(), iterations
     weights = best.double() / best.double().abs().sum().clamp(min=1e-12)
-    fitted = correlation(weights.float(), fit_x, fit_y)
+    fitted_correlation = correlation(weights.float(), fit_x, fit_y)
     return HeadWeights(model=model, n_layers=shape[0], n_heads=shape[1], weights=tuple(weights.tolist()), training={
         "data": list(data), "answers": len(x), "fitted_answers": len(fit_x), "held_out_answers": len(check_x),
         "left_out": left_out, "masks": masks, "keep": keep, "iterations": iterations, "best_iteration": best_step,
@@ -270,7 +270,8 @@ def train_head_weights(examples: Iterable[DocumentInputs], *, model: str, masks:
         "seconds": round(time.perf_counter() - start, 1),
         "correlation_before": {"fitted": correlation(uniform, fit_x, fit_y),
                                "held_out": correlation(uniform, check_x, check_y)},
-        "correlation_after": {"fitted": fitted, "held_out": correlation(weights.float(), check_x, check_y)}})
+        "correlation_after": {"fitted": fitted_correlation,
+                              "held_out": correlation(weights.float(), check_x, check_y)}})
 
 
 register_document_method(AT2Method())

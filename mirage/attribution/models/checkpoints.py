@@ -241,12 +241,12 @@ def quiet_transformers_loading() -> Iterator[None]:
     hub_saved = dict(hub_states) if isinstance(hub_states, dict) else None
 
     def restore_hub() -> None:
-        if hub_saved is not None:
+        if hub_saved is not None and isinstance(hub_states, dict):
             hub_states.clear()
             hub_states.update(hub_saved)
 
     # The GGUF reader uses tqdm directly; point it at transformers' switchable tqdm while we load.
-    gguf_module = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
+    gguf_module: Any = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
     gguf_tqdm = getattr(gguf_module, "tqdm", None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the hub's note that HF_HUB_DISABLE_PROGRESS_BARS overrides it

@@ -67,13 +67,21 @@ class LoadedModel:
         """The (text) model's width, depth, heads and vocabulary, for memory estimates."""
         cfg = self.model.config
         text = getattr(cfg, "text_config", None) or cfg
-        hidden = getattr(text, "hidden_size", None) or getattr(text, "d_model", 1024)
-        return ModelSizes(hidden=hidden,
-                          layers=getattr(text, "num_hidden_layers", None) or getattr(text, "num_layers", 24),
-                          heads=getattr(text, "num_attention_heads", None) or getattr(text, "num_heads", 16),
-                          vocab=getattr(text, "vocab_size", 32000),
-                          intermediate=getattr(text, "intermediate_size", None) or getattr(text, "d_ff", None)
-                          or 4 * hidden)
+        hidden = _config_size(text, "hidden_size", "d_model", default=1024)
+        return ModelSizes(hidden=hidden, layers=_config_size(text, "num_hidden_layers", "num_layers", default=24),
+                          heads=_config_size(text, "num_attention_heads", "num_heads", default=16),
+                          vocab=_config_size(text, "vocab_size", default=32000),
+                          intermediate=_config_size(text, "intermediate_size", "d_ff", default=4 * hidden))
+
+
+def _config_size(config: Any, *names: str, default: int) -> int:
+    """The first of ``names`` the model config sets (not None or 0), else ``default``: configs name one size
+    differently (``hidden_size`` / ``d_model``)."""
+    for name in names:
+        value = getattr(config, name, None)
+        if value:
+            return int(value)
+    return default
 
 
 def execution_device(model: Any) -> torch.device:

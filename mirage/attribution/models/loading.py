@@ -125,13 +125,14 @@ def load_model(
                                  lambda: AutoTokenizer.from_pretrained(source, **remote))
     # transformers' Auto classes look for a PEFT adapter config when peft is installed, and that lookup does not
     # inherit local_files_only: offline, it would ask the unreachable hub (and wait out its retries).
-    adapter = {"adapter_kwargs": {"local_files_only": True}} if offline else {}
+    peft_lookup: dict[str, Any] = {"adapter_kwargs": {"local_files_only": True}} if offline else {}
     placed = placement.load_kwargs(name, dev, quantized=qconfig is not None)
     if qconfig is not None:
         placed["quantization_config"] = qconfig
     with quiet_transformers_loading():
         model = checked_load("weights", name, source, offline,
-                                 lambda: auto.from_pretrained(source, dtype=torch_dtype, **remote, **adapter, **placed))
+                             lambda: auto.from_pretrained(source, dtype=torch_dtype, **remote, **peft_lookup,
+                                                          **placed))
     if "device_map" not in placed:
         model.to(dev)
     model.eval()

@@ -290,7 +290,7 @@ def resolve_placement(device: Any = None, device_map: Any = None, max_memory: An
 
 
 def rank_device_group(gpus_per_model: int, *, local_rank: int | None = None, gpu_count: int | None = None,
-                      per_gpu: str | int = "auto") -> dict[int, int | str]:
+                      per_gpu: str | int = "auto") -> dict[int | str, int]:
     """``max_memory`` that confines ``device_map="auto"`` to this process's group of GPUs, for data parallelism over
     models split across GPUs (one model per group; see docs/scaling.md): process ``local_rank`` (default
     ``$LOCAL_RANK``, else 0) gets GPUs ``local_rank * gpus_per_model`` … ``+ gpus_per_model - 1``, each capped at
@@ -311,7 +311,7 @@ def rank_device_group(gpus_per_model: int, *, local_rank: int | None = None, gpu
         raise ModelLoadError(f"local rank {local_rank} with {gpus_per_model} GPU(s) per model needs GPUs {first}-"
                              f"{first + gpus_per_model - 1}, and {gpu_count} are visible; start at most "
                              f"{gpu_count // gpus_per_model} process(es) per machine.")
-    out: dict[int, int | str] = {}
+    out: dict[int | str, int] = {}
     for index in range(first, first + gpus_per_model):
         if per_gpu == "auto":
             import torch
