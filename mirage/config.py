@@ -64,7 +64,7 @@ CCIPrecision = Literal["model", "bfloat16", "float16"]
 DEFAULT_TOP_PERCENT = 5.0
 PromptName = Literal["selfcitation", "standard", "short", "cora_mgen"]  # the built-in templates (configs/prompts)
 ContextView = Literal["all", "content"]
-CitationRule = Literal["reference", "likelihood", "selfcite"]
+CitationRule = Literal["reference", "likelihood", "selfcite", "selfcite_answer"]
 #: Old names of ``aggregation.rule`` values, still accepted with a DeprecationWarning.
 RULE_ALIASES = {"learned": "likelihood"}
 
@@ -237,14 +237,16 @@ class AggregationConfig:
     #: tokens, the method's rule) or ``likelihood`` (the passage-likelihood classifier: a logistic regression over
     #: how much each passage alone raises the answer's likelihood, and the largest |CTI|; no CCI;
     #: :mod:`mirage.likelihood.classifier`; costs one single-document pass per document), ``selfcite`` (SelfCite's
-    #: best-rewarded set of one or two documents per sentence, :func:`mirage.pipeline.selfcite_citations`), or any
-    #: rule registered with :func:`mirage.pipeline.register_citation_rule`. ``learned``, its old name, is accepted
+    #: best-rewarded set of one or two documents per sentence, :func:`mirage.pipeline.selfcite_citations`;
+    #: ``selfcite_answer``: the one set best over the whole answer, :func:`mirage.pipeline.selfcite_answer_citations`),
+    #: or any rule registered with :func:`mirage.pipeline.register_citation_rule`. ``learned``, its old name, is accepted
     #: with a DeprecationWarning.
     rule: str = field(default="reference", metadata={
         "flag": "--citation-rule", "help": "reference (default: the documents behind the context-sensitive tokens) "
         "or likelihood (the passage-likelihood classifier: passage likelihoods and the largest |CTI|, no CCI; "
         "'learned' is its old name) or selfcite (SelfCite's reward: per sentence the best of every 1- or 2-document "
-        "set, by its likelihood with only them minus without them)"})
+        "set, by its likelihood with only them minus without them) or selfcite_answer (the same reward over the whole "
+        "answer: one set for the answer, cited by the sentences it makes likelier)"})
     #: The likelihood rule's classifier (a ``learned.json``, or ``shipped:MODEL``); default: the one shipped for the
     #: model, if any.
     learned_model: str | None = field(default=None, metadata={

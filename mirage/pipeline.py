@@ -327,6 +327,19 @@ def selfcite_citations(inputs: CitationInputs) -> list[SentenceAttribution]:
     the best-rewarded set is cited where its reward is positive (a sentence that no set makes likelier cites nothing).
     ``doc_scores``: each document's reward cited alone. Uses no CTI or CCI; costs two passes per candidate set, each
     from the full prompt's cached prefix."""
+    return _selfcite_rule(inputs, whole_answer=False)
+
+
+def selfcite_answer_citations(inputs: CitationInputs) -> list[SentenceAttribution]:
+    """``selfcite_answer``: SelfCite's reward as a best-of-N rule over the whole answer: the one set of at most
+    :data:`SELFCITE_SET_SIZE` documents whose reward over all the answer's tokens is highest, cited by each sentence
+    that set makes likelier (its reward over the sentence's tokens positive). The answer then cites at most that set,
+    where :func:`selfcite_citations` lets each sentence pick its own and their union grows with the sentences.
+    ``doc_scores`` and the cost are :func:`selfcite_citations`' (the same passes)."""
+    return _selfcite_rule(inputs, whole_answer=True)
+
+
+def _selfcite_rule(inputs: CitationInputs, *, whole_answer: bool) -> list[SentenceAttribution]:
     from mirage.attribution.methods import document_inputs
     from mirage.attribution.methods.selfcite import candidate_sets, citation_reward_rows, ranked, token_means
 
@@ -339,14 +352,18 @@ def selfcite_citations(inputs: CitationInputs) -> list[SentenceAttribution]:
     members = tokens_by_sentence(inputs.text, [(s.start, s.end) for s in inputs.sentences],
                                  [a for a, _b in inputs.answer.offsets], range(rows.shape[1]))
     single = {s[0]: k for k, s in enumerate(sets) if len(s) == 1}
+    answer_best = ranked(sets, token_means(rows)).best if whole_answer else None
     out = []
     for sentence, tokens in zip(inputs.sentences, members):
         if not tokens:
             out.append(dataclasses.replace(sentence, mirage_citations=[], doc_scores=[0.0] * doc_in.n_docs))
             continue
         rewards = token_means(rows, tokens)
-        best = ranked(sets, rewards)
-        cited = list(best.best) if best.rewards[0] > 0 else []
+        if answer_best is None:
+            best = ranked(sets, rewards)
+            cited = list(best.best) if best.rewards[0] > 0 else []
+        else:
+            cited = list(answer_best) if rewards[sets.index(answer_best)] > 0 else []
         out.append(dataclasses.replace(sentence, mirage_citations=cited,
                                        doc_scores=[round(rewards[single[d]], 6) for d in range(1, doc_in.n_docs + 1)]))
     return out
@@ -355,6 +372,7 @@ def selfcite_citations(inputs: CitationInputs) -> list[SentenceAttribution]:
 CITATION_RULES.register("reference", reference_citations)
 CITATION_RULES.register("likelihood", likelihood_citations)
 CITATION_RULES.register("selfcite", selfcite_citations)
+CITATION_RULES.register("selfcite_answer", selfcite_answer_citations)
 #: The key of a citation rule's time in a result's ``timings``: none for ``reference`` (aggregation's own work),
 #: ``learned`` for ``likelihood`` (its key in the results written before the rename); any other rule's name.
 RULE_TIMINGS: dict[str, str | None] = {"reference": None, "likelihood": "learned"}

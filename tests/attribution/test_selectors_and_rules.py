@@ -55,7 +55,7 @@ def test_built_in_selectors_are_registered_and_select_tokens_uses_them():
 
 def test_a_registered_citation_rule_gives_the_sentences_citations(embedded_mirage, registries):
     with pytest.raises(ConfigError, match=r"^aggregation\.rule='test_first' is not valid; choose one of 'reference', "
-                                          r"'likelihood', 'selfcite' \(or register one with "
+                                          r"'likelihood', 'selfcite', 'selfcite_answer' \(or register one with "
                                           r".*register_citation_rule\)\.$"):
         AggregationConfig(rule="test_first")
     seen = []
@@ -119,3 +119,29 @@ def test_the_selfcite_rule_cites_each_sentence_its_best_rewarded_set(embedded_mi
     assert res.sentences[0].doc_scores[0] > res.sentences[0].doc_scores[1]
     with pytest.raises(ValueError, match="tokens"):
         citation_rewards(inputs, [[1]], tokens=[])
+
+
+def test_the_selfcite_answer_rule_cites_one_set_for_the_whole_answer(embedded_mirage):
+    """``--citation-rule selfcite_answer``: the set best-rewarded over all the answer's tokens (the method's own
+    ``best_citation`` with no ``tokens``), cited by each sentence whose own reward for it is positive, so the answer's
+    citations are that set at most; doc_scores are the per-sentence rule's (the same passes)."""
+    from mirage.attribution.methods import document_inputs
+    from mirage.attribution.methods.selfcite import best_citation, citation_rewards
+
+    cfg = MirageConfig().replace(aggregation={"rule": "selfcite_answer"})
+    res = embedded_mirage.attribute(QUESTION, DOCS, answer=ANSWER, config=cfg)
+    per_sentence = embedded_mirage.attribute(QUESTION, DOCS, answer=ANSWER,
+                                             config=MirageConfig().replace(aggregation={"rule": "selfcite"}))
+    assert res.timings["selfcite_answer"] > 0
+    prep = embedded_mirage.prepare({"question": QUESTION, "docs": DOCS, "output": ANSWER}, config=cfg)
+    inputs = document_inputs(embedded_mirage, prep, res.answer, config=cfg)
+    whole = best_citation(inputs, max_size=2).best
+    assert len(res.sentences) == 2
+    cited = [sentence.mirage_citations for sentence in res.sentences]
+    assert all(c in ([], list(whole)) for c in cited) and any(cited)
+    assert [s.doc_scores for s in res.sentences] == [s.doc_scores for s in per_sentence.sentences]
+    for sentence in res.sentences:  # cited where the whole answer's set makes this sentence likelier
+        own = sentence.doc_scores if len(whole) == 1 else None
+        if own is not None:
+            assert bool(sentence.mirage_citations) == (own[whole[0] - 1] > 0)
+    assert citation_rewards(inputs, [list(whole)])[0] == max(citation_rewards(inputs, [[1], [2], [1, 2]]))
