@@ -13,8 +13,8 @@ A page asks for generated text with a marker on a line of its own, e.g. ``<!-- m
 ``<!-- mirage:headline -->``, ``<!-- mirage:compare fidelity/fields_val.json -->``,
 ``<!-- mirage:self-match self_match -->``, ``<!-- mirage:card smollm2-135m-cite-follow -->``,
 ``<!-- mirage:bias-follow DIR DIR -->``, ``<!-- mirage:methods DIR -->``,
-``<!-- mirage:methods-faithfulness DIR -->``. ``tests/docs/test_docs_site.py`` builds the site and reads these pages
-back.
+``<!-- mirage:methods-faithfulness DIR -->``, ``<!-- mirage:modules -->``. ``tests/docs/test_docs_site.py`` builds
+the site and reads these pages back.
 """
 
 from __future__ import annotations
@@ -691,8 +691,54 @@ def adapter_card(name: str) -> str:
     return body.strip() + f"\n\nFrom `mirage/assets/adapters/{name}/README.md`."
 
 
+def _first_sentence(path: Path) -> str:
+    """The opening of a module's docstring as plain markdown: its first paragraph up to the first ". " (or what comes
+    before its first ": ", when that is at least five words), with reStructuredText roles and double backquotes made
+    inline code."""
+    import ast
+
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    para = " ".join(doc.split("\n\n", 1)[0].split())
+    para = re.sub(r":[a-z]+:`~?([^`]+)`", lambda m: f"`{m.group(1).rsplit('.', 1)[-1]}`", para).replace("``", "`")
+    colon = para.find(": ")
+    if colon > 0 and len(para[:colon].split()) >= 5:
+        return para[:colon] + "."
+    cut = re.search(r"(?<![ .][a-z])(?<!e\.g)(?<!i\.e)\.(?=\s)", para)
+    return para[: cut.end()] if cut else para
+
+
+def modules_table() -> str:
+    """The package by stage (``<!-- mirage:modules -->``): ``STAGES`` and ``BESIDE`` of
+    ``tests/project/test_architecture.py`` (read, not imported: the test checks that each module imports only modules
+    of its own stage or earlier ones), each name with the first sentence of its docstring, and a package's modules
+    that have no row of their own."""
+    import ast
+
+    tree = ast.parse((ROOT / "tests" / "project" / "test_architecture.py").read_text(encoding="utf-8"))
+    lists = {node.target.id: ast.literal_eval(node.value) for node in tree.body
+             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+             and node.target.id in ("STAGES", "BESIDE")}
+    rows_of = [*((str(k + 1), names) for k, names in enumerate(lists["STAGES"])), ("beside", lists["BESIDE"])]
+    listed = {name for _stage, names in rows_of for name in names}
+    package = ROOT / "mirage"
+    rows = []
+    for stage, names in rows_of:
+        for name in names:
+            path = package.joinpath(*name.split("."))
+            source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+            inner = ""
+            if path.is_dir():
+                own = sorted(m.relative_to(package).with_suffix("").as_posix().replace("/", ".")
+                             for m in path.rglob("*.py") if m.name != "__init__.py")
+                own = [m for m in own if not any(m == n or m.startswith(n + ".") for n in listed if n != name)]
+                inner = " (" + ", ".join(f"`{m[len(name) + 1:]}`" for m in own) + ")" if own else ""
+            rows.append([stage, f"`{name}`{'/' if path.is_dir() else ''}{inner}", _first_sentence(source)])
+    return table(["stage", "module", "what it is (its docstring's first sentence)"], rows)
+
+
 GENERATORS: dict[str, Callable[..., str]] = {
-    "cli": cli_reference, "config": config_reference, "headline": lambda: headline_table(f"{RESULTS_URI}/"),
+    "cli": cli_reference, "config": config_reference, "modules": modules_table,
+    "headline": lambda: headline_table(f"{RESULTS_URI}/"),
     "bench": lambda name: {"attribution": bench_attribution, "precision": bench_precision,
                            "xor-scoring": bench_xor_scoring, "xor-commands": bench_xor_commands}[name](),
     "cost": lambda command: COSTS[command](),

@@ -239,8 +239,8 @@ class AggregationConfig:
     #: :mod:`mirage.likelihood.classifier`; costs one single-document pass per document), ``selfcite`` (SelfCite's
     #: best-rewarded set of one or two documents per sentence, :func:`mirage.pipeline.selfcite_citations`;
     #: ``selfcite_answer``: the one set best over the whole answer, :func:`mirage.pipeline.selfcite_answer_citations`),
-    #: or any rule registered with :func:`mirage.pipeline.register_citation_rule`. ``learned``, its old name, is accepted
-    #: with a DeprecationWarning.
+    #: or any rule registered with :func:`mirage.pipeline.register_citation_rule`. ``learned``, its old name, is
+    #: accepted with a DeprecationWarning.
     rule: str = field(default="reference", metadata={
         "flag": "--citation-rule", "help": "reference (default: the documents behind the context-sensitive tokens) "
         "or likelihood (the passage-likelihood classifier: passage likelihoods and the largest |CTI|, no CCI; "
