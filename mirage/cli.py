@@ -23,20 +23,16 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mirage.attribution.models import ModelLoadError
 from mirage.config import ConfigError
-from mirage.data.inputs import InputError, NothingToScore, make_item
-from mirage.data.readers import read_items
-from mirage.options import add_options, cli_arg
+from mirage.data.inputs import InputError, NothingToScore
+from mirage.options import add_options, cli_arg, options_from_args
 from mirage.runs.experiment import ExperimentConfig, add_experiment_args, non_negative_int, positive_int
 from mirage.runs.progress import terminal_progress, write_line
-from mirage.runs.sharding import ShardedJSONL, ShardError, StoreFor, in_shards, report_share_done
-from mirage.runs.store import StoreError, changed_ids, disk_error_message, drop_resolved, item_keys, read_records
-
-if TYPE_CHECKING:
-    from mirage.pipeline import Mirage
+from mirage.runs.sharding import ShardError, report_share_done
+from mirage.runs.store import StoreError, disk_error_message
 
 #: Adds one subcommand (its parser and handler) to the ``mirage`` subparsers.
 Register = Callable[[argparse._SubParsersAction], None]
@@ -56,136 +52,32 @@ def check_output_file(output: str | Path, inputs: list[str | Path]) -> None:
                              f"{out.with_name(out.stem + '.attributed.jsonl')}), never over the input.")
 
 
-class _Skipped:
-    """Items skipped by ``mirage attribute``: each written once to the errors store, reported and counted."""
-
-    def __init__(self, errors: ShardedJSONL) -> None:
-        self.errors = errors
-        self.count = 0
-
-    def add(self, key: str, index: int, err: Exception) -> None:
-        self.count += 1
-        message = str(err) if isinstance(err, InputError) else f"item {index}: {type(err).__name__}: {err}"
-        self.errors.write_once({"key": key, "index": index, "error": message})
-        write_line(f"skipped: {message}", file=sys.stderr)
-
-
-def _valid_items(todo: list[tuple[str, int, Any]], skipped: _Skipped) -> list[tuple[str, int, Any]]:
-    """The items of ``todo`` that read as items (what needs no model is checked before the model loads)."""
-    valid = []
-    for key, index, raw in todo:
-        try:
-            if isinstance(raw, Exception):
-                raise raw
-            make_item(raw, item=index)
-        except InputError as err:
-            skipped.add(key, index, err)
-            continue
-        valid.append((key, index, raw))
-    return valid
-
-
-def _attribute_items(mirage: Mirage, valid: list[tuple[str, int, Any]], out: ShardedJSONL, skipped: _Skipped, *,
-                     quiet: bool) -> None:
-    """Attribute each item, writing its result to ``out`` (and printing it unless ``quiet``); an item that fails is
-    skipped, never stopping the batch."""
+def cmd_attribute(args: argparse.Namespace) -> int:
+    """Attribute every item of INPUT; one JSON line per item in OUTPUT, resumable
+    (:func:`mirage.runs.attribute.attribute_file`)."""
+    from mirage.data import resolve
+    from mirage.runs.attribute import AttributeOptions, attribute_file
     from mirage.views.rendering import result_to_text
 
-    for key, index, raw in terminal_progress(valid, len(valid), "attribute"):
-        try:
-            res = mirage.attribute_item(raw, index=index)
-        except Exception as err:  # one bad item never stops the batch
-            logging.getLogger(__name__).info("item %s failed", index, exc_info=True)
-            skipped.add(key, index, err)
-            continue
-        out.write({"key": key, "index": index, **res.to_dict()})
-        if not quiet:
-            write_line(result_to_text(res))
-
-
-def cmd_attribute(args: argparse.Namespace) -> int:
-    """Attribute every item of INPUT; one JSON line per item in OUTPUT, resumable."""
-    from mirage.data import resolve
-
     args.input = str(resolve(args.input))  # a file, or a dataset of RAG items (e.g. eli5-alce)
-    check_output_file(args.output, [args.input])
+    options = options_from_args(AttributeOptions, args)
+    check_output_file(options.output, [options.input])
     exp = ExperimentConfig.from_args(args, command="attribute")
-    exp.check_device()
-    items = list(read_items(args.input))[exp.skip or 0:]
-    if exp.limit is not None:
-        items = items[: exp.limit]
-    keys = item_keys(raw for _index, raw in items)
-    settings = exp.fingerprint()
-    loaded: list[Mirage] = []
-
-    errors_path = Path(str(args.output) + ".errors.jsonl")
-
-    def compute(store_for: StoreFor) -> int:
-        out = store_for(args.output, settings=settings)
-        _refuse_changed_ids(out, [(key, i, raw) for key, (i, raw) in zip(keys, items) if key not in out.done],
-                            args.input, args.output)
-        skipped = _Skipped(store_for(errors_path, settings=settings))
-        todo = [(key, i, raw) for key, (i, raw) in zip(keys, items) if key not in out.done and out.owns(key)]
-        where = f"rank {out.shard.rank} of {out.shard.world}: " if out.shard.world > 1 else ""
-        valid = _valid_items(todo, skipped)
-        print(f"{where}{len(items) - len(todo)} of {len(items)} items already in {args.output}"
-              f"{' or in other ranks’ shares' if where else ''}; {skipped.count} invalid; attributing {len(valid)}.",
-              file=sys.stderr)
-        if valid:
-            if not loaded:
-                loaded.append(exp.load_mirage())
-            _attribute_items(loaded[0], valid, out, skipped, quiet=args.quiet)
-        if todo:
-            print(f"done: {len(todo) - skipped.count} attributed"
-                  + (f", {skipped.count} skipped (see {skipped.errors.path})" if skipped.count else "") + ".",
-                  file=sys.stderr)
-        return skipped.count
-
-    failed = in_shards(compute, keep=[args.input])
-    if failed is None:
-        return report_share_done(f"merges into {args.output}")
-    # the errors of items that have a result now are no longer errors of this output
-    drop_resolved(errors_path, {r["key"] for r in read_records(args.output)}, settings=settings)
-    return 0 if failed == 0 else 3
-
-
-def _refuse_changed_ids(out: ShardedJSONL, new: list[tuple[str, int, Any]], input_path: str, output: str) -> None:
-    """An id names one item's result: refuse (StoreError, before any model loads) an item to attribute whose id
-    ``out`` already holds for other content (its question, documents or answer changed since)."""
-    ids = [(key, raw.get("id") if isinstance(raw, dict) else None) for key, _i, raw in new]
-    if not any(item_id is not None for _key, item_id in ids):
-        return
-    changed = changed_ids(out.records(), ids)
-    if changed:
-        item_id, key = changed[0]
-        index = next(i for k, i, _raw in new if k == key)
-        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-        raise StoreError(f"item {index} of {input_path} has id {item_id!r}{more}, but {output} holds a result under "
-                         "that id made from other content (its question, documents or answer changed): an id names "
-                         f"one item's result. Give a new -o, or remove the old results (delete {output}, or its "
-                         "line with that id) and run again.")
+    skipped = attribute_file(exp, options, progress=terminal_progress,
+                             on_result=None if options.quiet else lambda res: write_line(result_to_text(res)))
+    if skipped is None:
+        return report_share_done(f"merges into {options.output}")
+    return 0 if skipped == 0 else 3
 
 
 ATTRIBUTE_HELP = "attribute answers of a JSON/JSONL file of items"
 VIEW_HELP = "write a browsable static HTML report of a results JSONL (or compare two), a bias run or an ELI5 run"
 
 
-@dataclass(frozen=True, kw_only=True)
-class AttributeOptions:
-    """What ``mirage attribute`` reads and writes beside its experiment (:class:`ExperimentConfig`: the model, the
-    pipeline, ``--limit``)."""
-
-    input: str = cli_arg(flag="input", help=(
-        'JSON list or JSONL of {"question", "docs": [{"title", "text"}], "output"?}, or a dataset of such items '
-        "(e.g. eli5-alce; `mirage data list`)"))
-    output: str = cli_arg(flag="--output", aliases=("-o",), help=(
-        "output JSONL (re-running skips finished items; an id names one item's result, so an item whose content "
-        "changed under an id already stored is refused: give a new -o)"))
-    quiet: bool = cli_arg(False, flag="--quiet", help="do not print the attributed answers")
-
-
 def register_attribute(sub: argparse._SubParsersAction) -> None:
     """Add ``mirage attribute``."""
+    from mirage.runs.attribute import AttributeOptions
+
     att = sub.add_parser("attribute", help=ATTRIBUTE_HELP)
     add_options(att, AttributeOptions, ["input", "output"])
     add_options(att, ExperimentConfig, ["limit", "skip"], unset=True)

@@ -361,6 +361,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("attribution.methods",),
     ("pipeline",),
     ("runs.experiment",),
+    ("runs.attribute",),
     ("runs.benchmark_options",),
     ("scoring.rows", "scoring.xor_data", "scoring.xor_attriqa"),
     ("data",),
