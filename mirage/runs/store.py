@@ -224,6 +224,15 @@ def _write_stream(path: Path, payload: bytes) -> Path:
     return path
 
 
+def write_synced(path: Path, data: bytes, *, exclusive: bool = False) -> None:
+    """Write ``data`` to ``path`` (created, or emptied first) and sync it to disk before returning; ``exclusive``:
+    only as a new file, ``FileExistsError`` where ``path`` exists."""
+    with path.open("xb" if exclusive else "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """Replace ``path`` with ``data`` (text is written as UTF-8) whole or not at all: it goes to a temporary file
     beside it, is flushed to disk, then renamed over ``path``. A run killed mid-write leaves the previous version
@@ -237,10 +246,7 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     make_parent(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with tmp.open("wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
+        write_synced(tmp, payload)
         os.replace(tmp, path)
     except BaseException as err:
         try:

@@ -33,15 +33,23 @@ class ScoreTerminal:
     quiet: bool = cli_arg(False, flag="--quiet", help="do not print the table")
 
 
-def _add_run_args(parser: argparse.ArgumentParser, options: type, *, skip: set[str], benchmark: str) -> None:
-    """The row limit, the output directory, --quiet, --keep-trained-questions and the experiment flags (as ``mirage
-    attribute``, less the pipeline flags the command sets itself)."""
+def _add_benchmark_args(parser: argparse.ArgumentParser, options: type, *, data: dict[str, str],
+                        experiment: list[str], skip: set[str], benchmark: str,
+                        func: Callable[[argparse.Namespace], int]) -> None:
+    """A benchmark command's arguments, in this order: its data (``data``: the positional's nargs and help) and the
+    ``experiment`` fields of :class:`ExperimentConfig` it reads, its ``options`` (the benchmark's own), the row
+    limit, the output directory, --quiet, --keep-trained-questions and the experiment flags (as ``mirage attribute``,
+    less the pipeline flags ``skip`` the command sets itself); ``func`` handles the command, an NLI judge's error
+    reported in one line (:func:`_reporting_judge_errors`)."""
+    add_options(parser, ExperimentConfig, ["data", *experiment], unset=True, override={"data": data})
+    add_options(parser, options, skip=["output", "keep_trained_questions"])
     add_options(parser, ExperimentConfig, ["limit", "skip"], unset=True,
                 override={"limit": {"help": "only the first N rows of each file (quick looks)"}})
     add_options(parser, options, ["output"])
     add_options(parser, ScoreTerminal)
     add_options(parser, options, ["keep_trained_questions"])
     add_experiment_args(parser, skip=skip, benchmark=benchmark)
+    parser.set_defaults(func=_reporting_judge_errors(func))
 
 
 def _model_loader(exp: ExperimentConfig):
@@ -142,21 +150,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                            description="Force-decode each annotated answer, attribute it to its passages and compare "
                                        "with the human AIS labels, per language, beside the NLI and trivial "
                                        "baselines. Writes DIR/results.json and DIR/sweep.png.")
-    add_options(xor, ExperimentConfig, ["data", "text", "calibrate_on"], unset=True, override={
-        "data": {"nargs": "*", "help": "XOR-AttriQA JSONL files (match or per-passage release)"}})
-    add_options(xor, XorAttriQAOptions, skip=["output", "keep_trained_questions"])
-    _add_run_args(xor, XorAttriQAOptions,
-                  skip={"--cci-top-k", "--cci-top-percent", "--cti-threshold", "--max-citations", "--max-new-tokens",
-                        "--sample", "--temperature", "--top-p", "--seed"},
-                  benchmark="xor-attriqa")
-    xor.set_defaults(func=_reporting_judge_errors(cmd_xor_attriqa))
+    _add_benchmark_args(xor, XorAttriQAOptions,
+                        data={"nargs": "*", "help": "XOR-AttriQA JSONL files (match or per-passage release)"},
+                        experiment=["text", "calibrate_on"],
+                        skip={"--cci-top-k", "--cci-top-percent", "--cti-threshold", "--max-citations",
+                              "--max-new-tokens", "--sample", "--temperature", "--top-p", "--seed"},
+                        benchmark="xor-attriqa", func=cmd_xor_attriqa)
 
     eli5 = bench.add_parser("eli5", help="ELI5 (ALCE): MIRAGE citations beside the model's self-citations",
                             description="Generate answers, keep their self-citations, attribute the same text with "
                                         "MIRAGE and compare the two. Writes DIR/results.json and "
                                         "DIR/length_bins.png.")
-    add_options(eli5, ExperimentConfig, ["data", "seeds", "nli"], unset=True, override={
-        "data": {"nargs": "?", "help": "ALCE-format JSON/JSONL file, or hf:OWNER/REPO/FILE (needs datasets)"}})
-    add_options(eli5, ELI5Options, skip=["output", "keep_trained_questions"])
-    _add_run_args(eli5, ELI5Options, skip={"--seed"}, benchmark="eli5")
-    eli5.set_defaults(func=_reporting_judge_errors(cmd_eli5))
+    _add_benchmark_args(eli5, ELI5Options,
+                        data={"nargs": "?", "help": "ALCE-format JSON/JSONL file, or hf:OWNER/REPO/FILE (needs "
+                                                    "datasets)"},
+                        experiment=["seeds", "nli"], skip={"--seed"}, benchmark="eli5", func=cmd_eli5)

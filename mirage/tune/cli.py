@@ -445,6 +445,20 @@ def _add_eval_args(ev: argparse.ArgumentParser, options: type[EvalOptions] = Eva
     add_options(ev, options, skip=[*shared, "output"])
 
 
+def _add_training_args(stage: argparse.ArgumentParser, tune: Sequence[str], train: Sequence[str], *,
+                       config: dict[str, str] | None = None) -> None:
+    """The arguments ``tune sft`` and ``tune reward`` share, in this order: the config file (``config`` overrides its
+    flag's spec), the config's fields ``tune`` (of :class:`TuneConfig`) and ``train`` (of its ``train`` section) that
+    flags set (unset: the config's value stays), ``--quiet``, the device (training runs on one) and the output
+    folder."""
+    add_options(stage, StageOptions, ["config"], override={"config": config} if config else None)
+    add_options(stage, TuneConfig, tune, unset=True)
+    add_options(stage, TrainSettings, train, unset=True)
+    add_options(stage, StageOptions, ["quiet"])
+    add_device_args(stage, placement=False)  # training: one device
+    add_options(stage, StageOptions, ["output"])
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``mirage tune {data,sft,reward,eval,export}``."""
     tune = sub.add_parser("tune", help=TUNE_HELP, description=TUNE_HELP)
@@ -467,12 +481,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "example in the model's own inference prompt. Writes DIR/adapter (with its base model named in "
                     "mirage-adapter.json), DIR/sft.json (loss curve, time, peak memory) and DIR/checkpoints; "
                     "running again with the same -o resumes from the newest checkpoint.")
-    add_options(sft, StageOptions, ["config"])
-    add_options(sft, TuneConfig, ["model", "data"], unset=True)
-    add_options(sft, TrainSettings, ["max_steps", "method", "loss_on"], unset=True)
-    add_options(sft, StageOptions, ["quiet"])
-    add_device_args(sft, placement=False)  # training: one device
-    add_options(sft, StageOptions, ["output"])
+    _add_training_args(sft, ["model", "data"], ["max_steps", "method", "loss_on"])
     sft.set_defaults(func=cmd_sft)
 
     rl = stages.add_parser(
@@ -484,14 +493,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "--spread-positions) (weights in the config's reward section), and train the adapter with GRPO and "
                     "a KL penalty (reward.beta) against the starting model. Writes DIR/adapter, DIR/reward.json and "
                     "DIR/checkpoints; running again with the same -o resumes.")
-    add_options(rl, StageOptions, ["config"], override={"config": {
+    _add_training_args(rl, ["model", "adapter", "data"], ["max_steps"], config={
         "cli_default": str(DEFAULT_CONFIG.with_name("reward.yaml")),
-        "help": "tune config YAML (default configs/tune/reward.yaml)"}})
-    add_options(rl, TuneConfig, ["model", "adapter", "data"], unset=True)
-    add_options(rl, TrainSettings, ["max_steps"], unset=True)
-    add_options(rl, StageOptions, ["quiet"])
-    add_device_args(rl, placement=False)  # training: one device
-    add_options(rl, StageOptions, ["output"])
+        "help": "tune config YAML (default configs/tune/reward.yaml)"})
     rl.set_defaults(func=cmd_reward)
 
     ev = stages.add_parser(

@@ -37,7 +37,7 @@ from mirage.bias.metrics import exact_match, mean_citation_set_prf
 from mirage.config import RULE_ALIASES, ConfigError, MirageConfig
 from mirage.data.inputs import InputError
 from mirage.likelihood.classifier import shipped_model_spec
-from mirage.runs.store import ResumableJSONL, content_key, settings_differences
+from mirage.runs.store import ResumableJSONL, content_key, settings_differences, write_synced
 from mirage.scoring import metrics
 from mirage.scoring.faithfulness import FaithfulnessResult, FaithfulnessSummary, faithfulness, summarize_faithfulness
 from mirage.tune.data import TrainingExample, answer_kind
@@ -258,10 +258,7 @@ def _keep_original(path: Path, data: bytes) -> Path:
     while True:
         backup = path.with_name(f"{path.stem}.v0{'' if n == 1 else f'-{n}'}{path.suffix}")
         try:
-            with backup.open("xb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+            write_synced(backup, data, exclusive=True)
             return backup
         except FileExistsError:
             n += 1
