@@ -147,7 +147,9 @@ PIPELINE_FLAGS = {
                                                 "likelihoods and the largest |CTI|, no CCI; 'learned' is its old "
                                                 "name) or selfcite (SelfCite's reward: per sentence the best of "
                                                 "every 1- or 2-document set, by its likelihood with only them minus "
-                                                "without them)")),
+                                                "without them) or selfcite_answer (the same reward over the whole "
+                                                "answer: one set for the answer, cited by the sentences it makes "
+                                                "likelier)")),
     "--learned-model": ("aggregation", "learned_model", ("classifier file for --citation-rule likelihood, or "
                                                          "shipped:MODEL (default: the one shipped for the embedded "
                                                          "model)")),
