@@ -1,6 +1,11 @@
 """The config tree: validation on construction, YAML round trip, CLI flags mapped onto it."""
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -8,8 +13,12 @@ from mirage.cli import build_parser
 from mirage.config import (
     AggregationConfig,
     CCIConfig,
+    CCIMethod,
+    CitationRule,
     ConfigError,
     CTIConfig,
+    CTIMetric,
+    CTISelector,
     GenerationConfig,
     MirageConfig,
     PromptConfig,
@@ -19,6 +28,26 @@ from mirage.runs.experiment import ExperimentConfig, pipeline_flags
 
 def config_from_args(args) -> MirageConfig:
     return ExperimentConfig.from_args(args, command="attribute").pipeline
+
+
+def test_the_built_in_names_are_those_the_stages_register():
+    """The config accepts a built-in CTI metric, CTI selector, CCI method or citation rule before the stage that
+    registers it is imported (the stages bring torch; the config imports none): by the Literal of built-in names
+    (``CTIMetric``, ``CTISelector``, ``CCIMethod``, ``CitationRule``). Each names exactly what mirage's own modules
+    register (read in a fresh interpreter, so that nothing a test registers counts), so that a built-in added to a
+    registry is added there too: else ``--cci-method NAME`` (any config naming it) refuses it."""
+    code = ("import json, mirage.pipeline, mirage.attribution.methods; from mirage import registry; "
+            "print(json.dumps({k: sorted(getattr(registry, k)) for k in "
+            "('CTI_METRICS', 'CTI_SELECTORS', 'CCI_METHODS', 'CITATION_RULES')}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    registered = json.loads(run.stdout)
+    for registry, literal in (("CTI_METRICS", CTIMetric), ("CTI_SELECTORS", CTISelector),
+                              ("CCI_METHODS", CCIMethod), ("CITATION_RULES", CitationRule)):
+        missing = sorted(set(registered[registry]) - set(get_args(literal)))
+        gone = sorted(set(get_args(literal)) - set(registered[registry]))
+        assert not missing and not gone, (f"mirage.config's Literal of the built-in {registry} differs from what the "
+                                          f"stages register: add {missing}, remove {gone}")
 
 
 def test_defaults_are_the_reference_settings():

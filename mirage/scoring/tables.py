@@ -70,14 +70,15 @@ def grid(title: str, header: list[str], rows: list[list[str]]) -> str:
 
 
 def xor_table(report: XorAttriQAReport, metrics: list[str] | None = None) -> str:
-    """The report as one table per metric: settings as rows, languages and their average as columns."""
+    """The report as one table per metric: settings as rows, languages and their average as columns; by default
+    every metric of :data:`XOR_METRICS` the report holds (none for a metric added after its run)."""
     langs = report.languages
     blocks = []
     counts = report.counts
     blocks.append(grid("Data", ["", *langs, "all"],
                        [[name, *[fmt_number(counts[lang][name]) for lang in [*langs, "all"]]]
                         for name in ("items", "pairs", "supporting")]))
-    for metric in metrics or list(XOR_METRICS):
+    for metric in metrics or [m for m in XOR_METRICS if getattr(report, m)]:
         table = getattr(report, metric)
         digits = 3 if metric == "roc_auc" else 1
         order = [s for s in TABLE_ORDER if s in table]

@@ -1,4 +1,7 @@
-"""CTI and CCI invariants on tiny seeded models built in memory (real code paths, real tokenizer)."""
+"""CTI and CCI invariants on tiny seeded models built in memory (real code paths, real tokenizer). The conformance
+tests of the CTI metrics (:data:`~mirage.registry.CTI_METRICS`) and of the CCI methods of this module's own passes
+(:data:`~mirage.registry.CCI_METHODS`; those backed by a document method are tests/attribution/test_methods_as_cci.py's)
+are parametrised over the registries: registering one is enough to get it tested."""
 
 import math
 
@@ -11,6 +14,7 @@ from mirage.attribution.cti import compute_cti, contrast_scores, select_tokens
 from mirage.attribution.forward import answer_logits, model_inputs
 from mirage.attribution.graphs import attribution_graph
 from mirage.config import CCIConfig, CTIConfig
+from mirage.registry import CCI_METHODS, CTI_METRICS
 
 QUESTION = "When was the Ikhwan party formed?"
 DOCS = [
@@ -18,6 +22,10 @@ DOCS = [
     {"title": "Weather", "text": "Rain fell in the north of the country during the spring."},
 ]
 ANSWER = "It was formed in 1913 by Ibn Saud."
+#: The CCI methods of this module's passes: those that share the with-documents graph (``from_gradient``), and those
+#: run on the input repeated per target (``attribute``, every method of the module's own passes).
+SHARED_GRAPH = sorted(name for name, spec in CCI_METHODS.items() if spec.from_gradient is not None)
+OWN_PASSES = sorted(name for name, spec in CCI_METHODS.items() if spec.attribute is not None)
 
 
 def test_kl_directions_js_and_prob_diff_against_torch():
@@ -35,11 +43,27 @@ def test_kl_directions_js_and_prob_diff_against_torch():
     assert torch.allclose(pd, la.exp()[range(6), ids] - lb.exp()[range(6), ids], atol=1e-6)
 
 
-def test_kl_is_finite_with_masked_logits():
+@pytest.mark.parametrize("metric", sorted(CTI_METRICS))
+def test_every_cti_metric_is_finite_with_masked_logits(metric):
     a = torch.tensor([[0.0, -float("inf"), 1.0]])
     b = torch.tensor([[0.0, 2.0, -float("inf")]])
-    for metric in ("kl_noctx_ctx", "kl_ctx_noctx", "js", "prob_diff"):
-        assert torch.isfinite(contrast_scores(a, b, [0], metric)).all()
+    assert torch.isfinite(contrast_scores(a, b, [0], metric)).all()
+
+
+@pytest.mark.parametrize("metric", sorted(CTI_METRICS))
+def test_every_cti_metric_gives_one_score_per_answer_token(metric):
+    """The metric's contract (:data:`mirage.attribution.cti.CTIMetricFn`): one finite fp32 score per answer token,
+    whatever the logits' dtype, selectable by name in the config and through :func:`compute_cti`."""
+    torch.manual_seed(0)
+    a, b = torch.randn(6, 50), torch.randn(6, 50)
+    ids = [3, 1, 4, 1, 5, 9]
+    for dtype in (torch.float32, torch.bfloat16):
+        scores = contrast_scores(a.to(dtype), b.to(dtype), ids, metric)
+        assert scores.shape == (6,) and scores.dtype == torch.float32 and torch.isfinite(scores).all()
+    same = contrast_scores(a, a, ids, metric)  # no context effect: no token scores more than one that has one
+    assert same.abs().max() <= contrast_scores(a, b, ids, metric).abs().max() + 1e-6
+    cti = compute_cti(a, b, ids, cfg=CTIConfig(metric=metric, std_k=0))
+    assert len(cti.scores) == 6 and cti.selected and CTIConfig(metric=metric).metric == metric
 
 
 def test_std_selector_hand_case():
@@ -130,7 +154,7 @@ def test_batched_cci_matches_one_backward_per_token(tiny_causal):
         assert torch.allclose(torch.tensor(batched.scores[k]), manual, rtol=1e-4, atol=1e-7)
 
 
-@pytest.mark.parametrize("method", ["saliency", "input_x_gradient"])
+@pytest.mark.parametrize("method", SHARED_GRAPH)
 def test_shared_forward_matches_repeated_rows_and_leaves_parameters_alone(tiny_causal, monkeypatch, method):
     """The vmapped-backward path (one forward) and the fallback (input repeated per target) give the same scores;
     parameters that required grad still do afterwards."""
@@ -190,8 +214,8 @@ def test_vmap_failure_falls_back_to_repeated_rows(tiny_causal, monkeypatch, refu
     assert torch.allclose(torch.tensor(out.scores), torch.tensor(expected.scores), rtol=1e-4, atol=1e-7)
 
 
-@pytest.mark.parametrize("method", ["input_x_gradient", "integrated_gradients"])
-def test_captum_methods_give_one_score_per_context_token(tiny_causal, method):
+@pytest.mark.parametrize("method", OWN_PASSES)
+def test_every_cci_method_gives_one_score_per_context_token(tiny_causal, method):
     lm = tiny_causal
     prep, ans = _prepared(lm)
     input_ids, positions = model_inputs(lm, prep.tokens.ids, ans.ids)

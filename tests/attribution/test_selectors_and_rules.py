@@ -1,7 +1,10 @@
 """CTI selectors and citation rules are registries, like CTI metrics and CCI methods: a user-defined one, registered
-by name, runs through the real pipeline on the embedded model, and an unknown name is a one-line config error."""
+by name, runs through the real pipeline on the embedded model, and an unknown name is a one-line config error. Their
+conformance tests are parametrised over the registries (:data:`~mirage.registry.CTI_SELECTORS`,
+:data:`~mirage.registry.CITATION_RULES`): registering one is enough to get it tested."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -10,6 +13,7 @@ from mirage import MirageConfig
 from mirage.attribution.cti import CTI_SELECTORS, register_cti_selector, select_tokens
 from mirage.config import AggregationConfig, ConfigError, CTIConfig
 from mirage.pipeline import CitationInputs, register_citation_rule
+from mirage.registry import CITATION_RULES
 
 QUESTION = "When was the Ikhwan party formed?"
 DOCS = [
@@ -51,6 +55,33 @@ def test_built_in_selectors_are_registered_and_select_tokens_uses_them():
                                                                       CTIConfig())
     assert select_tokens(scores, CTIConfig(threshold=1.0)) == ((1, 3), 1.0)
     assert select_tokens([], CTIConfig(selector="threshold", threshold=1.0))[0] == ()
+
+
+@pytest.mark.parametrize("name", sorted(CTI_SELECTORS))
+def test_every_selector_gives_ascending_token_indices_and_the_threshold_they_passed(name):
+    """The selector's contract (:data:`mirage.attribution.cti.CTISelectorFn`) on answers of one to five tokens."""
+    cfg = CTIConfig(selector=name, threshold=0.5)
+    for scores in ([0.1, 2.0, 0.3, 1.5], [0.7], [-1.0, 0.2, 3.0, 0.0, 0.4], [0.5, 0.5]):
+        raw, threshold = CTI_SELECTORS[name](torch.tensor(scores, dtype=torch.float64), cfg)
+        picked = [int(i) for i in raw]
+        assert picked == sorted(set(picked)) and all(0 <= i < len(scores) for i in picked), (scores, raw)
+        assert math.isnan(threshold) or all(abs(scores[i]) >= float(threshold) - 1e-9 for i in picked)
+        assert select_tokens(scores, cfg) == (tuple(picked), float(threshold))
+    assert select_tokens([], cfg)[0] == ()
+
+
+@pytest.mark.parametrize("name", sorted(CITATION_RULES))
+def test_every_citation_rule_cites_the_items_documents(embedded_mirage, name):
+    """The rule's contract (:data:`mirage.pipeline.CitationRuleFn`) through the real pipeline: one sentence per
+    answer sentence, each citing distinct documents of the item (at most ``max_citations``), with one doc_score per
+    document or none."""
+    cfg = MirageConfig().replace(aggregation={"rule": name})
+    res = embedded_mirage.attribute(QUESTION, DOCS, answer=ANSWER, config=cfg)
+    assert res.config["aggregation"]["rule"] == name and len(res.sentences) == 2
+    for sentence in res.sentences:
+        cited = sentence.mirage_citations
+        assert len(set(cited)) == len(cited) <= cfg.aggregation.max_citations and set(cited) <= {1, 2}, cited
+        assert sentence.doc_scores == [] or len(sentence.doc_scores) == len(DOCS)
 
 
 def test_a_registered_citation_rule_gives_the_sentences_citations(embedded_mirage, registries):

@@ -102,3 +102,26 @@ def test_the_commands_take_keep_trained_questions(monkeypatch):
         with pytest.raises(SystemExit):
             main(["score", *command, "--keep-trained-questions", "-o", "unused"])
         assert seen.pop("options").keep_trained_questions is True
+
+
+def test_every_benchmark_command_is_a_run_command_named_in_the_score_help():
+    """Each benchmark ``mirage score`` has (a subcommand that :func:`mirage.scoring.cli.register` adds) is a
+    :data:`~mirage.runs.experiment.RunCommand`, so that its runner's experiment (``ExperimentConfig(command=NAME)``)
+    exists and has a fingerprint, and ``mirage score``'s help line names it."""
+    import argparse
+    from typing import get_args
+
+    from mirage.cli import build_parser
+    from mirage.runs.experiment import RunCommand
+
+    def subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+        return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+    top = subcommands(build_parser())
+    help_line = next(a.help for a in top._choices_actions if a.dest == "score")
+    names = list(subcommands(top.choices["score"]).choices)
+    assert {"xor-attriqa", "eli5"} <= set(names)
+    for name in names:
+        assert name in get_args(RunCommand), f"add {name!r} to mirage.runs.experiment.RunCommand"
+        assert name in help_line, f"name {name!r} in the help of `mirage score` (mirage.scoring.cli.register)"
+        assert ExperimentConfig.from_dict({"data": ["x.jsonl"]}, command=name).fingerprint()["model"]
