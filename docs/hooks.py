@@ -13,7 +13,8 @@ A page asks for generated text with a marker on a line of its own, e.g. ``<!-- m
 ``<!-- mirage:headline -->``, ``<!-- mirage:compare fidelity/fields_val.json -->``,
 ``<!-- mirage:self-match self_match -->``, ``<!-- mirage:card smollm2-135m-cite-follow -->``,
 ``<!-- mirage:bias-follow DIR DIR -->``, ``<!-- mirage:methods DIR -->``,
-``<!-- mirage:methods-faithfulness DIR -->``, ``<!-- mirage:modules -->``. ``tests/docs/test_docs_site.py`` builds
+``<!-- mirage:methods-faithfulness DIR -->``, ``<!-- mirage:methods-cost -->``,
+``<!-- mirage:modules -->``. ``tests/docs/test_docs_site.py`` builds
 the site and reads these pages back.
 """
 
@@ -26,6 +27,7 @@ import inspect
 import json
 import logging
 import re
+import statistics
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -560,6 +562,38 @@ def methods_table(folder: str) -> str:
                               "passes / answer", "s / answer (× MIRAGE)"], rows), "", f"From {_source(rel)}."])
 
 
+def methods_cost(rel: str = "methods_cost.json") -> str:
+    """Each document method's cost per answer on short and on long answers (``benchmarks/methods_cost.py``): mean
+    answer tokens, passes and seconds (wall and CPU) per answer, and the long answer's seconds as a multiple of the
+    short one's, slowest on long answers first."""
+    if not (RESULTS / rel).exists():
+        return "Not measured yet: `python benchmarks/methods_cost.py --limit 1 --threads 2 -o " \
+               f"benchmarks/results/{rel}`."
+    data = _read(rel)
+    summary = data["summary"]
+
+    def passes(cost: dict[str, Any]) -> str:
+        parts = [f"{_num(cost[k], 1)} {name}" for k, name in (("forward_passes", "fwd"), ("backward_passes", "bwd"),
+                                                            ("jvp_passes", "jvp")) if cost.get(k)]
+        return ", ".join(parts) or "0"
+
+    rows = []
+    for name, by in sorted(summary.items(), key=lambda kv: -kv[1].get("long", {}).get("seconds", 0.0)):
+        short, long = by.get("short", {}), by.get("long", {})
+        ratio = long["seconds"] / short["seconds"] if short.get("seconds") and long.get("seconds") else None
+        rows.append([_code(name), passes(short) if short else "–", _num(short.get("seconds"), 2),
+                     passes(long) if long else "–", _num(long.get("seconds"), 2), _num(long.get("cpu_seconds"), 1),
+                     _num(ratio, 1, "×")])
+    tokens = {length: statistics.fmean(r["answer_tokens"] for r in data["rows"] if r["answers"] == length)
+              for length in ("short", "long") if any(r["answers"] == length for r in data["rows"])}
+    count = {length: len({r["item"] for r in data["rows"] if r["answers"] == length}) for length in tokens}
+    intro = (f"{data['device']}, {data['threads']} threads, {data['model']}: one run of each method per answer after "
+             f"an untimed one, on {count.get('short', 0)} short answer(s) of {_num(tokens.get('short'), 0)} tokens on "
+             f"average and {count.get('long', 0)} long one(s) of {_num(tokens.get('long'), 0)}, from {_source(rel)}:")
+    return "\n".join([intro, "", table(["method", "short: passes", "short: s", "long: passes", "long: s",
+                                        "long: CPU s", "long / short"], rows), ""])
+
+
 def methods_faithfulness(folder: str) -> str:
     """Each document method's faithfulness in a ``--methods`` run that scored the references
     (:func:`mirage.scoring.xor_methods.method_faithfulness`): rank agreement with the same model's exact Shapley
@@ -745,6 +779,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "xor": xor_table,
     "methods": methods_table,
     "methods-faithfulness": methods_faithfulness,
+    "methods-cost": methods_cost,
     "protocol": protocol_overview,
     "bias-follow": bias_follow,
     "tune": tune_tables,
