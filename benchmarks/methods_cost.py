@@ -70,9 +70,9 @@ def _answers(mirage: Mirage, opts: Options) -> tuple[list[tuple[str, str, Any]],
     for item in load_xor_attriqa(resolve_files([opts.short])[0], text="en", limit=opts.limit).items:
         out.append(("short", item.key, xor_document_inputs(mirage, item, config=xor_cfg)))
     items = json.loads(Path(resolve(opts.long)).read_text(encoding="utf-8"))
-    skipped, cfg = 0, MirageConfig()
+    skipped, taken, cfg = 0, 0, MirageConfig()
     for k, item in enumerate(items):
-        if sum(1 for length, _n, _i in out if length == "long") == opts.limit:
+        if taken == opts.limit:
             break
         answer = long_answer(mirage, item["answer"], opts.min_tokens, opts.max_tokens)
         if answer is None:
@@ -82,6 +82,7 @@ def _answers(mirage: Mirage, opts: Options) -> tuple[list[tuple[str, str, Any]],
                "output": answer}
         prep = mirage.prepare(raw, config=cfg)
         out.append(("long", f"{opts.long}#{k}", document_inputs(mirage, prep, answer, config=cfg)))
+        taken += 1
     return out, skipped
 
 

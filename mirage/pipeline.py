@@ -352,18 +352,18 @@ def _selfcite_rule(inputs: CitationInputs, *, whole_answer: bool) -> list[Senten
     members = tokens_by_sentence(inputs.text, [(s.start, s.end) for s in inputs.sentences],
                                  [a for a, _b in inputs.answer.offsets], range(rows.shape[1]))
     single = {s[0]: k for k, s in enumerate(sets) if len(s) == 1}
-    answer_best = ranked(sets, token_means(rows)).best if whole_answer else None
+    answer_k = sets.index(ranked(sets, token_means(rows)).best) if whole_answer else None  # the answer's best set
     out = []
     for sentence, tokens in zip(inputs.sentences, members):
         if not tokens:
             out.append(dataclasses.replace(sentence, mirage_citations=[], doc_scores=[0.0] * doc_in.n_docs))
             continue
         rewards = token_means(rows, tokens)
-        if answer_best is None:
+        if answer_k is None:
             best = ranked(sets, rewards)
             cited = list(best.best) if best.rewards[0] > 0 else []
         else:
-            cited = list(answer_best) if rewards[sets.index(answer_best)] > 0 else []
+            cited = list(sets[answer_k]) if rewards[answer_k] > 0 else []
         out.append(dataclasses.replace(sentence, mirage_citations=cited,
                                        doc_scores=[round(rewards[single[d]], 6) for d in range(1, doc_in.n_docs + 1)]))
     return out
