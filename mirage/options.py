@@ -16,6 +16,7 @@ and ``later`` belong to :mod:`mirage.config`.
 
     add_options(parser, XorAttriQAOptions)                         # every field with a flag, in field order
     options = options_from_args(XorAttriQAOptions, args, output=…)  # the flags given, the class's defaults elsewhere
+    argv = options_argv(XorAttriQAOptions, args)                    # and back: the words that give those values
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any, Literal, get_args, get_origin
 from mirage.checks import float_flag, int_flag
 
 __all__ = ["OptionField", "add_options", "cli_arg", "flag_help", "given_options", "option_dest", "option_fields",
-           "options_from_args", "value_type"]
+           "options_argv", "options_from_args", "value_type"]
 
 #: The metadata keys :func:`add_options` reads (besides ``flag`` and ``help``).
 _SPEC_KEYS = ("aliases", "metavar", "type", "nargs", "choices", "dest", "required", "cli_default", "exclusive",
@@ -239,3 +240,29 @@ def options_from_args(cls: type, args: argparse.Namespace, only: Sequence[str] |
     """An instance of ``cls`` from the flags ``args`` gives (:func:`given_options`), ``values`` on top; the fields
     neither sets keep the class's defaults (and its checks refuse a bad value, naming the field)."""
     return cls(**{**given_options(cls, args, only, skip=skip), **values})
+
+
+def options_argv(cls: type, values: Any, only: Sequence[str] | None = None, *, skip: Sequence[str] = ()) -> list[str]:
+    """The command-line words that give the fields of ``cls`` (``only``, ``skip`` as :func:`option_fields` takes
+    them) the values ``values`` holds (an instance of ``cls``, or a parsed namespace, read by each flag's ``dest``):
+    positionals first, then each flag whose value is set, under its shortest name (``-o``), explicit even where the
+    value is the default (so that the line reproduces it when a default changes). Not set: None, an empty tuple, a
+    switch's False. The inverse of :func:`options_from_args`: parsed again, these words give the same values."""
+    positional: list[str] = []
+    flags: list[str] = []
+    for opt in option_fields(cls, only, skip=skip):
+        value = getattr(values, opt.field.name if dataclasses.is_dataclass(values) else opt.dest, None)
+        if value is None or (value is False and _is_switch(opt)):
+            continue
+        words = [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+        if opt.positional:
+            positional += words
+            continue
+        name = min([opt.flag, *opt.spec.get("aliases", ())], key=len)
+        if _is_switch(opt):
+            flags.append(name)
+        elif opt.spec.get("action") == "append":
+            flags += [word for value_word in words for word in (name, value_word)]
+        elif words:
+            flags += [name, *words]
+    return positional + flags

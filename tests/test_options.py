@@ -10,7 +10,7 @@ from typing import Literal
 import pytest
 
 from mirage.checks import ConfigError, integer, setfield
-from mirage.options import add_options, cli_arg, flag_help, given_options, options_from_args
+from mirage.options import add_options, cli_arg, flag_help, given_options, options_argv, options_from_args
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,3 +102,22 @@ def test_a_flag_can_stand_alone_or_repeat():
         parser.parse_args(["--sweep", "all"])
     with pytest.raises(TypeError, match="unknown metadata"):
         cli_arg(None, flag="--x", help="x", store="no")
+
+
+def test_options_give_back_the_words_that_set_them():
+    """:func:`options_argv` is the inverse of the parse: from an instance or a namespace, the words that, parsed
+    again, give the same values; every set value explicit, the shortest name, nothing for None, () or False."""
+    toy = Toy(data=("a", "b c"), output="out", k=2, sides=("second", "first"), fast=True, seeds=(1, 2))
+    argv = options_argv(Toy, toy)
+    assert argv == ["a", "b c", "-o", "out", "--view", "en", "--k", "2", "--sides", "second", "first",
+                    "--seeds", "1", "2", "--fast", "--size", "auto"]
+    assert options_from_args(Toy, _parser().parse_args(argv)) == toy
+    args = _parser().parse_args(["a", "-o", "o"])
+    assert options_argv(Toy, args) == ["a", "-o", "o", "--view", "en", "--k", "5", "--sides", "first", "first"]
+    assert options_argv(Toy, args, skip=["view", "sides"]) == ["a", "-o", "o", "--k", "5"]
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_options(parser, Repeated)
+    repeated = Repeated(sweep="answer", note=("a b", "c"))
+    assert options_argv(Repeated, repeated) == ["--sweep", "answer", "--note", "a b", "--note", "c"]
+    assert options_from_args(Repeated, parser.parse_args(options_argv(Repeated, repeated))) == repeated
+    assert options_argv(Repeated, Repeated()) == []

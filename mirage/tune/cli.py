@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from mirage.config import DEFAULT_MODEL, ConfigError, MirageConfig, PromptConfig
 from mirage.data import resolve_files
 from mirage.data.inputs import InputError
-from mirage.options import add_options, option_fields
+from mirage.options import add_options, option_fields, options_argv
 from mirage.runs.experiment import add_device_args, loading_args
 from mirage.runs.progress import terminal_progress
 from mirage.runs.store import write_atomic
@@ -361,24 +361,13 @@ def cmd_follow(args: argparse.Namespace) -> int:
 
 
 def _report_command(args: argparse.Namespace, verb: str) -> str:
-    """The ``mirage tune eval`` or ``follow`` (``verb``) line that reproduces a report (paths as given, machine
-    paths made relative)."""
+    """The ``mirage tune eval`` or ``follow`` (``verb``) line that reproduces a report: every option of the
+    command's options class that is set (:func:`mirage.options.options_argv`; paths as given, machine paths made
+    relative), neither the device nor ``--quiet``, which change no answer."""
     from mirage.runs.files import portable_command
 
-    argv = ["tune", verb, *args.data]
-    for flag, value in (("--adapter", args.adapter), ("--model", args.model), ("--prompt", args.prompt),
-                        ("--limit", args.limit), ("--limit-each", args.limit_each), ("--half", args.half)):
-        if value is not None:
-            argv += [flag, str(value)]
-    if args.exclude:
-        argv += ["--exclude", *args.exclude]
-    argv += ["--text", args.text] + (["--k", str(args.k), "--seed", str(args.seed)] if verb == "follow" else [])
-    argv += ["--max-new-tokens", str(args.max_new_tokens)] + (["--judge"] if args.judge else [])
-    for flag, value in (("--judge-rule", args.judge_rule), ("--judge-learned-model", args.judge_learned_model)):
-        if value is not None:
-            argv += [flag, value]
-    argv += ["-o", args.output]
-    return portable_command(argv)
+    options = FollowOptions if verb == "follow" else EvalOptions
+    return portable_command(["tune", verb, *options_argv(options, args, skip=["quiet"])])
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -535,3 +535,27 @@ def test_compare_follow_names_a_first_file_that_is_no_report(tmp_path):
                           "--out", str(tmp_path / "out.json")], capture_output=True, text=True, check=False)
     assert run.returncode != 0 and "x.json is not a permutation-test report" in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1 and not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize("verb", ["eval", "follow"])
+def test_a_reports_command_parses_back_to_the_options_it_ran_with(verb):
+    """The command a ``tune eval`` / ``follow`` report records is made from the options class (no hand-kept flag
+    list): parsed by mirage's own parser it gives every option the run had, defaults explicit; the device and
+    ``--quiet``, which change no answer, are left out, and machine paths are made relative."""
+    import shlex
+
+    from mirage.cli import build_parser
+    from mirage.options import options_from_args
+    from mirage.tune.cli import _report_command
+    from mirage.tune.options import EvalOptions, FollowOptions
+
+    argv = ["tune", verb, "xor-attriqa-match:train", "xor-attriqa-match:val", "--adapter", "out/a b/adapter",
+            "--limit", "3", "--half", "choosing", "--exclude", "t1.jsonl", "t2.jsonl", "--judge-rule",
+            "selfcite_answer", "--quiet", "--device", "cpu", "-o", "runs/r.json"]
+    args = build_parser(argv).parse_args(argv)
+    words = shlex.split(_report_command(args, verb))
+    assert words[:3] == ["mirage", "tune", verb] and "--quiet" not in words and "--device" not in words
+    again = build_parser(words[1:]).parse_args(words[1:])
+    options = FollowOptions if verb == "follow" else EvalOptions
+    assert options_from_args(options, again) == options_from_args(options, args, quiet=False)
+    assert ["--max-new-tokens", "48"] == words[words.index("--max-new-tokens"):][:2]  # a default, explicit
