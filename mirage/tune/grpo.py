@@ -32,13 +32,13 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mirage.attribution.models import LoadedModel, load_model
 from mirage.attribution.prompts import format_prompt, load_template
-from mirage.attribution.serialization import JSONRecord, library_versions
+from mirage.attribution.serialization import library_versions
 from mirage.config import ConfigError, MirageConfig
 from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
@@ -49,6 +49,7 @@ from mirage.tune.data import TrainingExample, trained_questions
 from mirage.tune.evaluate import judge_config
 from mirage.tune.reward import CitationJudge, presentation_of, question_key
 from mirage.tune.sft import (
+    TrainingRun,
     check_run_dir,
     earlier_questions,
     last_checkpoint,
@@ -114,28 +115,18 @@ def reward_dataset(mirage: Mirage, examples: Sequence[TrainingExample]) -> datas
     return hf_datasets.Dataset.from_list(rows)
 
 
-@dataclass
-class RewardRun(JSONRecord):
-    """What a ``train_reward`` run did: the adapter it wrote and the one it started from, its steps, the logged
-    curve per step (``reward``; ``reward_std``, the spread of the rewards, and ``frac_reward_zero_std``, the share
-    of prompts whose answers all got the same reward and so teach nothing; ``kl``, ``loss``), wall time, peak
-    memory and the checkpoint it resumed from; ``questions``: the distinct questions among the prompts (each
-    presented in one or more document orders), ``generation_batch_size``: the answers sampled and judged together
-    (whole questions' presentations when the permutation term applies)."""
+@dataclass(kw_only=True)
+class RewardRun(TrainingRun):
+    """What a ``train_reward`` run did (:class:`~mirage.tune.sft.TrainingRun`, and): the adapter it started from, its
+    prompts, the logged curve per step (``reward``; ``reward_std``, the spread of the rewards, and
+    ``frac_reward_zero_std``, the share of prompts whose answers all got the same reward and so teach nothing;
+    ``kl``, ``loss``); ``questions``: the distinct questions among the prompts (each presented in one or more document
+    orders), ``generation_batch_size``: the answers sampled and judged together (whole questions' presentations when
+    the permutation term applies)."""
 
-    output_dir: str
-    adapter_dir: str
     start_adapter: str | None
-    base_model: str
     n_prompts: int
-    skipped: list[str]
-    steps: int
     curve: list[dict[str, float]]
-    runtime_s: float
-    peak_rss_mb: float
-    resumed_from: str | None
-    config: dict[str, Any] = field(default_factory=dict)
-    versions: dict[str, str] = field(default_factory=dict)
     questions: int | None = None
     generation_batch_size: int | None = None
 

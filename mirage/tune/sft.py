@@ -141,29 +141,37 @@ def build_dataset(mirage: Mirage, examples: Sequence[TrainingExample], *, max_le
     return hf_datasets.Dataset.from_list(rows), too_long
 
 
-@dataclass
-class SFTRun(JSONRecord):
-    """What a ``train_sft`` run did: where the adapter is (``adapter_dir``; with ``train.method: full``, the model
-    folder ``DIR/model``), the examples it used (``skipped``: malformed rows;
-    ``too_long``: over ``max_length``), its steps, its loss curve (``{"step", "epoch", "loss", "learning_rate"}``
-    per log), the wall time of this invocation, its peak resident memory, and the checkpoint it resumed from."""
+@dataclass(kw_only=True)
+class TrainingRun(JSONRecord):
+    """What every training stage's run records: its folder, where the adapter is (``adapter_dir``; with
+    ``train.method: full``, the model folder ``DIR/model``), the model it tuned, the rows it skipped, its steps, the
+    wall time of this invocation, its peak resident memory, the checkpoint it resumed from, its config and the
+    library versions."""
 
     output_dir: str
     adapter_dir: str
     base_model: str
-    n_examples: int
-    n_train: int
     skipped: list[str]
-    too_long: list[str]
     steps: int
-    epochs: float
-    train_loss: float | None
-    loss_curve: list[dict[str, float]]
     runtime_s: float
     peak_rss_mb: float
     resumed_from: str | None
     config: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class SFTRun(TrainingRun):
+    """What a ``train_sft`` run did (:class:`TrainingRun`, and): the examples it used (``skipped``: malformed rows;
+    ``too_long``: over ``max_length``), its epochs and its loss curve (``{"step", "epoch", "loss",
+    "learning_rate"}`` per log)."""
+
+    n_examples: int
+    n_train: int
+    too_long: list[str]
+    epochs: float
+    train_loss: float | None
+    loss_curve: list[dict[str, float]]
 
 
 def read_training_data(paths: Sequence[str | Path]) -> tuple[list[TrainingExample], list[str]]:
