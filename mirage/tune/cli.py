@@ -332,7 +332,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     report = evaluate_citations(mirage, examples, max_new_tokens=args.max_new_tokens,
                                 progress=None if args.quiet else terminal_progress, judge=judge,
                                 store=out.with_name(out.stem + ".answers.jsonl"))
-    report.command = _report_command(args, "eval")
+    report.command = report_command(args, "eval")
     write_atomic(out, json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n")
     print(report.to_text(), file=sys.stderr)
     return 0
@@ -354,13 +354,13 @@ def cmd_follow(args: argparse.Namespace) -> int:
     report = evaluate_follow(mirage, examples, k=args.k, seed=args.seed, max_new_tokens=args.max_new_tokens,
                              judge=judge, store=out.with_name(out.stem + ".answers.jsonl"),
                              progress=None if args.quiet else terminal_progress, pool=pool)
-    report.command = _report_command(args, "follow")
+    report.command = report_command(args, "follow")
     write_atomic(out, json.dumps(report.to_dict(), indent=1, ensure_ascii=False) + "\n")
     print(report.to_markdown(), file=sys.stderr)
     return 0
 
 
-def _report_command(args: argparse.Namespace, verb: str) -> str:
+def report_command(args: argparse.Namespace, verb: str) -> str:
     """The ``mirage tune eval`` or ``follow`` (``verb``) line that reproduces a report: every option of the
     command's options class that is set (:func:`mirage.options.options_argv`; paths as given, machine paths made
     relative), neither the device nor ``--quiet``, which change no answer."""

@@ -109,14 +109,18 @@ class RewardSettings:
     """The reward of one sampled answer (:mod:`mirage.tune.reward`): the weights of its terms (a weight of 0 skips
     the term, and its model passes), ``faithfulness_scale`` (nats per token of drop that give the faithfulness term
     1 - 1/e), and the GRPO stage: ``beta`` (the KL penalty against the starting model), ``num_generations`` answers
-    sampled per prompt at ``temperature``, each at most ``max_completion_length`` tokens."""
+    sampled per prompt at ``temperature``, each at most ``max_completion_length`` tokens. ``selfcite`` (SelfCite's
+    reward of the answer's own citations, ``selfcite_scale`` nats per token giving it 1 - 1/e) weighs 0 unless a
+    config gives it a weight."""
 
     rage: float = 1.0
     agreement: float = 0.5
     faithfulness: float = 0.5
     format: float = 0.5
     permutation: float = 0.5
+    selfcite: float = 0.0
     faithfulness_scale: float = 1.0
+    selfcite_scale: float = 1.0
     beta: float = 0.04
     num_generations: int = 4
     max_completion_length: int = 64
@@ -128,12 +132,13 @@ class RewardSettings:
         if not any(getattr(self, name) for name in self.TERMS):
             raise ConfigError(f"reward: every term weight ({', '.join(self.TERMS)}) is 0; give one a positive weight.")
         setfield(self, "reward.faithfulness_scale", positive)
+        setfield(self, "reward.selfcite_scale", positive)
         setfield(self, "reward.num_generations", integer, minimum=2)
         setfield(self, "reward.max_completion_length", integer, minimum=1)
         setfield(self, "reward.temperature", positive)
 
     #: The reward's terms (:mod:`mirage.tune.reward`), each a weight field.
-    TERMS: ClassVar[tuple[str, ...]] = ("rage", "agreement", "faithfulness", "format", "permutation")
+    TERMS: ClassVar[tuple[str, ...]] = ("rage", "agreement", "faithfulness", "format", "permutation", "selfcite")
 
     @property
     def weights(self) -> dict[str, float]:

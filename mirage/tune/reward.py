@@ -1,6 +1,6 @@
 """The reward of a sampled answer for the citation-tuning reward stage, with mirage as the judge.
 
-Five terms, each in [0, 1], combined by the weights of :class:`~mirage.tune.config.RewardSettings`:
+Six terms, each in [0, 1], combined by the weights of :class:`~mirage.tune.config.RewardSettings`:
 
 - ``rage``: RAGE's (citation precision + citation recall) / 2 of the answer's cited documents (the union over its
   sentences) against the documents human annotators marked as supporting it (:func:`rage_score`; precision and
@@ -19,6 +19,11 @@ Five terms, each in [0, 1], combined by the weights of :class:`~mirage.tune.conf
   not number (:func:`permutation_scores`). A positional citer (``[1]`` whatever stands first) scores low, an answer
   citing the same passage wherever it stands scores 1. None where no other order of the question was scored in the
   same call (:meth:`CitationJudge.score` alone never has one).
+- ``selfcite``: SelfCite's self-supervised citation reward (Chuang et al., 2025) of the answer's own citations:
+  per sentence, its mean token log-probability with only the documents it cites kept minus with them removed, from
+  the judge model (:func:`mirage.attribution.methods.selfcite.citation_reward_rows`: two passes per distinct cited
+  set), mapped to ``1 - exp(-max(0, reward) / scale)``; an uncited sentence scores 0; the mean over sentences
+  (:func:`selfcite_score`). Needs no labels. Weighted 0 by default.
 
 The reward is the weighted mean of the terms that apply (:func:`combine`): a term that is None (no labels) or
 weighted 0 is left out and the others' weights renormalised. An answer that is empty once its marks are removed
@@ -125,6 +130,39 @@ def faithfulness_score(drops: Sequence[float | None], n_tokens: Sequence[int], *
     return sum(scores) / len(scores)
 
 
+def selfcite_score(mirage: Mirage, item: Mapping[str, Any], parsed: ParsedAnswer, *,
+                   config: MirageConfig | None = None, scale: float = 1.0) -> float:
+    """The ``selfcite`` term of ``parsed`` (an answer to ``item``: ``question``, ``docs``): per sentence, SelfCite's
+    reward of the documents it cites (the mean over its tokens of ``log p(y | only those documents) - log p(y |
+    without them)``, nats; every document cited: against the contextless prompt), mapped to ``1 - exp(-max(0, r) /
+    scale)``; 0 for a sentence that cites nothing or has no token; the mean over the sentences."""
+    from mirage.attribution.aggregation import tokens_by_sentence
+    from mirage.attribution.methods import document_inputs
+    from mirage.attribution.methods.selfcite import citation_reward_rows, token_means
+    from mirage.attribution.tokenization import tokenize_answer
+
+    if not parsed.sentences:
+        return 0.0
+    answer = tokenize_answer(mirage.lm.tokenizer, parsed.text)
+    sets = sorted({tuple(sorted(ids)) for ids in parsed.citations if ids})
+    if not sets or not answer.ids:
+        return 0.0
+    inputs = document_inputs(mirage, {"question": item["question"], "docs": list(item["docs"])}, answer.ids,
+                             config=config)
+    rows = citation_reward_rows(inputs, sets)  # [n_sets, n_answer]
+    members = tokens_by_sentence(parsed.text, parsed.sentences, [a for a, _b in answer.offsets],
+                                 range(len(answer.ids)))
+    values = []
+    for ids, tokens in zip(parsed.citations, members):
+        if not ids or not tokens:
+            values.append(0.0)
+            continue
+        k = sets.index(tuple(sorted(ids)))
+        reward = token_means(rows[k : k + 1], tokens)[0]
+        values.append(1.0 - math.exp(-max(0.0, reward) / scale))
+    return sum(values) / len(values)
+
+
 def format_score(parsed: ParsedAnswer) -> float:
     """The share of the answer's sentences citing at least one existing document, times the share of its cited ids
     that name an existing document (1 when it cites none); 0 for an answer without sentences."""
@@ -159,6 +197,7 @@ class RewardTerms(JSONRecord):
     mirage_citations: list[list[int]] | None = None
     error: str | None = None
     permutation: float | None = None
+    selfcite: float | None = None
 
     def terms(self) -> dict[str, float | None]:
         """The terms by name (:data:`TERMS`)."""
@@ -192,7 +231,7 @@ class CitationJudge:
                                           "agreement": None, "faithfulness": None, "format": format_score(parsed)}
         mirage_citations, error = None, None
         if not parsed.text.strip():
-            terms.update(agreement=0.0, faithfulness=0.0)
+            terms.update(agreement=0.0, faithfulness=0.0, **({"selfcite": 0.0} if weights["selfcite"] > 0 else {}))
         elif weights["agreement"] > 0 or weights["faithfulness"] > 0:
             raw = {"question": item["question"], "docs": docs, "output": answer}
             try:
@@ -212,6 +251,12 @@ class CitationJudge:
                     terms["faithfulness"] = faithfulness_score(
                         [c.drop for c in own], [s.n_tokens for s in check.sentences],
                         scale=self.settings.faithfulness_scale)
+        if parsed.text.strip() and weights["selfcite"] > 0:
+            try:
+                terms["selfcite"] = 0.0 if error else selfcite_score(self.mirage, item, parsed, config=self.config,
+                                                                     scale=self.settings.selfcite_scale)
+            except InputError as err:  # the item the judge cannot prepare: as for mirage's terms
+                error, terms["selfcite"] = str(err), 0.0
         return RewardTerms(**terms, total=combine(terms, weights), self_citations=self_citations,
                            mirage_citations=mirage_citations, error=error)
 

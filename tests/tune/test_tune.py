@@ -709,6 +709,41 @@ def test_the_judge_scores_a_cited_answer_on_the_embedded_model(embedded_mirage):
 
 
 @pytest.mark.slow
+def test_the_selfcite_term_is_selfcites_reward_of_each_sentences_own_citations(embedded_mirage):
+    """The ``selfcite`` term, against SelfCite's reward computed by hand (:func:`citation_rewards` over the
+    sentence's tokens): the document holding the answer earns more than the other; an uncited sentence earns 0;
+    two sentences, the mean; weighted 0 (the default), it is not computed."""
+    from mirage.attribution.aggregation import tokens_by_sentence
+    from mirage.attribution.methods import document_inputs
+    from mirage.attribution.methods.selfcite import citation_rewards
+    from mirage.attribution.tokenization import tokenize_answer
+    from mirage.tune.reward import CitationJudge
+
+    judge = CitationJudge(embedded_mirage, RewardSettings(rage=0.0, agreement=0.0, faithfulness=0.0, format=0.0,
+                                                          permutation=0.0, selfcite=1.0, selfcite_scale=0.5))
+    item = {"question": SHORT_ITEM["question"], "docs": SHORT_ITEM["docs"]}
+    inputs = document_inputs(embedded_mirage, item, "1889.")
+    r1, r2 = citation_rewards(inputs, [[1], [2]])
+    right, wrong = judge.score(SHORT_ITEM, "1889 [1]."), judge.score(SHORT_ITEM, "1889 [2].")
+    assert right.selfcite == pytest.approx(1 - math.exp(-max(0.0, r1) / 0.5))
+    assert wrong.selfcite == pytest.approx(1 - math.exp(-max(0.0, r2) / 0.5))
+    assert r1 > r2 and right.selfcite > wrong.selfcite and right.total == right.selfcite
+    assert judge.score(SHORT_ITEM, "1889.").selfcite == 0.0 and judge.score(SHORT_ITEM, "[1]").selfcite == 0.0
+    text = "It was 1889. London has a clock."
+    two = judge.score(SHORT_ITEM, "It was 1889 [1]. London has a clock [1][2].")
+    answer = tokenize_answer(embedded_mirage.lm.tokenizer, text)
+    parsed = parse_answer(text, 2)
+    first, second = tokens_by_sentence(text, parsed.sentences, [a for a, _b in answer.offsets],
+                                       range(len(answer.ids)))
+    inputs = document_inputs(embedded_mirage, item, text)
+    (a,) = citation_rewards(inputs, [[1]], tokens=first)
+    (b,) = citation_rewards(inputs, [[1, 2]], tokens=second)
+    assert two.selfcite == pytest.approx((1 - math.exp(-max(0.0, a) / 0.5) + 1 - math.exp(-max(0.0, b) / 0.5)) / 2)
+    assert CitationJudge(embedded_mirage, RewardSettings(agreement=0.0, faithfulness=0.0)).score(
+        SHORT_ITEM, "1889 [1].").selfcite is None
+
+
+@pytest.mark.slow
 def test_internals_examples_cite_what_mirage_attributes(embedded_mirage):
     from mirage.tune.data import TrainingExample
 

@@ -546,14 +546,14 @@ def test_a_reports_command_parses_back_to_the_options_it_ran_with(verb):
 
     from mirage.cli import build_parser
     from mirage.options import options_from_args
-    from mirage.tune.cli import _report_command
+    from mirage.tune.cli import report_command
     from mirage.tune.options import EvalOptions, FollowOptions
 
     argv = ["tune", verb, "xor-attriqa-match:train", "xor-attriqa-match:val", "--adapter", "out/a b/adapter",
             "--limit", "3", "--half", "choosing", "--exclude", "t1.jsonl", "t2.jsonl", "--judge-rule",
             "selfcite_answer", "--quiet", "--device", "cpu", "-o", "runs/r.json"]
     args = build_parser(argv).parse_args(argv)
-    words = shlex.split(_report_command(args, verb))
+    words = shlex.split(report_command(args, verb))
     assert words[:3] == ["mirage", "tune", verb] and "--quiet" not in words and "--device" not in words
     again = build_parser(words[1:]).parse_args(words[1:])
     options = FollowOptions if verb == "follow" else EvalOptions
