@@ -25,7 +25,7 @@ import argparse
 import dataclasses
 import types
 import typing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, Literal, get_args, get_origin
 
 from mirage.checks import float_flag, int_flag
@@ -91,7 +91,7 @@ def option_dest(spec: Mapping[str, Any]) -> str:
     return spec.get("dest") or spec["flag"].lstrip("-").replace("-", "_")
 
 
-def option_fields(cls: type, only: Sequence[str] | None = None, *, skip: Sequence[str] = (),
+def option_fields(cls: type, only: Sequence[str] | None = None, *, skip: Collection[str] = (),
                   override: Mapping[str, Mapping[str, Any]] | None = None) -> Iterator[OptionField]:
     """The fields of dataclass ``cls`` that declare a flag, in field order (or in the order of ``only``, field
     names), less those named (field or flag) in ``skip``; ``override``: per field name, metadata a command gives
@@ -152,7 +152,7 @@ def flag_help(help_text: str, default: Any) -> str:
 
 
 def add_options(parser: argparse.ArgumentParser | Any, cls: type, only: Sequence[str] | None = None, *,
-                skip: Sequence[str] = (), unset: bool = False, defaults: Any = None,
+                skip: Collection[str] = (), unset: bool = False, defaults: Any = None,
                 override: Mapping[str, Mapping[str, Any]] | None = None) -> list[argparse.Action]:
     """Add to ``parser`` an argument for each field of ``cls`` that declares a flag (see the module docstring;
     ``only``, ``skip`` and ``override`` as :func:`option_fields` takes them). The parser's default is the field's,
@@ -218,7 +218,7 @@ def _argument(opt: OptionField, default: Any, *, unset: bool) -> tuple[list[str]
 
 
 def given_options(cls: type, args: argparse.Namespace, only: Sequence[str] | None = None, *,
-                  skip: Sequence[str] = ()) -> dict[str, Any]:
+                  skip: Collection[str] = ()) -> dict[str, Any]:
     """The fields of ``cls`` whose flags ``args`` holds a value for, by field name: not None, and for a switch only
     when given (True: a switch turns a field on, its False is "not given"); several values as a tuple."""
     out = {}
@@ -236,13 +236,13 @@ def _is_switch(opt: OptionField) -> bool:
 
 
 def options_from_args(cls: type, args: argparse.Namespace, only: Sequence[str] | None = None, *,
-                      skip: Sequence[str] = (), **values: Any) -> Any:
+                      skip: Collection[str] = (), **values: Any) -> Any:
     """An instance of ``cls`` from the flags ``args`` gives (:func:`given_options`), ``values`` on top; the fields
     neither sets keep the class's defaults (and its checks refuse a bad value, naming the field)."""
     return cls(**{**given_options(cls, args, only, skip=skip), **values})
 
 
-def options_argv(cls: type, values: Any, only: Sequence[str] | None = None, *, skip: Sequence[str] = ()) -> list[str]:
+def options_argv(cls: type, values: Any, only: Sequence[str] | None = None, *, skip: Collection[str] = ()) -> list[str]:
     """The command-line words that give the fields of ``cls`` (``only``, ``skip`` as :func:`option_fields` takes
     them) the values ``values`` holds (an instance of ``cls``, or a parsed namespace, read by each flag's ``dest``):
     positionals first, then each flag whose value is set, under its shortest name (``-o``), explicit even where the

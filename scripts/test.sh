@@ -5,5 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 PY=${PYTHON:-python3}
 "$PY" -m ruff check mirage tests benchmarks
-"$PY" -m mypy  # the core ([tool.mypy] in pyproject.toml)
+"$PY" -m mypy  # the paths [tool.mypy] in pyproject.toml lists
 exec "$PY" -m pytest -q -p no:cacheprovider --durations=40 "$@"

@@ -70,7 +70,8 @@ class LearnedModel(JSONRecord):
         return dict(sorted(zip(self.features, self.coef), key=lambda kv: -abs(kv[1])))
 
 
-def best_threshold(scores: Sequence[float], labels: Sequence[bool], metric: str = "f1") -> tuple[float, float]:
+def best_threshold(scores: Sequence[float] | np.ndarray, labels: Sequence[bool] | np.ndarray,
+                   metric: str = "f1") -> tuple[float, float]:
     """The global threshold on ``scores`` (cite when score >= threshold) that maximises ``metric`` ("f1" or
     "agreement") on ``labels``, and that value as a fraction. Candidates lie between neighbouring distinct scores
     (the midpoint; equal scores move together), plus one above all (citing nothing); ties go to the lower
@@ -217,7 +218,7 @@ def learned_citations(model: LearnedModel, *, cti: Sequence[float], rows: Mappin
     tokens' CCI rows and its tokens' leave-one-out and single-document log-probabilities (attention over the whole
     answer)."""
     chosen = set(selected)
-    out = []
+    out: list[tuple[list[int], list[float]]] = []
     for members in sentences:
         members = list(members)
         picked = [i for i, t in enumerate(members) if t in chosen]

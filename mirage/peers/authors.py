@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from mirage.attribution.prompts import PreparedItem
 
 
-def kept_sums(passages: Sequence[Sequence[float]], top: int) -> np.ndarray:
+def kept_sums(passages: Sequence[Sequence[float] | np.ndarray], top: int) -> np.ndarray:
     """Per passage, the sum of its scores the script's rule keeps: ``top > 0`` the top ``top`` of all passages'
     scores concatenated (ties kept), ``top < 0`` the range rule for ``-top`` %."""
     arrays = [np.asarray(p, dtype=float) for p in passages]

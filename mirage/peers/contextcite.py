@@ -80,7 +80,8 @@ def context_cite() -> Any:
 @functools.cache
 def _classes() -> tuple[type, type]:
     """The partitioner and the citer, defined once ContextCite is imported (their base classes are its own)."""
-    cc = context_cite()
+    context_cite()  # imported without network access first
+    from context_cite import ContextCiter
     from context_cite.context_partitioner import BaseContextPartitioner
     from context_cite.utils import get_masks_and_logit_probs
 
@@ -110,7 +111,7 @@ def _classes() -> tuple[type, type]:
             keep = [True] * self.num_sources if mask is None else [bool(k) for k in mask]
             return "".join(self.get_source(i) for i, k in enumerate(keep) if k)
 
-    class ForcedContextCiter(cc.ContextCiter):
+    class ForcedContextCiter(ContextCiter):
         """ContextCite on mirage's prompt and a given answer.
 
         The prompt: ContextCite renders ``"Context: {context}\\n\\nQuery: {query}"`` as a user message through the

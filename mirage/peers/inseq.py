@@ -237,7 +237,7 @@ def run_reference(
         seconds = time.perf_counter() - t0
     finally:
         tokenizer.padding_side, tokenizer.truncation_side = saved_sides
-        warnings.filters[:] = saved_filters
+        warnings.filters[:] = saved_filters  # type: ignore[index]  # typeshed says Sequence; it is the module's list
         inseq_logger.setLevel(saved_level)
     threshold = get_scores_threshold(res.cti_scores, std_k)
     shift = _context_shift(inseq_model, tokenizer, prompt, context, kwargs)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import typing
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -237,7 +237,8 @@ class ExperimentConfig:
             unknown = sorted(map(str, set(files) - {"eval", "calibrate_on"}))
             if unknown:
                 raise ConfigError(f"Unknown key(s) {unknown} in 'data'; known: ['calibrate_on', 'eval'].")
-            files, calibrate_on = files.get("eval"), files.get("calibrate_on")
+            calibrate_on = files.get("calibrate_on")
+            files = files.get("eval")
         given = {key: data[key] for key in ("model", "text", "limit", "skip", "seeds", "nli", "description", "dataset",
                                             *LOADING_KEYS)
                  if data.get(key) is not None}
@@ -383,7 +384,7 @@ def question_digest(question: str) -> str:
 #: The selection protocol's two halves of the questions (:func:`question_half`): recipes are compared and chosen on
 #: the ``choosing`` half only, and each chosen one is reported once on the ``confirming`` half.
 Half = typing.Literal["choosing", "confirming"]
-HALVES: tuple[str, ...] = typing.get_args(Half)
+HALVES: tuple[Half, ...] = typing.get_args(Half)
 
 
 def question_half(question: str) -> Half:
@@ -464,7 +465,8 @@ def pipeline_flags() -> Iterator[tuple[str, dataclasses.Field, type]]:
     sections = typing.get_type_hints(MirageConfig)
     for section in fields(MirageConfig):
         section_cls = sections[section.name]
-        if dataclasses.is_dataclass(section_cls):  # not ``preset``: a name, not a section
+        # not ``preset``: a name, not a section
+        if isinstance(section_cls, type) and dataclasses.is_dataclass(section_cls):
             for opt in option_fields(section_cls):
                 yield section.name, opt.field, value_type(opt.hint)
 
@@ -504,7 +506,7 @@ KEEP_TRAINED_QUESTIONS: dict[str, Any] = {
             "left out, and the results say how many"}
 
 
-def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Sequence[str] = (),
+def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Collection[str] = (),
                         benchmark: str | None = None) -> None:
     """The model, config-file and pipeline flags every run command takes, less the pipeline flags in ``skip`` (those
     the command sets itself); each pipeline flag's help shows the field's default (``benchmark``'s, where it has its

@@ -366,15 +366,16 @@ class ResumableJSONL:
                 raise StoreError(f"{shipped}: cannot resume from this compressed store ({err}); decompress it into "
                                  f"{self.path.name} yourself, or move it aside.") from None
         existed = self.path.exists() and self.path.stat().st_size > 0
-        self._lock = _lock(self.path)
+        lock = _lock(self.path)
+        self._lock: _Lock | None = lock  # None once closed
         if existed:
             try:
-                self._open_existing()
+                self._open_existing(lock)
             except BaseException:  # a refused file: this store never opened, so it holds no lock
                 self.close()
                 raise
 
-    def _open_existing(self) -> None:
+    def _open_existing(self, lock: _Lock) -> None:
         data = self.path.read_bytes()
         *complete, tail = data.split(b"\n")
         foreign = None
@@ -401,7 +402,7 @@ class ResumableJSONL:
                 value = None
             if is_record(value):  # a whole record whose newline was lost
                 self._check_settings(value, len(complete) + 1)
-                os.write(self._lock.fd, b"\n")
+                os.write(lock.fd, b"\n")
                 self.done.add(value["key"])
                 records += 1
             elif foreign is None and is_torn_record(tail, after_records=records > 0):

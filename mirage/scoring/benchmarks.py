@@ -22,7 +22,7 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from mirage.runs.store import ResumableJSONL, content_key, write_atomic
 from mirage.scoring import metrics as M
 from mirage.scoring.eli5 import ELI5Report, attribute_items, evaluate_eli5, load_alce, load_judgments
 from mirage.scoring.xor_attriqa import score_items, xor_attriqa_pipeline
-from mirage.scoring.xor_data import XorData, concat_data, load_xor_attriqa
+from mirage.scoring.xor_data import XorData, XorItem, concat_data, load_xor_attriqa
 from mirage.scoring.xor_eval import (
     RowsNeeded,
     XorAttriQAReport,
@@ -294,8 +294,8 @@ def run_xor_attriqa(
     if options.reuse_from is not None:
         for name in ("scores.jsonl", *((METHODS_FILE,) if methods else ())):  # the methods' scores: the same model
             reuse_store(out / name, Path(options.reuse_from), fingerprint, shard or Shard.from_env())
-    labels = {"text": text, "data": [data_label(p) for p in data],
-              "calibrate_on": [data_label(p) for p in cal_files] or None}
+    labels: dict[str, Any] = {"text": text, "data": [data_label(p) for p in data],
+                              "calibrate_on": [data_label(p) for p in cal_files] or None}
     match = None
     if options.self_match:
         test, cal, match = _self_match(model, test, cal, out=out, model_name=model_name, cfg=cfg, labels=labels,
@@ -315,7 +315,7 @@ def run_xor_attriqa(
     use_signals = options.signals and "likelihood" in groups and bool(cal_files)
     method_scores: dict[str, Any] = {}
 
-    def calibration_scores(store: Any) -> tuple[dict, list]:
+    def calibration_scores(store: Any, cal: XorData) -> tuple[dict, list]:
         """Calibration items: MIRAGE-EX rows and signals, then, round by round, the rows the calibration search
         reaches (:func:`calibration_rows`) until it can run."""
         scores, failed = score_items(model, cal.items, config=cfg, store=store, progress=progress,
@@ -333,15 +333,18 @@ def run_xor_attriqa(
                 return scores, failed
             for key, rows in need.items():
                 asked.setdefault(key, set()).update(rows)
-            scores, more = score_items(model, cal.items, config=cfg, store=store, progress=progress,
-                                       needs=lambda item, _cti, need=need: need.get(item.key, ()),
+
+            def needs(item: XorItem, _cti: Sequence[float], need: dict[str, set[int]] = need) -> Iterable[int]:
+                return need.get(item.key, ())
+
+            scores, more = score_items(model, cal.items, config=cfg, store=store, progress=progress, needs=needs,
                                        signals=use_signals, ex_rows=ex_rows, stage="calibration rows",
                                        batch_items=batch_items)
             failed += [f for f in more if f not in failed]
 
     def outputs(store_for: StoreFor) -> tuple[dict, list]:
         store = store_for(out / "scores.jsonl")
-        scores, failed = calibration_scores(store) if cal is not None else ({}, [])
+        scores, failed = calibration_scores(store, cal) if cal is not None else ({}, [])
         floor = None
         if cal is not None and not all_tokens and "cal" in groups:
             try:
@@ -457,12 +460,13 @@ def _self_match(model: Any, test: XorData, cal: XorData | None, *, out: Path, mo
     with ResumableJSONL(out / "matches.jsonl", settings=settings) as store:
         records = match_items(model, [*test.items, *cal_items], config=cfg, store=store, progress=progress)
     n = len(test.items)
-    counts = {"test": match_counts(records[:n]), "calibration": match_counts(records[n:]) if cal is not None else None}
+    test_counts = match_counts(records[:n])
+    counts = {"test": test_counts, "calibration": match_counts(records[n:]) if cal is not None else None}
     write_atomic(out / SELF_MATCH_FILE, json.dumps({**settings, **labels, **counts}, indent=2, ensure_ascii=False)
                  + "\n")
-    kept = counts["test"].get("all", {}).get("kept", 0)
+    kept = test_counts.get("all", {}).get("kept", 0)
     if not kept:
-        rows = counts["test"].get("all", {}).get("rows", 0)
+        rows = test_counts.get("all", {}).get("rows", 0)
         raise NothingToScore(f"self-match kept 0 of the {rows} test row(s): the model reproduced no annotated "
                              f"answer (the counts are in {out / SELF_MATCH_FILE}, each generation in "
                              f"{out / 'matches.jsonl'}); nothing to score.")

@@ -249,7 +249,7 @@ def evaluate_seed(results: Sequence[AttributionResult], judge: M.NLIJudge | None
                   bins: Sequence[tuple[int, int | None]] = LENGTH_BINS) -> dict[str, Any]:
     """Both sources' summaries, their agreement and the length bins for the answers of one seed."""
     out: dict[str, Any] = {}
-    per_source = {}
+    per_source: dict[str, list[list[M.SentenceCitationScore]]] = {}
     for source in CITATION_SOURCES:
         out[source], per_source[source] = source_summary(results, source, judge, at_most=at_most)
     a = [c for res in results for c in res.self_citations]

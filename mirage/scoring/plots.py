@@ -36,7 +36,7 @@ def length_figure(bins: dict[str, Any]) -> Figure:
     """Citation quality by sentence length (the paper's Figure 6): ALCE recall and precision per length bin for
     self-citation and MIRAGE where judged, otherwise the share of cited sentences."""
     labels = bins["bins"]
-    panels = [m for m in ("citation_recall", "citation_precision") if m in bins] or ["cited_pct"]
+    panels: list[str] = [m for m in ("citation_recall", "citation_precision") if m in bins] or ["cited_pct"]
     fig = Figure(figsize=(4.6 * len(panels), 3.4), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     xs = list(range(len(labels)))

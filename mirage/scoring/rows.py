@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sized
 from typing import Any, TypeVar
 
 from mirage.data.readers import BadRow, RawRow, read_rows
@@ -26,7 +26,7 @@ def require(row: dict[str, Any], name: str, kind: type | tuple[type, ...], *, no
     if not isinstance(value, kind):
         kinds = kind if isinstance(kind, tuple) else (kind,)
         raise RowError(f"field {name!r} must be {' or '.join(k.__name__ for k in kinds)}, got {type(value).__name__}")
-    if nonempty and (not value.strip() if isinstance(value, str) else len(value) == 0):
+    if nonempty and (not value.strip() if isinstance(value, str) else isinstance(value, Sized) and len(value) == 0):
         raise RowError(f"field {name!r} is empty")
     return value
 

@@ -193,7 +193,7 @@ def ex_config(cfg: MirageConfig) -> MirageConfig:
 
 #: The passage signals the scorer computes: what the learned classifier's features need (the single-passage and
 #: no-passage log-probabilities), not the leave-one-out passes or the attention weights.
-SIGNALS = {"leave_one_out": False, "attention": False}
+SIGNALS: dict[str, Any] = {"leave_one_out": False, "attention": False}
 
 
 #: What a run needs CCI rows for, given an item and its CTI scores: answer indices.
@@ -365,8 +365,8 @@ def score_items(
             chunk = new[start: start + size]
             done = score_item_batch(mirage, chunk, config=config, targets=[targets_of(i) for i in chunk],
                                     signals=signals)
-            for item, sc in zip(chunk, done):
-                keep(item, sc)
+            for item, result in zip(chunk, done):
+                keep(item, result)
                 yield item
         for item in todo.values():
             if item.key in batched:
@@ -485,8 +485,8 @@ def method_rows(items: Sequence[XorItem], path: str | Path, *, model: str, text:
 
     from mirage.runs.store import ResumableJSONL
 
-    settings = {"model": model, "text": text, "method": method, "stage": "ex-rows",
-                "prompt": dataclasses.asdict(config.prompt), "cti_metric": config.cti.metric}
+    settings: dict[str, Any] = {"model": model, "text": text, "method": method, "stage": "ex-rows",
+                                "prompt": dataclasses.asdict(config.prompt), "cti_metric": config.cti.metric}
     if method == "integrated_gradients":
         settings["ig_steps"] = ig_steps
     path = Path(path)

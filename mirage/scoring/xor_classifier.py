@@ -70,9 +70,10 @@ def with_method_features(rows: Sequence[tuple[XorItem, list[dict[str, float]]]],
     out = []
     for item, feats in rows:
         found = [method_scores.get(m, {}).get(item.key) for m in methods]
-        if any(f is None or len(f) != len(feats) for f in found):
+        scored = [f for f in found if f is not None]
+        if len(scored) < len(found) or any(len(f) != len(feats) for f in scored):
             continue
-        out.append((item, [{**f, **{method_feature(m): float(doc[d]) for m, doc in zip(methods, found)}}
+        out.append((item, [{**f, **{method_feature(m): float(doc[d]) for m, doc in zip(methods, scored)}}
                            for d, f in enumerate(feats)]))
     return out
 
@@ -111,11 +112,11 @@ def pair_scores(items: Sequence[XorItem], scores: dict[str, ItemScores], *, conf
     ex_cti = ex_cti_config(cfg)
     out = []
     for item, feats in feature_rows(items, scores, ex_cti):
-        probs = model.predict_proba(matrix(feats, model.features)) if model is not None else [None] * len(feats)
+        probs = model.predict_proba(matrix(feats, model.features)) if model is not None else None
         for d, (f, label) in enumerate(zip(feats, item.labels)):
             row = {"key": item.key, "lang": item.lang, "passage": d, "label": bool(label),
                    "passage_score": f[PASSAGE_SCORE]}
-            if model is not None:
+            if model is not None and probs is not None:
                 row.update(learned=probs[d], learned_cites=probs[d] >= model.threshold)
             out.append(row)
     return out

@@ -49,6 +49,8 @@ CCI_SELECTIONS: dict[str, dict[str, Any]] = {"top3": {"top_k": 3, "top_percent":
 #: The top-% values of the sweep (the paper's Figure 4).
 SWEEP_PERCENTS = (3, 5, 7, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100)
 XOR_REPORT_FORMAT = 2
+#: A setting's row of one item: language, predictions, labels and scores per passage, item key.
+SettingRow = tuple[str, list[bool], list[bool], list[float], str]
 
 
 # -- settings ---------------------------------------------------------------------------------------------------------
@@ -311,8 +313,8 @@ def _languages(items: Iterable[XorItem]) -> list[str]:
     return list(seen)
 
 
-def per_language(rows: Sequence[tuple[str, list[bool], list[bool], list[float]]], langs: Sequence[str]
-                  ) -> dict[str, dict[str, float | None]]:
+def per_language(rows: Sequence[tuple[str, list[bool], list[bool], list[float]] | SettingRow],
+                 langs: Sequence[str]) -> dict[str, dict[str, float | None]]:
     """rows: (lang, predictions, labels, scores) per item → metric → lang/avg → value."""
     out: dict[str, dict[str, float | None]] = {name: {} for name in (*M.BINARY_METRICS, "roc_auc")}
     for lang in langs:
@@ -342,7 +344,7 @@ def _calibrated_cti(cal: Calibration, selection: str, ex_cti: CTIConfig) -> Call
                                threshold=cal.threshold(selection, v.item.lang), threshold_floor=ex_cti.threshold_floor)
 
 
-def _baseline_rows(views: Sequence[XorItemView]) -> dict[str, list[tuple[str, list[bool], list[bool], list[float]]]]:
+def _baseline_rows(views: Sequence[XorItemView]) -> dict[str, list[SettingRow]]:
     """Rows of the settings that need no mirage score: each stored NLI prediction, citing every passage, none."""
     out = {}
     for name in NLI_FILES:
@@ -583,9 +585,7 @@ def top_percent_sweep(items: Sequence[XorItem], calibration_items: Sequence[XorI
         if cal_views:
             cal = calibrate(cal_views, [name], by=calibrate_by)
             out["cal_thresholds"].append(cal.thresholds[name])
-            variants["cal"] = lambda v, c=cal, n=name: CTIConfig(metric=ex_cti.metric, selector="threshold",
-                                                                  threshold_floor=ex_cti.threshold_floor,
-                                                                  threshold=c.threshold(n, v.item.lang))
+            variants["cal"] = _calibrated_cti(cal, name, ex_cti)
         for variant, cti_for in variants.items():
             per = per_language(_mirage_rows(views, selection=name, cti_for=cti_for), langs)
             for metric in ("agreement", "f1"):

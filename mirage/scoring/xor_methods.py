@@ -151,7 +151,7 @@ def _cost_summary(records: Iterable[MethodRecord]) -> dict[str, Any]:
     costs = [r.cost for r in records]
     if not costs:
         return {"answers": 0}
-    peaks = [c.get("peak_memory_bytes") for c in costs if c.get("peak_memory_bytes") is not None]
+    peaks = [p for p in (c.get("peak_memory_bytes") for c in costs) if p is not None]
     out: dict[str, Any] = {"answers": len(costs)}
     for name in ("forward_passes", "jvp_passes", "backward_passes", "tokens", "seconds"):
         out[name] = statistics.fmean(float(c.get(name, 0)) for c in costs)

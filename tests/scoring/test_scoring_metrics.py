@@ -14,7 +14,7 @@ from mirage.config import MirageConfig
 from mirage.data import resolve
 from mirage.likelihood.classifier import best_threshold
 from mirage.scoring import metrics as M
-from mirage.scoring.rows import BadRow, RowError, read_rows
+from mirage.scoring.rows import BadRow, RowError, read_rows, require
 from mirage.scoring.xor_attriqa import ItemScores
 from mirage.scoring.xor_data import XorItem, load_xor_attriqa, split_marked_passages
 from mirage.scoring.xor_eval import SETTINGS, XorAttriQAReport, evaluate
@@ -264,6 +264,17 @@ def test_split_marked_passages():
         split_marked_passages("<0> a <2> b", 2)
     with pytest.raises(RowError, match="markers"):
         split_marked_passages("<0> a <1> b", 3)
+
+
+def test_require_checks_emptiness_only_of_text_and_containers():
+    assert require({"q": " a "}, "q", str) == " a "
+    with pytest.raises(RowError, match="'q' is empty"):
+        require({"q": "  "}, "q", str)
+    with pytest.raises(RowError, match="'docs' is empty"):
+        require({"docs": []}, "docs", list)
+    # a number has no emptiness: before, the check called len() on it (a TypeError)
+    assert require({"n": 0}, "n", int) == 0
+    assert require({"n": 2.5}, "n", (int, float)) == 2.5
 
 
 def test_read_rows_reports_line_numbers(tmp_path):
