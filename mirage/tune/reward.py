@@ -188,8 +188,9 @@ class CitationJudge:
         parsed = parse_answer(answer, len(docs))
         self_citations = [list(c) for c in parsed.citations]
         cited = [d for ids in parsed.citations for d in ids]
+        fmt = format_score(parsed)
         terms: dict[str, float | None] = {"rage": rage_score(cited, item.get("supporting")),
-                                          "agreement": None, "faithfulness": None, "format": format_score(parsed)}
+                                          "agreement": None, "faithfulness": None, "format": fmt}
         mirage_citations, error = None, None
         if not parsed.text.strip():
             terms.update(agreement=0.0, faithfulness=0.0)
@@ -212,7 +213,8 @@ class CitationJudge:
                     terms["faithfulness"] = faithfulness_score(
                         [c.drop for c in own], [s.n_tokens for s in check.sentences],
                         scale=self.settings.faithfulness_scale)
-        return RewardTerms(**terms, total=combine(terms, weights), self_citations=self_citations,
+        return RewardTerms(rage=terms["rage"], agreement=terms["agreement"], faithfulness=terms["faithfulness"],
+                           format=fmt, total=combine(terms, weights), self_citations=self_citations,
                            mirage_citations=mirage_citations, error=error)
 
     def score_batch(self, items: Sequence[Mapping[str, Any]], answers: Sequence[str]) -> list[RewardTerms]:
