@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mirage.attribution.citations import parse_answer
+from mirage.attribution.citations import CitationSource, parse_answer
 from mirage.attribution.models import dtype_name
 from mirage.attribution.prompts import format_prompt, load_template
 from mirage.bias.items import BiasItem
@@ -220,7 +220,7 @@ def run_answers_study(data: str, answers_path: str | Path, *, cfg: BiasConfig, o
     if not records:
         raise InputError(f"--answers {answers_path}: no answer matches a request of this study; write the requests "
                          "with --write-requests and the same options.")
-    sources = ("self", "mirage") if mirage is not None else ("self",)
+    sources: tuple[CitationSource, ...] = ("self", "mirage") if mirage is not None else ("self",)
     result = summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=name, data=data_label(data),
                        mirage_config=mirage.config.to_dict() if mirage is not None else {}, sources=sources)
     write_outputs(result, out_dir)

@@ -159,8 +159,10 @@ def run_protocol(path: str | Path, out_dir: str | Path, *, run: Callable[[list[s
     try:
         for study in chosen:
             plan = plans[study.name]
-            reuse = [*plan.own_reuse, *(f for other in studies if other.name != study.name
-                                        for f in generation_files(out / other.name))] if plan.reuses else []
+            reuse: list[str | Path] = []
+            if plan.reuses:
+                reuse = [*plan.own_reuse, *(f for other in studies if other.name != study.name
+                                            for f in generation_files(out / other.name))]
             print(f"== {study.name}: mirage {' '.join(study_argv(study, out, extra))}"
                   + (f" (+ --reuse of {len(reuse)} runs)" if reuse else ""), file=sys.stderr)
             status[study.name] = run(study_argv(study, out, extra, reuse))  # refused: the others still run

@@ -203,7 +203,7 @@ def xor_items(rows: Sequence[tuple[str, dict[str, Any]]], *, k: int, seed: int,
 def xor_distractor_pool(rows: Sequence[tuple[str, dict[str, Any]]], max_doc_words: int | None = None,
                         ) -> list[Document]:
     """Every passage no annotator judged supporting, deduplicated: the candidates for RAGE's non-relevant documents."""
-    texts = []
+    texts: list[str] = []
     for _row_id, row in parse_match_rows(rows):
         texts.extend(p for p, a in zip(row.passages, row.labels) if not a)
     return [_doc(t, max_doc_words) for t in dict.fromkeys(texts)]

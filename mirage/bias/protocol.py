@@ -258,6 +258,8 @@ def doc_sides(relevant: tuple[bool, ...], mode: str, cfg: BiasConfig) -> list[Si
     """Each document's side in ``mode`` (None everywhere in vanilla)."""
     if mode == "vanilla":
         return [None] * len(relevant)
+    rel: Side
+    nonrel: Side
     if mode in MIXED_CELLS:
         rel, nonrel = mode.removeprefix("mixed:").split("-")  # type: ignore[assignment]
     elif mode == "informed":

@@ -258,8 +258,9 @@ def summarize(records: Sequence[BiasRecord], *, cfg: BiasConfig, metadata: Metad
     or echo their mode's instruction (:func:`~mirage.bias.metrics.answer_defect`, the instruction from the study's
     prompt files) are counted per mode and left out of CAS, CAB and the grid's contrasts."""
     defects = answer_defects(records, cfg, metadata)
-    by_source = {s: summarize_source(records, s, modes=cfg.modes, omega=cfg.omega, draws=cfg.baseline_draws,
-                                     seed=cfg.seed, grid=grid_modes(cfg), defects=defects) for s in sources}
+    by_source: dict[str, SourceSummary] = {
+        s: summarize_source(records, s, modes=cfg.modes, omega=cfg.omega, draws=cfg.baseline_draws, seed=cfg.seed,
+                            grid=grid_modes(cfg), defects=defects) for s in sources}
     n_items = max((s.n for src in by_source.values() for s in src.modes.values()), default=0)
     meta = {"type": metadata.type, "first": metadata.first.name, "second": metadata.second.name,
             "first_labels": list(metadata.first.labels), "second_labels": list(metadata.second.labels),

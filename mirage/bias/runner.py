@@ -57,16 +57,19 @@ def mark_probabilities(text: str, spans: Sequence[tuple[int, int]], probs: Seque
     return out
 
 
-def mirage_citation_probabilities(res: AttributionResult, token_probs: Sequence[float]) -> list[tuple[int, float]]:
+def mirage_citation_probabilities(res: AttributionResult, token_probs: Sequence[float | None]
+                                  ) -> list[tuple[int, float]]:
     """Per sentence and mirage-cited document: the mean generation probability of the sentence's context-sensitive
-    tokens that mirage attributes to that document (``token_probs`` indexed like ``res.tokens``; a token's sentence
-    by :func:`mirage.attribution.aggregation.sentence_of_token`, as for the citations)."""
+    tokens that mirage attributes to that document (``token_probs`` indexed like ``res.tokens``, None for a token
+    without one, which is left out; a token's sentence by :func:`mirage.attribution.aggregation.sentence_of_token`,
+    as for the citations)."""
     spans = [(s.start, s.end) for s in res.sentences]
     owner = [sentence_of_token(res.answer, t.start, spans) for t in res.tokens]
     out = []
     for s, sentence in enumerate(res.sentences):
         for doc in sentence.mirage_citations:
-            ps = [token_probs[t.index] for t, o in zip(res.tokens, owner) if o == s and doc in t.cited_docs]
+            ps = [p for t, o in zip(res.tokens, owner)
+                  if o == s and doc in t.cited_docs and (p := token_probs[t.index]) is not None]
             if ps:
                 out.append((doc, float(sum(ps) / len(ps))))
     return out

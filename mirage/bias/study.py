@@ -48,7 +48,7 @@ from mirage.bias.runner import BiasStudy, reusable_records
 from mirage.bias.tables import plot_cab, render_markdown
 from mirage.data import data_label
 from mirage.data.inputs import InputError
-from mirage.runs.experiment import ExperimentConfig, leave_out_trained
+from mirage.runs.experiment import TRAINED_KEPT, TRAINED_LEFT_OUT, ExperimentConfig, leave_out_trained
 from mirage.runs.files import RESULTS_FILE
 from mirage.runs.lazy import MirageSource, resolve_mirage
 from mirage.runs.progress import Progress
@@ -172,7 +172,9 @@ def run_bias_study(data: str, *, mirage: MirageSource, cfg: BiasConfig, output_d
     if records is None:  # one rank of several: rank 0 summarizes
         return None
     result = replace(summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=mirage.lm.name,
-                               data=data_label(data), mirage_config=study.mirage_config.to_dict()), **trained)
+                               data=data_label(data), mirage_config=study.mirage_config.to_dict()),
+                     trained_questions_left_out=trained.get(TRAINED_LEFT_OUT),
+                     trained_questions_kept=trained.get(TRAINED_KEPT))
     write_outputs(result, out_dir, compare=compare)
     return result
 
@@ -291,7 +293,8 @@ def summarize_run(run_dir: str | Path, *, compare: Sequence[BiasStudyResult] = (
     sources = tuple(old.sources)
     result = summarize(records, cfg=cfg, metadata=load_metadata(cfg), model=old.model, data=old.data,
                        mirage_config=old.mirage_config, sources=sources)  # type: ignore[arg-type]
-    result = replace(result, **counts)
+    result = replace(result, trained_questions_left_out=counts["trained_questions_left_out"],
+                     trained_questions_kept=counts["trained_questions_kept"])
     if left_out:
         for name, key in (("generations.jsonl", "item_id"), ("items.jsonl", "id")):
             file = run_file(run_dir, name)

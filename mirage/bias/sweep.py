@@ -63,7 +63,8 @@ def sweep_configs(cfg: BiasConfig, parameter: str, values: Sequence[int]) -> lis
     out = []
     for value in values:
         try:
-            out.append(dataclasses.replace(cfg, **{parameter: value}))
+            point: dict[str, Any] = {parameter: value}  # a field named at run time (SWEEP_FIELDS)
+            out.append(dataclasses.replace(cfg, **point))
         except ConfigError as err:
             raise ConfigError(f"bias sweep point {parameter}={value}: {err}") from None
     return out
@@ -271,8 +272,7 @@ def plot_sweep(sweep: SweepResult) -> Any:
         ax = axes[1][col]
         for source in sources:
             cabs = [p.sources[source].cab for p in sweep.points]
-            _series(ax, xs, [None if c is None or c.stat(metric).value is None else 100 * c.stat(metric).value
-                             for c in cabs],
+            _series(ax, xs, [None if c is None or (v := c.stat(metric).value) is None else 100 * v for c in cabs],
                     [None if c is None else c.stat(metric).p_value for c in cabs], colour=SOURCE_COLOURS[source],
                     style="-", label=f"{SOURCE_NAMES[source]}, CAB")
         ax.axhline(0, color="black", linewidth=0.8)

@@ -255,9 +255,9 @@ def plot_cab(results: Sequence[BiasStudyResult]) -> Any:
         xs, ys, ps = [], [], []
         for i, r in enumerate(results):
             effect = r.sources[source].cab if source in r.sources else None
-            if effect is None or effect.stat(metric).value is None:
+            stat = effect.stat(metric) if effect is not None else None
+            if stat is None or stat.value is None:
                 continue
-            stat = effect.stat(metric)
             xs.append(i - 0.4 + width * (j + 0.5))
             ys.append(100 * stat.value)
             ps.append(stat.p_value)

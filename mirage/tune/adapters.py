@@ -40,6 +40,7 @@ from mirage.runs.store import write_atomic
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedModel
 
 ADAPTER_INFO = "mirage-adapter.json"
 ADAPTER_FORMAT = 1
@@ -164,7 +165,7 @@ def export_adapter(directory: str | Path, dest: str | Path, *, dtype: str = "flo
     return dest
 
 
-def lora_from_change(base: torch.nn.Module, tuned: dict[str, torch.Tensor], rank: int, *, embed_rank: int = 0,
+def lora_from_change(base: PreTrainedModel, tuned: dict[str, torch.Tensor], rank: int, *, embed_rank: int = 0,
                      norms: bool = False) -> tuple[Any, float]:
     """``base`` wrapped as a peft LoRA model of ``rank`` on every linear layer, each adapter set to the best
     rank-``rank`` approximation of that layer's change (``tuned[name + ".weight"]`` minus the base weight), and the

@@ -43,7 +43,7 @@ def follow_rows(reports: Sequence[tuple[str, Mapping[str, Any], str]]) -> list[t
     """One row per ``mirage tune follow`` report (label, report, file name): the adapter's figures beside
     cite-[1]'s, and how often mirage's citations of the same answers follow (a report made with ``--judge``; else
     –)."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for label, d, name in reports:
         own, first = d["self_citation"], d["cite_first"]
         if first is None or own is None:
@@ -59,7 +59,7 @@ def follow_rows(reports: Sequence[tuple[str, Mapping[str, Any], str]]) -> list[t
 def eval_rows(reports: Sequence[tuple[str, Mapping[str, Any], str]]) -> list[tuple[str, ...]]:
     """One row per ``mirage tune eval`` report (label, report, file name): per-answer P / R / F1 against the labels
     beside cite-[1]'s on the same answers, and exact match."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for label, d, name in reports:
         if "answers" not in d:
             raise AdapterError(f"{name}: not a mirage tune eval report (no answers).")

@@ -283,6 +283,7 @@ def yes_no_questions(examples: Sequence[TrainingExample], *, seed: int = 0) -> l
         wrong = random.Random(f"{seed}:{content_key([ex.question, answer])}").choice(alike or others)[1]
         question = ex.question.rstrip()
         question = question if question.endswith("?") else question + "?"
+        assert ex.supporting  # usable keeps only examples with supporting documents
         for reply, candidate in (("Yes", answer), ("No", wrong)):
             output = cite_every_sentence(reply, ex.supporting)
             out.append(TrainingExample(
@@ -302,7 +303,8 @@ def _list_element_lines(text: str, key: str) -> list[int]:
     found = re.search(rf'"{re.escape(key)}"\s*:\s*\[', text)
     if not found:
         return []
-    lines, pos = [], found.end()
+    lines: list[int] = []
+    pos = found.end()
     while True:
         while pos < len(text) and text[pos] in " \t\r\n,":
             pos += 1

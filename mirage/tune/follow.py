@@ -216,9 +216,10 @@ def follow_report(evaluation: CitationEval, presentations: Sequence[TrainingExam
         cited, where, of_kind = (list(column) for column in zip(*judged))
         mirage_side = side_of(cited, where, k)
         by_kind["mirage"] = _sides_by_kind(cited, where, of_kind, k)
-    quality = {"answers_cited": evaluation.answers_cited, "sentences_cited": evaluation.sentences_cited,
-               "exact_match": evaluation.exact_match, "invalid_citations": evaluation.invalid_citations,
-               "seconds_per_answer": evaluation.seconds_per_answer, "max_new_tokens": evaluation.max_new_tokens}
+    quality: dict[str, Any] = {
+        "answers_cited": evaluation.answers_cited, "sentences_cited": evaluation.sentences_cited,
+        "exact_match": evaluation.exact_match, "invalid_citations": evaluation.invalid_citations,
+        "seconds_per_answer": evaluation.seconds_per_answer, "max_new_tokens": evaluation.max_new_tokens}
     if mirage_rule is not None:
         quality["judged"] = len(judged)
     if evaluation.misses is not None:
@@ -325,9 +326,9 @@ def compare_follow(reference: Iterable[Mapping[str, Any]], other: Iterable[Mappi
     new_m = [_item_measures(new[i]) for i in shared]
     values, intervals, changes, change_intervals = {}, {}, {}, {}
     for measure in FOLLOW_MEASURES:
-        pairs = [(a[measure], b[measure]) for a, b in zip(ref_m, new_m) if a[measure] is not None
-                 and b[measure] is not None]
-        mine = [b[measure] for b in new_m if b[measure] is not None]
+        pairs = [(x, y) for a, b in zip(ref_m, new_m)
+                 if (x := a[measure]) is not None and (y := b[measure]) is not None]
+        mine = [y for b in new_m if (y := b[measure]) is not None]
         values[measure] = sum(mine) / len(mine) if mine else None
         intervals[measure] = bootstrap_ci(mine, draws=draws, seed=seed)
         diffs = [b - a for a, b in pairs]

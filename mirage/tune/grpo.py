@@ -184,12 +184,14 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
         model = PeftModel.from_pretrained(lm.model, cfg.adapter, is_trainable=True)
     else:
         model = get_peft_model(lm.model, lora_config(cfg))
-    batching = {} if order is None else {"shuffle_dataset": False, "generation_batch_size": generation_batch}
+    batching: dict[str, Any] = {} if order is None else {"shuffle_dataset": False,
+                                                         "generation_batch_size": generation_batch}
     args = GRPOConfig(**trainer_arguments(cfg, out, lm, progress=progress), beta=reward.beta,
                       num_generations=reward.num_generations, max_completion_length=reward.max_completion_length,
                       temperature=reward.temperature, **batching)
-    trainer = GRPOTrainer(model=model, reward_funcs=judge, args=args, train_dataset=dataset,
-                          processing_class=copy.deepcopy(lm.tokenizer))
+    # trl's RewardFunc wants Callable[..., list[float | None]]: a list is invariant, so no list[float] reward fits
+    trainer = GRPOTrainer(model=model, reward_funcs=judge, args=args,  # type: ignore[arg-type]
+                          train_dataset=dataset, processing_class=copy.deepcopy(lm.tokenizer))
     if not progress:
         trainer.remove_callback(PrinterCallback)
     resume = last_checkpoint(out / "checkpoints")

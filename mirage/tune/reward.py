@@ -227,8 +227,9 @@ class CitationJudge:
         parsed = parse_answer(answer, len(docs))
         self_citations = [list(c) for c in parsed.citations]
         cited = [d for ids in parsed.citations for d in ids]
+        fmt = format_score(parsed)
         terms: dict[str, float | None] = {"rage": rage_score(cited, item.get("supporting")),
-                                          "agreement": None, "faithfulness": None, "format": format_score(parsed)}
+                                          "agreement": None, "faithfulness": None, "format": fmt}
         mirage_citations, error = None, None
         if not parsed.text.strip():
             terms.update(agreement=0.0, faithfulness=0.0, **({"selfcite": 0.0} if weights["selfcite"] > 0 else {}))
@@ -257,7 +258,9 @@ class CitationJudge:
                                                                      scale=self.settings.selfcite_scale)
             except InputError as err:  # the item the judge cannot prepare: as for mirage's terms
                 error, terms["selfcite"] = str(err), 0.0
-        return RewardTerms(**terms, total=combine(terms, weights), self_citations=self_citations,
+        return RewardTerms(rage=terms["rage"], agreement=terms["agreement"], faithfulness=terms["faithfulness"],
+                           format=fmt, selfcite=terms.get("selfcite"), total=combine(terms, weights),
+                           self_citations=self_citations,
                            mirage_citations=mirage_citations, error=error)
 
     def score_batch(self, items: Sequence[Mapping[str, Any]], answers: Sequence[str]) -> list[RewardTerms]:

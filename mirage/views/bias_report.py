@@ -347,8 +347,8 @@ def query_views(records: Sequence[BiasRecord], modes: Sequence[str], *, texts: M
         for d in range(1, first.n_docs + 1):
             title, body = text.docs[d - 1] if text is not None and d <= len(text.docs) else ("", None)
             cells = tuple(None if r is None or a is None else DocInMode(
-                label=r.labels[d - 1] if d <= len(r.labels) else None,
-                side=(sides or {}).get(r.labels[d - 1]) if d <= len(r.labels) and r.labels[d - 1] else None,
+                label=(label := r.labels[d - 1] if d <= len(r.labels) else None),
+                side=(sides or {}).get(label) if label else None,
                 self_cited=d in a.self_docs, mirage_cited=d in a.mirage_docs) for r, a in zip(recs, answers))
             docs.append(QueryDoc(doc=d, title=title, text=body, relevant=d in first.relevant, color=doc_color(d),
                                  modes=cells))

@@ -83,7 +83,7 @@ def fmt_pct(value: float | None, digits: int = 1, *, of: float | None = None) ->
     """A share in percent to ``digits`` decimals: ``value`` a fraction, or with ``of`` a count of ``of`` (``100 *
     value / of``); ``–`` for a missing value or a count of none."""
     if of is not None:
-        return "–" if not of else f"{100 * value / of:.{digits}f}"
+        return "–" if not of or value is None else f"{100 * value / of:.{digits}f}"
     return "–" if value is None else f"{100 * value:.{digits}f}"
 
 

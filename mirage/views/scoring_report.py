@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from markupsafe import Markup
 
@@ -38,7 +39,8 @@ def read_eli5_answers(folder: str | Path, seeds: Sequence[int] = ()) -> list[Att
             raise InputError(f"{path}: record {short_repr(rec['key'])} has no 'result'; "
                              "give the folder `mirage score eli5` wrote.")
         res = result_from_record(rec["result"], f"{path}: record {short_repr(rec['key'])}")
-        seed, line = rec.get("seed"), rec.get("line")
+        seed: Any = rec.get("seed")  # as the record has it: an int of ``seeds``, or any other value
+        line = rec.get("line")
         if res.id is None:
             res = replace(res, id=f"row {line} · seed {seed}")
         order = list(seeds).index(seed) if seed in seeds else len(seeds)

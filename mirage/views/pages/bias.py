@@ -53,7 +53,9 @@ def _retriever_of(run_dir: Path) -> tuple[str, int] | None:
     parent folder's ``retrievers.json`` names this folder as one of its runs."""
     path = run_dir.parent / "retrievers.json"
     raw = read_json(path) if path.is_file() else None
-    run = (raw.get("runs") or {}).get(run_dir.name) if isinstance(raw, dict) else None
+    if not isinstance(raw, dict):
+        return None
+    run = (raw.get("runs") or {}).get(run_dir.name)
     if not isinstance(run, dict) or run.get("run") != f"{run_dir.name}/run.trec":
         return None
     return str(run.get("retriever", run_dir.name)), int(raw.get("top_k", 100))
@@ -80,7 +82,8 @@ def _bias_limit(run_dir: Path, res: Mapping[str, Any]) -> tuple[int | None, bool
 
     n = res.get("n_items")
     names = {f.name for f in dataclasses.fields(BiasConfig)}
-    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in (res.get("config") or {}).items() if k in names}
+    settings: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in (res.get("config") or {}).items()
+                                if k in names}
     try:
         cfg = dataclasses.replace(BiasConfig(**settings), docs="retrieved")
         run = run_dir / "run.trec" if _retriever_of(run_dir) else None

@@ -371,7 +371,7 @@ def command_section(run_dir: Path, reconstructed: str | None = None,
     ``changed(command)``: the flags that command needs today to reproduce the run, where a default it ran with has
     changed since (:func:`mirage.config.flags_for_changed_defaults`)."""
     prov, where = find_provenance(run_dir)
-    if prov and prov.command:
+    if prov and prov.command and where is not None:
         note = "" if where == run_dir else (
             f"This folder was written by the run of {code(os.path.relpath(where, run_dir) + '/')}:\n\n")
         flags = list(changed(prov.command)) if changed else []

@@ -386,7 +386,7 @@ def _rows(results: Sequence[AttributionResult | None]) -> list[Row]:
         cells = (sa, sb)
         runs_differ = sa is None or sb is None or not (same_citations(sa.mirage_citations, sb.mirage_citations)
                                                        and same_citations(sa.self_citations, sb.self_citations))
-        rows.append(Row(text=(sa or sb).text, cells=cells,
+        rows.append(Row(text=next(s for s in cells if s is not None).text, cells=cells,
                         self_differ=any(_differ(s, r) for s, r in zip(cells, present) if s),
                         runs_differ=runs_differ, no_self=no_self))
     return rows
@@ -414,7 +414,7 @@ def pair_runs(a: Sequence[AttributionResult], b: Sequence[AttributionResult]
     return pairs + [(None, r) for r in by_b.values()]
 
 
-def overview(results: Sequence[AttributionResult]) -> dict[str, float | int]:
+def overview(results: Sequence[AttributionResult]) -> dict[str, float | int | None]:
     """Sentence counts over all results: missing citations per method and agreement between them. The
     self-citation rates (``no_self_citation``, ``agreement``) are over the sentences of answers that can self-cite
     (:attr:`~mirage.attribution.results.AttributionResult.can_self_cite`; None when none can), ``given`` counts the

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mirage.attribution.prompts import PromptTemplate, load_template, mark_points, mark_sentences
-from mirage.attribution.results import AnswerToken, AttributionResult, ContextCue
+from mirage.attribution.results import AnswerToken, AttributionResult, ContextCue, SaliencyMatrix
 from mirage.config import ConfigError, PromptConfig
 
 __all__ = [
@@ -156,13 +156,12 @@ class Heat:
     kept: bool = False
 
 
-def _shares_of_matrix(res: AttributionResult) -> list[Heat]:
+def _shares_of_matrix(res: AttributionResult, sal: SaliencyMatrix) -> list[Heat]:
     """Per context token of the stored saliency matrix (``[n_selected, n_context]``), each answer token's share."""
-    sal = res.saliency
     matrix = sal.to_numpy()
     considered = [bool(c) for c in sal.content] if (sal.content is not None and context_mode(res) == "content") \
         else [True] * len(sal.context_positions)
-    out = []
+    out: list[Heat] = []
     for k, answer_index in enumerate(sal.answer_tokens):
         row = [max(0.0, float(v)) if ok else 0.0 for v, ok in zip(matrix[k], considered)]
         total = sum(row)
@@ -187,8 +186,9 @@ def heat_of(res: AttributionResult) -> list[Heat]:
     """Every stretch of the prompt that carries saliency: each context token of the stored saliency matrix when
     the result has one, otherwise each answer token's top context tokens; plus the context spans the selector kept."""
     tokens = {t.index: t for t in res.tokens}
-    if getattr(res, "saliency", None) is not None:
-        found = _shares_of_matrix(res)
+    sal = getattr(res, "saliency", None)
+    if sal is not None:
+        found = _shares_of_matrix(res, sal)
     else:
         found = [Heat(start=c.start, end=c.end, share=cue_share(t, c), tokens=(t.index,))
                  for t in res.tokens for c in t.top_context if c.end > c.start]

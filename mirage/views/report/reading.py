@@ -134,7 +134,7 @@ def _type_problem(value: Any, tp: Any, at: str) -> tuple[str, str] | None:
             return None
         problems = [_type_problem(value, option, at) for option in options if option is not type(None)]
         return None if any(p is None for p in problems) else problems[0]
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return record_problem(value, tp, at)
     if origin is list:
         if not isinstance(value, list):

@@ -76,6 +76,7 @@ def template_env() -> Environment:
 def template_asset(name: str) -> Markup:
     """A CSS or JS file of ``mirage/templates``, inserted verbatim (it holds no user text)."""
     env = template_env()
+    assert env.loader is not None  # template_env's PackageLoader
     return Markup(env.loader.get_source(env, name)[0])
 
 
@@ -133,7 +134,7 @@ def display(res: AttributionResult) -> ResultHTML:
 def _script_data(items: Sequence[ItemView]) -> dict[str, Any]:
     out = []
     for item in items:
-        runs = []
+        runs: list[dict[str, Any] | None] = []
         for run in item.runs:
             if run is None:
                 runs.append(None)
