@@ -17,6 +17,7 @@ and ``later`` belong to :mod:`mirage.config`.
     add_options(parser, XorAttriQAOptions)                         # every field with a flag, in field order
     options = options_from_args(XorAttriQAOptions, args, output=…)  # the flags given, the class's defaults elsewhere
     argv = options_argv(XorAttriQAOptions, args)                    # and back: the words that give those values
+    argv = options_argv(ELI5Options, settings, ["ndocs"], changed=True)  # from recorded settings: what is not default
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any, Literal, get_args, get_origin
 from mirage.checks import float_flag, int_flag
 
 __all__ = ["OptionField", "add_options", "cli_arg", "flag_help", "given_options", "option_dest", "option_fields",
-           "options_argv", "options_from_args", "value_type"]
+           "option_flag", "options_argv", "options_from_args", "value_type"]
 
 #: The metadata keys :func:`add_options` reads (besides ``flag`` and ``help``).
 _SPEC_KEYS = ("aliases", "metavar", "type", "nargs", "choices", "dest", "required", "cli_default", "exclusive",
@@ -107,6 +108,14 @@ def option_fields(cls: type, only: Sequence[str] | None = None, *, skip: Collect
         spec = {**f.metadata, **(override or {}).get(name, {})}
         if "flag" in spec and name not in skip and spec["flag"] not in skip:
             yield OptionField(f, hints[name], spec)
+
+
+def option_flag(cls: type, name: str) -> str:
+    """The flag of field ``name`` of ``cls`` (``option_flag(GenerationConfig, "do_sample")`` is ``--sample``): for
+    code that names a flag, so that renaming it in the options class renames it there too."""
+    for opt in option_fields(cls, [name]):
+        return opt.flag
+    raise TypeError(f"{cls.__name__}.{name} declares no flag")
 
 
 def _unwrap(hint: Any) -> Any:
@@ -242,17 +251,26 @@ def options_from_args(cls: type, args: argparse.Namespace, only: Sequence[str] |
     return cls(**{**given_options(cls, args, only, skip=skip), **values})
 
 
-def options_argv(cls: type, values: Any, only: Sequence[str] | None = None, *, skip: Collection[str] = ()) -> list[str]:
+def options_argv(cls: type, values: Any, only: Sequence[str] | None = None, *, skip: Collection[str] = (),
+                 changed: bool = False, defaults: Any = None) -> list[str]:
     """The command-line words that give the fields of ``cls`` (``only``, ``skip`` as :func:`option_fields` takes
-    them) the values ``values`` holds (an instance of ``cls``, or a parsed namespace, read by each flag's ``dest``):
-    positionals first, then each flag whose value is set, under its shortest name (``-o``), explicit even where the
-    value is the default (so that the line reproduces it when a default changes). Not set: None, an empty tuple, a
-    switch's False. The inverse of :func:`options_from_args`: parsed again, these words give the same values."""
+    them) the values ``values`` holds (an instance of ``cls``, a mapping by field name, as results record settings,
+    or a parsed namespace, read by each flag's dest): positionals first, then each flag whose value is set, under its
+    shortest name (``-o``), explicit even where the value is the default (so that the line reproduces it when a
+    default changes), unless ``changed``: then only the values that differ from the field's default (``defaults``'
+    where given, as :meth:`OptionField.default` reads it; a recorded list equals a tuple default). Not set: None, an
+    empty tuple, a switch's False. The inverse of :func:`options_from_args`: parsed again, these words give the same
+    values."""
     positional: list[str] = []
     flags: list[str] = []
     for opt in option_fields(cls, only, skip=skip):
-        value = getattr(values, opt.field.name if dataclasses.is_dataclass(values) else opt.dest, None)
+        if isinstance(values, Mapping):
+            value = values.get(opt.field.name)
+        else:
+            value = getattr(values, opt.field.name if dataclasses.is_dataclass(values) else opt.dest, None)
         if value is None or (value is False and _is_switch(opt)):
+            continue
+        if changed and _plain(value) == _plain(opt.default(defaults)):
             continue
         words = [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
         if opt.positional:
@@ -266,3 +284,8 @@ def options_argv(cls: type, values: Any, only: Sequence[str] | None = None, *, s
         elif words:
             flags += [name, *words]
     return positional + flags
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON holds it: tuples (nested too) as lists."""
+    return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from mirage.checks import ConfigError
-from mirage.options import cli_arg
+from mirage.config import AggregationConfig, CCIConfig, CTIConfig, GenerationConfig
+from mirage.options import cli_arg, option_flag
 from mirage.runs.experiment import KEEP_TRAINED_QUESTIONS, positive_int
 
-__all__ = ["FAITHFULNESS", "GROUP_ALIASES", "OUTPUT_DIR", "SETTING_GROUPS", "CalibrateBy", "ELI5Options",
-           "XorAttriQAOptions", "setting_groups"]
+__all__ = ["ELI5_PIPELINE_SKIP", "FAITHFULNESS", "GROUP_ALIASES", "OUTPUT_DIR", "SETTING_GROUPS", "XOR_PIPELINE_SKIP",
+           "CalibrateBy", "ELI5Options", "XorAttriQAOptions", "setting_groups"]
 
 #: MIRAGE-CAL's CTI threshold: one for the whole calibration split (``global``), or one per language.
 CalibrateBy = Literal["global", "language"]
@@ -32,6 +33,16 @@ CalibrateBy = Literal["global", "language"]
 SETTING_GROUPS: tuple[str, ...] = ("ex", "cal", "likelihood")
 #: Old names of setting groups, accepted with a DeprecationWarning.
 GROUP_ALIASES = {"learned": "likelihood"}
+
+#: The pipeline flags of the commands that score XOR-AttriQA's annotated answers (``mirage score xor-attriqa``,
+#: ``mirage methods train-at2``) do not take (``skip`` of :func:`~mirage.runs.experiment.add_experiment_args`): they
+#: force-decode the answers, generating nothing, and their settings choose the CTI threshold, the CCI selection and
+#: the citations. Named by field, so that a flag renamed in its config class is left out under its new name.
+XOR_PIPELINE_SKIP: tuple[str, ...] = tuple(option_flag(cls, name) for cls, names in (
+    (CCIConfig, ("top_k", "top_percent")), (CTIConfig, ("threshold",)), (AggregationConfig, ("max_citations",)),
+    (GenerationConfig, ("max_new_tokens", "do_sample", "temperature", "top_p", "seed"))) for name in names)
+#: The pipeline flag ``mirage score eli5`` does not take: ``--seed`` (its ``--seeds`` give the generation seeds).
+ELI5_PIPELINE_SKIP: tuple[str, ...] = (option_flag(GenerationConfig, "seed"),)
 
 #: The metadata of both benchmarks' ``output`` and ``faithfulness`` fields (``-o DIR``, ``--faithfulness``).
 OUTPUT_DIR: dict[str, Any] = {

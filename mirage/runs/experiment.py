@@ -460,15 +460,21 @@ class ExperimentFile:
         "(configs/*.yaml) model/data/text/…"))
 
 
-def pipeline_flags() -> Iterator[tuple[str, dataclasses.Field, type]]:
-    """``(section, field, value type)`` of every pipeline config field that declares a flag, in declaration order."""
+def pipeline_sections() -> Iterator[tuple[str, type]]:
+    """``(name, class)`` of each section of the pipeline config (:class:`~mirage.config.MirageConfig`), in order."""
     sections = typing.get_type_hints(MirageConfig)
     for section in fields(MirageConfig):
         section_cls = sections[section.name]
         # not ``preset``: a name, not a section
         if isinstance(section_cls, type) and dataclasses.is_dataclass(section_cls):
-            for opt in option_fields(section_cls):
-                yield section.name, opt.field, value_type(opt.hint)
+            yield section.name, section_cls
+
+
+def pipeline_flags() -> Iterator[tuple[str, dataclasses.Field, type]]:
+    """``(section, field, value type)`` of every pipeline config field that declares a flag, in declaration order."""
+    for name, section_cls in pipeline_sections():
+        for opt in option_fields(section_cls):
+            yield name, opt.field, value_type(opt.hint)
 
 
 #: The loading options beyond device and dtype (:meth:`ExperimentConfig.loading`): experiment-file keys and flags.

@@ -21,7 +21,7 @@ from typing import Any
 
 from mirage.config import ConfigError
 from mirage.options import add_options, cli_arg, options_from_args
-from mirage.runs.benchmark_options import ELI5Options, XorAttriQAOptions
+from mirage.runs.benchmark_options import ELI5_PIPELINE_SKIP, XOR_PIPELINE_SKIP, ELI5Options, XorAttriQAOptions
 from mirage.runs.experiment import ExperimentConfig, add_experiment_args
 from mirage.runs.progress import terminal_progress
 
@@ -153,8 +153,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_benchmark_args(xor, XorAttriQAOptions,
                         data={"nargs": "*", "help": "XOR-AttriQA JSONL files (match or per-passage release)"},
                         experiment=["text", "calibrate_on"],
-                        skip={"--cci-top-k", "--cci-top-percent", "--cti-threshold", "--max-citations",
-                              "--max-new-tokens", "--sample", "--temperature", "--top-p", "--seed"},
+                        skip=set(XOR_PIPELINE_SKIP),
                         benchmark="xor-attriqa", func=cmd_xor_attriqa)
 
     eli5 = bench.add_parser("eli5", help="ELI5 (ALCE): MIRAGE citations beside the model's self-citations",
@@ -164,4 +163,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_benchmark_args(eli5, ELI5Options,
                         data={"nargs": "?", "help": "ALCE-format JSON/JSONL file, or hf:OWNER/REPO/FILE (needs "
                                                     "datasets)"},
-                        experiment=["seeds", "nli"], skip={"--seed"}, benchmark="eli5", func=cmd_eli5)
+                        experiment=["seeds", "nli"], skip=set(ELI5_PIPELINE_SKIP), benchmark="eli5", func=cmd_eli5)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mirage.config import ConfigError
 from mirage.options import add_options, cli_arg, options_from_args
+from mirage.runs.benchmark_options import XOR_PIPELINE_SKIP
 from mirage.runs.experiment import ExperimentConfig, add_experiment_args, positive_int
 from mirage.runs.progress import terminal_progress
 
@@ -142,7 +143,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         "data": {"nargs": "*", "help": "XOR-AttriQA JSONL files or dataset names (e.g. xor-attriqa-match:train)"}})
     add_options(train, ExperimentConfig, ["limit"], unset=True)
     add_options(train, TrainAT2Options)
-    add_experiment_args(train, skip={"--cci-top-k", "--cci-top-percent", "--cti-threshold", "--max-citations",
-                                     "--max-new-tokens", "--sample", "--temperature", "--top-p", "--seed"},
-                        benchmark="xor-attriqa")
+    add_experiment_args(train, skip=set(XOR_PIPELINE_SKIP), benchmark="xor-attriqa")
     train.set_defaults(func=cmd_train_at2)

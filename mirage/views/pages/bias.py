@@ -5,13 +5,13 @@ rebuilt from its settings, its ``--limit`` found from its questions where that i
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from mirage.data.inputs import InputError
+from mirage.options import option_flag, options_argv
 from mirage.runs.files import portable_command
 from mirage.views.pages.core import (
     cell,
@@ -32,20 +32,12 @@ from mirage.views.pages.core import (
 from mirage.views.pages.kinds import PageKind, as_list, has_keys, no_data, pipeline_flags_of, results_of
 
 __all__ = [
-    "BIAS_FLAGS",
     "BIAS_PROTOCOL_PAGE",
     "BIAS_RETRIEVERS_PAGE",
     "BIAS_STUDY_PAGE",
     "BIAS_SWEEP_PAGE",
+    "bias_study_command",
 ]
-
-
-BIAS_FLAGS = {"metadata": "--metadata", "k": "--k", "n_relevant": "--n-relevant", "modes": "--modes",
-              "relevant_side": "--relevant-side", "mixed": "--mixed", "docs": "--docs",
-              "rage_similar": "--rage-similar", "rage_embedder": "--rage-embedder", "max_doc_words": "--max-doc-words",
-              "rewrite": "--rewrite", "explain": "--explain", "prompts_dir": "--prompts-dir",
-              "baseline_draws": "--baseline-draws", "labels": "--labels", "seed": "--seed",
-              "sentence_mark": "--sentence-mark", "keep_trained_questions": "--keep-trained-questions"}
 
 
 def _retriever_of(run_dir: Path) -> tuple[str, int] | None:
@@ -117,30 +109,38 @@ def _bias_limit(run_dir: Path, res: Mapping[str, Any]) -> tuple[int | None, bool
     return None, False
 
 
-def _bias_command(run_dir: Path, res: Mapping[str, Any]) -> tuple[str, list[str]]:
-    """The command rebuilt from a bias study's results, and the options it needs that they do not record."""
+def bias_study_command(run_dir: Path, res: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """The command rebuilt from a bias study's results, and the options it needs that they do not record: the flags
+    of the fields of :class:`~mirage.runs.experiment.ExperimentConfig` and :class:`~mirage.bias.cli.BiasRunOptions`
+    its folder and results give, then of each setting of its :class:`~mirage.bias.protocol.BiasConfig` (in the
+    order the results record them) that is not the default, then the pipeline's."""
+    from mirage.bias.cli import BiasRunOptions
     from mirage.bias.protocol import BiasConfig
-    from mirage.config import MirageConfig
+    from mirage.config import GenerationConfig, MirageConfig
+    from mirage.runs.experiment import ExperimentConfig
 
-    base = json.loads(json.dumps(asdict(BiasConfig())))  # as the results hold it (tuples are lists)
-    argv = ["bias", named_data(run_dir, str(res.get("data"))), "--model", str(res.get("model"))]
     retriever = _retriever_of(run_dir)
-    if retriever:
-        argv += ["--retriever", retriever[0], *(["--top-k", str(retriever[1])] if retriever[1] != 100 else [])]
     limit, known = _bias_limit(run_dir, res)
-    argv += ["--limit", str(limit)] if limit is not None else []
-    for name, value in (res.get("config") or {}).items():
-        flag = BIAS_FLAGS.get(name)
-        if flag is None or value == base.get(name) or value is None:
+    values = {"data": named_data(run_dir, str(res.get("data"))), "model": str(res.get("model")), "limit": limit,
+              "retriever": [retriever[0]] if retriever else None,
+              "top_k": retriever[1] if retriever and retriever[1] != 100 else None, "output": "DIR"}
+    argv = ["bias", *options_argv(ExperimentConfig, values, ["data", "model"]),
+            *options_argv(BiasRunOptions, values, ["retriever", "top_k"]),
+            *options_argv(ExperimentConfig, values, ["limit"])]
+    names = {f.name for f in fields(BiasConfig)}
+    config = res.get("config") or {}
+    for name, value in config.items():
+        if name not in names:  # a setting of an older mirage
             continue
-        if isinstance(value, bool):
-            argv += [flag] if value else []
-        elif isinstance(value, (list, tuple)):
-            argv += [flag, *[",".join(v) if isinstance(v, (list, tuple)) else str(v) for v in value]]
-        else:
-            argv += [flag, str(value)]
-    argv += pipeline_flags_of(res.get("mirage_config") or {}, MirageConfig().to_dict(), ("--seed",))
-    return portable_command([*argv, "-o", "DIR"]), [] if known else ["--limit"]
+        if name == "labels" and isinstance(value, (list, tuple)):  # --labels takes each pool comma-separated
+            value = [",".join(v) if isinstance(v, (list, tuple)) else v for v in value]
+        # the study's seed is the pipeline's --seed (it seeds generation too)
+        owner = GenerationConfig if name == "seed" else BiasConfig
+        argv += options_argv(owner, {name: value}, [name], changed=True, defaults=BiasConfig())
+    seed = option_flag(GenerationConfig, "seed")  # given above, from the study's seed
+    argv += pipeline_flags_of(res.get("mirage_config") or {}, MirageConfig().to_dict(), (seed,))
+    return portable_command([*argv, *options_argv(BiasRunOptions, values, ["output"])]), [] if known else [
+        option_flag(ExperimentConfig, "limit")]
 
 
 def _bias_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
@@ -150,7 +150,7 @@ def _bias_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
     raw = results_of(run_dir) or {}
     result = BiasStudyResult.from_dict(raw)
     tables = render_markdown(result).split("\n", 1)[1]  # its own title is the page's
-    command, missing = _bias_command(run_dir, raw)
+    command, missing = bias_study_command(run_dir, raw)
     return page(f"Attribution sensitivity and bias: {text(result.model)}, {text(result.metadata.get('type'))}",
                 "Written by `mirage bias` (`results.json`; `tables.md` holds the same tables).",
                 [tables.strip(), plots_section(run_dir), settings_section(result.config),

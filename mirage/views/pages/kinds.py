@@ -10,7 +10,7 @@ benchmark JSONs)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,21 +76,16 @@ def no_data(_run_dir: Path) -> list[str]:
     return []
 
 
-def pipeline_flags_of(config: Mapping[str, Any], base: Mapping[str, Any], skip: Sequence[str] = ()) -> list[str]:
-    """The pipeline flags that turn the pipeline ``base`` into ``config`` (both as ``MirageConfig.to_dict()``)."""
-    from mirage.runs.experiment import pipeline_flags
+def pipeline_flags_of(config: Mapping[str, Any], base: Mapping[str, Any], skip: Collection[str] = ()) -> list[str]:
+    """The pipeline flags that turn the pipeline ``base`` into ``config`` (both as ``MirageConfig.to_dict()``), in
+    the order of the sections and their fields, less the flags in ``skip`` (those the command takes no flag for, or
+    gives from another setting)."""
+    from mirage.options import options_argv
+    from mirage.runs.experiment import pipeline_sections
 
-    out: list[str] = []
-    for section, f, _kind in pipeline_flags():
-        flag = f.metadata["flag"]
-        value = config.get(section, {}).get(f.name)
-        if flag in skip or f.name not in config.get(section, {}) or value == base.get(section, {}).get(f.name):
-            continue
-        if isinstance(value, bool):
-            out += [flag] if value else []
-        elif value is not None:
-            out += [flag, str(value)]
-    return out
+    return [word for name, section_cls in pipeline_sections()
+            for word in options_argv(section_cls, config.get(name, {}), skip=skip, changed=True,
+                                     defaults=base.get(name, {}))]
 
 
 def tail_sections(run_dir: Path, has_page: Callable[[Path], bool]) -> list[str | None]:

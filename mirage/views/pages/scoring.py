@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from mirage.config import flags_for_changed_defaults
+from mirage.options import options_argv
+from mirage.runs.benchmark_options import ELI5_PIPELINE_SKIP, XOR_PIPELINE_SKIP, ELI5Options, XorAttriQAOptions
+from mirage.runs.experiment import ExperimentConfig
 from mirage.runs.files import RESULTS_FILE, portable_command
 from mirage.views.pages.core import (
     cell,
@@ -42,13 +45,10 @@ __all__ = [
     "SELF_MATCH_PAGE",
     "XOR_ATTRIQA_PAGE",
     "XOR_PEERS_PAGE",
-    "XOR_SKIP",
+    "eli5_command",
     "self_match_overview",
+    "xor_attriqa_command",
 ]
-
-
-XOR_SKIP = ("--cci-top-k", "--cci-top-percent", "--cti-threshold", "--max-citations", "--max-new-tokens", "--sample",
-            "--temperature", "--top-p", "--seed")
 
 
 def _xor_data(run_dir: Path) -> list[str]:
@@ -56,31 +56,32 @@ def _xor_data(run_dir: Path) -> list[str]:
     return as_list(s.get("data")) + as_list(s.get("calibrate_on"))
 
 
-def _xor_command(s: Mapping[str, Any]) -> str:
+def xor_attriqa_command(s: Mapping[str, Any]) -> str:
+    """``mirage score xor-attriqa`` rebuilt from a run's recorded settings: the flags of the fields of
+    :class:`~mirage.runs.experiment.ExperimentConfig` and :class:`~mirage.runs.benchmark_options.XorAttriQAOptions`
+    the settings record (by field name, in the order the pages have always shown them; the settings' own name or
+    value where they differ from the field's: ``trained_questions_kept``, the setting groups), then the pipeline's."""
     from mirage.scoring.xor_attriqa import xor_attriqa_pipeline
 
-    argv = ["score", "xor-attriqa", *map(registered_name, as_list(s.get("data"))), "--model", str(s.get("model")),
-            "--text", str(s.get("text", "en"))]
-    if s.get("calibrate_on"):
-        argv += ["--calibrate-on", *map(registered_name, as_list(s["calibrate_on"]))]
-    if s.get("calibrate_by", "global") != "global":
-        argv += ["--calibrate-by", s["calibrate_by"]]
-    if s.get("skip"):
-        argv += ["--skip", str(s["skip"])]
-    if s.get("limit") is not None:
-        argv += ["--limit", str(s["limit"])]
     groups = s.get("groups")
-    if groups and sorted(groups) != ["cal", "ex", "learned"]:
-        argv += ["--settings", *groups]
-    argv += ["--all-tokens"] if s.get("all_tokens") else []
-    argv += ["--group-passages"] if s.get("group_passages") else []
-    argv += ["--methods", *s["methods"]] if s.get("methods") else []
-    argv += ["--classifier-methods", *s["classifier_methods"]] if s.get("classifier_methods") else []
-    argv += ["--reuse-from", str(s["reuse_from"])] if s.get("reuse_from") else []
-    argv += ["--keep-trained-questions"] if s.get("trained_questions_kept") is not None else []
-    argv += pipeline_flags_of(s.get("config", {}), xor_attriqa_pipeline().to_dict(), XOR_SKIP)
+    values = {
+        "data": [registered_name(d) for d in as_list(s.get("data"))], "model": str(s.get("model")),
+        "text": str(s.get("text", "en")), "calibrate_on": [registered_name(d) for d in as_list(s.get("calibrate_on"))],
+        "calibrate_by": s.get("calibrate_by", "global"), "skip": s.get("skip") or None, "limit": s.get("limit"),
+        # all the groups (under the old name of ``likelihood``, as runs recorded them then) are the default
+        "groups": groups if groups and sorted(groups) != ["cal", "ex", "learned"] else None,
+        "all_tokens": bool(s.get("all_tokens")), "group_passages": bool(s.get("group_passages")),
+        "methods": s.get("methods") or None, "classifier_methods": s.get("classifier_methods") or None,
+        "reuse_from": s.get("reuse_from") or None,
+        "keep_trained_questions": s.get("trained_questions_kept") is not None, "output": "DIR"}
+    argv = ["score", "xor-attriqa", *options_argv(ExperimentConfig, values, ["data", "model", "text", "calibrate_on"]),
+            *options_argv(XorAttriQAOptions, values, ["calibrate_by"], changed=True),
+            *options_argv(ExperimentConfig, values, ["skip", "limit"]),
+            *options_argv(XorAttriQAOptions, values, ["groups", "all_tokens", "group_passages", "methods",
+                                                      "classifier_methods", "reuse_from", "keep_trained_questions"])]
+    argv += pipeline_flags_of(s.get("config", {}), xor_attriqa_pipeline().to_dict(), XOR_PIPELINE_SKIP)
     argv += flags_for_changed_defaults("xor-attriqa", s.get("config", {}), " ".join(argv))
-    return portable_command([*argv, "-o", "DIR"])
+    return portable_command([*argv, *options_argv(XorAttriQAOptions, values, ["output"])])
 
 
 def _xor_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
@@ -116,7 +117,7 @@ def _xor_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
          settings_section({k: v for k, v in s.items() if k not in ("config", "self_match")}),
          settings_section(s.get("config", {}), "Pipeline"), data_section(run_dir, _xor_data(run_dir)),
          versions_section(report.versions),
-         command_section(run_dir, _xor_command(s),
+         command_section(run_dir, xor_attriqa_command(s),
                          lambda command: flags_for_changed_defaults("xor-attriqa", s.get("config", {}), command)),
          *tail(run_dir)])
 
@@ -125,23 +126,23 @@ def _eli5_data(run_dir: Path) -> list[str]:
     return as_list((results_of(run_dir) or {}).get("settings", {}).get("data"))
 
 
-def _eli5_command(s: Mapping[str, Any]) -> str:
+def eli5_command(s: Mapping[str, Any]) -> str:
+    """``mirage score eli5`` rebuilt from a run's recorded settings, as :func:`xor_attriqa_command` does
+    (:class:`~mirage.runs.benchmark_options.ELI5Options`' ``at_most`` is recorded as ``at_most_citations``; a run
+    that does not record ``ndocs`` or ``at_most_citations`` ran with 5 and 3)."""
     from mirage.config import MirageConfig
 
-    argv = ["score", "eli5", *map(registered_name, as_list(s.get("data"))), "--model", str(s.get("model"))]
-    if s.get("seeds"):
-        argv += ["--seeds", *[str(x) for x in s["seeds"]]]
-    if s.get("ndocs", 5) != 5:
-        argv += ["--ndocs", str(s["ndocs"])]
-    if s.get("at_most_citations", 3) != 3:
-        argv += ["--at-most-citations", str(s["at_most_citations"])]
-    if s.get("skip"):
-        argv += ["--skip", str(s["skip"])]
-    if s.get("limit") is not None:
-        argv += ["--limit", str(s["limit"])]
-    argv += ["--keep-trained-questions"] if s.get("trained_questions_kept") is not None else []
-    argv += pipeline_flags_of(s.get("config", {}), MirageConfig().to_dict(), ("--seed",))
-    return portable_command([*argv, "-o", "DIR"])
+    values = {
+        "data": [registered_name(d) for d in as_list(s.get("data"))], "model": str(s.get("model")),
+        "seeds": s.get("seeds") or None, "ndocs": s.get("ndocs", 5), "at_most": s.get("at_most_citations", 3),
+        "skip": s.get("skip") or None, "limit": s.get("limit"),
+        "keep_trained_questions": s.get("trained_questions_kept") is not None, "output": "DIR"}
+    argv = ["score", "eli5", *options_argv(ExperimentConfig, values, ["data", "model", "seeds"]),
+            *options_argv(ELI5Options, values, ["ndocs", "at_most"], changed=True),
+            *options_argv(ExperimentConfig, values, ["skip", "limit"]),
+            *options_argv(ELI5Options, values, ["keep_trained_questions"])]
+    argv += pipeline_flags_of(s.get("config", {}), MirageConfig().to_dict(), ELI5_PIPELINE_SKIP)
+    return portable_command([*argv, *options_argv(ELI5Options, values, ["output"])])
 
 
 def _eli5_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
@@ -165,7 +166,7 @@ def _eli5_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
                 ["## Tables\n\n" + "\n\n".join(tables), plots_section(run_dir),
                  settings_section({k: v for k, v in s.items() if k != "config"}),
                  settings_section(s.get("config", {}), "Pipeline"), data_section(run_dir, _eli5_data(run_dir)),
-                 versions_section(report.versions), command_section(run_dir, _eli5_command(s)), *tail(run_dir)])
+                 versions_section(report.versions), command_section(run_dir, eli5_command(s)), *tail(run_dir)])
 
 
 def _peers_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
