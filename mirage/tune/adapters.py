@@ -56,7 +56,7 @@ class AdapterInfo(JSONRecord):
     sizes), ``digest`` (a hash of some input-embedding rows rounded to bf16: the same for the same weights loaded in
     fp32 or bf16, different for a fine-tuned variant) and ``weights`` (those rows' sums, then their absolute sums:
     the same within :data:`~mirage.attribution.models.FINGERPRINT_RTOL` in any dtype), ``prompt`` (the
-    :class:`~mirage.config.PromptConfig` of its training prompts), ``stage`` (``sft`` or ``reward``) and
+    :class:`~mirage.config.PromptConfig` of its training prompts), ``stage`` (``sft``, ``reward`` or ``dpo``) and
     ``training`` (the :class:`~mirage.tune.config.TuneConfig` as a dict, with the data it saw)."""
 
     base_model: str

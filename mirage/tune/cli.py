@@ -36,6 +36,7 @@ from mirage.tune.options import (
     EvalOptions,
     ExportOptions,
     FollowOptions,
+    PairsOptions,
     StageOptions,
     TrainingSetOptions,
 )
@@ -43,8 +44,8 @@ from mirage.tune.options import (
 if TYPE_CHECKING:
     from mirage.tune.data import BuildReport, TrainingExample
 
-TUNE_HELP = ("citation fine-tuning: build training data, train a LoRA adapter (SFT, then a reward stage), evaluate "
-             "its citations")
+TUNE_HELP = ("citation fine-tuning: build training data, train a LoRA adapter (SFT, then a reward or a preference "
+             "stage), evaluate its citations")
 
 
 def _print_bad(rows: list[str]) -> None:
@@ -361,13 +362,54 @@ def cmd_follow(args: argparse.Namespace) -> int:
 
 
 def report_command(args: argparse.Namespace, verb: str) -> str:
-    """The ``mirage tune eval`` or ``follow`` (``verb``) line that reproduces a report: every option of the
+    """The ``mirage tune eval``, ``follow`` or ``pairs`` (``verb``) line that reproduces a report: every option of the
     command's options class that is set (:func:`mirage.options.options_argv`; paths as given, machine paths made
     relative), neither the device nor ``--quiet``, which change no answer."""
     from mirage.runs.files import portable_command
 
-    options = FollowOptions if verb == "follow" else EvalOptions
-    return portable_command(["tune", verb, *options_argv(options, args, skip=["quiet"])])
+    options = {"follow": FollowOptions, "pairs": PairsOptions}.get(verb, EvalOptions)
+    skip = ["quiet", *(PairsOptions.JUDGE_FIELDS if verb == "pairs" else ())]
+    return portable_command(["tune", verb, *options_argv(options, args, skip=skip)])
+
+
+def cmd_pairs(args: argparse.Namespace) -> int:
+    """``mirage tune pairs``: SelfCite preference pairs from the model's own answers to the follow presentations."""
+    from mirage.tune.follow import permutation_presentations, single_supporting
+    from mirage.tune.pairs import build_pairs, write_pairs
+
+    _require_peft(args)
+    pool = _read_eval_rows(args)  # fillers: every row read, as tune follow takes them
+    examples = _eval_examples(args, pool, usable=single_supporting)
+    if not examples:
+        raise InputError(f"data: no row of {' '.join(args.data)} has exactly one supporting passage and a question "
+                         "the model was not trained on; give train/val rows it did not see.")
+    presentations = permutation_presentations(examples, k=args.k, seed=args.seed, pool=pool)
+    mirage, _judge = _eval_mirage(args)
+    out = Path(args.output)
+    report = build_pairs(mirage, presentations, max_new_tokens=args.max_new_tokens, max_size=args.max_size,
+                         store=out.with_name(out.stem + ".outcomes.jsonl"),
+                         progress=None if args.quiet else terminal_progress)
+    report.command = report_command(args, "pairs")
+    write_pairs(report.pairs, out)
+    write_atomic(out.with_suffix(".json"), json.dumps(report.summary(), indent=1, ensure_ascii=False) + "\n")
+    print(report.to_text(), file=sys.stderr)
+    return 0
+
+
+def cmd_dpo(args: argparse.Namespace) -> int:
+    """``mirage tune dpo``: the preference stage on SelfCite pairs."""
+    from mirage.tune.dpo import train_preference
+
+    cfg = TuneConfig.from_yaml(args.config)
+    cfg = cfg.replace(model=args.model, adapter=args.adapter, data=args.data or None, device=args.device,
+                      dtype=args.dtype, train={"max_steps": args.max_steps} if args.max_steps else None)
+    run = train_preference(cfg, args.output, progress=not args.quiet)
+    _print_bad(run.skipped)
+    last = run.curve[-1] if run.curve else {}
+    print(f"{run.n_pairs} pairs of {run.questions} questions, {run.steps} steps, last loss "
+          f"{last.get('loss', float('nan')):.3f}, margin {last.get('rewards_margins', float('nan')):.3f}, "
+          f"{run.runtime_s:.0f} s, peak {run.peak_rss_mb:.0f} MB; adapter in {run.adapter_dir}", file=sys.stderr)
+    return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -424,14 +466,15 @@ def cmd_card(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_eval_args(ev: argparse.ArgumentParser, options: type[EvalOptions] = EvalOptions) -> None:
-    """The arguments ``tune eval`` and ``tune follow`` share (``options``' own come after): the rows, the model, the
-    answers."""
-    shared = [opt.field.name for opt in option_fields(EvalOptions) if opt.field.name != "output"]
+def _add_eval_args(ev: argparse.ArgumentParser, options: type[EvalOptions] = EvalOptions, *,
+                   skip: Sequence[str] = (), output_help: str | None = None) -> None:
+    """The arguments ``tune eval``, ``follow`` and ``pairs`` share (``options``' own come after, less ``skip``): the
+    rows, the model, the answers (``output_help``: ``-o``'s help, where the command writes something else)."""
+    shared = [opt.field.name for opt in option_fields(EvalOptions) if opt.field.name not in ("output", *skip)]
     add_options(ev, options, shared)
     add_device_args(ev, adapter=False)  # its own --adapter above
-    add_options(ev, options, ["output"])
-    add_options(ev, options, skip=[*shared, "output"])
+    add_options(ev, options, ["output"], override={"output": {"help": output_help}} if output_help else None)
+    add_options(ev, options, skip=[*shared, "output", *skip])
 
 
 def _add_training_args(stage: argparse.ArgumentParser, tune: Sequence[str], train: Sequence[str], *,
@@ -449,7 +492,7 @@ def _add_training_args(stage: argparse.ArgumentParser, tune: Sequence[str], trai
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``mirage tune {data,sft,reward,eval,export}``."""
+    """Add ``mirage tune {data,sft,reward,eval,follow,pairs,dpo,export,card}``."""
     tune = sub.add_parser("tune", help=TUNE_HELP, description=TUNE_HELP)
     stages = tune.add_subparsers(dest="stage", required=True)
 
@@ -505,6 +548,30 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "--judge, mirage's citations of the same answers.")
     _add_eval_args(fo, FollowOptions)
     fo.set_defaults(func=cmd_follow)
+
+    pairs = stages.add_parser(
+        "pairs", help="SelfCite preference pairs from the model's own cited answers (the data of tune dpo)",
+        description="Present each row with exactly one supporting passage K times (as tune follow does), answer "
+                    "greedily, and score every citation set of the size the answer cites by SelfCite's reward (the "
+                    "answer's mean log-probability with only those documents minus without them; no label is read). "
+                    "Where the best-rewarded set is not the model's own, write a pair: chosen, the answer citing the "
+                    "best set; rejected, the answer citing its own; the same text and as many documents on each "
+                    "side. Answers that cite nothing, more than --max-size documents, or the best set already give "
+                    "no pair and are counted.")
+    _add_eval_args(pairs, PairsOptions, skip=PairsOptions.JUDGE_FIELDS, output_help=PairsOptions.OUTPUT_HELP)
+    pairs.set_defaults(func=cmd_pairs, **dict.fromkeys(PairsOptions.JUDGE_FIELDS))
+
+    dpo = stages.add_parser(
+        "dpo", help="the preference stage: DPO on SelfCite pairs (trl), from an adapter or the base model",
+        description="Train a LoRA adapter (the config's adapter trained further, its frozen copy the reference; or a "
+                    "fresh one on the base model) with trl's DPO on the pairs of mirage tune pairs, each in the "
+                    "model's inference prompt. Writes DIR/adapter (recording every pair's question as trained on), "
+                    "DIR/preference.json (loss and reward margins per step, time, peak memory) and DIR/checkpoints; "
+                    "running again with the same -o resumes.")
+    _add_training_args(dpo, ["model", "adapter", "data"], ["max_steps"], config={
+        "cli_default": str(DEFAULT_CONFIG.with_name("dpo.yaml")),
+        "help": "tune config YAML (default configs/tune/dpo.yaml)"})
+    dpo.set_defaults(func=cmd_dpo)
 
     ex = stages.add_parser("export", help="copy an adapter folder with its weights in fp16 (for shipping), or take "
                                           "one from a fully fine-tuned model",

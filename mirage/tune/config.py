@@ -1,6 +1,6 @@
 """The fine-tuning settings: one frozen tree for Python, YAML (``configs/tune/*.yaml``) and ``mirage tune``'s flags.
 
-    cfg = TuneConfig.from_yaml("configs/tune/sft.yaml")     # sections model, data, prompt, lora, train, reward
+    cfg = TuneConfig.from_yaml("configs/tune/sft.yaml")  # sections model, data, prompt, lora, train, reward, preference
     cfg = cfg.replace(model="gemma3-270m", train={"epochs": 2})
 
 Every value is checked on construction (:mod:`mirage.checks`, as every config class is); a ConfigError names
@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, get_args
 
 from mirage.checks import fail as _fail
 from mirage.checks import integer, number, paths, positive, probability, seed, setfield, string
@@ -146,7 +146,27 @@ class RewardSettings:
         return {name: getattr(self, name) for name in self.TERMS}
 
 
-_TUNE_SECTIONS = {"prompt": PromptConfig, "lora": LoraSettings, "train": TrainSettings, "reward": RewardSettings}
+#: The preference losses ``mirage tune dpo`` takes (trl's ``DPOConfig.loss_type`` names): DPO's ``sigmoid``, IPO,
+#: the hinge (SLiC) and robust DPO.
+PreferenceLoss = Literal["sigmoid", "ipo", "hinge", "robust"]
+
+
+@dataclass(frozen=True)
+class PreferenceSettings:
+    """The preference stage (:mod:`mirage.tune.dpo`): ``beta`` (the strength of the implicit KL against the starting
+    model; trl's DPO ``beta``) and ``loss`` (:data:`PreferenceLoss`)."""
+
+    beta: float = 0.1
+    loss: PreferenceLoss = "sigmoid"
+
+    def __post_init__(self) -> None:
+        setfield(self, "preference.beta", positive)
+        if self.loss not in get_args(PreferenceLoss):
+            _fail("preference.loss", f"one of {', '.join(get_args(PreferenceLoss))}", self.loss)
+
+
+_TUNE_SECTIONS = {"prompt": PromptConfig, "lora": LoraSettings, "train": TrainSettings, "reward": RewardSettings,
+                  "preference": PreferenceSettings}
 
 
 @dataclass(frozen=True)
@@ -168,6 +188,7 @@ class TuneConfig:
     lora: LoraSettings = field(default_factory=LoraSettings)
     train: TrainSettings = field(default_factory=TrainSettings)
     reward: RewardSettings = field(default_factory=RewardSettings)
+    preference: PreferenceSettings = field(default_factory=PreferenceSettings)
 
     def __post_init__(self) -> None:
         setfield(self, "tune.model", string, path=True, nonempty=True,

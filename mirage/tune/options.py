@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from mirage.config import DEFAULT_MODEL
 from mirage.options import cli_arg
@@ -132,6 +132,24 @@ class FollowOptions(EvalOptions):
 
     k: int = cli_arg(5, flag="--k", type=positive_int, help="positions (documents per presentation; default 5)")
     seed: int = cli_arg(0, flag="--seed", type=non_negative_int, help="the order of the other passages (default 0)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairsOptions(FollowOptions):
+    """``mirage tune pairs``: the presentations of :class:`FollowOptions` (without its judge), each answered and
+    turned into a SelfCite preference pair (:mod:`mirage.tune.pairs`)."""
+
+    max_size: int = cli_arg(2, flag="--max-size", type=positive_int, help=(
+        "the most documents an answer may cite to give a pair (its own set against the best-rewarded set of the "
+        "same size; default 2)"))
+
+    #: The options of :class:`EvalOptions` that pairs do not take: a pair's side is chosen by SelfCite's reward.
+    JUDGE_FIELDS: ClassVar[tuple[str, ...]] = ("judge", "judge_rule", "judge_learned_model")
+    #: ``-o``'s help for pairs.
+    OUTPUT_HELP: ClassVar[str] = (
+        "pairs file to write (JSONL, the data of mirage tune dpo); beside it OUTPUT's stem + .json (the counts), "
+        "+ .outcomes.jsonl (each answer's outcome, stored as it is done) and + .answers.jsonl (the answers): a "
+        "rerun with the same -o reuses them")
 
 
 @dataclass(frozen=True, kw_only=True)

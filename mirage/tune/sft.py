@@ -206,11 +206,16 @@ def require_training_libraries() -> None:
 _ADDED_TUNE_FIELDS = {("reward", "permutation"): 0.0, ("train", "method"): "lora", ("train", "loss_on"): "answer"}
 
 
+#: Per stage, the config sections it never reads, so a run folder's settings do not depend on them.
+_UNREAD_SECTIONS = {"sft": ("reward", "preference"), "reward": ("preference",), "dpo": ("reward",)}
+
+
 def _run_settings(config: dict[str, Any], stage: str) -> dict[str, Any]:
-    """What a run's checkpoints depend on: the config without its device, and without the reward section for the
-    SFT stage (which never reads it); fields recorded before they existed get their old behaviour
+    """What a run's checkpoints depend on: the config without its device and without the sections the stage never
+    reads (:data:`_UNREAD_SECTIONS`); fields recorded before they existed get their old behaviour
     (:data:`_ADDED_TUNE_FIELDS`)."""
-    config = {k: v for k, v in config.items() if k != "device" and not (stage == "sft" and k == "reward")}
+    unread = _UNREAD_SECTIONS.get(stage, ())
+    config = {k: v for k, v in config.items() if k != "device" and k not in unread}
     for (section, name), old in _ADDED_TUNE_FIELDS.items():
         if isinstance(config.get(section), dict) and name not in config[section]:
             config[section] = {**config[section], name: old}

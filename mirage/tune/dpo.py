@@ -1,0 +1,153 @@
+"""The preference stage of citation tuning: trl's ``DPOTrainer`` on SelfCite preference pairs
+(:mod:`mirage.tune.pairs`: the same answer citing the best-rewarded set against citing the model's own, as many
+documents on each side), training a LoRA adapter.
+
+    run = train_preference(TuneConfig.from_yaml("configs/tune/dpo.yaml"), "out/dpo")
+
+The starting point is ``adapter`` (e.g. the shipped follower) trained further, its reference a frozen copy of it (trl
+adds a ``ref`` adapter to a peft model given no reference model); without ``adapter`` a fresh LoRA adapter starts on
+the base model, whose reference is the base model itself. Each pair's prompt is mirage's inference prompt (the user
+message for a chat model, which trl renders with the same chat template; the plain prompt text otherwise), so what
+the stage teaches is what ``mirage tune follow`` measures. The adapter records every question of its pairs as
+trained on, so ``tune eval``/``follow`` and the bias study leave them out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mirage.attribution.models import LoadedModel, load_model
+from mirage.attribution.serialization import library_versions
+from mirage.config import ConfigError, MirageConfig
+from mirage.data.inputs import InputError
+from mirage.pipeline import Mirage
+from mirage.runs.store import write_atomic
+from mirage.tune.adapters import check_base, read_adapter_info, save_adapter
+from mirage.tune.config import TuneConfig
+from mirage.tune.data import TrainingExample, trained_questions
+from mirage.tune.grpo import prompt_of
+from mirage.tune.pairs import PreferencePair, read_pairs
+from mirage.tune.sft import (
+    TrainingRun,
+    check_run_dir,
+    earlier_questions,
+    last_checkpoint,
+    lora_config,
+    peak_rss_mb,
+    require_training_libraries,
+    trainer_arguments,
+)
+
+if TYPE_CHECKING:
+    import datasets
+
+__all__ = ["PREFERENCE_RESULT_FILE", "PreferenceRun", "preference_dataset", "train_preference"]
+
+#: The run record ``train_preference`` writes in its folder.
+PREFERENCE_RESULT_FILE = "preference.json"
+
+
+def _example(pair: PreferencePair) -> TrainingExample:
+    return TrainingExample(id=pair.id, source="pairs", question=pair.question, docs=pair.docs, output=pair.chosen,
+                           citations=[], supporting=pair.supporting, meta=pair.meta)
+
+
+def preference_dataset(mirage: Mirage, pairs: Sequence[PreferencePair]) -> datasets.Dataset:
+    """trl's preference dataset: per pair, mirage's prompt and the chosen and rejected answers (assistant messages
+    where the prompt is chat messages, text otherwise)."""
+    import datasets as hf_datasets
+
+    rows: list[dict[str, Any]] = []
+    for pair in pairs:
+        prompt = prompt_of(mirage, _example(pair))
+        if isinstance(prompt, str):
+            rows.append({"prompt": prompt, "chosen": pair.chosen, "rejected": pair.rejected})
+        else:
+            rows.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": pair.chosen}],
+                         "rejected": [{"role": "assistant", "content": pair.rejected}]})
+    return hf_datasets.Dataset.from_list(rows)
+
+
+@dataclass(kw_only=True)
+class PreferenceRun(TrainingRun):
+    """What a ``train_preference`` run did (:class:`~mirage.tune.sft.TrainingRun`, and): the adapter it started from,
+    its pairs and their distinct questions, and the logged curve per step (``loss``; ``rewards/margins``, the chosen
+    side's implicit reward minus the rejected side's, and ``rewards/accuracies``, the share of pairs where it is
+    positive)."""
+
+    start_adapter: str | None
+    n_pairs: int
+    questions: int
+    curve: list[dict[str, float]]
+
+
+def _curve(log_history: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
+    keys = ("step", "loss", "rewards/margins", "rewards/accuracies", "rewards/chosen", "rewards/rejected")
+    return [{k.replace("/", "_"): float(entry[k]) for k in keys if entry.get(k) is not None}
+            for entry in log_history if "loss" in entry]
+
+
+def train_preference(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None = None,
+                     pairs: Sequence[PreferencePair] | None = None, progress: bool = True) -> PreferenceRun:
+    """Train the adapter with trl's DPO on the pairs of ``cfg.data`` (files ``mirage tune pairs`` wrote) and save it to
+    ``DIR/adapter`` (stage ``dpo``), the run's record to ``DIR/preference.json``; resumes from the newest checkpoint
+    in ``DIR/checkpoints``. ``lm``: the base model already loaded (changed in place); default ``cfg.model``."""
+    require_training_libraries()
+    import transformers
+    from peft import PeftModel, get_peft_model
+    from transformers.trainer_callback import PrinterCallback
+    from trl import DPOConfig, DPOTrainer
+
+    out = Path(output_dir)
+    if lm is not None:
+        cfg = cfg.replace(model=lm.name)
+    if cfg.train.method != "lora":
+        raise ConfigError("train.method: the preference stage trains a LoRA adapter (method lora); to start it from a "
+                          "fully fine-tuned model, give that model's folder as model (DIR/model).")
+    check_run_dir(out, cfg, "dpo")
+    bad: list[str] = []
+    if pairs is None:
+        if not cfg.data:
+            raise ConfigError("data: no pairs file given; build one with `mirage tune pairs ... -o FILE` and name it "
+                              "in the config's data or with --data.")
+        pairs, bad = read_pairs(cfg.data)
+    if not pairs:
+        raise InputError(f"no preference pair in {', '.join(map(str, cfg.data))}"
+                         f"{' (' + str(len(bad)) + ' malformed rows)' if bad else ''}; every answer agreed with its "
+                         "best-rewarded citation or cited nothing: build pairs from more questions.")
+    if lm is None:
+        lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, use_chat_template=cfg.prompt.chat_template)
+    if cfg.adapter:
+        check_base(read_adapter_info(cfg.adapter), lm, cfg.adapter)
+    dataset = preference_dataset(Mirage(lm, config=MirageConfig(prompt=cfg.prompt)), pairs)
+    transformers.set_seed(cfg.train.seed)
+    if cfg.adapter:
+        model = PeftModel.from_pretrained(lm.model, cfg.adapter, is_trainable=True)
+    else:
+        model = get_peft_model(lm.model, lora_config(cfg))
+    args = DPOConfig(**trainer_arguments(cfg, out, lm, progress=progress), beta=cfg.preference.beta,
+                     loss_type=[cfg.preference.loss], max_length=cfg.train.max_length)
+    trainer = DPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=lm.tokenizer)
+    if not progress:
+        trainer.remove_callback(PrinterCallback)
+    resume = last_checkpoint(out / "checkpoints")
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume)
+    runtime = time.perf_counter() - t0
+    model.eval()
+    adapter_dir = out / "adapter"
+    examples = [_example(p) for p in pairs]
+    training = {**cfg.to_dict(), "pairs": len(pairs), "steps": trainer.state.global_step,
+                "questions": trained_questions(examples, earlier_questions(cfg))}
+    save_adapter(model, adapter_dir, base_name=lm.name, prompt=cfg.prompt, stage="dpo", training=training)
+    run = PreferenceRun(output_dir=str(out), adapter_dir=str(adapter_dir), start_adapter=cfg.adapter,
+                        base_model=lm.name, n_pairs=len(pairs), questions=len({p.question for p in pairs}),
+                        skipped=bad, steps=trainer.state.global_step, curve=_curve(trainer.state.log_history),
+                        runtime_s=round(runtime, 2), peak_rss_mb=peak_rss_mb(), resumed_from=resume,
+                        config=cfg.to_dict(), versions=library_versions("trl", "peft"))
+    write_atomic(out / PREFERENCE_RESULT_FILE, run.to_json(indent=1) + "\n")
+    return run
