@@ -25,6 +25,8 @@ from mirage.options import add_options, cli_arg, options_from_args
 from mirage.runs.experiment import ExperimentConfig, add_experiment_args, positive_int
 from mirage.runs.progress import terminal_progress
 
+__all__ = ["register"]
+
 METHODS_HELP = "document attribution methods: list them, train AT2's head weights"
 
 

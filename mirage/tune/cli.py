@@ -43,6 +43,8 @@ from mirage.tune.options import (
 if TYPE_CHECKING:
     from mirage.tune.data import BuildReport, TrainingExample
 
+__all__ = ["register", "report_command"]
+
 TUNE_HELP = ("citation fine-tuning: build training data, train a LoRA adapter (SFT, then a reward stage), evaluate "
              "its citations")
 

@@ -63,6 +63,8 @@ from mirage.tune.sft import (
 if TYPE_CHECKING:
     import datasets
 
+__all__ = ["RewardRun", "permutation_batching", "presentation_groups", "prompt_of", "train_reward"]
+
 REWARD_RESULT_FILE = "reward.json"
 
 

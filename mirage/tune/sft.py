@@ -49,6 +49,10 @@ from mirage.tune.data import TrainingExample, read_examples, trained_questions
 if TYPE_CHECKING:
     import datasets
 
+__all__ = ["RUN_FILE", "SFTRun", "TrainingRun", "build_dataset", "check_run_dir", "checkpoint_adapter",
+           "complete_checkpoint", "earlier_questions", "encode_example", "last_checkpoint", "lora_config",
+           "peak_rss_mb", "read_training_data", "require_training_libraries", "train_sft", "trainer_arguments"]
+
 RUN_FILE = "run.json"
 #: Where a full fine-tuning run (``train.method: full``) saves its model, beside the adapter folder a LoRA run saves.
 TUNED_MODEL_DIR = "model"
