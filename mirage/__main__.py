@@ -4,4 +4,6 @@ import sys
 
 from mirage.cli import command
 
+__all__ = []
+
 sys.exit(command())

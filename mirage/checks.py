@@ -33,6 +33,9 @@ from typing import Any, NoReturn, get_args, get_origin
 from mirage.data.inputs import short_repr
 from mirage.registry import did_you_mean
 
+__all__ = ["ConfigError", "boolean", "fail", "flag_type", "float_flag", "int_flag", "integer", "literal", "not_one_of",
+           "number", "paths", "positive", "probability", "registered", "seed", "setfield", "show", "string"]
+
 
 class ConfigError(ValueError):
     """An invalid configuration value; the message names the field and the fix."""

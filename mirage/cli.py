@@ -34,6 +34,8 @@ from mirage.runs.progress import terminal_progress, write_line
 from mirage.runs.sharding import ShardError, report_share_done
 from mirage.runs.store import StoreError, disk_error_message
 
+__all__ = ["COMMAND_GC_THRESHOLD", "build_parser", "command", "commands", "main"]
+
 #: Adds one subcommand (its parser and handler) to the ``mirage`` subparsers.
 Register = Callable[[argparse._SubParsersAction], None]
 

@@ -32,6 +32,12 @@ import yaml
 from mirage.checks import ConfigError, boolean, integer, literal, number, registered, seed, setfield, show, string
 from mirage.registry import CCI_METHODS, CITATION_RULES, CTI_METRICS, CTI_SELECTORS
 
+__all__ = ["BENCHMARK_DEFAULTS", "CHANGED_DEFAULTS", "COMMAND_SECTIONS", "DEFAULT_MODEL", "EXPERIMENT_KEYS", "PRESETS",
+           "RULE_ALIASES", "AggregationConfig", "CCIConfig", "CCIMethod", "CTIConfig", "CTIMetric", "CTISelector",
+           "CitationRule", "ConfigError", "ContextView", "GenerationConfig", "MirageConfig", "PromptConfig",
+           "flags_for_changed_defaults", "preset_option", "read_config_file", "read_yaml", "section_dict",
+           "with_implied"]
+
 #: The model every command and config loads unless told another (an embedded name, see
 #: :func:`mirage.attribution.models.load_model`).
 DEFAULT_MODEL = "smollm2-135m-instruct"

@@ -43,6 +43,9 @@ from mirage.registry import CITATION_RULES
 if TYPE_CHECKING:
     import datasets
 
+__all__ = ["CitationInputs", "CitationRuleFn", "Mirage", "PreparedItem", "attribute_dataset", "register_citation_rule",
+           "selfcite_answer_citations", "selfcite_citations"]
+
 
 class Mirage:
     """Attribute RAG answers to their documents from the model's internals (CTI + CCI)."""

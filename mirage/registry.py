@@ -17,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+__all__ = ["CCI_METHODS", "CITATION_RULES", "CTI_METRICS", "CTI_SELECTORS", "DOCUMENT_METHODS", "EMBEDDERS",
+           "RETRIEVERS", "did_you_mean"]
+
 EntryT = TypeVar("EntryT")
 
 

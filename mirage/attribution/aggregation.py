@@ -23,6 +23,9 @@ from mirage.attribution.sentences import sentence_index
 from mirage.attribution.tokenization import TokenizedAnswer, TokenizedPrompt
 from mirage.config import AggregationConfig, CCIConfig
 
+__all__ = ["aggregate", "answer_spans", "cite_sentences", "cite_token", "content_mask", "doc_scores", "rank_documents",
+           "saliency_matrix", "sentence_of_token", "tokens_by_sentence"]
+
 
 @dataclass(frozen=True)
 class TokenCitation:

@@ -58,6 +58,10 @@ from mirage.registry import CCI_METHODS
 if TYPE_CHECKING:
     from mirage.config import CCIConfig
 
+__all__ = ["CONTEXT_DOCUMENT_METHODS", "CCIMethodSpec", "CCIRequest", "CCIScores", "auto_batch_size", "autocast_dtype",
+           "compute_cci", "compute_cci_batch", "document_method", "register_cci_method", "select_context",
+           "shares_cti_graph"]
+
 #: ``forward(embeds) -> values``: each row's target value ``[n]`` from input embeddings ``[n, seq, hidden]``.
 TargetForward = Callable[[torch.Tensor], torch.Tensor]
 

@@ -10,6 +10,9 @@ from typing import Literal
 
 from mirage.attribution.sentences import sentence_index, split_sentences
 
+__all__ = ["CITATION_SOURCES", "CitationSource", "ParsedAnswer", "citation_marks", "citation_numbers", "mark_spans",
+           "parse_answer", "strip_citations"]
+
 #: One mark group: consecutive ``[n]`` / ``[n, m]`` marks, possibly separated by spaces.
 _MARK = r"\[\s*\d+(?:\s*[,;]\s*\d+)*\s*\]"
 _GROUP = re.compile(rf"\s*{_MARK}(?:\s*{_MARK})*")

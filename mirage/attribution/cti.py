@@ -22,6 +22,9 @@ from mirage.registry import CTI_METRICS, CTI_SELECTORS
 if TYPE_CHECKING:
     from mirage.config import CTIConfig
 
+__all__ = ["CTI_SELECTORS", "CTIMetricFn", "CTIScores", "CTISelectorFn", "compute_cti", "contrast_scores", "js",
+           "register_cti_metric", "register_cti_selector", "select_tokens"]
+
 #: ``metric(logp_ctx, logp_noctx, answer_ids) -> scores``: fp32 log-probabilities ``[n_answer, vocab]`` with and
 #: without the documents, the answer ids ``[n_answer]`` (long), one score per answer token ``[n_answer]``.
 CTIMetricFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]

@@ -10,6 +10,8 @@ import torch
 from mirage.attribution.models import LoadedModel
 from mirage.config import GenerationConfig
 
+__all__ = ["Generated", "generate_answer"]
+
 
 @dataclass
 class Generated:

@@ -20,6 +20,9 @@ from mirage.attribution.tokenization import (
 from mirage.config import ConfigError, PromptConfig, read_yaml
 from mirage.data.inputs import Document, InputError, RAGItem, short_repr
 
+__all__ = ["BuiltPrompt", "PreparedItem", "PromptTemplate", "Reservation", "Span", "available_prompts", "build_prompt",
+           "count_tokens", "format_prompt", "load_template", "mark_points", "mark_sentences", "tokenize_prompt"]
+
 PROMPTS_DIR = Path(__file__).parents[1] / "configs" / "prompts"
 
 

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
+__all__ = ["AnswerSpan", "AnswerToken", "AttributionResult", "ContextCue", "ContextSpan", "SaliencyMatrix",
+           "SentenceAttribution", "summed_shares"]
+
 RESULT_FORMAT = 1
 
 

@@ -18,6 +18,8 @@ import re
 from functools import cache
 from typing import Any, Literal, get_args
 
+__all__ = ["sentence_index", "split_sentences"]
+
 SplitMethod = Literal["rules", "punkt"]
 
 _ABBREVIATIONS = frozenset(

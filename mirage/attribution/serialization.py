@@ -7,6 +7,8 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+__all__ = ["JSONRecord", "library_versions"]
+
 RecordT = TypeVar("RecordT", bound="JSONRecord")
 
 

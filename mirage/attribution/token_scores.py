@@ -28,6 +28,8 @@ from mirage.attribution.planner import graph_token_budget
 from mirage.attribution.tokenization import TokenizedAnswer, TokenizedPrompt
 from mirage.config import MirageConfig
 
+__all__ = ["TargetSpec", "TokenScores", "cci_targets", "score_batch", "score_tokens"]
+
 Targets = Literal["selected", "all", "none"]
 #: What ``targets`` accepts: a named choice, answer indices, or a function of the CTI scores giving the indices.
 TargetSpec = Targets | Sequence[int] | Callable[[CTIScores], Iterable[int]]

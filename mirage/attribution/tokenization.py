@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = ["TokenizedAnswer", "TokenizedPrompt", "encode_chat", "encode_plain", "encode_prompt_text", "encode_text",
+           "max_token_chars", "render_chat", "tokenize_answer"]
+
 
 class TokenizerError(ValueError):
     """The tokenizer cannot give what attribution needs (offsets)."""

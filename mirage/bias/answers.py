@@ -40,6 +40,8 @@ from mirage.runs.store import ResumableJSONL, content_key
 if TYPE_CHECKING:
     from mirage.pipeline import Mirage
 
+__all__ = ["BiasRequest", "read_external_answers", "run_answers_study", "write_study_requests"]
+
 
 @dataclass
 class BiasRequest(PromptCell):

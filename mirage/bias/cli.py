@@ -33,6 +33,9 @@ from mirage.runs.progress import terminal_progress
 if TYPE_CHECKING:
     from mirage.bias.full_protocol import ProtocolStudy, StudyPlan
 
+__all__ = ["BiasRunOptions", "bias_config_from_args", "check_protocol_study", "register", "register_protocol",
+           "register_retrieve", "split_run_options"]
+
 
 def _pool(text: str) -> tuple[str, ...]:
     return tuple(label.strip() for label in text.split(",") if label.strip())

@@ -49,6 +49,10 @@ from mirage.runs.files import RESULTS_FILE, read_json
 from mirage.runs.store import write_atomic
 from mirage.views.markdown import fmt_p, fmt_pct, md_table
 
+__all__ = ["AUTHORSHIP_CUES", "Category", "ExplanationAnalysis", "Relation", "analyse_explanations", "analyse_record",
+           "analyse_run", "classify_reason", "confidence_split", "copied_sentences", "find_references", "label_words",
+           "main", "metadata_cues", "name_documents", "render_explanations", "set_relation"]
+
 Category = Literal["content", "metadata", "both", "none"]
 #: How the documents an explanation claims (N) relate to a citation set (C): ``none`` N empty; ``exact`` N = C;
 #: ``subset`` N ⊊ C; ``superset`` N ⊋ C; ``overlap`` they share some but neither holds the other; ``disjoint``

@@ -38,6 +38,10 @@ from mirage.runs.files import RESULTS_FILE
 from mirage.runs.store import write_atomic
 from mirage.views.markdown import code, md_table, stars, text
 
+__all__ = ["MAX_WALK_FOLDERS", "OverviewRow", "ProtocolStudy", "StudyPlan", "finished_results", "generation_files",
+           "load_protocol", "overview_rows", "overview_table", "run_protocol", "study_argv", "summarize_protocol",
+           "withdrawn", "withdrawn_text", "write_overview"]
+
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 

@@ -25,7 +25,13 @@ from mirage.data.inputs import Document, InputError, json_kind
 from mirage.data.readers import BadRow, RawRow, read_jsonl, read_rows, read_text, text_lines
 from mirage.runs.store import write_atomic
 from mirage.scoring.rows import RowError
-from mirage.scoring.xor_data import XorRow, clean_query, parse_xor_row  # noqa: F401 - clean_query: public here too
+from mirage.scoring.xor_data import XorRow, clean_query, parse_xor_row
+
+__all__ = ["BeirData", "BiasItem", "beir_items", "beir_relevant_counts", "clean_query", "detect_format",
+           "load_beir_hub", "load_msmarco", "load_nq_answers", "load_xor_rows", "msmarco_items", "parse_match_rows",
+           "place_relevant", "read_answers", "read_beir", "read_bias_items", "read_run", "read_xor_rows",
+           "relevant_counts_note", "truncate_words", "write_items", "xor_distractor_pool", "xor_items",
+           "xor_relevant_counts"]
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,12 @@ from mirage.attribution.serialization import JSONRecord
 from mirage.bias.records import BiasRecord
 from mirage.scoring.metrics import mean_or_none
 
+__all__ = ["METRICS", "Defect", "Effect", "FollowSide", "ModeSummary", "QueryMetrics", "Stat", "abs_change_p_value",
+           "align", "answer_defect", "attribution_confidence", "bootstrap_ci", "cab", "cab_effect", "cas", "cas_effect",
+           "citation_set_prf", "cited_docs", "contrast_effect", "exact_match", "follows", "mean_citation_set_prf",
+           "mode_tests", "no_test_reason", "normalize_answer", "paired_p_value", "query_metrics", "random_baseline",
+           "random_follow_probability", "random_side", "side_of", "sound_pairs", "summarize_mode", "welch_p_value"]
+
 METRICS = ("precision", "recall")
 
 

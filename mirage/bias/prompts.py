@@ -20,6 +20,8 @@ from mirage.bias.protocol import BIAS_CONFIG_DIR, BiasConfig, Metadata
 from mirage.config import ConfigError, read_yaml
 from mirage.data.inputs import Document
 
+__all__ = ["BiasPrompts", "labelled_docs", "load_prompts", "mode_template", "resolve_sentence_mark", "write_template"]
+
 _TEMPLATE_KEYS = ("name", "instruction", "template", "contextless_template", "doc_template")
 #: Template keys a prompt file may add (:class:`mirage.attribution.prompts.PromptTemplate`'s optional fields).
 _OPTIONAL_KEYS = ("untitled_doc_template", "sentence_mark")

@@ -25,6 +25,9 @@ from mirage.data.inputs import short_repr
 from mirage.options import cli_arg
 from mirage.runs.experiment import KEEP_TRAINED_QUESTIONS
 
+__all__ = ["BIAS_CONFIG_DIR", "GRID_MODES", "MODES", "BiasConfig", "Metadata", "Rewrite", "Side", "doc_labels",
+           "doc_sides", "grid_modes", "load_metadata", "mode_sides", "read_names_pool"]
+
 Mode = Literal["vanilla", "informed", "counterfactual", "mixed"]
 Side = Literal["first", "second"]
 MetadataType = Literal["hai", "hai-extended", "hai-names", "hai-names-pool", "gender", "race", "custom"]

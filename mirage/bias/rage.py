@@ -26,6 +26,8 @@ from mirage.config import ConfigError
 from mirage.data.inputs import Document
 from mirage.registry import EMBEDDERS
 
+__all__ = ["EMBEDDERS", "E5Embedder", "Embedder", "MiniLMEmbedder", "load_embedder", "rage_items", "register_embedder"]
+
 #: texts → embeddings ``[n_texts, dim]``, L2-normalised. An embedder that embeds questions differently from
 #: documents (E5's ``query:`` prefix) also has a ``queries`` method of the same type, which :func:`rage_items` uses
 #: for the questions.

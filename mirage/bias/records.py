@@ -12,6 +12,8 @@ from mirage.attribution.serialization import JSONRecord
 from mirage.data.inputs import InputError
 from mirage.runs.files import read_run_records, run_file
 
+__all__ = ["BiasRecord", "PromptCell", "read_generations"]
+
 
 @dataclass
 class PromptCell(JSONRecord):

@@ -34,6 +34,8 @@ from mirage.bias.prompts import load_prompts, mode_template
 from mirage.bias.protocol import BiasConfig, Metadata, Side, grid_modes
 from mirage.bias.records import BiasRecord
 
+__all__ = ["BiasFollow", "BiasStudyResult", "SourceSummary", "follow_summary", "summarize"]
+
 BIAS_RESULT_FORMAT = 1
 
 

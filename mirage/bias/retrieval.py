@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 
     from mirage.bias.rage import Embedder
 
+__all__ = ["RETRIEVERS", "DenseRetriever", "RetrievalQuality", "Retriever", "check_retrievers", "check_top_k",
+           "get_retriever", "load_beir_data", "ranked_ids", "register_retriever", "retrieval_quality", "retrieve",
+           "write_run"]
+
 #: query id → its retrieved documents ``(doc id, score)``, best first.
 Ranking = dict[str, list[tuple[str, float]]]
 

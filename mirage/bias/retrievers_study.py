@@ -42,6 +42,8 @@ from mirage.runs.progress import Progress
 from mirage.runs.store import write_atomic
 from mirage.views.markdown import fmt_p, md_table, stars
 
+__all__ = ["RetrieverComparison", "bias_table", "render_retrievers", "run_retriever_study"]
+
 COMPARISON_FORMAT = 1
 
 

@@ -17,6 +17,8 @@ from mirage.config import GenerationConfig
 from mirage.data.inputs import Document
 from mirage.runs.store import ResumableJSONL
 
+__all__ = ["rewrite_items", "rewrite_text"]
+
 
 def rewrite_text(lm: LoadedModel, text: str, *, prompt: dict[str, Any], seed: int = 42) -> str:
     """One document rewritten by ``lm`` with the rewrite prompt (``configs/bias/rewrite.yaml``)."""

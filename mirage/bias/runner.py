@@ -28,6 +28,8 @@ from mirage.runs.progress import Progress
 from mirage.runs.sharding import owns
 from mirage.runs.store import ResumableJSONL, content_key, read_records
 
+__all__ = ["BiasStudy", "mark_probabilities", "mirage_citation_probabilities", "reusable_records"]
+
 
 def token_spans(tokenizer: Any, ids: Sequence[int], text: str) -> list[tuple[int, int]]:
     """Character span of each generated token in ``text`` (the decoded ids), from decoding growing prefixes."""

@@ -55,6 +55,8 @@ from mirage.runs.progress import Progress
 from mirage.runs.sharding import in_shards
 from mirage.runs.store import ResumableJSONL, write_atomic
 
+__all__ = ["EveryQuestionTrained", "build_items", "run_bias_study", "summarize_run", "write_outputs"]
+
 #: RAGE candidates drawn from a BEIR corpus (embedding millions of documents is not what a bias study needs).
 RAGE_POOL_SIZE = 20000
 

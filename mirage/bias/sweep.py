@@ -27,6 +27,8 @@ from mirage.config import ConfigError
 from mirage.runs.files import RESULTS_FILE
 from mirage.runs.lazy import MirageSource
 
+__all__ = ["SweepResult", "parse_sweep", "point_dir", "run_bias_sweep", "summarize_sweep_dir", "sweep_configs"]
+
 SWEEP_FORMAT = 1
 
 #: The config fields a sweep can vary (integers), with the axis label of the plot.

@@ -12,6 +12,8 @@ from mirage.bias.protocol import BiasConfig, doc_sides
 from mirage.bias.results import BiasStudyResult, SourceSummary
 from mirage.views.markdown import fmt_p, fmt_pct, md_table, stars
 
+__all__ = ["NO_CAB", "follow_table", "has_cab", "plot_cab", "render_markdown", "side_by_side"]
+
 SOURCE_TITLES = {"self": "Self-citation (what the model says it cites)",
                  "mirage": "MIRAGE (what the model uses, from its internals)"}
 

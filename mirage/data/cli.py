@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from mirage.options import add_options, cli_arg
 
+__all__ = ["register"]
+
 HELP = "datasets by name: list them, get them into the cache (download, or --from a local copy)"
 
 

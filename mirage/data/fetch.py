@@ -24,8 +24,8 @@ from pathlib import Path
 from mirage.data.build import build_output
 from mirage.data.registry import DATASETS, SOURCES, DataError, DataSpec, Output, Upstream, is_spec, parse_spec
 
-__all__ = ["data_label", "data_root", "dataset_table", "get", "is_cached", "resolve", "resolve_all", "sha256_of",
-           "spec_path"]
+__all__ = ["WALK_DEPTH", "WALK_ENTRIES", "data_label", "data_root", "dataset_table", "get", "is_cached", "resolve",
+           "resolve_all", "resolve_files", "sha256_of", "spec_path"]
 
 #: Bounds of the walk of a ``--from`` folder: how deeply nested its folders and how many files and folders in all.
 WALK_DEPTH, WALK_ENTRIES = 16, 200_000

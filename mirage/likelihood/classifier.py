@@ -30,6 +30,9 @@ from mirage.config import ConfigError
 from mirage.data.readers import parse_json, read_text
 from mirage.likelihood.features import document_features, matrix
 
+__all__ = ["C_GRID", "LearnedModel", "best_threshold", "fit_learned", "learned_citations", "load_learned",
+           "shipped_model_spec"]
+
 #: Inverse regularisation strengths tried.
 C_GRID: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 FOLDS = 5

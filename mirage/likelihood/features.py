@@ -41,6 +41,8 @@ from typing import Any
 from mirage.attribution.cci import select_context
 from mirage.config import CCIConfig
 
+__all__ = ["ALL_TOKEN_FEATURES", "CCI_FEATURES", "FEATURES", "LOO_FEATURES", "document_features", "matrix"]
+
 #: The features of the default learned model: the single-document family and the item's context. Chosen on the
 #: calibration splits only (train + val, English view, smollm2, grouped 5-fold cross-validation): adding the CCI
 #: aggregations, the leave-one-out drops and the attention share to them changed the out-of-fold ROC-AUC by less

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from mirage.attribution.models import LoadedModel
     from mirage.attribution.prompts import PreparedItem
 
+__all__ = ["PassageSignals", "Prepare", "Readout", "eager_attention_on", "passage_signals", "prompt_with_documents",
+           "score_prompts"]
+
 #: ``prepare(item, reserve_tokens=n) -> PreparedItem``: validates an item ``{"question", "docs"}`` and builds and
 #: tokenizes its prompts, keeping ``n`` tokens of the window for the answer (``Mirage.prepare``, with the
 #: configuration to use bound: ``functools.partial(m.prepare, config=cfg)``).

@@ -7,3 +7,5 @@ benchmarks. Each imports its optional dependency only when it runs.
 - :mod:`mirage.peers.authors`: the MIRAGE authors' XOR-AttriQA scoring (``MIRAGE_match.py``) re-implemented on
   inseq's outputs, the independent check of ``--preset authors``.
 """
+
+__all__ = []

@@ -26,6 +26,8 @@ import numpy as np
 if TYPE_CHECKING:
     from mirage.attribution.prompts import PreparedItem
 
+__all__ = ["authors_citations", "ex_threshold", "kept_sums", "passage_of_tokens", "ranked_by_cti"]
+
 
 def kept_sums(passages: Sequence[Sequence[float] | np.ndarray], top: int) -> np.ndarray:
     """Per passage, the sum of its scores the script's rule keeps: ``top > 0`` the top ``top`` of all passages'

@@ -47,6 +47,9 @@ from mirage.runs.store import ResumableJSONL
 from mirage.scoring.xor_attriqa import prepare_item
 from mirage.scoring.xor_data import XorItem
 
+__all__ = ["CONTEXTCITE_NUM_ABLATIONS", "STORE_NAME", "ablated_prompt", "context_cite", "contextcite_citer",
+           "contextcite_passage_scores", "contextcite_scores", "run_contextcite", "store_settings"]
+
 #: ContextCiter's default number of ablations (context-cite 0.0.4; a test checks the installed default).
 CONTEXTCITE_NUM_ABLATIONS = 64
 #: The store's file name inside the output folder.

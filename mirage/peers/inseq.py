@@ -61,6 +61,8 @@ from mirage.config import CCIConfig
 if TYPE_CHECKING:
     from mirage.attribution.tokenization import TokenizedPrompt
 
+__all__ = ["fit_to_prompt_context", "import_inseq", "passage_predictions", "run_reference", "sentence_citations"]
+
 
 @dataclass
 class ReferenceOutput:

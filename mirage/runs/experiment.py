@@ -52,6 +52,12 @@ from mirage.options import add_options, cli_arg, option_dest, option_fields, val
 if TYPE_CHECKING:
     from mirage.pipeline import Mirage
 
+__all__ = ["DEFAULT_PROMPTS", "HALVES", "KEEP_TRAINED_QUESTIONS", "TRAINED_KEPT", "TRAINED_LEFT_OUT",
+           "ExperimentConfig", "Half", "RunCommand", "TextView", "add_device_args", "add_experiment_args",
+           "leave_out_trained", "loading_args", "loading_argv", "non_negative_int", "pipeline_changes",
+           "pipeline_flags", "pipeline_sections", "positive_int", "question_digest", "question_half",
+           "trained_question_keys"]
+
 #: The run commands; each stores model outputs that its resume check guards with the fingerprint.
 RunCommand = Literal["attribute", "xor-attriqa", "eli5", "bias"]
 #: XOR-AttriQA text view: the English translations or the annotated (native) text.

@@ -17,6 +17,9 @@ from mirage.data.inputs import InputError
 from mirage.data.readers import parse_json, read_text
 from mirage.runs.store import parse_records
 
+__all__ = ["RESULTS_FILE", "figure_uri", "portable_arg", "portable_command", "read_json", "read_run_records",
+           "run_file"]
+
 
 def run_file(folder: str | Path, name: str) -> Path | None:
     """``folder/name``, or else ``folder/name.gz``; None when neither is a file."""

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Union
 if TYPE_CHECKING:
     from mirage.pipeline import Mirage
 
+__all__ = ["MirageSource", "lazy_exports", "resolve_mirage"]
+
 #: A Mirage, or a function returning one (called only when some item still needs the model).
 MirageSource = Union["Mirage", Callable[[], "Mirage"]]
 

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+__all__ = ["Progress", "terminal_progress", "write_line"]
+
 #: ``progress(iterable, total, description) -> iterable``: wraps a loop to report how far it is.
 Progress = Callable[[Iterable[Any], "int | None", str], Iterable[Any]]
 

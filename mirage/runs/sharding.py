@@ -45,6 +45,9 @@ from mirage.runs.store import (
     write_atomic,
 )
 
+__all__ = ["SHARD_FIELD", "Shard", "ShardError", "ShardedJSONL", "StoreFor", "consolidate", "in_shards", "owns",
+           "report_share_done", "shard_files", "shard_path"]
+
 ResultT = TypeVar("ResultT")
 
 

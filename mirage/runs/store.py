@@ -37,6 +37,10 @@ from typing import Any
 
 from mirage.data.readers import parse_json
 
+__all__ = ["ResumableJSONL", "StoreError", "canonical_json", "changed_ids", "content_key", "disk_error_message",
+           "drop_resolved", "dumps_record", "is_record", "is_stream", "is_torn_record", "item_keys", "parse_records",
+           "read_records", "settings_differences", "write_atomic", "write_synced"]
+
 try:  # POSIX; elsewhere stores work without the lock
     import fcntl
 except ImportError:  # pragma: no cover - Windows

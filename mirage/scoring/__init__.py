@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __getattr__, __dir__ = lazy_exports(__name__, {
     "run_eli5": "benchmarks", "run_xor_attriqa": "benchmarks", "ELI5Options": "benchmarks",
     "XorAttriQAOptions": "benchmarks", "ELI5Report": "eli5", "evaluate_eli5": "eli5", "load_alce": "eli5",
-    "CachedJudge": "metrics", "NLIJudge": "metrics", "load_xor_attriqa": "xor_attriqa", "score_items": "xor_attriqa",
+    "CachedJudge": "metrics", "NLIJudge": "metrics", "load_xor_attriqa": "xor_data", "score_items": "xor_attriqa",
     "XorAttriQAReport": "xor_eval", "evaluate": "xor_eval",
 })
 

@@ -55,6 +55,9 @@ from mirage.scoring.xor_eval import (
 )
 from mirage.scoring.xor_methods import METHODS_FILE, document_method_rows, resolve_methods, score_methods
 
+__all__ = ["MIN_CALIBRATION", "SELF_MATCH_FILE", "ELI5Options", "XorAttriQAOptions", "check_run", "run_eli5",
+           "run_xor_attriqa", "stored_xor_pipeline"]
+
 
 def _mirage_source(experiment: ExperimentConfig, mirage: MirageSource | None) -> MirageSource:
     """The Mirage (or its loader) a runner was given, else the experiment's model, loaded once when first needed."""

@@ -25,6 +25,8 @@ from mirage.runs.benchmark_options import ELI5_PIPELINE_SKIP, XOR_PIPELINE_SKIP,
 from mirage.runs.experiment import ExperimentConfig, add_experiment_args
 from mirage.runs.progress import terminal_progress
 
+__all__ = ["register"]
+
 
 @dataclass(frozen=True)
 class ScoreTerminal:

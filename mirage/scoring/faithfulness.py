@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from mirage.attribution.results import AttributionResult
     from mirage.pipeline import Mirage, PreparedItem
 
+__all__ = ["METHODS", "FaithfulnessConfig", "FaithfulnessResult", "FaithfulnessSummary", "citation_sets",
+           "faithfulness", "random_set", "summarize_faithfulness"]
+
 #: Citation sets scored per sentence, in display order. ``random_*`` is a random set as large as the named one.
 METHODS: tuple[str, ...] = ("selfcitation", "random_selfcitation", "mirage", "random_mirage")
 FAITHFULNESS_FORMAT = 1

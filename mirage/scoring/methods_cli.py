@@ -26,6 +26,8 @@ from mirage.runs.benchmark_options import XOR_PIPELINE_SKIP
 from mirage.runs.experiment import ExperimentConfig, add_experiment_args, positive_int
 from mirage.runs.progress import terminal_progress
 
+__all__ = ["register"]
+
 METHODS_HELP = "document attribution methods: list them, train AT2's head weights"
 
 

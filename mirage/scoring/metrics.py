@@ -20,6 +20,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from mirage.attribution.results import AttributionResult
 
+__all__ = ["BINARY_METRICS", "BinaryCounts", "CachedJudge", "CitationSetAgreement", "NLIJudge", "SentenceCitationScore",
+           "agreement", "answer_recall_precision", "attribution_details", "attribution_parity", "balanced_accuracy",
+           "citation_quality", "citation_set_agreement", "f1", "harmonic_mean", "item_counts", "mean_defined",
+           "mean_or_none", "paired_bootstrap", "percent", "precision", "recall", "roc_auc", "score_sentence",
+           "spearman"]
+
 # -- binary predictions against human labels ----------------------------------------------------------------------
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["HFNLIJudge", "NLIJudgeError"]
+
 
 class NLIJudgeError(ValueError):
     """The model cannot serve as an NLI judge; the message says why."""

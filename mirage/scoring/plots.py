@@ -6,6 +6,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+__all__ = ["length_figure", "sweep_figure"]
+
 
 def sweep_figure(sweep: dict[str, Any], *, metrics: tuple[str, ...] = ("agreement", "f1")) -> Figure:
     """Agreement (and F1) against the CCI top-% threshold (the paper's Figure 4): the average over languages as

@@ -8,6 +8,9 @@ from mirage.scoring.eli5 import ELI5Report
 from mirage.scoring.xor_eval import TABLE_ORDER, XorAttriQAReport
 from mirage.views.markdown import fmt_number
 
+__all__ = ["SETTING_NAMES", "XOR_METRICS", "classifier_settings", "eli5_table", "grid", "methods_table_rows",
+           "xor_legend", "xor_table"]
+
 SETTING_NAMES = {
     "ex_top3": "MIRAGE-EX top-3",
     "ex_top5pct": "MIRAGE-EX top-5%",

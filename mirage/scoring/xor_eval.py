@@ -37,6 +37,10 @@ from mirage.scoring.xor_classifier import (
 )
 from mirage.scoring.xor_data import NLI_FILES, XorItem
 
+__all__ = ["CCI_SELECTIONS", "SCORE_ONLY", "SETTINGS", "TABLE_ORDER", "RowsNeeded", "TokenView", "XorAttriQAReport",
+           "XorItemView", "build_views", "calibrate_threshold", "calibrated_floor", "calibration_rows",
+           "calibration_selections", "evaluate", "pair_records", "per_language", "predict", "selected_tokens"]
+
 #: Reported settings, in table order.
 SETTINGS = ("ex_top3", "ex_top5pct", "cal_top3", "cal_top5pct", "nli_mt", "nli_orig", "cite_all", "cite_none")
 #: Every row a report can have, in table order: the settings, then ``learned`` and ``learned_agreement`` (with
@@ -378,8 +382,7 @@ def _setting_tables(views: Sequence[XorItemView], langs: Sequence[str], *, selec
         if ex:
             put(f"ex_{sel}", _mirage_rows(views, selection=sel, cti_for=lambda v: ex_cti))
         if calibration is not None:
-            put(f"cal_{sel}", _mirage_rows(views, selection=sel,
-                                           cti_for=_calibrated_cti(calibration, sel, ex_cti)))
+            put(f"cal_{sel}", _mirage_rows(views, selection=sel, cti_for=_calibrated_cti(calibration, sel, ex_cti)))
     for setting, rows in _baseline_rows(views).items():
         put(setting, rows)
     if views and all(has_every_row(v) for v in views):  # every CCI row: only runs with --all-tokens
@@ -574,8 +577,7 @@ def top_percent_sweep(items: Sequence[XorItem], calibration_items: Sequence[XorI
     out: dict[str, Any] = {"percents": list(percents), "agreement": {"ex": {}, "cal": {}}, "f1": {"ex": {}, "cal": {}},
                            "cal_thresholds": []}
     names = {p: f"top{p}pct" for p in percents}
-    selections = {names[p]: CCIConfig(**{**asdict(base_cci), "top_k": None, "top_percent": float(p)})
-                  for p in percents}
+    selections = {names[p]: CCIConfig(**{**asdict(base_cci), "top_k": None, "top_percent": float(p)}) for p in percents}
     views = build_views(items, scores, selections, context=context, cti_floor=ex_cti.threshold_floor)
     cal_views = (build_views(calibration_items, scores, selections, context=context, cti_floor=ex_cti.threshold_floor)
                  if calibration_items else [])

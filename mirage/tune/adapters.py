@@ -42,6 +42,10 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
 
+__all__ = ["ADAPTER_INFO", "AdapterError", "AdapterInfo", "adapter_from_model", "apply_adapter", "base_record",
+           "check_base", "export_adapter", "load_tuned", "lora_from_change", "read_adapter_info", "save_adapter",
+           "save_tuned_model", "trained_prompt", "training_record"]
+
 ADAPTER_INFO = "mirage-adapter.json"
 ADAPTER_FORMAT = 1
 

@@ -20,6 +20,8 @@ from mirage.runs.store import write_atomic
 from mirage.tune.adapters import AdapterError, read_adapter_info
 from mirage.views.markdown import md_table
 
+__all__ = ["adapter_card", "write_card"]
+
 #: The first line of a card mirage wrote: only such a README is replaced by :func:`write_card`.
 CARD_MARK = "<!-- written by `mirage tune card` from the results files named below; do not edit by hand -->"
 

@@ -23,6 +23,8 @@ from mirage.data.inputs import short_repr
 from mirage.options import cli_arg
 from mirage.runs.experiment import positive_int
 
+__all__ = ["LoraSettings", "PreferenceLoss", "PreferenceSettings", "RewardSettings", "TrainSettings", "TuneConfig"]
+
 
 @dataclass(frozen=True)
 class LoraSettings:

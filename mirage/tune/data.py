@@ -50,6 +50,11 @@ from mirage.scoring.xor_data import TextView, clean_query, load_xor_attriqa
 if TYPE_CHECKING:
     from mirage.pipeline import Mirage
 
+__all__ = ["BuildReport", "TrainingExample", "answer_kind", "as_asked", "build_gold", "cite_every_sentence",
+           "eli5_demo_examples", "filler_documents", "insert_citations", "internals_cache", "internals_examples",
+           "question_digest", "read_examples", "shuffle_documents", "source_label", "spread_positions",
+           "trained_questions", "write_examples", "xor_examples", "yes_no_questions"]
+
 #: Where an example comes from.
 EXAMPLE_SOURCES = ("xor-attriqa", "eli5-demo", "internals")
 #: XOR-AttriQA's test splits: the evaluation of the tuned model, never training data.

@@ -37,6 +37,7 @@ from mirage.tune.sft import (
     earlier_questions,
     last_checkpoint,
     lora_config,
+    loss_curve,
     peak_rss_mb,
     require_training_libraries,
     trainer_arguments,
@@ -75,9 +76,9 @@ def preference_dataset(mirage: Mirage, pairs: Sequence[PreferencePair]) -> datas
 @dataclass(kw_only=True)
 class PreferenceRun(TrainingRun):
     """What a ``train_preference`` run did (:class:`~mirage.tune.sft.TrainingRun`, and): the adapter it started from,
-    its pairs and their distinct questions, and the logged curve per step (``loss``; ``rewards/margins``, the chosen
-    side's implicit reward minus the rejected side's, and ``rewards/accuracies``, the share of pairs where it is
-    positive)."""
+    its pairs and their distinct questions, and the logged curve per step (``loss``; ``margins``, the chosen side's
+    implicit reward minus the rejected side's; ``accuracies``, the share of pairs where it is positive; ``chosen`` and
+    ``rejected``, each side's implicit reward)."""
 
     start_adapter: str | None
     n_pairs: int
@@ -85,10 +86,8 @@ class PreferenceRun(TrainingRun):
     curve: list[dict[str, float]]
 
 
-def _curve(log_history: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
-    keys = ("step", "loss", "rewards/margins", "rewards/accuracies", "rewards/chosen", "rewards/rejected")
-    return [{k.replace("/", "_"): float(entry[k]) for k in keys if entry.get(k) is not None}
-            for entry in log_history if "loss" in entry]
+#: What the preference stage's curve keeps of each logged step.
+_PREFERENCE_CURVE = ("step", "loss", "rewards/margins", "rewards/accuracies", "rewards/chosen", "rewards/rejected")
 
 
 def train_preference(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None = None,
@@ -146,7 +145,8 @@ def train_preference(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel
     save_adapter(model, adapter_dir, base_name=lm.name, prompt=cfg.prompt, stage="dpo", training=training)
     run = PreferenceRun(output_dir=str(out), adapter_dir=str(adapter_dir), start_adapter=cfg.adapter,
                         base_model=lm.name, n_pairs=len(pairs), questions=len({p.question for p in pairs}),
-                        skipped=bad, steps=trainer.state.global_step, curve=_curve(trainer.state.log_history),
+                        skipped=bad, steps=trainer.state.global_step,
+                        curve=loss_curve(trainer.state.log_history, _PREFERENCE_CURVE),
                         runtime_s=round(runtime, 2), peak_rss_mb=peak_rss_mb(), resumed_from=resume,
                         config=cfg.to_dict(), versions=library_versions("trl", "peft"))
     write_atomic(out / PREFERENCE_RESULT_FILE, run.to_json(indent=1) + "\n")

@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from mirage.pipeline import Mirage
     from mirage.runs.progress import Progress
 
+__all__ = ["CitationEval", "CitationMisses", "JudgeSummary", "citation_misses", "evaluate_citations", "judge_config",
+           "judged_base", "passages_holding", "summarize_judge"]
+
 
 def _pair_scores(counts: metrics.BinaryCounts) -> dict[str, float | None]:
     """Agreement, precision, recall, F1 and balanced accuracy (%) of pair-level counts."""

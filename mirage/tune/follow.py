@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from mirage.attribution.citations import parse_answer
 from mirage.attribution.serialization import JSONRecord
-from mirage.bias.metrics import (  # noqa: F401 - follows, random_follow_probability: public here too
+from mirage.bias.metrics import (
     FollowSide,
     follows,
     random_follow_probability,
@@ -53,6 +53,10 @@ if TYPE_CHECKING:
     from mirage.pipeline import Mirage
     from mirage.runs.progress import Progress
     from mirage.tune.evaluate import CitationEval, JudgeSummary
+
+__all__ = ["FollowReport", "answer_kind", "compare_follow", "evaluate_follow", "follow_changes_table", "follow_folder",
+           "follow_report", "follow_report_of", "follows", "is_follow_report", "permutation_presentations",
+           "random_follow_probability", "random_side", "side_of", "single_supporting"]
 
 
 def single_supporting(examples: Iterable[TrainingExample]) -> list[TrainingExample]:

@@ -54,6 +54,7 @@ from mirage.tune.sft import (
     earlier_questions,
     last_checkpoint,
     lora_config,
+    loss_curve,
     peak_rss_mb,
     read_training_data,
     require_training_libraries,
@@ -62,6 +63,8 @@ from mirage.tune.sft import (
 
 if TYPE_CHECKING:
     import datasets
+
+__all__ = ["RewardRun", "permutation_batching", "presentation_groups", "prompt_of", "train_reward"]
 
 REWARD_RESULT_FILE = "reward.json"
 
@@ -131,10 +134,8 @@ class RewardRun(TrainingRun):
     generation_batch_size: int | None = None
 
 
-def _curve(log_history: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
-    keys = ("step", "reward", "reward_std", "frac_reward_zero_std", "kl", "loss", "completions/mean_length")
-    return [{k.split("/")[-1]: float(entry[k]) for k in keys if entry.get(k) is not None}
-            for entry in log_history if "reward" in entry]
+#: What the reward stage's curve keeps of each logged step.
+_REWARD_CURVE = ("step", "reward", "reward_std", "frac_reward_zero_std", "kl", "loss", "completions/mean_length")
 
 
 def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None = None,
@@ -206,7 +207,8 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
     run = RewardRun(output_dir=str(out), adapter_dir=str(adapter_dir), start_adapter=cfg.adapter, base_model=lm.name,
                     n_prompts=len(dataset), skipped=bad, steps=trainer.state.global_step,
                     questions=len(groups), generation_batch_size=args.generation_batch_size,
-                    curve=_curve(trainer.state.log_history), runtime_s=round(runtime, 2), peak_rss_mb=peak_rss_mb(),
+                    curve=loss_curve(trainer.state.log_history, _REWARD_CURVE, marker="reward"),
+                    runtime_s=round(runtime, 2), peak_rss_mb=peak_rss_mb(),
                     resumed_from=resume, config=cfg.to_dict(), versions=library_versions("trl", "peft"))
     write_atomic(out / REWARD_RESULT_FILE, json.dumps(run.to_dict(), indent=1) + "\n")
     return run

@@ -17,7 +17,7 @@ from mirage.options import cli_arg
 from mirage.runs.experiment import Half, TextView, non_negative_int, positive_int
 
 __all__ = ["DEFAULT_CONFIG", "TEXT_VIEW", "CardOptions", "EvalOptions", "ExportOptions", "FollowOptions",
-           "StageOptions", "TrainingSetOptions"]
+           "PairsOptions", "StageOptions", "TrainingSetOptions"]
 
 #: The SFT stage's config file (``configs/tune/sft.yaml``); the reward stage's is ``reward.yaml`` beside it.
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "tune" / "sft.yaml"

@@ -51,6 +51,9 @@ from mirage.tune.config import RewardSettings
 if TYPE_CHECKING:
     from mirage.pipeline import Mirage
 
+__all__ = ["CitationJudge", "RewardTerms", "agreement_score", "combine", "faithfulness_score", "format_score",
+           "permutation_scores", "presentation_of", "question_key", "rage_score", "selfcite_score"]
+
 #: The reward's terms, in the order of the config's weights.
 TERMS = RewardSettings.TERMS
 

@@ -49,6 +49,10 @@ from mirage.tune.data import TrainingExample, read_examples, trained_questions
 if TYPE_CHECKING:
     import datasets
 
+__all__ = ["RUN_FILE", "SFTRun", "TrainingRun", "build_dataset", "check_run_dir", "checkpoint_adapter",
+           "complete_checkpoint", "earlier_questions", "encode_example", "last_checkpoint", "lora_config", "loss_curve",
+           "peak_rss_mb", "read_training_data", "require_training_libraries", "train_sft", "trainer_arguments"]
+
 RUN_FILE = "run.json"
 #: Where a full fine-tuning run (``train.method: full``) saves its model, beside the adapter folder a LoRA run saves.
 TUNED_MODEL_DIR = "model"
@@ -359,10 +363,13 @@ def trainer_arguments(cfg: TuneConfig, output_dir: Path, lm: LoadedModel, *, pro
             "dataloader_pin_memory": lm.device.type == "cuda", "dataloader_num_workers": 0}
 
 
-def loss_curve(log_history: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
-    """The training-loss entries of a trainer's ``state.log_history``."""
-    keys = ("step", "epoch", "loss", "learning_rate", "grad_norm")
-    return [{k: float(entry[k]) for k in keys if entry.get(k) is not None} for entry in log_history if "loss" in entry]
+def loss_curve(log_history: Sequence[dict[str, Any]],
+               keys: Sequence[str] = ("step", "epoch", "loss", "learning_rate", "grad_norm"), *,
+               marker: str = "loss") -> list[dict[str, float]]:
+    """The entries of a trainer's ``state.log_history`` that log ``marker`` (the SFT loss; the reward stage's reward),
+    each with its ``keys`` that are there, named by their last ``/`` part (``rewards/margins``: ``margins``)."""
+    return [{k.split("/")[-1]: float(entry[k]) for k in keys if entry.get(k) is not None}
+            for entry in log_history if marker in entry]
 
 
 def peak_rss_mb() -> float:

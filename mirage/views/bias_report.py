@@ -38,6 +38,9 @@ from mirage.data.readers import parse_json, read_text
 from mirage.runs.files import RESULTS_FILE, figure_uri, read_json, read_run_records, run_file
 from mirage.views.report import doc_color, record_problem, template_asset, template_env
 
+__all__ = ["GENERATIONS", "bias_report_html", "bias_run_view", "markdown_html", "query_views", "read_bias_records",
+           "read_items_file", "read_templates", "run_modes", "sentence_cites", "text_from_prompt", "texts_from_prompts"]
+
 #: The files of a bias run folder that the view reads (each may be gzipped; and :data:`RESULTS_FILE`), see
 #: :mod:`mirage.bias.study`.
 GENERATIONS = "generations.jsonl"

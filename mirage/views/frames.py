@@ -17,6 +17,8 @@ from mirage.views.report import read_result_objects
 if TYPE_CHECKING:
     import pandas as pd
 
+__all__ = ["read_results"]
+
 #: The columns before the document scores, in order.
 COLUMNS = ("item", "sentence", "text", "start", "end", "mirage_citations", "self_citations", "invalid_self_citations")
 

@@ -10,6 +10,8 @@ from mirage.attribution.citations import citation_marks
 if TYPE_CHECKING:
     from mirage.attribution.results import AttributionResult
 
+__all__ = ["NO_SELF_CITATION", "result_to_text"]
+
 
 #: What the views show for the self-citations of a given answer without citation marks
 #: (:attr:`~mirage.attribution.results.AttributionResult.can_self_cite`).

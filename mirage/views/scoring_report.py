@@ -21,6 +21,8 @@ from mirage.runs.files import RESULTS_FILE, figure_uri, read_json, read_run_reco
 from mirage.scoring.eli5 import ELI5Report
 from mirage.views.report import record_problem, report_html, result_from_record, template_asset, template_env
 
+__all__ = ["ANSWERS", "eli5_report_html", "read_eli5_answers"]
+
 #: The files of an ELI5 run folder that the view reads (each may be gzipped; and :data:`RESULTS_FILE`), see
 #: :mod:`mirage.scoring.benchmarks`.
 ANSWERS = "answers.jsonl"

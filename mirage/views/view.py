@@ -26,6 +26,8 @@ from mirage.views.bias_report import GENERATIONS, bias_report_html, bias_run_vie
 from mirage.views.report import MAX_ITEMS, write_report
 from mirage.views.scoring_report import ANSWERS, eli5_report_html
 
+__all__ = ["PAGE_MARKER", "view_kind", "write_view"]
+
 ViewKind = Literal["results", "bias", "eli5"]
 #: In the ``<head>`` of every page mirage view writes (the templates ``report.html.j2`` and ``bias.html.j2``): the
 #: mark of a file it may replace.

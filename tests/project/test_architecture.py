@@ -1,6 +1,7 @@
-"""The shape of the package: every module imports on its own, no module uses another's private names, the import
-graph among mirage's modules (imports inside functions included) has no cycle, and every module has a stage in
-STAGES (which docs/architecture.md renders) whose order its imports agree with."""
+"""The shape of the package: every module imports on its own, declares its API in ``__all__`` (what other files
+import from it), no module uses another's private names, the import graph among mirage's modules (imports inside
+functions included) has no cycle, and every module has a stage in STAGES (which docs/architecture.md renders) whose
+order its imports agree with."""
 
 from __future__ import annotations
 
@@ -409,3 +410,115 @@ def test_the_architecture_page_renders_the_stages():
     """The page's module table is generated (from STAGES and the docstrings), not written by hand."""
     page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     assert "<!-- mirage:modules -->" in page
+
+
+def _declared_all(tree: ast.Module) -> list[str] | None:
+    """A module's ``__all__`` when it is one top-level literal list of distinct strings, else None."""
+    values = [node.value for node in tree.body if isinstance(node, ast.Assign)
+              and any(isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets)]
+    if len(values) != 1 or not isinstance(values[0], ast.List):
+        return None
+    names = [e.value for e in values[0].elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return names if len(names) == len(values[0].elts) == len(set(names)) else None
+
+
+def _bound_names(tree: ast.Module) -> set[str]:
+    """The names a module binds at its top level (``if``/``try`` blocks included, so ``if TYPE_CHECKING:`` imports
+    count): definitions, assignments (tuple targets too) and imports."""
+    names: set[str] = set()
+    for node in tree.body:
+        for child in [node, *(c for c in ast.walk(node) if isinstance(node, (ast.If, ast.Try)))]:
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(child.name)
+            elif isinstance(child, (ast.Assign, ast.AnnAssign)):
+                targets = child.targets if isinstance(child, ast.Assign) else [child.target]
+                names |= {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+            elif isinstance(child, ast.ImportFrom):
+                names |= {alias.asname or alias.name for alias in child.names}
+            elif isinstance(child, ast.Import):
+                names |= {alias.asname or alias.name.split(".")[0] for alias in child.names}
+    return names
+
+
+def _lazy_exports(tree: ast.Module) -> dict[str, tuple[str, int]]:
+    """A package's names imported on first access (``lazy_exports(__name__, {name: submodule})``): name → (submodule,
+    line)."""
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("lazy_exports") and len(node.args) == 2
+                and isinstance(node.args[1], ast.Dict)):
+            return {k.value: (v.value, k.lineno) for k, v in zip(node.args[1].keys, node.args[1].values)
+                    if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
+    return {}
+
+
+def export_findings(modules: dict[str, Path], users: list[Path], root: Path) -> list[str]:
+    """What breaks the rule that each module's ``__all__`` is its API: a module without ``__all__`` as a literal list
+    of strings, an entry the module neither defines nor imports, and a name that another file imports from a module
+    (``from mirage.a.b import name``, relative imports and imports in functions included; a package's lazily exported
+    names count as imported from their submodule) that is neither in its ``__all__`` nor a submodule."""
+    found, exported = [], {}
+    trees = {module: ast.parse(path.read_text(encoding="utf-8")) for module, path in modules.items()}
+    for module, path in modules.items():
+        where = path.relative_to(root).as_posix()
+        declared = _declared_all(trees[module])
+        if declared is None:
+            found.append(f"{where}: no __all__ as one literal list of distinct strings: declare its public names")
+            continue
+        exported[module] = set(declared)
+        bound = _bound_names(trees[module]) | set(_lazy_exports(trees[module]))
+        found += [f"{where}: __all__ names {name}, which it neither defines nor imports: remove it from __all__"
+                  for name in declared if name not in bound]
+    by_path = {path.resolve(): module for module, path in modules.items()}
+    for user in users:
+        tree = trees.get(by_path.get(user.resolve(), ""), None) or ast.parse(user.read_text(encoding="utf-8"))
+        current = by_path.get(user.resolve())
+        package = (current or "").split(".") if user.name == "__init__.py" else (current or "").split(".")[:-1]
+        imports = [(node.lineno, source, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                   for source in [".".join(package[: len(package) - node.level + 1] + [node.module or ""]).rstrip(".")
+                                  if node.level else node.module or ""]
+                   for alias in node.names]
+        if current is not None:
+            imports += [(line, f"{current}.{sub}", name) for name, (sub, line) in _lazy_exports(tree).items()]
+        for line, source, name in imports:
+            if (source in exported and source != current and name != "*" and name not in exported[source]
+                    and f"{source}.{name}" not in modules):
+                found.append(f"{user.relative_to(root).as_posix()}:{line}: imports {name} from {source}: add it to "
+                             f"__all__ of {modules[source].relative_to(root).as_posix()}")
+    return found
+
+
+def test_every_module_declares_its_api_in_all():
+    """Every module declares ``__all__`` (a literal list of strings, each a name it defines or imports), and every
+    name another module, a test, a benchmark script or the docs' hooks imports from it is in that ``__all__``: what
+    is not listed is the module's own, and may be renamed or made private without looking elsewhere."""
+    users = [path for folder in ("mirage", "tests", "benchmarks") for path in sorted((ROOT / folder).rglob("*.py"))]
+    found = export_findings(MODULES, [*users, ROOT / "docs" / "hooks.py"], ROOT)
+    assert not found, f"{len(found)} breaks of the __all__ rule:\n" + "\n".join(found)
+
+
+def test_the_export_check_finds_what_it_forbids(tmp_path):
+    package = tmp_path / "mirage"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "sub" / "__init__.py").write_text(
+        "from mirage.sub.a import f\n__getattr__, __dir__ = lazy_exports(__name__, {'g': 'a'})\n__all__ = ['f', 'g']\n",
+        encoding="utf-8")
+    (package / "sub" / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from os import path\nX, Y = 1, 2\n"
+        "def f(): pass\ndef g(): pass\ndef h(): pass\n__all__ = ['X', 'f', 'path', 'nothing']\n", encoding="utf-8")
+    (package / "b.py").write_text("from .sub.a import Y, f\nfrom .sub import a\n__all__ = ('Y',)\n",
+                                  encoding="utf-8")
+    user = tmp_path / "test_user.py"
+    user.write_text("def test():\n    from mirage.sub.a import X, h\n    from mirage.sub import a, f\n",
+                    encoding="utf-8")
+    modules = {"mirage": package / "__init__.py", "mirage.sub": package / "sub" / "__init__.py",
+               "mirage.sub.a": package / "sub" / "a.py", "mirage.b": package / "b.py"}
+    found = export_findings(modules, [*modules.values(), user], tmp_path)
+    assert found == [
+        "mirage/__init__.py: no __all__ as one literal list of distinct strings: declare its public names",
+        "mirage/sub/a.py: __all__ names nothing, which it neither defines nor imports: remove it from __all__",
+        "mirage/b.py: no __all__ as one literal list of distinct strings: declare its public names",
+        "mirage/sub/__init__.py:2: imports g from mirage.sub.a: add it to __all__ of mirage/sub/a.py",
+        "mirage/b.py:1: imports Y from mirage.sub.a: add it to __all__ of mirage/sub/a.py",
+        "test_user.py:2: imports h from mirage.sub.a: add it to __all__ of mirage/sub/a.py",
+    ], found

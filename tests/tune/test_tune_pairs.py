@@ -132,7 +132,7 @@ def test_the_preference_stage_trains_an_adapter_that_records_its_pairs_questions
         before = model.model(ids).logits
     run = train_preference(cfg, tmp_path / "dpo", lm=model, pairs=pairs, progress=False)
     assert run.steps == 1 and run.n_pairs == 2 and run.questions == len({p.question for p in pairs})
-    assert run.curve and "loss" in run.curve[0] and "rewards_margins" in run.curve[0]
+    assert run.curve and "loss" in run.curve[0] and "margins" in run.curve[0]
     info = read_adapter_info(run.adapter_dir)
     assert info.stage == "dpo" and info.base_model == "tiny-causal"
     assert info.training["questions"] == sorted({question_digest(p.question) for p in pairs})

@@ -20,6 +20,12 @@ from mirage.runs.files import read_json
 from mirage.runs.store import write_atomic
 from mirage.views.markdown import LINE_BREAK, cell, code, fenced, md_table, text
 
+__all__ = ["DATA_NAMES", "MARK", "MAX_FOLDERS", "MAX_HASHED_FILES", "PAGE", "PROVENANCE", "Provenance", "cell", "code",
+           "command_section", "data_entries", "data_names", "data_section", "fenced", "file_sha256", "files_section",
+           "folders_section", "gib", "link", "md_table", "named_data", "no_raw_html", "page", "pinned_sha256",
+           "plots_section", "read_json", "read_provenance", "registered_name", "settings_section", "subfolders", "text",
+           "versions_section", "write_provenance"]
+
 #: The first line of every page ``mirage report`` writes; a README.md without it is the user's and is never rewritten.
 MARK = "<!-- Written by `mirage report` from this folder's results; edit the results, not this page. -->"
 PAGE = "README.md"
