@@ -409,7 +409,7 @@ def cmd_dpo(args: argparse.Namespace) -> int:
     _print_bad(run.skipped)
     last = run.curve[-1] if run.curve else {}
     print(f"{run.n_pairs} pairs of {run.questions} questions, {run.steps} steps, last loss "
-          f"{last.get('loss', float('nan')):.3f}, margin {last.get('margins', float('nan')):.3f}, "
+          f"{last.get('loss', float('nan')):.3f}, margin {last.get('margins', float('nan')):.3g}, "
           f"{run.runtime_s:.0f} s, peak {run.peak_rss_mb:.0f} MB; adapter in {run.adapter_dir}", file=sys.stderr)
     return 0
 

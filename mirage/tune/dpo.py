@@ -15,7 +15,7 @@ trained on, so ``tune eval``/``follow`` and the bias study leave them out.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,6 +90,21 @@ class PreferenceRun(TrainingRun):
 _PREFERENCE_CURVE = ("step", "loss", "rewards/margins", "rewards/accuracies", "rewards/chosen", "rewards/rejected")
 
 
+def _quietly(quiet: bool, make: Callable[[], Any]) -> Any:
+    """``make()`` with the ``datasets`` progress bars off when ``quiet`` (trl tokenizes the pairs with them), then
+    as they were."""
+    from datasets.utils import logging as datasets_logging
+
+    was = datasets_logging.is_progress_bar_enabled()
+    if quiet:
+        datasets_logging.disable_progress_bar()
+    try:
+        return make()
+    finally:
+        if was:
+            datasets_logging.enable_progress_bar()
+
+
 def train_preference(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None = None,
                      pairs: Sequence[PreferencePair] | None = None, progress: bool = True) -> PreferenceRun:
     """Train the adapter with trl's DPO on the pairs of ``cfg.data`` (files ``mirage tune pairs`` wrote) and save it to
@@ -130,7 +145,8 @@ def train_preference(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel
         model = get_peft_model(lm.model, lora_config(cfg))
     args = DPOConfig(**trainer_arguments(cfg, out, lm, progress=progress), beta=cfg.preference.beta,
                      loss_type=[cfg.preference.loss], max_length=cfg.train.max_length)
-    trainer = DPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=lm.tokenizer)
+    trainer = _quietly(not progress, lambda: DPOTrainer(model=model, args=args, train_dataset=dataset,
+                                                       processing_class=lm.tokenizer))
     if not progress:
         trainer.remove_callback(PrinterCallback)
     resume = last_checkpoint(out / "checkpoints")
