@@ -8,7 +8,8 @@ signal and as the judge (RAGE's two steps: supervised fine-tuning, then a reward
     Mirage.from_pretrained("smollm2-135m-cite-follow",  # the adapter mirage ships, by its embedded name,
                            config=MirageConfig().replace(prompt={"name": "selfcitation_marked"}))  # its prompt
 
-Stages, each a module: :mod:`~mirage.tune.config` (the settings), :mod:`~mirage.tune.data` (training sets),
+Stages, each a module: :mod:`~mirage.tune.config` (the settings), :mod:`~mirage.tune.data` (training sets;
+:mod:`~mirage.tune.training_set` builds one as ``mirage tune data`` does, from its options),
 :mod:`~mirage.tune.sft`, :mod:`~mirage.tune.reward` (the reward terms and the judge), :mod:`~mirage.tune.grpo` (the
 reward stage), :mod:`~mirage.tune.adapters` (saving, loading, refusing adapters; an adapter taken from a fully
 fine-tuned model), :mod:`~mirage.tune.evaluate` (does the model cite, and does it cite what mirage sees it used?),

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from mirage.config import DEFAULT_MODEL, ConfigError, MirageConfig, PromptConfig
 from mirage.data import resolve_files
 from mirage.data.inputs import InputError
-from mirage.options import add_options, option_fields, options_argv
+from mirage.options import add_options, option_fields, options_argv, options_from_args
 from mirage.runs.experiment import add_device_args, loading_args
 from mirage.runs.progress import terminal_progress
 from mirage.runs.store import write_atomic
@@ -42,7 +42,7 @@ from mirage.tune.options import (
 )
 
 if TYPE_CHECKING:
-    from mirage.tune.data import BuildReport, TrainingExample
+    from mirage.tune.data import TrainingExample
 
 __all__ = ["register", "report_command"]
 
@@ -56,129 +56,19 @@ def _print_bad(rows: list[str]) -> None:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    """``mirage tune data {gold,internals}``: write a training set."""
-    from mirage.tune.data import (
-        BuildReport,
-        build_gold,
-        question_digest,
-        shuffle_documents,
-        spread_positions,
-        write_examples,
-        yes_no_questions,
-    )
+    """``mirage tune data {gold,internals}``: write the training set
+    :func:`~mirage.tune.training_set.build_training_set` builds."""
+    from mirage.tune.data import write_examples
+    from mirage.tune.training_set import build_training_set
 
-    args.xor, args.eli5_demos, args.alce = (resolve_files(files) for files in (args.xor, args.eli5_demos, args.alce))
-    held_out = _held_out_questions(args.exclude)
-    if args.mode == "gold":
-        if args.alce:
-            raise ConfigError("--alce gives questions for the internals mode; gold data comes from --xor and "
-                              "--eli5-demos.")
-        examples, report = build_gold(args.xor or [], args.eli5_demos or [], text=args.text,
-                                      keep_unsupported=args.keep_unsupported, group_passages=args.group_passages)
-        if held_out:
-            examples = _leave_out(examples, held_out, "--exclude")
-        if args.limit is not None:
-            examples = examples[: args.limit]
-        if args.yes_no:
-            asked = yes_no_questions(examples, seed=args.seed)
-            report.counts["xor-attriqa yes/no"] = len(asked)
-            examples = examples + asked
-    else:
-        if args.yes_no:
-            raise ConfigError("--yes-no asks the gold answers again as yes/no questions; it goes with the gold mode.")
-        if args.eli5_demos:
-            raise ConfigError("--eli5-demos are gold answers; the internals mode takes questions from --xor and "
-                              "--alce.")
-        examples, report = _internals(args, held_out)
-    if args.shuffle_docs:
-        examples = shuffle_documents(examples, args.shuffle_docs, seed=args.seed)
-    if args.spread_positions:
-        pool = examples
-        if args.mode == "gold" and not args.keep_unsupported:  # unsupported rows' passages fill too
-            pool = build_gold(args.xor or [], args.eli5_demos or [], text=args.text, keep_unsupported=True,
-                              group_passages=args.group_passages)[0]
-        pool = [ex for ex in pool if question_digest(ex.question) not in held_out]  # no held-out passage as filler
-        examples = spread_positions(examples, k=args.spread_positions, copies=args.copies, seed=args.seed,
-                                    pool=pool)
-    elif args.copies:
-        raise ConfigError("--copies goes with --spread-positions K.")
-    path = write_examples(examples, args.output)
-    _print_bad(report.bad_rows)
-    summary = BuildReport(counts=report.counts, bad_rows=[], left_out=report.left_out).to_text()
-    print(f"{summary}\nwrote {len(examples)} examples to {path}", file=sys.stderr)
+    options = options_from_args(TrainingSetOptions, args)
+    result = build_training_set(options, loading=loading_args(args),
+                                progress=None if options.quiet else terminal_progress,
+                                say=lambda line: print(line, file=sys.stderr))
+    path = write_examples(result.examples, options.output)
+    _print_bad(result.report.bad_rows)
+    print(f"{result.summary()}\nwrote {len(result.examples)} examples to {path}", file=sys.stderr)
     return 0
-
-
-def _held_out_questions(paths: Sequence[str] | None) -> set[str]:
-    """The :func:`~mirage.tune.data.question_digest` of every question in the ``--exclude`` files (training sets as
-    ``tune data`` writes them): the questions an evaluation keeps unseen when training uses the same split."""
-    from mirage.tune.data import question_digest, read_examples
-
-    held: set[str] = set()
-    for path in paths or ():
-        examples, bad = read_examples(path)
-        if not examples:
-            raise InputError(f"--exclude {path}: no example in it ({len(bad)} malformed rows); give a training set "
-                             "as `mirage tune data` writes it")
-        held |= {question_digest(ex.question) for ex in examples}
-    return held
-
-
-def _leave_out(examples: list[TrainingExample], questions: set[str], what: str, noun: str = "items"
-               ) -> list[TrainingExample]:
-    """``examples`` less those asking one of ``questions`` (:func:`~mirage.tune.data.question_digest`), the count
-    said on stderr as asking a question of ``what``."""
-    from mirage.tune.data import question_digest
-
-    kept = [ex for ex in examples if question_digest(ex.question) not in questions]
-    print(f"{len(examples) - len(kept)} of {len(examples)} {noun} ask a question of {what} and are left out.",
-          file=sys.stderr)
-    return kept
-
-
-def _internals(args: argparse.Namespace, held_out: set[str]) -> tuple[list[TrainingExample], BuildReport]:
-    """The self-distillation examples of ``mirage tune data internals`` and their report."""
-    from mirage.pipeline import Mirage
-    from mirage.scoring.eli5 import load_alce
-    from mirage.tune.data import (
-        BuildReport,
-        TrainingExample,
-        internals_cache,
-        internals_examples,
-        source_label,
-        xor_examples,
-    )
-
-    if not args.xor and not args.alce:
-        raise ConfigError("give the questions to answer: --xor FILE... (XOR-AttriQA train/val) and/or --alce FILE.")
-    items: list[TrainingExample] = []
-    bad: list[str] = []
-    for path in args.xor or []:
-        found, skipped, _unsupported = xor_examples(path, text=args.text, keep_unsupported=True)
-        items += found
-        bad += [str(b) for b in skipped]
-    for path in args.alce or []:
-        data = load_alce(path)
-        bad += [str(b) for b in data.bad_rows]
-        items += [TrainingExample(id=f"alce-{Path(path).stem}-{it.line}", source="alce", question=it.question,
-                                  docs=it.docs_dicts(args.ndocs), output="", citations=[], file=source_label(it.file),
-                                  line=it.line)
-                  for it in data.items]
-    if held_out:
-        items = _leave_out(items, held_out, "--exclude")
-    if args.limit is not None:
-        items = items[: args.limit]
-    config = MirageConfig.from_yaml(args.mirage_config) if args.mirage_config else MirageConfig()
-    config = config.replace(generation={"max_new_tokens": args.max_new_tokens})
-    mirage = Mirage.from_pretrained(args.model, config=config, **loading_args(args))
-    cache_path = Path(args.output).with_name(Path(args.output).name + ".partial")
-    cache = internals_cache(cache_path, mirage)
-    print(f"each item's outcome is kept in {cache_path}: a rerun with the same -o skips the items already done",
-          file=sys.stderr)  # said before the long loop, so a user who stops the run knows where its work is
-    examples, left_out = internals_examples(mirage, items, progress=None if args.quiet else terminal_progress,
-                                            cache=cache)
-    report = BuildReport(counts={"internals": len(examples)}, bad_rows=bad, left_out=left_out)
-    return examples, report
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
@@ -267,6 +157,7 @@ def _leave_out_trained(args: argparse.Namespace, examples: list[TrainingExample]
     """``examples`` less those whose question the tuned model records it was trained on (``--adapter``, or a
     ``--model`` folder of a full fine-tuning run) or an ``--exclude`` file holds, with the count said on stderr."""
     from mirage.tune.adapters import training_record
+    from mirage.tune.training_set import held_out_questions, leave_out_questions
 
     trained: set[str] = set()
     sources = []
@@ -280,10 +171,11 @@ def _leave_out_trained(args: argparse.Namespace, examples: list[TrainingExample]
             print(f"{tuned} records no training questions (saved before mirage recorded them): rows it was "
                   "trained on are left out only through --exclude.", file=sys.stderr)
     if args.exclude:
-        trained |= _held_out_questions(args.exclude)
+        trained |= held_out_questions(args.exclude)
         sources += [str(path) for path in args.exclude]
     if sources:
-        examples = _leave_out(examples, trained, f"the training data ({', '.join(sources)})", "rows")
+        examples, said = leave_out_questions(examples, trained, f"the training data ({', '.join(sources)})", "rows")
+        print(said, file=sys.stderr)
     return examples
 
 
