@@ -92,14 +92,19 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def _later_stage_config(args: argparse.Namespace) -> TuneConfig:
+    """The config of ``tune reward`` or ``tune dpo``: the config file, with the model, adapter, data, device, dtype
+    and ``--max-steps`` the flags give."""
+    cfg = TuneConfig.from_yaml(args.config)
+    return cfg.replace(model=args.model, adapter=args.adapter, data=args.data or None, device=args.device,
+                       dtype=args.dtype, train={"max_steps": args.max_steps} if args.max_steps else None)
+
+
 def cmd_reward(args: argparse.Namespace) -> int:
     """``mirage tune reward``: the GRPO stage with mirage's reward."""
     from mirage.tune.grpo import train_reward
 
-    cfg = TuneConfig.from_yaml(args.config)
-    cfg = cfg.replace(model=args.model, adapter=args.adapter, data=args.data or None, device=args.device,
-                      dtype=args.dtype, train={"max_steps": args.max_steps} if args.max_steps else None)
-    run = train_reward(cfg, args.output, progress=not args.quiet)
+    run = train_reward(_later_stage_config(args), args.output, progress=not args.quiet)
     _print_bad(run.skipped)
     last = run.curve[-1] if run.curve else {}
     print(f"{run.n_prompts} prompts, {run.steps} steps, last reward {last.get('reward', float('nan')):.3f}, "
@@ -294,10 +299,7 @@ def cmd_dpo(args: argparse.Namespace) -> int:
     """``mirage tune dpo``: the preference stage on SelfCite pairs."""
     from mirage.tune.dpo import train_preference
 
-    cfg = TuneConfig.from_yaml(args.config)
-    cfg = cfg.replace(model=args.model, adapter=args.adapter, data=args.data or None, device=args.device,
-                      dtype=args.dtype, train={"max_steps": args.max_steps} if args.max_steps else None)
-    run = train_preference(cfg, args.output, progress=not args.quiet)
+    run = train_preference(_later_stage_config(args), args.output, progress=not args.quiet)
     _print_bad(run.skipped)
     last = run.curve[-1] if run.curve else {}
     print(f"{run.n_pairs} pairs of {run.questions} questions, {run.steps} steps, last loss "

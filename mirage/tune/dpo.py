@@ -14,7 +14,6 @@ trained on, so ``tune eval``/``follow`` and the bias study leave them out.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,20 +25,19 @@ from mirage.config import ConfigError, MirageConfig
 from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
 from mirage.runs.store import write_atomic
-from mirage.tune.adapters import check_base, read_adapter_info, save_adapter
+from mirage.tune.adapters import check_base, read_adapter_info
 from mirage.tune.config import TuneConfig
-from mirage.tune.data import TrainingExample, trained_questions
+from mirage.tune.data import TrainingExample
 from mirage.tune.grpo import prompt_of
 from mirage.tune.pairs import PreferencePair, read_pairs
 from mirage.tune.sft import (
     TrainingRun,
     check_run_dir,
-    earlier_questions,
-    last_checkpoint,
-    lora_config,
+    lora_stage,
     loss_curve,
     peak_rss_mb,
-    require_training_libraries,
+    train_lora_stage,
+    trainable_adapter,
     trainer_arguments,
 )
 
@@ -110,18 +108,10 @@ def train_preference(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel
     """Train the adapter with trl's DPO on the pairs of ``cfg.data`` (files ``mirage tune pairs`` wrote) and save it to
     ``DIR/adapter`` (stage ``dpo``), the run's record to ``DIR/preference.json``; resumes from the newest checkpoint
     in ``DIR/checkpoints``. ``lm``: the base model already loaded (changed in place); default ``cfg.model``."""
-    require_training_libraries()
+    cfg, out = lora_stage(cfg, output_dir, lm, stage="preference stage")
     import transformers
-    from peft import PeftModel, get_peft_model
-    from transformers.trainer_callback import PrinterCallback
     from trl import DPOConfig, DPOTrainer
 
-    out = Path(output_dir)
-    if lm is not None:
-        cfg = cfg.replace(model=lm.name)
-    if cfg.train.method != "lora":
-        raise ConfigError("train.method: the preference stage trains a LoRA adapter (method lora); to start it from a "
-                          "fully fine-tuned model, give that model's folder as model (DIR/model).")
     check_run_dir(out, cfg, "dpo")
     bad: list[str] = []
     if pairs is None:
@@ -139,31 +129,17 @@ def train_preference(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel
         check_base(read_adapter_info(cfg.adapter), lm, cfg.adapter)
     dataset = preference_dataset(Mirage(lm, config=MirageConfig(prompt=cfg.prompt)), pairs)
     transformers.set_seed(cfg.train.seed)
-    if cfg.adapter:
-        model = PeftModel.from_pretrained(lm.model, cfg.adapter, is_trainable=True)
-    else:
-        model = get_peft_model(lm.model, lora_config(cfg))
+    model = trainable_adapter(cfg, lm)
     args = DPOConfig(**trainer_arguments(cfg, out, lm, progress=progress), beta=cfg.preference.beta,
                      loss_type=[cfg.preference.loss], max_length=cfg.train.max_length)
     trainer = _quietly(not progress, lambda: DPOTrainer(model=model, args=args, train_dataset=dataset,
                                                        processing_class=lm.tokenizer))
-    if not progress:
-        trainer.remove_callback(PrinterCallback)
-    resume = last_checkpoint(out / "checkpoints")
-    t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume)
-    runtime = time.perf_counter() - t0
-    model.eval()
-    adapter_dir = out / "adapter"
-    examples = [_example(p) for p in pairs]
-    training = {**cfg.to_dict(), "pairs": len(pairs), "steps": trainer.state.global_step,
-                "questions": trained_questions(examples, earlier_questions(cfg))}
-    save_adapter(model, adapter_dir, base_name=lm.name, prompt=cfg.prompt, stage="dpo", training=training)
-    run = PreferenceRun(output_dir=str(out), adapter_dir=str(adapter_dir), start_adapter=cfg.adapter,
+    done = train_lora_stage(trainer, model, cfg, out, lm, stage="dpo", examples=[_example(p) for p in pairs],
+                            record={"pairs": len(pairs)}, progress=progress)
+    run = PreferenceRun(output_dir=str(out), adapter_dir=str(done.adapter_dir), start_adapter=cfg.adapter,
                         base_model=lm.name, n_pairs=len(pairs), questions=len({p.question for p in pairs}),
-                        skipped=bad, steps=trainer.state.global_step,
-                        curve=loss_curve(trainer.state.log_history, _PREFERENCE_CURVE),
-                        runtime_s=round(runtime, 2), peak_rss_mb=peak_rss_mb(), resumed_from=resume,
+                        skipped=bad, steps=done.steps, curve=loss_curve(done.log_history, _PREFERENCE_CURVE),
+                        runtime_s=done.runtime_s, peak_rss_mb=peak_rss_mb(), resumed_from=done.resumed_from,
                         config=cfg.to_dict(), versions=library_versions("trl", "peft"))
     write_atomic(out / PREFERENCE_RESULT_FILE, run.to_json(indent=1) + "\n")
     return run

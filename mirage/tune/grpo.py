@@ -28,7 +28,6 @@ import json
 import math
 import os
 import random
-import time
 import warnings
 from collections import Counter
 from collections.abc import Sequence
@@ -43,21 +42,20 @@ from mirage.config import ConfigError, MirageConfig
 from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
 from mirage.runs.store import write_atomic
-from mirage.tune.adapters import apply_adapter, check_base, read_adapter_info, save_adapter
+from mirage.tune.adapters import apply_adapter, check_base, read_adapter_info
 from mirage.tune.config import RewardSettings, TuneConfig
-from mirage.tune.data import TrainingExample, trained_questions
+from mirage.tune.data import TrainingExample
 from mirage.tune.evaluate import judge_config
 from mirage.tune.reward import CitationJudge, presentation_of, question_key
 from mirage.tune.sft import (
     TrainingRun,
     check_run_dir,
-    earlier_questions,
-    last_checkpoint,
-    lora_config,
+    lora_stage,
     loss_curve,
     peak_rss_mb,
     read_training_data,
-    require_training_libraries,
+    train_lora_stage,
+    trainable_adapter,
     trainer_arguments,
 )
 
@@ -143,18 +141,10 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
     """Train the adapter with GRPO on mirage's reward (see the module docstring) and save it to ``DIR/adapter``
     (stage ``reward``), the run's record to ``DIR/reward.json``; resumes from the newest checkpoint in
     ``DIR/checkpoints``. ``lm``: the base model already loaded (changed in place); default ``cfg.model``."""
-    require_training_libraries()
+    cfg, out = lora_stage(cfg, output_dir, lm, stage="reward stage")
     import transformers
-    from peft import PeftModel, get_peft_model
-    from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    out = Path(output_dir)
-    if lm is not None:
-        cfg = cfg.replace(model=lm.name)
-    if cfg.train.method != "lora":
-        raise ConfigError("train.method: the reward stage trains a LoRA adapter (method lora); to start it from a "
-                          "fully fine-tuned model, give that model's folder as model (DIR/model).")
     if cfg.train.loss_on != "answer":
         raise ConfigError("train.loss_on: the reward stage's loss is on the sampled answers (answer); loss_on "
                           f"{cfg.train.loss_on} is for the SFT stage.")
@@ -181,10 +171,7 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
     dataset = reward_dataset(Mirage(lm, config=mirage_cfg), examples if order is None else
                              [examples[i] for i in order])
     transformers.set_seed(cfg.train.seed)
-    if cfg.adapter:
-        model = PeftModel.from_pretrained(lm.model, cfg.adapter, is_trainable=True)
-    else:
-        model = get_peft_model(lm.model, lora_config(cfg))
+    model = trainable_adapter(cfg, lm)
     batching: dict[str, Any] = {} if order is None else {"shuffle_dataset": False,
                                                          "generation_batch_size": generation_batch}
     args = GRPOConfig(**trainer_arguments(cfg, out, lm, progress=progress), beta=reward.beta,
@@ -193,22 +180,13 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
     # trl's RewardFunc wants Callable[..., list[float | None]]: a list is invariant, so no list[float] reward fits
     trainer = GRPOTrainer(model=model, reward_funcs=judge, args=args,  # type: ignore[arg-type]
                           train_dataset=dataset, processing_class=copy.deepcopy(lm.tokenizer))
-    if not progress:
-        trainer.remove_callback(PrinterCallback)
-    resume = last_checkpoint(out / "checkpoints")
-    t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume)
-    runtime = time.perf_counter() - t0
-    model.eval()
-    adapter_dir = out / "adapter"
-    training = {**cfg.to_dict(), "prompts": len(dataset), "steps": trainer.state.global_step,
-                "questions": trained_questions(examples, earlier_questions(cfg))}
-    save_adapter(model, adapter_dir, base_name=lm.name, prompt=cfg.prompt, stage="reward", training=training)
-    run = RewardRun(output_dir=str(out), adapter_dir=str(adapter_dir), start_adapter=cfg.adapter, base_model=lm.name,
-                    n_prompts=len(dataset), skipped=bad, steps=trainer.state.global_step,
+    done = train_lora_stage(trainer, model, cfg, out, lm, stage="reward", examples=examples,
+                            record={"prompts": len(dataset)}, progress=progress)
+    run = RewardRun(output_dir=str(out), adapter_dir=str(done.adapter_dir), start_adapter=cfg.adapter,
+                    base_model=lm.name, n_prompts=len(dataset), skipped=bad, steps=done.steps,
                     questions=len(groups), generation_batch_size=args.generation_batch_size,
-                    curve=loss_curve(trainer.state.log_history, _REWARD_CURVE, marker="reward"),
-                    runtime_s=round(runtime, 2), peak_rss_mb=peak_rss_mb(),
-                    resumed_from=resume, config=cfg.to_dict(), versions=library_versions("trl", "peft"))
+                    curve=loss_curve(done.log_history, _REWARD_CURVE, marker="reward"), runtime_s=done.runtime_s,
+                    peak_rss_mb=peak_rss_mb(), resumed_from=done.resumed_from, config=cfg.to_dict(),
+                    versions=library_versions("trl", "peft"))
     write_atomic(out / REWARD_RESULT_FILE, json.dumps(run.to_dict(), indent=1) + "\n")
     return run

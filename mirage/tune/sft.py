@@ -19,7 +19,7 @@ import logging
 import resource
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,9 +49,10 @@ from mirage.tune.data import TrainingExample, read_examples, trained_questions
 if TYPE_CHECKING:
     import datasets
 
-__all__ = ["RUN_FILE", "SFTRun", "TrainingRun", "build_dataset", "check_run_dir", "checkpoint_adapter",
-           "complete_checkpoint", "earlier_questions", "encode_example", "last_checkpoint", "lora_config", "loss_curve",
-           "peak_rss_mb", "read_training_data", "require_training_libraries", "train_sft", "trainer_arguments"]
+__all__ = ["RUN_FILE", "SFTRun", "StageTraining", "TrainingRun", "build_dataset", "check_run_dir", "checkpoint_adapter",
+           "complete_checkpoint", "earlier_questions", "encode_example", "last_checkpoint", "lora_config", "lora_stage",
+           "loss_curve", "peak_rss_mb", "read_training_data", "require_training_libraries", "train_lora_stage",
+           "train_sft", "trainable_adapter", "trainer_arguments"]
 
 RUN_FILE = "run.json"
 #: Where a full fine-tuning run (``train.method: full``) saves its model, beside the adapter folder a LoRA run saves.
@@ -344,6 +345,64 @@ def lora_config(cfg: TuneConfig) -> Any:
     modules = cfg.lora.target_modules
     return LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
                       target_modules=modules if isinstance(modules, str) else list(modules), task_type="CAUSAL_LM")
+
+
+def lora_stage(cfg: TuneConfig, output_dir: str | Path, lm: LoadedModel | None, *, stage: str
+               ) -> tuple[TuneConfig, Path]:
+    """The start of a stage that trains a LoRA adapter further (the reward and the preference stage): the training
+    libraries checked, ``cfg`` on ``lm``'s model when one is given, ``train.method`` lora (a ConfigError naming
+    ``stage`` otherwise); the config and the run folder."""
+    require_training_libraries()
+    if lm is not None:
+        cfg = cfg.replace(model=lm.name)
+    if cfg.train.method != "lora":
+        raise ConfigError(f"train.method: the {stage} trains a LoRA adapter (method lora); to start it from a "
+                          "fully fine-tuned model, give that model's folder as model (DIR/model).")
+    return cfg, Path(output_dir)
+
+
+def trainable_adapter(cfg: TuneConfig, lm: LoadedModel) -> Any:
+    """The peft model a LoRA stage trains: ``cfg.adapter`` loaded trainable on ``lm``'s model, or a fresh adapter
+    of the config's ``lora`` section."""
+    from peft import PeftModel, get_peft_model
+
+    if cfg.adapter:
+        return PeftModel.from_pretrained(lm.model, cfg.adapter, is_trainable=True)
+    return get_peft_model(lm.model, lora_config(cfg))
+
+
+@dataclass(frozen=True)
+class StageTraining:
+    """What :func:`train_lora_stage` did: the adapter's folder, the steps, the wall time of this invocation, the
+    checkpoint it resumed from and the trainer's log."""
+
+    adapter_dir: Path
+    steps: int
+    runtime_s: float
+    resumed_from: str | None
+    log_history: list[dict[str, Any]]
+
+
+def train_lora_stage(trainer: Any, model: Any, cfg: TuneConfig, out: Path, lm: LoadedModel, *, stage: str,
+                     examples: Sequence[TrainingExample], record: Mapping[str, Any], progress: bool) -> StageTraining:
+    """Train a LoRA stage's ``trainer`` (resumed from the newest checkpoint in ``out/checkpoints``) and save
+    ``model``'s adapter to ``out/adapter`` (stage ``stage``), recording the config, ``record``, the steps and the
+    questions of ``examples`` with those the start was trained on (:func:`earlier_questions`)."""
+    from transformers.trainer_callback import PrinterCallback
+
+    if not progress:
+        trainer.remove_callback(PrinterCallback)
+    resume = last_checkpoint(out / "checkpoints")
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume)
+    runtime = time.perf_counter() - t0
+    model.eval()
+    adapter_dir = out / "adapter"
+    training = {**cfg.to_dict(), **record, "steps": trainer.state.global_step,
+                "questions": trained_questions(examples, earlier_questions(cfg))}
+    save_adapter(model, adapter_dir, base_name=lm.name, prompt=cfg.prompt, stage=stage, training=training)
+    return StageTraining(adapter_dir=adapter_dir, steps=trainer.state.global_step, runtime_s=round(runtime, 2),
+                         resumed_from=resume, log_history=list(trainer.state.log_history))
 
 
 def trainer_arguments(cfg: TuneConfig, output_dir: Path, lm: LoadedModel, *, progress: bool) -> dict[str, Any]:
