@@ -203,7 +203,7 @@ def commands() -> list[Command]:
                 _register_retrieve),
         Command("view", VIEW_HELP, lambda: register_view),
         Command("tune", "citation fine-tuning: build training data, train a LoRA adapter (SFT, then a reward "
-                        "stage), evaluate its citations", _register_tune),
+                        "or a preference stage), evaluate its citations", _register_tune),
         Command("methods", "document attribution methods: list them, train AT2's head weights", _register_methods),
         Command("data", "datasets by name: list them, get them into the cache (download, or --from a local copy)",
                 _register_data),
