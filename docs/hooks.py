@@ -152,7 +152,22 @@ def cli_reference() -> str:
             out.append(table(["argument", "default", "what"], rows))
         if not any(isinstance(a, argparse._SubParsersAction) for a in sub._actions):  # a command, not a group
             out += ["", f"**What it costs.** {COSTS.get(' '.join(path[1:]), _not_measured)()}"]
+    renamed = renamed_flags()
+    if renamed:
+        note = ("One name per concept across commands: these old spellings still work, say on stderr that they are "
+                "renamed, and will go.")
+        out += ["", "## Renamed flags", "", note, "", table(["command", "old", "now"], renamed)]
     return "\n".join(out)
+
+
+def renamed_flags() -> list[list[str]]:
+    """``[command, old spelling, flag]`` of every old spelling a command still takes (``renamed_from``,
+    :class:`mirage.options.RenamedFlag`), from the parser itself."""
+    from mirage.cli import build_parser
+    from mirage.options import RenamedFlag
+
+    return [[f"`{' '.join(path)}`", f"`{old}`", f"`{action.new}`"] for path, sub, _help in _parsers(build_parser())
+            for action in sub._actions if isinstance(action, RenamedFlag) for old in action.option_strings]
 
 
 def cli_commands() -> list[str]:

@@ -5,14 +5,15 @@ dict as :mod:`mirage.config` does): ``flag`` (``--ndocs``; a name without dashes
 argument) and ``help``, written once: ``--help``, the CLI reference and the configuration reference all show it.
 The parser's argument follows the field's annotation: a ``bool`` is a switch (``store_true``), a ``Literal`` gives
 the choices, ``tuple[X, ...]`` takes one or more values (``tuple[X, Y]`` two), ``int`` and ``float`` are read as
-the field's check reads them (``--k 3.0`` is 3, :func:`mirage.checks.flag_type`). The help shows the field's
+the field's check reads them (``--ndocs 3.0`` is 3, :func:`mirage.checks.flag_type`). The help shows the field's
 default (:func:`flag_help`). Where the annotation does not say it all, the metadata does: ``aliases`` (``-o``),
 ``metavar``, ``type`` (a narrower argparse type, e.g. an integer >= 1), ``nargs``, ``choices`` (names, or a callable
 giving them), ``dest``, ``required``, ``cli_default`` (the parser's default where it is not the field's: None =
 "not given", so that a config file or preset decides), ``exclusive`` (fields that choose the same thing share a
 name: their flags exclude each other), and argparse's ``const`` (the value of a flag given without one, with
-``nargs="?"``) and ``action="append"`` (a tuple field collecting one value per repetition of its flag). ``implies``
-and ``later`` belong to :mod:`mirage.config`.
+``nargs="?"``) and ``action="append"`` (a tuple field collecting one value per repetition of its flag), and
+``renamed_from`` (a flag's old spellings: each still parses, hidden from the help, and warns that it is now
+``flag``). ``implies`` and ``later`` belong to :mod:`mirage.config`.
 
     add_options(parser, XorAttriQAOptions)                         # every field with a flag, in field order
     options = options_from_args(XorAttriQAOptions, args, output=…)  # the flags given, the class's defaults elsewhere
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import types
 import typing
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -31,12 +33,12 @@ from typing import Any, Literal, get_args, get_origin
 
 from mirage.checks import float_flag, int_flag
 
-__all__ = ["OptionField", "add_options", "cli_arg", "flag_help", "given_options", "option_dest", "option_fields",
-           "option_flag", "options_argv", "options_from_args", "value_type"]
+__all__ = ["OptionField", "RenamedFlag", "add_options", "cli_arg", "flag_help", "given_options", "option_dest",
+           "option_fields", "option_flag", "options_argv", "options_from_args", "value_type"]
 
 #: The metadata keys :func:`add_options` reads (besides ``flag`` and ``help``).
 _SPEC_KEYS = ("aliases", "metavar", "type", "nargs", "choices", "dest", "required", "cli_default", "exclusive",
-              "const", "action")
+              "const", "action", "renamed_from")
 
 
 def cli_arg(default: Any = dataclasses.MISSING, *, flag: str, help: str,
@@ -183,7 +185,40 @@ def add_options(parser: argparse.ArgumentParser | Any, cls: type, only: Sequence
         if action.default is None and "cli_default" not in opt.spec:  # "not given" stands for the field's default
             action.config_default = None if kwargs.get("action") == "store_true" or default == () else default
         actions.append(action)
+        for old in spec.get("renamed_from", ()):
+            target.add_argument(old, **_renamed_kwargs(action, opt.flag))
     return actions
+
+
+class RenamedFlag(argparse.Action):
+    """An old spelling of a flag (``renamed_from``): it sets what the flag sets, and says on stderr, in one line,
+    that the flag is now ``new``."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, new: str, kind: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new, self.kind = new, kind
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"mirage: warning: {option_string} is now {self.new}; the old spelling still works but will go",
+              file=sys.stderr)
+        if self.kind == "store_true":
+            values = True
+        elif self.kind == "append":
+            values = [*(getattr(namespace, self.dest, None) or []), values]
+        setattr(namespace, self.dest, values)
+
+
+def _renamed_kwargs(action: argparse.Action, new: str) -> dict[str, Any]:
+    """``add_argument`` keywords of an old spelling of ``action``'s flag: the same dest, value shape and checks,
+    hidden from the help, and no default of its own (the flag's stands)."""
+    kind = ("store_true" if isinstance(action, argparse._StoreTrueAction)
+            else "append" if isinstance(action, argparse._AppendAction) else "store")
+    shape = {"nargs": 0} if kind == "store_true" else {
+        "nargs": action.nargs, "type": action.type, "choices": action.choices, "metavar": action.metavar,
+        "const": action.const}
+    return {"action": RenamedFlag, "dest": action.dest, "new": new, "kind": kind, "help": argparse.SUPPRESS,
+            "default": argparse.SUPPRESS, **shape}
 
 
 def _argument(opt: OptionField, default: Any, *, unset: bool) -> tuple[list[str], dict[str, Any], Any]:

@@ -121,3 +121,29 @@ def test_options_give_back_the_words_that_set_them():
     assert options_argv(Repeated, repeated) == ["--sweep", "answer", "--note", "a b", "--note", "c"]
     assert options_from_args(Repeated, parser.parse_args(options_argv(Repeated, repeated))) == repeated
     assert options_argv(Repeated, Repeated()) == []
+
+
+@dataclass(frozen=True, kw_only=True)
+class Renamed:
+    ndocs: int = cli_arg(5, flag="--ndocs", dest="k", renamed_from=("--k",), help="documents per question")
+    fast: bool = cli_arg(False, flag="--fast", renamed_from=("--quick",), help="go fast")
+    seeds: tuple[int, ...] = cli_arg((), flag="--seeds", renamed_from=("--seed-list",), help="seeds")
+    tags: tuple[str, ...] = cli_arg((), flag="--tag", action="append", renamed_from=("--label",), help="one tag")
+
+
+def test_an_old_spelling_sets_what_the_flag_sets_says_so_and_stays_out_of_the_help(capsys):
+    parser = argparse.ArgumentParser(prog="mirage", exit_on_error=False)
+    add_options(parser, Renamed)
+    old = parser.parse_args(["--k", "3.0", "--quick", "--seed-list", "1", "2", "--label", "a", "--tag", "b"])
+    warned = capsys.readouterr().err.splitlines()
+    assert options_from_args(Renamed, old) == Renamed(ndocs=3, fast=True, seeds=(1, 2), tags=("a", "b"))
+    assert warned == [f"mirage: warning: {o} is now {n}; the old spelling still works but will go"
+                      for o, n in [("--k", "--ndocs"), ("--quick", "--fast"), ("--seed-list", "--seeds"),
+                                   ("--label", "--tag")]]
+    new = parser.parse_args(["--ndocs", "3", "--fast", "--seeds", "1", "2", "--tag", "a", "--tag", "b"])
+    assert vars(new) == vars(old) and not capsys.readouterr().err
+    assert vars(parser.parse_args([])) == {"k": 5, "fast": False, "seeds": None, "tag": None}  # the flag's defaults
+    assert "--k" not in parser.format_help() and "--quick" not in parser.format_help()
+    with pytest.raises(argparse.ArgumentError, match="argument --k: must be an integer"):
+        parser.parse_args(["--k", "many"])  # the old spelling checks its value as the flag does
+    assert options_argv(Renamed, new) == ["--ndocs", "3", "--fast", "--seeds", "1", "2", "--tag", "a", "--tag", "b"]

@@ -130,7 +130,8 @@ def read_external_answers(path: str | Path, requests: Sequence[BiasRequest]) -> 
         key = row["key"]
         if key not in known:
             raise InputError(f"{where}: key {key!r} is not one of this study's requests; write the requests and "
-                             "evaluate the answers with the same DATA, --k, --seed, --metadata, --modes and prompts.")
+                             "evaluate the answers with the same DATA, --ndocs, --seed, --metadata, --modes and "
+                             "prompts.")
         if key in out:
             raise InputError(f"{where}: key {key!r} already answered on line {out[key].line}; keep one answer per "
                              "request.")

@@ -1,7 +1,7 @@
 """``mirage bias``: attribution sensitivity and bias, for self-citations and for mirage's citations.
 
     mirage bias DATA -o DIR [--model NAME] [--metadata hai|hai-extended|hai-names|hai-names-pool|gender|race|custom]
-                [--labels A B] [--k 5] [--modes vanilla informed counterfactual mixed] [--seed S] [--limit N]
+                [--labels A B] [--ndocs 5] [--modes vanilla informed counterfactual mixed] [--seed S] [--limit N]
                 [--retriever bm25 dense [--top-k 100]] [--sweep-k 2 5 8 10 | --sweep FIELD V1 V2 ...]
     mirage retrieve BEIR_DIR --retriever bm25|dense -o run.trec [--top-k 100]
 """
@@ -90,7 +90,8 @@ class BiasRunOptions:
         "run the study once per VALUE of FIELD (k, n_relevant, rage_similar, max_doc_words, seed) into "
         "DIR/<FIELD><VALUE>/, then DIR/sweep.json and sweep.png; e.g. --docs rage --sweep rage_similar 0 2 4 trades "
         "seemingly relevant documents for random ones"))
-    reuse: tuple[str, ...] = cli_arg((), flag="--reuse", metavar="DIR", help=(
+    reuse: tuple[str, ...] = cli_arg((), flag="--reuse-from", dest="reuse", renamed_from=("--reuse",), metavar="DIR",
+                                     help=(
         "other mirage bias runs of this model and configuration: the generations this study shares with them (the "
         "vanilla mode of every metadata study, the informed and counterfactual cells of --mixed-grid) are copied "
         "from there, not generated again"))
@@ -119,7 +120,7 @@ def bias_config_from_args(args: argparse.Namespace, section: dict[str, Any] | No
 
 
 #: Keys of the config file's ``bias:`` section that choose how the study runs rather than what it is (the flags
-#: --retriever, --top-k, --sweep FIELD VALUES as ``sweep: {FIELD: [VALUES]}``, --answers, --answers-name, --reuse).
+#: --retriever, --top-k, --sweep FIELD VALUES as ``sweep: {FIELD: [VALUES]}``, --answers, --answers-name, --reuse-from).
 _RUN_KEYS = ("retriever", "top_k", "sweep", "answers", "answers_name", "reuse")
 
 
@@ -265,7 +266,7 @@ def cmd_bias(args: argparse.Namespace) -> int:
         raise ConfigError("--sweep-k / --sweep run the study with the local model once per value; they cannot be "
                           "combined with --retriever, --write-requests or --answers.")
     if args.reuse and (args.retriever or args.write_requests or args.answers):
-        raise ConfigError("--reuse copies finished generations of the local model into a study; it cannot be "
+        raise ConfigError("--reuse-from copies finished generations of the local model into a study; it cannot be "
                           "combined with --retriever, --write-requests or --answers.")
     if args.top_k is not None and not args.retriever:
         raise ConfigError("--top-k is the number of documents --retriever retrieves per query; give --retriever too.")
@@ -354,7 +355,8 @@ class RetrieveOptions:
     retriever: str = cli_arg(flag="--retriever", metavar="NAME", help="bm25 or dense")
     output: str = cli_arg(flag="--output", aliases=("-o",), help="TREC run file to write")
     top_k: int = cli_arg(100, flag="--top-k", help="documents per query (default 100)")
-    k: int = cli_arg(5, flag="--k", help="cut-off of the recall reported on the terminal (default 5)")
+    k: int = cli_arg(5, flag="--recall-at", dest="k", renamed_from=("--k",), help=(
+        "cut-off of the recall reported on the terminal (default 5)"))
     split: str = cli_arg("test", flag="--split", help="qrels split (default test)")
 
 
@@ -390,7 +392,7 @@ def check_protocol_study(study: ProtocolStudy, argv: list[str]) -> StudyPlan:
     try:
         args = parser.parse_args(argv)
         if args.output != argv[argv.index("-o") + 1] or args.config != str(study.config) or args.reuse:
-            raise ConfigError("its args may not set the output folder, the config file or --reuse (the protocol "
+            raise ConfigError("its args may not set the output folder, the config file or --reuse-from (the protocol "
                               "sets them)")
         section = read_config_file(study.config).get("bias")
         cfg_section = split_run_options(args, section)
@@ -444,9 +446,10 @@ def register_protocol(sub: argparse._SubParsersAction, run: Callable[[list[str]]
     p = sub.add_parser("bias-protocol", help=PROTOCOL_HELP,
                        description="Run each study of a protocol file (configs/bias/protocol.yaml: the papers' table "
                                    "families) as mirage bias --config STUDY -o DIR/NAME, passing every study the "
-                                   "generations of the studies already in DIR (--reuse), so each prompt is generated "
-                                   "once. Resumable: a re-run continues each study where it stopped. Then writes "
-                                   "DIR/protocol.md (one row per study, sweep point and retriever) and protocol.json.")
+                                   "generations of the studies already in DIR (--reuse-from), so each prompt is "
+                                   "generated once. Resumable: a re-run continues each study where it stopped. Then "
+                                   "writes DIR/protocol.md (one row per study, sweep point and retriever) and "
+                                   "protocol.json.")
     add_options(p, ProtocolOptions, ["protocol", "output", "only"])
     add_options(p, ExperimentConfig, ["model"], unset=True, override={"model": {"cli_default": None, "help": (
         "model for every study (default: each study file's model)")}})

@@ -1,5 +1,5 @@
 """The whole attribution-bias protocol in one command: the studies of a protocol file, each into its own folder, each
-taking the generations it shares with the protocol's other studies (``--reuse``), then one overview table of every
+taking the generations it shares with the protocol's other studies (``--reuse-from``), then one overview table of every
 study's headline figures.
 
 A protocol file (``configs/bias/protocol.yaml``) lists the studies::
@@ -11,7 +11,7 @@ A protocol file (``configs/bias/protocol.yaml``) lists the studies::
         config: studies/gender_race.yaml
         args: [--metadata, race]           # flags for this study (they win over its config file)
 
-Each study is ``mirage bias --config CONFIG -o DIR/NAME ARGS… --reuse <the generations in the other studies'
+Each study is ``mirage bias --config CONFIG -o DIR/NAME ARGS… --reuse-from <the generations in the other studies'
 folders>`` (a study run per retriever or on answers from elsewhere takes none). Every study's flags are checked
 before the first one runs (the caller's ``check``). Every study is resumable, so re-running the protocol after a
 stop continues where it stopped and generates nothing twice; a study that mirage refuses while running (its data
@@ -136,7 +136,7 @@ def study_argv(study: ProtocolStudy, out_dir: Path, extra: Sequence[str], reuse:
                ) -> list[str]:
     """The ``mirage`` arguments that run one study of the protocol (``reuse``: runs it takes generations from)."""
     argv = ["bias", "--config", str(study.config), "-o", str(out_dir / study.name), *study.args, *extra]
-    return [*argv, "--reuse", *map(str, reuse)] if reuse else argv
+    return [*argv, "--reuse-from", *map(str, reuse)] if reuse else argv
 
 
 def run_protocol(path: str | Path, out_dir: str | Path, *, run: Callable[[list[str]], int],
@@ -145,7 +145,7 @@ def run_protocol(path: str | Path, out_dir: str | Path, *, run: Callable[[list[s
     """Run the protocol's studies (``only``: these, by name) into ``out_dir/NAME``, each by ``run`` (the ``mirage``
     command's entry point, given its arguments), after ``check`` has passed every study's arguments (ConfigError
     naming the study otherwise). Each study that can takes the generations of the protocol's other studies' folders
-    (``--reuse``). Returns each study's exit status; then writes the overview (:func:`write_overview`)."""
+    (``--reuse-from``). Returns each study's exit status; then writes the overview (:func:`write_overview`)."""
     if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1"):
         raise ConfigError("mirage bias-protocol runs in one process (its studies reuse each other's generations, "
                           "which ranks would not see in time); launch one study with torchrun instead: mirage bias "
@@ -168,7 +168,7 @@ def run_protocol(path: str | Path, out_dir: str | Path, *, run: Callable[[list[s
                 reuse = [*plan.own_reuse, *(f for other in studies if other.name != study.name
                                             for f in generation_files(out / other.name))]
             print(f"== {study.name}: mirage {' '.join(study_argv(study, out, extra))}"
-                  + (f" (+ --reuse of {len(reuse)} runs)" if reuse else ""), file=sys.stderr)
+                  + (f" (+ --reuse-from of {len(reuse)} runs)" if reuse else ""), file=sys.stderr)
             status[study.name] = run(study_argv(study, out, extra, reuse))  # refused: the others still run
             if status[study.name] == 0:  # finished again: what it withdrew stands again
                 _reinstate(out, study.name)

@@ -77,7 +77,7 @@ class BiasConfig:
     modes: tuple[str, ...] = cli_arg(MODES, flag="--modes", choices=MODES + MIXED_CELLS, help=(
         "RAG modes to run (default: vanilla informed counterfactual mixed); mixed:REL-NONREL names a cell of the "
         "mixed grid by its label sides"))
-    k: int = cli_arg(5, flag="--k", help="documents per question (default 5)")
+    k: int = cli_arg(5, flag="--ndocs", dest="k", renamed_from=("--k",), help="documents per question (default 5)")
     #: The items' seed (relevant position, padding), the label draws' and the random-citation baseline's: given by
     #: ``mirage bias --seed``, which seeds generation too.
     seed: int = 42

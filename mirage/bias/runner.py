@@ -97,7 +97,7 @@ def reusable_records(runs: Sequence[str | Path], settings: Mapping[str, Any]) ->
         path = Path(run)
         path = path / "generations.jsonl" if path.is_dir() else path
         if not path.is_file():
-            raise InputError(f"--reuse {run}: no bias run there (no generations.jsonl); give a mirage bias output "
+            raise InputError(f"--reuse-from {run}: no bias run there (no generations.jsonl); give a mirage bias output "
                              "folder.")
         for record in read_records(path):
             if "key" in record and record.get("settings") == wanted and not record.get("error"):

@@ -225,7 +225,7 @@ def _trained(result: BiasStudyResult) -> str:
 
 
 def _asked_k(result: BiasStudyResult) -> str:
-    """``; --k 1000 was asked`` when the questions had another number of documents than the configured k."""
+    """``; k = 1000 was asked, …`` when the questions had another number of documents than the configured k."""
     k = result.config.get("k")
     if result.documents and result.documents != [k, k]:
         return f"; k = {k} was asked, and the items hold {result.documents_text()}"

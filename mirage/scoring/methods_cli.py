@@ -44,7 +44,8 @@ class TrainAT2Options:
     keep: float = cli_arg(0.5, flag="--keep", help="probability of keeping each passage in a subset (default 0.5)")
     iterations: int = cli_arg(1000, flag="--iterations", type=positive_int, help="optimiser steps (default 1000)")
     learning_rate: float = cli_arg(1e-3, flag="--learning-rate", help="Adam's learning rate (default 0.001)")
-    seed: int = cli_arg(0, flag="--seed", help="seeds the subsets (default 0)")
+    seed: int = cli_arg(0, flag="--subset-seed", dest="seed", renamed_from=("--seed",), help=(
+        "seeds the subsets (default 0)"))
     held_out: int = cli_arg(5, flag="--held-out", metavar="K", help=(
         "hold out every K-th answer and keep the weights that correlate best on them (default 5; 0: none)"))
     group_passages: bool = cli_arg(False, flag="--group-passages", help=(

@@ -2,10 +2,10 @@
 
     mirage tune data gold --xor train.jsonl val.jsonl [--eli5-demos eli5_alce_prompt.json] [--spread-positions K] -o OUT
     mirage tune data internals --xor train.jsonl [--alce FILE] [--model NAME] [--max-new-tokens N] -o internals.jsonl
-    mirage tune sft [--config configs/tune/sft.yaml] [--model NAME] [--data FILE...] -o DIR
-    mirage tune reward [--config configs/tune/reward.yaml] [--adapter SFT_DIR/adapter] -o DIR
+    mirage tune sft [--tune-config configs/tune/sft.yaml] [--model NAME] [--data FILE...] -o DIR
+    mirage tune reward [--tune-config configs/tune/reward.yaml] [--adapter SFT_DIR/adapter] -o DIR
     mirage tune eval DATA... [--adapter DIR | --model NAME] [--limit-each N] [--judge] [--max-new-tokens N] -o OUT.json
-    mirage tune follow DATA... [--adapter DIR | --model NAME] [--k 5] [--judge] -o OUT.json
+    mirage tune follow DATA... [--adapter DIR | --model NAME] [--ndocs 5] [--judge] -o OUT.json
     mirage tune export DIR/adapter -o SHIP_DIR [--dtype float16]
     mirage tune export DIR/model --rank 64 [--embed-rank 64] [--norms] -o SHIP_DIR    (from a full fine-tuning)
     mirage tune card ADAPTER_DIR [--name NAME] [--follow LABEL=FILE...] [--eval LABEL=FILE...]

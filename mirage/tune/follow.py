@@ -325,7 +325,7 @@ def compare_follow(reference: Iterable[Mapping[str, Any]], other: Iterable[Mappi
     shared = sorted((set(ref) & set(new)) if items is None else (set(ref) & set(new) & set(items)))
     if not shared:
         raise ValueError(f"{name or 'the run'} and {reference_name or 'the reference'} share no item: compare runs "
-                         "of the same data, --limit and --k")
+                         "of the same data, --limit and --ndocs")
     ref_m = [_item_measures(ref[i]) for i in shared]
     new_m = [_item_measures(new[i]) for i in shared]
     values, intervals, changes, change_intervals = {}, {}, {}, {}

@@ -68,7 +68,8 @@ class TrainingSetOptions:
     group_passages: bool = cli_arg(False, flag="--group-passages", help=(
         "gold: XOR-AttriQA's per-passage release, its rows that answer one question with one answer grouped into one "
         "item"))
-    seed: int = cli_arg(0, flag="--seed", help="seed of --shuffle-docs and --spread-positions (default 0)")
+    seed: int = cli_arg(0, flag="--shuffle-seed", dest="seed", renamed_from=("--seed",), help=(
+        "seeds --shuffle-docs and --spread-positions (default 0)"))
     quiet: bool = cli_arg(False, **_QUIET)
     output: str = cli_arg(flag="--output", aliases=("-o",), help="training set to write (JSONL)")
 
@@ -78,7 +79,7 @@ class StageOptions:
     """``mirage tune sft`` and ``reward``: the tune config file their :class:`~mirage.tune.config.TuneConfig` is read
     from (its ``model``, ``data``, ``adapter`` and ``train`` flags then override it) and the run folder."""
 
-    config: str = cli_arg(str(DEFAULT_CONFIG), flag="--config", help=(
+    config: str = cli_arg(str(DEFAULT_CONFIG), flag="--tune-config", dest="config", renamed_from=("--config",), help=(
         "tune config YAML (default configs/tune/sft.yaml)"))
     quiet: bool = cli_arg(False, **_QUIET)
     output: str = cli_arg(flag="--output", aliases=("-o",), help="run folder")
@@ -130,8 +131,10 @@ class EvalOptions:
 class FollowOptions(EvalOptions):
     """``mirage tune follow``: :class:`EvalOptions` and the presentations of each row."""
 
-    k: int = cli_arg(5, flag="--k", type=positive_int, help="positions (documents per presentation; default 5)")
-    seed: int = cli_arg(0, flag="--seed", type=non_negative_int, help="the order of the other passages (default 0)")
+    k: int = cli_arg(5, flag="--ndocs", dest="k", type=positive_int, renamed_from=("--k",), help=(
+        "documents per presentation, so as many positions of the supporting passage (default 5)"))
+    seed: int = cli_arg(0, flag="--order-seed", dest="seed", type=non_negative_int, renamed_from=("--seed",), help=(
+        "seeds the order of the other passages (default 0)"))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -173,7 +173,7 @@ def test_cpu_passes_near_the_free_memory_return_freed_memory_without_a_budget(sm
 
 
 def test_without_a_budget_a_cpu_pass_is_planned_within_the_default_budget(smollm2, monkeypatch):
-    """No --memory-budget on a CPU: a prompt that fills the context window (``mirage bias --k 1000``) is planned
+    """No --memory-budget on a CPU: a prompt that fills the context window (``mirage bias --ndocs 1000``) is planned
     within half of the memory in use and available (CPU_DEFAULT_BUDGET_SHARE), not 80 % of what is free: with the
     available memory forced to a little more than the whole graph needs from 80 % of it, the graph is checkpointed
     and CCI's batches stay within what the default leaves. The model's own budget stays None (a pass too large for

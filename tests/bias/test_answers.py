@@ -18,7 +18,7 @@ from mirage.cli import main
 from mirage.data.inputs import InputError
 
 ROWS = Path(__file__).parents[1] / "data" / "xor_bias_rows.jsonl"
-OPTS = ["--k", "3", "--max-doc-words", "25", "--limit", "2", "--quiet", "--modes", "vanilla", "informed",
+OPTS = ["--ndocs", "3", "--max-doc-words", "25", "--limit", "2", "--quiet", "--modes", "vanilla", "informed",
         "counterfactual"]
 
 

@@ -15,7 +15,7 @@ from mirage.bias.results import BiasStudyResult
 from mirage.cli import main
 
 ROWS = Path(__file__).parents[1] / "data" / "xor_bias_rows.jsonl"
-SMALL = ["--k", "3", "--max-doc-words", "25", "--max-new-tokens", "8", "--limit", "2", "--quiet"]
+SMALL = ["--ndocs", "3", "--max-doc-words", "25", "--max-new-tokens", "8", "--limit", "2", "--quiet"]
 
 pytestmark = pytest.mark.slow
 
@@ -120,7 +120,7 @@ def test_reuse_copies_the_generations_another_study_shares(study, tmp_path, monk
     monkeypatch.setattr(BiasStudy, "generate", counting)
     out = tmp_path / "gender"
     assert main(["bias", str(ROWS), "-o", str(out), *SMALL, "--metadata", "gender", "--modes", "vanilla",
-                 "informed", "--reuse", str(study)]) == 0
+                 "informed", "--reuse-from", str(study)]) == 0
     assert sorted(mode for _id, mode in generated) == ["informed", "informed"]
     hai = {r["key"]: r for r in _lines(study / "generations.jsonl")}
     records = _lines(out / "generations.jsonl")
@@ -129,9 +129,9 @@ def test_reuse_copies_the_generations_another_study_shares(study, tmp_path, monk
     assert all(r["labels"][r["relevant"][0] - 1] in ("a man", "a woman") for r in records if r["mode"] == "informed")
     generated.clear()  # another configuration: other keys, so every generation runs
     assert main(["bias", str(ROWS), "-o", str(tmp_path / "other"), *SMALL[:-3], "--limit", "1", "--quiet",
-                 "--max-new-tokens", "6", "--modes", "vanilla", "--reuse", str(study)]) == 0
+                 "--max-new-tokens", "6", "--modes", "vanilla", "--reuse-from", str(study)]) == 0
     assert generated == [("xor_bias_rows-1", "vanilla")]
-    assert main(["bias", str(ROWS), "-o", str(tmp_path / "x"), *SMALL, "--reuse", str(tmp_path / "nothing")]) == 2
+    assert main(["bias", str(ROWS), "-o", str(tmp_path / "x"), *SMALL, "--reuse-from", str(tmp_path / "nothing")]) == 2
 
 
 def test_custom_labels_relevant_side_and_explainer(tmp_path):

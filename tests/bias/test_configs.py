@@ -40,7 +40,7 @@ def test_the_bias_section_sets_the_study_and_flags_win(tmp_path):
     assert (cfg.metadata, cfg.k, cfg.seed) == ("gender", 3, 7)
     assert cfg.modes == ("vanilla", "informed", "counterfactual", "mixed:first-first", "mixed:second-second")
     assert exp.data == ("some/data",)
-    _, cfg, _ = _parse("DATA", "-o", "out", "--config", str(path), "--k", "4", "--metadata", "race", "--seed", "1")
+    _, cfg, _ = _parse("DATA", "-o", "out", "--config", str(path), "--ndocs", "4", "--metadata", "race", "--seed", "1")
     assert (cfg.metadata, cfg.k, cfg.seed) == ("race", 4, 1)
     # without a file, BiasConfig's defaults
     _, cfg, _ = _parse("DATA", "-o", "out")
@@ -55,7 +55,18 @@ def test_run_options_in_the_section_become_flags(tmp_path):
     assert args.sweep is None and args.sweep_k == [8]  # the command line's sweep wins
     path = _write(tmp_path, "bias:\n  reuse: runs/bias_hai\n")
     assert _parse("DATA", "-o", "out", "--config", str(path))[0].reuse == ["runs/bias_hai"]
-    assert _parse("DATA", "-o", "out", "--config", str(path), "--reuse", "a", "b")[0].reuse == ["a", "b"]
+    assert _parse("DATA", "-o", "out", "--config", str(path), "--reuse-from", "a", "b")[0].reuse == ["a", "b"]
+
+
+def test_the_old_spellings_of_renamed_bias_flags_still_parse_and_warn(capsys):
+    """``--reuse`` is now ``--reuse-from`` (as in ``mirage score``) and ``--k`` ``--ndocs`` (as everywhere else that
+    counts documents per question): the old spellings give the same study, with one warning line each."""
+    old = _parse("DATA", "-o", "out", "--reuse", "a", "--k", "3")
+    assert capsys.readouterr().err.splitlines() == [
+        "mirage: warning: --reuse is now --reuse-from; the old spelling still works but will go",
+        "mirage: warning: --k is now --ndocs; the old spelling still works but will go"]
+    new = _parse("DATA", "-o", "out", "--reuse-from", "a", "--ndocs", "3")
+    assert vars(old[0]) == vars(new[0]) and old[1] == new[1] and old[1].k == 3
 
 
 def test_bad_sections_are_named(tmp_path):

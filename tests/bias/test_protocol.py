@@ -25,7 +25,7 @@ from mirage.cli import main
 from mirage.config import ConfigError
 
 ROWS = Path(__file__).parents[1] / "data" / "xor_bias_rows.jsonl"
-SMALL = ["--k", "3", "--max-doc-words", "25", "--max-new-tokens", "8"]
+SMALL = ["--ndocs", "3", "--max-doc-words", "25", "--max-new-tokens", "8"]
 
 
 def _study(folder: Path, name: str, metadata: str) -> Path:
@@ -67,13 +67,14 @@ def test_a_studys_flags_are_checked_as_mirage_bias_parses_them(tmp_path):
         assert check(*args).reuses is False, args
     (tmp_path / "own.yaml").write_text("bias:\n  metadata: gender\n  reuse: [runs/old_hai]\n")
     assert check(config="own.yaml") == StudyPlan(reuses=True, own_reuse=("runs/old_hai",))  # kept beside the protocol's
-    for args in (["-o", "x"], ["-ox"], ["--out", "x"], ["--outp=x"], ["--conf", "hai.yaml"], ["--reu", "x"]):
+    for args in (["-o", "x"], ["-ox"], ["--out", "x"], ["--outp=x"], ["--conf", "hai.yaml"], ["--reuse-f", "x"],
+                 ["--reuse", "x"]):
         with pytest.raises(ConfigError, match=r"protocol study 's' .*its args may not set the output folder"):
             check(*args)
     with pytest.raises(ConfigError, match="protocol study 's' .*unrecognized arguments: --metadta"):
         check("--metadta", "race")
-    with pytest.raises(ConfigError, match="protocol study 's' .*argument --k: .*'many'"):
-        check("--k", "many")
+    with pytest.raises(ConfigError, match="protocol study 's' .*argument --ndocs: .*'many'"):
+        check("--ndocs", "many")
 
 
 @pytest.mark.slow
@@ -140,7 +141,7 @@ def test_overview_only_and_the_protocol_files_errors(tmp_path, capsys, monkeypat
         "studies:\n  - {name: a/b, config: hai.yaml}\n": "name must be a folder name",
         "studies:\n  - {name: a, config: hai.yaml}\n  - {name: a, config: hai.yaml}\n": "used twice",
         "studies:\n  - {name: a, config: nothere.yaml}\n": "config nothere.yaml not found",
-        "studies:\n  - {name: a, config: hai.yaml, args: --k 3}\n": "args must be a list",
+        "studies:\n  - {name: a, config: hai.yaml, args: --ndocs 3}\n": "args must be a list",
         "studies:\n  - {name: a, config: hai.yaml, seed: 3}\n": "must be a mapping with keys name, config",
     }
     assert hai.is_file()

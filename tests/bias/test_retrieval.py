@@ -225,7 +225,8 @@ def test_bias_study_per_retriever_and_comparison(tmp_path, one_thread):
 
     out = tmp_path / "study"
     argv = ["bias", str(BEIR), "-o", str(out), "--retriever", "bm25", "dense", "--top-k", "20", "--limit", "2",
-            "--k", "3", "--modes", "vanilla", "informed", "--max-doc-words", "25", "--max-new-tokens", "8", "--quiet"]
+            "--ndocs", "3", "--modes", "vanilla", "informed", "--max-doc-words", "25", "--max-new-tokens", "8",
+            "--quiet"]
     assert main(argv) == 0
     beir = read_beir(BEIR)
     comparison = RetrieverComparison.load(out / "retrievers.json")

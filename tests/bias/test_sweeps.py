@@ -136,7 +136,7 @@ def test_sweep_arguments_fail_before_a_model_loads(tmp_path, capsys):
 
     assert main(["bias", str(ROWS), "-o", str(tmp_path), "--sweep", "k", "2", "--sweep-k", "3", *SMALL]) == 2
     assert "not both" in capsys.readouterr().err
-    assert main(["bias", str(ROWS), "-o", str(tmp_path), "--sweep", "n_relevant", "1", "4", "--k", "3",
+    assert main(["bias", str(ROWS), "-o", str(tmp_path), "--sweep", "n_relevant", "1", "4", "--ndocs", "3",
                  *SMALL]) == 2
     assert "sweep point n_relevant=4: bias.n_relevant=4 must be between 1 and k=3" in capsys.readouterr().err
 

@@ -206,7 +206,7 @@ def test_the_data_command_writes_a_training_set(tmp_path, capsys):
     assert "wrote 7 examples" in capsys.readouterr().err
     shuffled = tmp_path / "shuffled.jsonl"
     assert main(["tune", "data", "gold", "--xor", str(XOR / "train.jsonl"), str(XOR / "val.jsonl"),
-                 "--eli5-demos", str(DEMOS), "--shuffle-docs", "1", "--seed", "3", "-o", str(shuffled)]) == 0
+                 "--eli5-demos", str(DEMOS), "--shuffle-docs", "1", "--shuffle-seed", "3", "-o", str(shuffled)]) == 0
     assert read_examples(shuffled)[0] == shuffle_documents(examples, 1, seed=3)
     assert main(["tune", "data", "gold", "--xor", str(XOR / "train.jsonl"), "-o", str(tmp_path / "ru.jsonl")]) == 0
     assert main(["tune", "data", "gold", "--xor", str(tmp_path / "ru.jsonl"), "-o", str(out)]) == 2

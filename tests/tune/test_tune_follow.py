@@ -213,8 +213,8 @@ def test_follow_command_on_the_shipped_adapter(tmp_path, one_thread):
     adapter = _unseen_copy(tmp_path)
     run = subprocess.run(
         [sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--adapter", str(adapter),
-         "--limit", "2", "--k", "3", "--judge", "--quiet", "-o", str(out)], capture_output=True, text=True, cwd=ROOT,
-        check=False)
+         "--limit", "2", "--ndocs", "3", "--judge", "--quiet", "-o", str(out)], capture_output=True, text=True,
+        cwd=ROOT, check=False)
     assert run.returncode == 0, run.stderr
     report = FollowReport.from_dict(json.loads(out.read_text()))
     assert report.n_items == 2 and report.n_presentations == 6 and report.k == 3
@@ -240,16 +240,16 @@ def test_follow_command_on_the_shipped_adapter(tmp_path, one_thread):
     # a rerun reuses every answer
     again = subprocess.run(
         [sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--adapter", str(adapter),
-         "--limit", "2", "--k", "3", "--judge", "--quiet", "-o", str(out)], capture_output=True, text=True, cwd=ROOT,
-        check=False)
+         "--limit", "2", "--ndocs", "3", "--judge", "--quiet", "-o", str(out)], capture_output=True, text=True,
+        cwd=ROOT, check=False)
     assert again.returncode == 0, again.stderr
     assert FollowReport.from_dict(json.loads(out.read_text())).to_dict() == report.to_dict()
     # the other rule on the same (greedy) answers, in its own report: the rules side by side
     ref_out = tmp_path / "follow_reference.json"
     ref = subprocess.run(
         [sys.executable, "-m", "mirage", "tune", "follow", str(VAL), "--adapter", str(adapter),
-         "--limit", "2", "--k", "3", "--judge-rule", "reference", "--quiet", "-o", str(ref_out)], capture_output=True,
-        text=True, cwd=ROOT, check=False)
+         "--limit", "2", "--ndocs", "3", "--judge-rule", "reference", "--quiet", "-o", str(ref_out)],
+        capture_output=True, text=True, cwd=ROOT, check=False)
     assert ref.returncode == 0, ref.stderr
     by_rule = FollowReport.from_dict(json.loads(ref_out.read_text()))
     assert (report.mirage_rule, by_rule.mirage_rule) == ("likelihood", "reference")

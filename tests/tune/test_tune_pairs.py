@@ -64,7 +64,7 @@ def test_pairs_command_writes_pairs_counts_and_a_resumable_store(data_dir, tmp_p
     is recorded and parses back; a rerun reuses every stored answer and outcome; the judge flags are not its own."""
     out = tmp_path / "pairs.jsonl"
     argv = [sys.executable, "-m", "mirage", "tune", "pairs", str(VAL), "--model", "smollm2-135m-instruct", "--limit",
-            "1", "--k", "2", "--max-new-tokens", "12", "--quiet", "-o", str(out)]
+            "1", "--ndocs", "2", "--max-new-tokens", "12", "--quiet", "-o", str(out)]
     ran = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
     assert ran.returncode == 0, ran.stderr
     summary = json.loads(out.with_suffix(".json").read_text())

@@ -132,8 +132,8 @@ def test_recorded_settings_give_the_flags_of_the_values_that_are_not_defaults():
     tuples) and, with ``changed``, gives only the values that are not the defaults; :func:`option_flag` names a
     field's flag."""
     recorded = {"mixed": ["first", "first"], "k": 4, "modes": list(MODES), "labels": None, "gone": 1}
-    assert options_argv(BiasConfig, recorded, ["mixed", "k", "modes", "labels"], changed=True) == ["--k", "4"]
-    assert options_argv(BiasConfig, recorded, ["mixed", "k"]) == ["--mixed", "first", "first", "--k", "4"]
+    assert options_argv(BiasConfig, recorded, ["mixed", "k", "modes", "labels"], changed=True) == ["--ndocs", "4"]
+    assert options_argv(BiasConfig, recorded, ["mixed", "k"]) == ["--mixed", "first", "first", "--ndocs", "4"]
     assert options_argv(GenerationConfig, {"seed": 42}, ["seed"], changed=True, defaults={"seed": 1}) == [
         "--seed", "42"]
     assert option_flag(GenerationConfig, "do_sample") == "--sample"
