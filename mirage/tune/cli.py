@@ -373,18 +373,23 @@ def _add_eval_args(ev: argparse.ArgumentParser, options: type[EvalOptions] = Eva
     add_options(ev, options, skip=[*shared, "output", *skip])
 
 
-def _add_training_args(stage: argparse.ArgumentParser, tune: Sequence[str], train: Sequence[str], *,
-                       config: dict[str, str] | None = None) -> None:
-    """The arguments ``tune sft`` and ``tune reward`` share, in this order: the config file (``config`` overrides its
-    flag's spec), the config's fields ``tune`` (of :class:`TuneConfig`) and ``train`` (of its ``train`` section) that
-    flags set (unset: the config's value stays), ``--quiet``, the device (training runs on one) and the output
-    folder."""
+def _add_training_stage(stages: argparse._SubParsersAction, name: str, *, help: str, description: str,
+                        tune: Sequence[str], train: Sequence[str], run: Callable[[argparse.Namespace], int],
+                        config_file: str | None = None) -> None:
+    """A training stage (``tune sft``, ``reward``, ``dpo``), its arguments in this order: the config file
+    (``config_file``: its default beside ``sft.yaml``, else ``sft.yaml``), the config's fields ``tune`` (of
+    :class:`TuneConfig`) and ``train`` (of its ``train`` section) that flags set (unset: the config's value stays),
+    ``--quiet``, the device (training runs on one) and the output folder; ``run`` handles it."""
+    stage = stages.add_parser(name, help=help, description=description)
+    config = {"cli_default": str(DEFAULT_CONFIG.with_name(config_file)),
+              "help": f"tune config YAML (default configs/tune/{config_file})"} if config_file else None
     add_options(stage, StageOptions, ["config"], override={"config": config} if config else None)
     add_options(stage, TuneConfig, tune, unset=True)
     add_options(stage, TrainSettings, train, unset=True)
     add_options(stage, StageOptions, ["quiet"])
     add_device_args(stage, placement=False)  # training: one device
     add_options(stage, StageOptions, ["output"])
+    stage.set_defaults(func=run)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -403,28 +408,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_options(data, TrainingSetOptions, ["output"])
     data.set_defaults(func=cmd_data)
 
-    sft = stages.add_parser(
-        "sft", help="supervised fine-tuning of a LoRA adapter on cited answers (trl SFTTrainer)",
+    _add_training_stage(
+        stages, "sft", help="supervised fine-tuning of a LoRA adapter on cited answers (trl SFTTrainer)",
         description="Train a LoRA adapter on the training set's cited answers, loss on the answer only, each "
                     "example in the model's own inference prompt. Writes DIR/adapter (with its base model named in "
                     "mirage-adapter.json), DIR/sft.json (loss curve, time, peak memory) and DIR/checkpoints; "
-                    "running again with the same -o resumes from the newest checkpoint.")
-    _add_training_args(sft, ["model", "data"], ["max_steps", "method", "loss_on"])
-    sft.set_defaults(func=cmd_sft)
-
-    rl = stages.add_parser(
-        "reward", help="the reward stage: GRPO on mirage's citation reward, KL penalty against the start (trl)",
+                    "running again with the same -o resumes from the newest checkpoint.",
+        tune=["model", "data"], train=["max_steps", "method", "loss_on"], run=cmd_sft)
+    _add_training_stage(
+        stages, "reward", help="the reward stage: GRPO on mirage's citation reward, KL penalty against the start (trl)",
         description="Sample answers from the model (the SFT adapter in the config's adapter), reward each with RAGE's "
                     "citation precision/recall against the human labels, its agreement with mirage's citations of the "
                     "same answer, the faithfulness drop of its cited documents, a format term and a permutation term "
                     "(the same passages cited when the question's documents come in another order: data made with "
                     "--spread-positions) (weights in the config's reward section), and train the adapter with GRPO and "
                     "a KL penalty (reward.beta) against the starting model. Writes DIR/adapter, DIR/reward.json and "
-                    "DIR/checkpoints; running again with the same -o resumes.")
-    _add_training_args(rl, ["model", "adapter", "data"], ["max_steps"], config={
-        "cli_default": str(DEFAULT_CONFIG.with_name("reward.yaml")),
-        "help": "tune config YAML (default configs/tune/reward.yaml)"})
-    rl.set_defaults(func=cmd_reward)
+                    "DIR/checkpoints; running again with the same -o resumes.",
+        tune=["model", "adapter", "data"], train=["max_steps"], run=cmd_reward, config_file="reward.yaml")
 
     ev = stages.add_parser(
         "eval", help="how often a model (or base + adapter) cites, on XOR-AttriQA rows",
@@ -457,17 +457,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_eval_args(pairs, PairsOptions, skip=PairsOptions.JUDGE_FIELDS, output_help=PairsOptions.OUTPUT_HELP)
     pairs.set_defaults(func=cmd_pairs, **dict.fromkeys(PairsOptions.JUDGE_FIELDS))
 
-    dpo = stages.add_parser(
-        "dpo", help="the preference stage: DPO on SelfCite pairs (trl), from an adapter or the base model",
+    _add_training_stage(
+        stages, "dpo", help="the preference stage: DPO on SelfCite pairs (trl), from an adapter or the base model",
         description="Train a LoRA adapter (the config's adapter trained further, its frozen copy the reference; or a "
                     "fresh one on the base model) with trl's DPO on the pairs of mirage tune pairs, each in the "
                     "model's inference prompt. Writes DIR/adapter (recording every pair's question as trained on), "
                     "DIR/preference.json (loss and reward margins per step, time, peak memory) and DIR/checkpoints; "
-                    "running again with the same -o resumes.")
-    _add_training_args(dpo, ["model", "adapter", "data"], ["max_steps"], config={
-        "cli_default": str(DEFAULT_CONFIG.with_name("dpo.yaml")),
-        "help": "tune config YAML (default configs/tune/dpo.yaml)"})
-    dpo.set_defaults(func=cmd_dpo)
+                    "running again with the same -o resumes.",
+        tune=["model", "adapter", "data"], train=["max_steps"], run=cmd_dpo, config_file="dpo.yaml")
 
     ex = stages.add_parser("export", help="copy an adapter folder with its weights in fp16 (for shipping), or take "
                                           "one from a fully fine-tuned model",
