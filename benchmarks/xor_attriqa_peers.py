@@ -37,7 +37,7 @@ from mirage.likelihood.classifier import LearnedModel, best_threshold
 from mirage.options import cli_arg
 from mirage.peers.contextcite import STORE_NAME, contextcite_scores
 from mirage.runs.store import read_records
-from mirage.scoring.tables import SETTING_NAMES, XOR_METRICS, grid
+from mirage.scoring.tables import SETTING_NAMES, grid, xor_metrics
 from mirage.scoring.xor_attriqa import scores_from_records
 from mirage.scoring.xor_classifier import pair_scores
 from mirage.scoring.xor_data import XorItem, concat_data, load_xor_attriqa
@@ -89,7 +89,7 @@ def run(args: Options) -> int:
     report = evaluate(both, scores, config=cfg, calibration_items=[i for i in cal if i.key in scores],
                       calibrate_by=stored["settings"].get("calibrate_by", "global"), groups=groups)
     langs = report.languages
-    tables = {metric: dict(getattr(report, metric)) for metric in XOR_METRICS}
+    tables = {metric: dict(report.metric_table(metric)) for metric in xor_metrics()}
 
     if "ex" in groups:  # the content-only view (#16): attributing to passage text only, not the scaffolding
         try:
@@ -100,9 +100,9 @@ def run(args: Options) -> int:
         except RowsNeeded:  # its calibration would reach rows the run did not compute: the example-level ones only
             content = evaluate(both, scores, config=cfg, learned=False, context="content", groups=("ex",))
             content_settings = ["ex_top3", "ex_top5pct"]
-        for metric in XOR_METRICS:
+        for metric in xor_metrics():
             for setting in content_settings:
-                tables[metric][f"{setting}_content"] = getattr(content, metric)[setting]
+                tables[metric][f"{setting}_content"] = content.metric_table(metric)[setting]
 
     if cc:
         cal_values = [v for i in cal_both for v in cc[i.key]]
@@ -114,7 +114,7 @@ def run(args: Options) -> int:
                  "contextcite_cal_f1": lambda s: [v >= t_f1 for v in s]}
         for name, rule in rules.items():
             per = per_language(peer_rows(both, cc, rule), langs)
-            for metric in XOR_METRICS:
+            for metric in xor_metrics():
                 tables[metric][name] = per[metric]
 
     features = report.features or {}
@@ -139,7 +139,7 @@ def run(args: Options) -> int:
               **tables}
     (out / "peers.json").write_text(json.dumps(result, indent=2) + "\n")
     names = {**SETTING_NAMES, **PEER_NAMES}
-    for metric, title in XOR_METRICS.items():
+    for metric, title in xor_metrics().items():
         digits = 3 if metric == "roc_auc" else 1
         rows = [[names.get(s, s), *[("-" if v.get(lang) is None else f"{v[lang]:.{digits}f}")
                                     for lang in [*langs, "avg"]]] for s, v in tables[metric].items()]

@@ -552,7 +552,7 @@ def methods_table(folder: str) -> str:
     under each rule, ROC-AUC, and each method's mean passes and seconds per answer, with its time as a multiple of
     MIRAGE's (``mirage_cci``) in the same results file."""
     from mirage.scoring.tables import SETTING_NAMES, classifier_settings, methods_table_rows
-    from mirage.scoring.xor_eval import XorAttriQAReport
+    from mirage.scoring.xor_report import XorAttriQAReport
 
     rel = f"{folder}/results.json"
     data = _read(rel)

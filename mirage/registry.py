@@ -2,14 +2,16 @@
 
 The CTI metrics (:data:`CTI_METRICS`), the CTI selectors (:data:`CTI_SELECTORS`), the CCI methods
 (:data:`CCI_METHODS`), the document attribution methods (:data:`DOCUMENT_METHODS`), the citation rules
-(:data:`CITATION_RULES`), and the bias study's retrievers (:data:`RETRIEVERS`) and sentence embedders
-(:data:`EMBEDDERS`) are registries; the configuration accepts any registered name for ``cti.metric`` /
-``cti.selector`` / ``cci.method`` / ``aggregation.rule`` / ``bias.rage_embedder``, ``mirage retrieve`` and
-``mirage bias --retriever`` any registered retriever. Each registry's entries all go through one conformance test
-in the tests of the stage that uses them, so registering an entry is enough to get it tested. The registries live
-here, and the stages that define the built-ins (:mod:`mirage.attribution.cti`, :mod:`mirage.attribution.cci`,
-:mod:`mirage.attribution.methods`, :mod:`mirage.pipeline`) register them on import, so that the configuration checks a
-name without importing those stages and no stage's types depend on the configuration in a cycle.
+(:data:`CITATION_RULES`), the bias study's retrievers (:data:`RETRIEVERS`) and sentence embedders
+(:data:`EMBEDDERS`), and the binary scores of citations against human labels (:data:`BINARY_METRICS`) are
+registries; the configuration accepts any registered name for ``cti.metric`` / ``cti.selector`` / ``cci.method`` /
+``aggregation.rule`` / ``bias.rage_embedder``, ``mirage retrieve`` and ``mirage bias --retriever`` any registered
+retriever, and ``mirage score xor-attriqa`` reports every registered binary metric. Each registry's entries all go
+through one conformance test in the tests of the stage that uses them, so registering an entry is enough to get it
+tested. The registries live here, and the stages that define the built-ins (:mod:`mirage.attribution.cti`,
+:mod:`mirage.attribution.cci`, :mod:`mirage.attribution.methods`, :mod:`mirage.pipeline`,
+:mod:`mirage.scoring.metrics`) register them on import, so that the configuration checks a name without importing
+those stages and no stage's types depend on the configuration in a cycle.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-__all__ = ["CCI_METHODS", "CITATION_RULES", "CTI_METRICS", "CTI_SELECTORS", "DOCUMENT_METHODS", "EMBEDDERS",
-           "RETRIEVERS", "did_you_mean"]
+__all__ = ["BINARY_METRICS", "CCI_METHODS", "CITATION_RULES", "CTI_METRICS", "CTI_SELECTORS", "DOCUMENT_METHODS",
+           "EMBEDDERS", "RETRIEVERS", "did_you_mean"]
 
 EntryT = TypeVar("EntryT")
 
@@ -85,3 +87,8 @@ RETRIEVERS: Registry[Callable[..., Any]] = Registry("retriever")
 #: The RAGE mixture's sentence embedders by name: ``factory() -> Embedder`` (texts → L2-normalised embeddings
 #: ``[n_texts, dim]``; see :data:`mirage.bias.rage.Embedder`; :func:`mirage.bias.rage.register_embedder` adds one).
 EMBEDDERS: Registry[Callable[[], Any]] = Registry("sentence embedder")
+
+#: The binary scores of citations against human labels by name, each a column of XOR-AttriQA's ``results.json`` and a
+#: table of its page: a :class:`mirage.scoring.metrics.BinaryMetric` (confusion counts → a percentage, None where
+#: undefined, and its table's title; :func:`mirage.scoring.metrics.register_binary_metric` adds one).
+BINARY_METRICS: Registry[Any] = Registry("binary metric")

@@ -23,14 +23,15 @@ if TYPE_CHECKING:
     from mirage.scoring.metrics import CachedJudge, NLIJudge
     from mirage.scoring.xor_attriqa import score_items
     from mirage.scoring.xor_data import load_xor_attriqa
-    from mirage.scoring.xor_eval import XorAttriQAReport, evaluate
+    from mirage.scoring.xor_eval import evaluate
+    from mirage.scoring.xor_report import XorAttriQAReport
 
 #: Imported on first access: the scorers bring torch, and ``mirage score --help`` should not.
 __getattr__, __dir__ = lazy_exports(__name__, {
     "run_eli5": "benchmarks", "run_xor_attriqa": "benchmarks", "ELI5Options": "benchmarks",
     "XorAttriQAOptions": "benchmarks", "ELI5Report": "eli5", "evaluate_eli5": "eli5", "load_alce": "eli5",
     "CachedJudge": "metrics", "NLIJudge": "metrics", "load_xor_attriqa": "xor_data", "score_items": "xor_attriqa",
-    "XorAttriQAReport": "xor_eval", "evaluate": "xor_eval",
+    "XorAttriQAReport": "xor_report", "evaluate": "xor_eval",
 })
 
 __all__ = [

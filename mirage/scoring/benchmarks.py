@@ -46,7 +46,6 @@ from mirage.scoring.xor_attriqa import score_items, xor_attriqa_pipeline
 from mirage.scoring.xor_data import XorData, XorItem, concat_data, load_xor_attriqa
 from mirage.scoring.xor_eval import (
     RowsNeeded,
-    XorAttriQAReport,
     build_views,
     calibrated_floor,
     calibration_rows,
@@ -54,6 +53,7 @@ from mirage.scoring.xor_eval import (
     evaluate,
 )
 from mirage.scoring.xor_methods import METHODS_FILE, document_method_rows, resolve_methods, score_methods
+from mirage.scoring.xor_report import XorAttriQAReport
 
 __all__ = ["MIN_CALIBRATION", "SELF_MATCH_FILE", "ELI5Options", "XorAttriQAOptions", "check_run", "run_eli5",
            "run_xor_attriqa", "stored_xor_pipeline"]

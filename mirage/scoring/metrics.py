@@ -17,14 +17,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mirage.registry import BINARY_METRICS
+
 if TYPE_CHECKING:
     from mirage.attribution.results import AttributionResult
 
-__all__ = ["BINARY_METRICS", "BinaryCounts", "CachedJudge", "CitationSetAgreement", "NLIJudge", "SentenceCitationScore",
-           "agreement", "answer_recall_precision", "attribution_details", "attribution_parity", "balanced_accuracy",
-           "citation_quality", "citation_set_agreement", "f1", "harmonic_mean", "item_counts", "mean_defined",
-           "mean_or_none", "paired_bootstrap", "percent", "precision", "recall", "roc_auc", "score_sentence",
-           "spearman"]
+__all__ = ["BINARY_METRICS", "BinaryCounts", "BinaryMetric", "CachedJudge", "CitationSetAgreement", "NLIJudge",
+           "SentenceCitationScore", "agreement", "answer_recall_precision", "attribution_details", "attribution_parity",
+           "balanced_accuracy", "citation_quality", "citation_set_agreement", "f1", "harmonic_mean", "item_counts",
+           "mean_defined", "mean_or_none", "paired_bootstrap", "percent", "precision", "recall",
+           "register_binary_metric", "roc_auc", "score_sentence", "spearman"]
 
 # -- binary predictions against human labels ----------------------------------------------------------------------
 
@@ -188,14 +190,32 @@ def mean_defined(values: Iterable[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-#: The binary scores reported for every setting, by name.
-BINARY_METRICS: dict[str, Callable[[BinaryCounts], float | None]] = {
-    "agreement": agreement,
-    "precision": precision,
-    "recall": recall,
-    "f1": f1,
-    "balanced_accuracy": balanced_accuracy,
-}
+@dataclass(frozen=True)
+class BinaryMetric:
+    """A binary score of predictions against labels (:data:`mirage.registry.BINARY_METRICS`): ``fn(counts)`` is a
+    percentage, None where undefined; ``title`` heads its table. Called as ``fn``."""
+
+    fn: Callable[[BinaryCounts], float | None]
+    title: str
+
+    def __call__(self, counts: BinaryCounts) -> float | None:
+        return self.fn(counts)
+
+
+def register_binary_metric(name: str, fn: Callable[[BinaryCounts], float | None], *, title: str,
+                           overwrite: bool = False) -> None:
+    """Add a binary score: ``mirage score xor-attriqa`` then reports it for every setting and language
+    (``results.json``: under ``registered_metrics``; the first five have fields of their own), its table titled
+    ``title``, and the metric conformance test checks it."""
+    BINARY_METRICS.register(name, BinaryMetric(fn, title), overwrite=overwrite)
+
+
+# The built-in binary scores, reported for every setting (:data:`BINARY_METRICS`).
+register_binary_metric("agreement", agreement, title="Agreement with human labels (%)")
+register_binary_metric("precision", precision, title="Precision on supporting passages (%)")
+register_binary_metric("recall", recall, title="Recall on supporting passages (%)")
+register_binary_metric("f1", f1, title="F1 on supporting passages (%)")
+register_binary_metric("balanced_accuracy", balanced_accuracy, title="Balanced accuracy (%)")
 
 
 # -- NLI judges -----------------------------------------------------------------------------------------------------

@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mirage.scoring.eli5 import ELI5Report
-from mirage.scoring.xor_eval import TABLE_ORDER, XorAttriQAReport
+from mirage.scoring.metrics import BINARY_METRICS  # registers the built-ins
+from mirage.scoring.xor_eval import TABLE_ORDER
+from mirage.scoring.xor_report import XorAttriQAReport
 from mirage.views.markdown import fmt_number
 
-__all__ = ["SETTING_NAMES", "XOR_METRICS", "classifier_settings", "eli5_table", "grid", "methods_table_rows",
-           "xor_legend", "xor_table"]
+__all__ = ["METRIC_ORDER", "SETTING_NAMES", "classifier_settings", "eli5_table", "grid", "methods_table_rows",
+           "xor_legend", "xor_metrics", "xor_table"]
 
 SETTING_NAMES = {
     "ex_top3": "MIRAGE-EX top-3",
@@ -47,20 +49,21 @@ SETTING_NOTES = {
 
 def xor_legend(report: XorAttriQAReport) -> str:
     """One line per row of :func:`xor_table`: what it is and the paper's row it reproduces (or that it has none)."""
-    shown = [s for s in TABLE_ORDER if any(s in getattr(report, m) for m in XOR_METRICS)]
+    shown = [s for s in TABLE_ORDER if any(s in report.metric_table(m) for m in xor_metrics())]
     width = max((len(SETTING_NAMES.get(s, s)) for s in shown), default=0)
     return "\n".join(["Rows"] + [f"{SETTING_NAMES.get(s, s).ljust(width)}  {SETTING_NOTES.get(s, '')}".rstrip()
                                   for s in shown])
 
 
-XOR_METRICS = {
-    "agreement": "Agreement with human labels (%)",
-    "f1": "F1 on supporting passages (%)",
-    "balanced_accuracy": "Balanced accuracy (%)",
-    "precision": "Precision on supporting passages (%)",
-    "recall": "Recall on supporting passages (%)",
-    "roc_auc": "ROC-AUC of per-passage scores (0-1)",
-}
+#: The order of the built-in binary metrics' tables; a metric registered beyond them comes after them, before ROC-AUC.
+METRIC_ORDER = ("agreement", "f1", "balanced_accuracy", "precision", "recall")
+
+
+def xor_metrics() -> dict[str, str]:
+    """The title of each metric of XOR-AttriQA's tables, in table order: every registered binary metric
+    (:data:`mirage.registry.BINARY_METRICS`), then ROC-AUC."""
+    names = [*(n for n in METRIC_ORDER if n in BINARY_METRICS), *(n for n in BINARY_METRICS if n not in METRIC_ORDER)]
+    return {**{name: BINARY_METRICS[name].title for name in names}, "roc_auc": "ROC-AUC of per-passage scores (0-1)"}
 
 
 def grid(title: str, header: list[str], rows: list[list[str]]) -> str:
@@ -74,20 +77,21 @@ def grid(title: str, header: list[str], rows: list[list[str]]) -> str:
 
 def xor_table(report: XorAttriQAReport, metrics: list[str] | None = None) -> str:
     """The report as one table per metric: settings as rows, languages and their average as columns; by default
-    every metric of :data:`XOR_METRICS` the report holds (none for a metric added after its run)."""
+    every metric of :func:`xor_metrics` the report holds (none for a metric added after its run)."""
     langs = report.languages
     blocks = []
     counts = report.counts
     blocks.append(grid("Data", ["", *langs, "all"],
                        [[name, *[fmt_number(counts[lang][name]) for lang in [*langs, "all"]]]
                         for name in ("items", "pairs", "supporting")]))
-    for metric in metrics or [m for m in XOR_METRICS if getattr(report, m)]:
-        table = getattr(report, metric)
+    titles = xor_metrics()
+    for metric in metrics or [m for m in titles if report.metric_table(m)]:
+        table = report.metric_table(metric)
         digits = 3 if metric == "roc_auc" else 1
         order = [s for s in TABLE_ORDER if s in table]
         rows = [[SETTING_NAMES.get(s, s), *[fmt_number(table[s].get(lang), digits) for lang in [*langs, "avg"]]]
                 for s in order]
-        blocks.append(grid(XOR_METRICS[metric], ["", *langs, "avg"], rows))
+        blocks.append(grid(titles[metric], ["", *langs, "avg"], rows))
     cal = report.calibration
     if cal:
         thr = ", ".join(f"{k}={v:.4g}" for k, v in cal["thresholds"].items())

@@ -18,7 +18,6 @@ from typing import Any
 from mirage.attribution.aggregation import doc_scores
 from mirage.attribution.cci import select_context
 from mirage.attribution.cti import select_tokens
-from mirage.attribution.serialization import JSONRecord
 from mirage.config import CCIConfig, ContextView, CTIConfig, MirageConfig
 from mirage.likelihood.features import ALL_TOKEN_FEATURES, FEATURES
 from mirage.runs.benchmark_options import SETTING_GROUPS, CalibrateBy, setting_groups
@@ -36,10 +35,11 @@ from mirage.scoring.xor_classifier import (
     with_method_features,
 )
 from mirage.scoring.xor_data import NLI_FILES, XorItem
+from mirage.scoring.xor_report import METRIC_FIELDS, XorAttriQAReport
 
-__all__ = ["CCI_SELECTIONS", "SCORE_ONLY", "SETTINGS", "TABLE_ORDER", "RowsNeeded", "TokenView", "XorAttriQAReport",
-           "XorItemView", "build_views", "calibrate_threshold", "calibrated_floor", "calibration_rows",
-           "calibration_selections", "evaluate", "pair_records", "per_language", "predict", "selected_tokens"]
+__all__ = ["CCI_SELECTIONS", "SCORE_ONLY", "SETTINGS", "TABLE_ORDER", "RowsNeeded", "TokenView", "XorItemView",
+           "build_views", "calibrate_threshold", "calibrated_floor", "calibration_rows", "calibration_selections",
+           "evaluate", "pair_records", "per_language", "predict", "selected_tokens"]
 
 #: Reported settings, in table order.
 SETTINGS = ("ex_top3", "ex_top5pct", "cal_top3", "cal_top5pct", "nli_mt", "nli_orig", "cite_all", "cite_none")
@@ -52,7 +52,6 @@ CCI_SELECTIONS: dict[str, dict[str, Any]] = {"top3": {"top_k": 3, "top_percent":
                                              "top5pct": {"top_k": None, "top_percent": 5.0}}
 #: The top-% values of the sweep (the paper's Figure 4).
 SWEEP_PERCENTS = (3, 5, 7, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100)
-XOR_REPORT_FORMAT = 2
 #: A setting's row of one item: language, predictions, labels and scores per passage, item key.
 SettingRow = tuple[str, list[bool], list[bool], list[float], str]
 
@@ -273,42 +272,6 @@ def calibrate(views: Sequence[XorItemView], selections: Iterable[str], *, by: Ca
 
 
 # -- report -----------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class XorAttriQAReport(JSONRecord):
-    """The benchmark's tables: ``metric → setting → language (and "avg") → value``, plus calibration, the top-%
-    sweep, counts, skipped rows and what produced it. Percentages except ROC-AUC (0–1); None where undefined."""
-
-    agreement: dict[str, dict[str, float | None]]
-    precision: dict[str, dict[str, float | None]]
-    recall: dict[str, dict[str, float | None]]
-    f1: dict[str, dict[str, float | None]]
-    balanced_accuracy: dict[str, dict[str, float | None]]
-    roc_auc: dict[str, dict[str, float | None]]
-    counts: dict[str, dict[str, int]]
-    sweep: dict[str, Any]
-    calibration: dict[str, Any] | None
-    bad_rows: dict[str, Any]
-    settings: dict[str, Any]
-    versions: dict[str, str] = field(default_factory=dict)
-    #: With ``--faithfulness``: mean drop/keep per citation method
-    #: (:class:`mirage.scoring.faithfulness.FaithfulnessSummary`).
-    faithfulness: dict[str, Any] | None = None
-    #: The per-passage features: ``passage_score`` (the feature behind that setting), ``roc_auc`` of each feature
-    #: on the test items, and, with calibration, the ``learned`` model (:class:`LearnedModel` as a dict), its
-    #: standardised ``coefficients`` and each feature's ``roc_auc_calibration``.
-    features: dict[str, Any] | None = None
-    #: With ``--methods``: per document method, its settings, calibrated thresholds and cost per answer
-    #: (:func:`mirage.scoring.xor_methods.document_method_rows`); its rows are ``NAME@RULE`` in the tables.
-    methods: dict[str, Any] | None = None
-    format: int = XOR_REPORT_FORMAT
-
-
-    @property
-    def languages(self) -> list[str]:
-        return [k for k in self.counts if k != "all"]
-
 
 def _languages(items: Iterable[XorItem]) -> list[str]:
     seen: dict[str, None] = {}
@@ -536,6 +499,7 @@ def evaluate(
     return XorAttriQAReport(
         agreement=tables["agreement"], precision=tables["precision"], recall=tables["recall"], f1=tables["f1"],
         balanced_accuracy=tables["balanced_accuracy"], roc_auc=tables["roc_auc"], counts=_counts(views, langs),
+        registered_metrics={name: table for name, table in tables.items() if name not in METRIC_FIELDS},
         sweep=sweep, calibration=calibration, bad_rows={"count": len(bad), "rows": bad}, settings=dict(settings or {}),
         features=features,
     )

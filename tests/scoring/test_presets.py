@@ -326,7 +326,7 @@ def test_the_learned_rule_is_now_likelihood_and_the_old_name_warns(capsys):
 def test_setting_group_alias_and_stored_results_with_the_old_names_still_read():
     from mirage.runs.benchmark_options import setting_groups
     from mirage.scoring.tables import xor_table
-    from mirage.scoring.xor_eval import XorAttriQAReport
+    from mirage.scoring.xor_report import XorAttriQAReport
 
     with pytest.warns(DeprecationWarning, match="now called 'likelihood'"):
         assert setting_groups(["ex", "learned"]) == ("ex", "likelihood")

@@ -17,7 +17,8 @@ from mirage.scoring import metrics as M
 from mirage.scoring.rows import BadRow, RowError, read_rows, require
 from mirage.scoring.xor_attriqa import ItemScores
 from mirage.scoring.xor_data import XorItem, load_xor_attriqa, split_marked_passages
-from mirage.scoring.xor_eval import SETTINGS, XorAttriQAReport, evaluate
+from mirage.scoring.xor_eval import SETTINGS, evaluate
+from mirage.scoring.xor_report import XorAttriQAReport
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -201,24 +202,33 @@ def _toy():
 
 
 def test_every_binary_metric_reaches_the_report_and_its_table():
-    """Each metric of BINARY_METRICS is a field of XorAttriQAReport (results.json) that :func:`evaluate` fills for
-    every setting, and has its title in the printed table (``tables.XOR_METRICS``); a report written before a
-    metric existed (its field absent, so empty) prints no table for it."""
-    import dataclasses
+    """Each registered binary metric (:data:`mirage.registry.BINARY_METRICS`) is filled by :func:`evaluate` for every
+    setting and printed under its title (``tables.xor_metrics()``): the first five as fields of XorAttriQAReport
+    (results.json), any other under ``registered_metrics``, which round-trips through the file. A report written
+    before a metric existed (its field absent, so empty) prints no table for it."""
+    from mirage.scoring.tables import xor_metrics, xor_table
 
-    from mirage.scoring.tables import XOR_METRICS, xor_table
-
-    fields = {f.name for f in dataclasses.fields(XorAttriQAReport)}
-    assert not [name for name in M.BINARY_METRICS if name not in fields], "add the metric's field to XorAttriQAReport"
-    assert not [name for name in M.BINARY_METRICS if name not in XOR_METRICS], "add the metric's title to XOR_METRICS"
-    items, scores = _toy()
-    rep = evaluate(items, scores, config=MirageConfig(), calibration_items=items)
-    for name in M.BINARY_METRICS:
-        assert set(getattr(rep, name)) == set(rep.agreement), name
-        assert XOR_METRICS[name] in xor_table(rep)
+    M.register_binary_metric("specificity", lambda c: 100 * c.tn / (c.tn + c.fp) if c.tn + c.fp else None,
+                             title="Specificity on unsupported passages (%)")
+    try:
+        items, scores = _toy()
+        rep = evaluate(items, scores, config=MirageConfig(), calibration_items=items)
+        titles = xor_metrics()
+        assert list(titles)[-2:] == ["specificity", "roc_auc"]  # a registered metric: after the built-ins
+        for name in M.BINARY_METRICS:
+            assert set(rep.metric_table(name)) == set(rep.agreement), name
+            assert titles[name] in xor_table(rep)
+        assert "specificity" in rep.registered_metrics and not hasattr(rep, "specificity")
+        again = XorAttriQAReport.from_json(rep.to_json())
+        assert again.metric_table("specificity") == rep.metric_table("specificity")
+        shown_before = xor_table(XorAttriQAReport.from_dict(dict(rep.to_dict(), registered_metrics={})))
+        assert titles["specificity"] not in shown_before
+    finally:
+        del M.BINARY_METRICS["specificity"]
     older = dict(rep.to_dict(), f1={})  # as a report from before f1 existed, read back with the field empty
     shown = xor_table(XorAttriQAReport.from_dict(older))
-    assert XOR_METRICS["f1"] not in shown and XOR_METRICS["agreement"] in shown
+    assert xor_metrics()["f1"] not in shown and xor_metrics()["agreement"] in shown
+    assert "specificity" not in xor_metrics()
 
 
 def test_xor_settings_by_hand():
@@ -377,7 +387,7 @@ def test_the_printed_xor_table_names_the_papers_row_of_each_of_its_rows():
     from pathlib import Path
 
     from mirage.scoring.tables import SETTING_NAMES, xor_legend, xor_table
-    from mirage.scoring.xor_eval import XorAttriQAReport
+    from mirage.scoring.xor_report import XorAttriQAReport
 
     root = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
     for run in ("xor_attriqa_smollm2_en", "xor_attriqa_firu_target_prob"):

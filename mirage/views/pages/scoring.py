@@ -87,7 +87,7 @@ def xor_attriqa_command(s: Mapping[str, Any]) -> str:
 def _xor_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
     from mirage.scoring.faithfulness import FaithfulnessSummary
     from mirage.scoring.tables import xor_table
-    from mirage.scoring.xor_eval import XorAttriQAReport
+    from mirage.scoring.xor_report import XorAttriQAReport
 
     raw = results_of(run_dir) or {}
     report = XorAttriQAReport.from_dict(raw)
@@ -170,12 +170,12 @@ def _eli5_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
 
 
 def _peers_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str:
-    from mirage.scoring.tables import SETTING_NAMES, XOR_METRICS
+    from mirage.scoring.tables import SETTING_NAMES, xor_metrics
 
     data = read_json(run_dir / "peers.json")
     langs = [k for k in data.get("counts", {}) if k != "all"]
     blocks = []
-    for metric, label in XOR_METRICS.items():
+    for metric, label in xor_metrics().items():
         table = data.get(metric)
         if not table:
             continue
