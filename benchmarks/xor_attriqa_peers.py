@@ -89,7 +89,8 @@ def run(args: Options) -> int:
     report = evaluate(both, scores, config=cfg, calibration_items=[i for i in cal if i.key in scores],
                       calibrate_by=stored["settings"].get("calibrate_by", "global"), groups=groups)
     langs = report.languages
-    tables = {metric: dict(report.metric_table(metric)) for metric in xor_metrics()}
+    titles = xor_metrics()
+    tables = {metric: dict(report.metric_table(metric)) for metric in titles}
 
     if "ex" in groups:  # the content-only view (#16): attributing to passage text only, not the scaffolding
         try:
@@ -100,7 +101,7 @@ def run(args: Options) -> int:
         except RowsNeeded:  # its calibration would reach rows the run did not compute: the example-level ones only
             content = evaluate(both, scores, config=cfg, learned=False, context="content", groups=("ex",))
             content_settings = ["ex_top3", "ex_top5pct"]
-        for metric in xor_metrics():
+        for metric in titles:
             for setting in content_settings:
                 tables[metric][f"{setting}_content"] = content.metric_table(metric)[setting]
 
@@ -114,7 +115,7 @@ def run(args: Options) -> int:
                  "contextcite_cal_f1": lambda s: [v >= t_f1 for v in s]}
         for name, rule in rules.items():
             per = per_language(peer_rows(both, cc, rule), langs)
-            for metric in xor_metrics():
+            for metric in titles:
                 tables[metric][name] = per[metric]
 
     features = report.features or {}
@@ -139,7 +140,7 @@ def run(args: Options) -> int:
               **tables}
     (out / "peers.json").write_text(json.dumps(result, indent=2) + "\n")
     names = {**SETTING_NAMES, **PEER_NAMES}
-    for metric, title in xor_metrics().items():
+    for metric, title in titles.items():
         digits = 3 if metric == "roc_auc" else 1
         rows = [[names.get(s, s), *[("-" if v.get(lang) is None else f"{v[lang]:.{digits}f}")
                                     for lang in [*langs, "avg"]]] for s, v in tables[metric].items()]

@@ -186,7 +186,7 @@ def add_options(parser: argparse.ArgumentParser | Any, cls: type, only: Sequence
             action.config_default = None if kwargs.get("action") == "store_true" or default == () else default
         actions.append(action)
         for old in spec.get("renamed_from", ()):
-            target.add_argument(old, **_renamed_kwargs(action, opt.flag))
+            target.add_argument(old, **_renamed_kwargs(action, kwargs.get("action", "store"), opt.flag))
     return actions
 
 
@@ -209,11 +209,10 @@ class RenamedFlag(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def _renamed_kwargs(action: argparse.Action, new: str) -> dict[str, Any]:
-    """``add_argument`` keywords of an old spelling of ``action``'s flag: the same dest, value shape and checks,
-    hidden from the help, and no default of its own (the flag's stands)."""
-    kind = ("store_true" if isinstance(action, argparse._StoreTrueAction)
-            else "append" if isinstance(action, argparse._AppendAction) else "store")
+def _renamed_kwargs(action: argparse.Action, kind: str, new: str) -> dict[str, Any]:
+    """``add_argument`` keywords of an old spelling of ``action``'s flag (its argparse ``kind``: ``store``,
+    ``store_true`` or ``append``): the same dest, value shape and checks, hidden from the help, and no default of
+    its own (the flag's stands)."""
     shape = {"nargs": 0} if kind == "store_true" else {
         "nargs": action.nargs, "type": action.type, "choices": action.choices, "metavar": action.metavar,
         "const": action.const}

@@ -49,7 +49,8 @@ SETTING_NOTES = {
 
 def xor_legend(report: XorAttriQAReport) -> str:
     """One line per row of :func:`xor_table`: what it is and the paper's row it reproduces (or that it has none)."""
-    shown = [s for s in TABLE_ORDER if any(s in report.metric_table(m) for m in xor_metrics())]
+    tables = [report.metric_table(m) for m in xor_metrics()]
+    shown = [s for s in TABLE_ORDER if any(s in table for table in tables)]
     width = max((len(SETTING_NAMES.get(s, s)) for s in shown), default=0)
     return "\n".join(["Rows"] + [f"{SETTING_NAMES.get(s, s).ljust(width)}  {SETTING_NOTES.get(s, '')}".rstrip()
                                   for s in shown])

@@ -172,16 +172,15 @@ def _tune_render(run_dir: Path, tail: Callable[[Path], list[str | None]]) -> str
             "without the cited ones), in nats, against a random set of the same size.\n\n"
             + md_table(["record", "self vs labels", "mirage vs labels", "cite [1] vs labels",
                         "self vs mirage: agr. / κ", "drop: self vs random", "drop: mirage vs random"], judge_rows))
-    configs = sorted(run_dir.glob("*.yaml"))
     from mirage.options import option_flag
     from mirage.tune.options import StageOptions
 
+    config_flag = option_flag(StageOptions, "config")
     commands = []
-    for cfg in configs:
+    for cfg in sorted(run_dir.glob("*.yaml")):
         stage = "sft" if cfg.stem.startswith("sft") else "reward" if cfg.stem.startswith("reward") else None
         if stage:
-            flag = option_flag(StageOptions, "config")
-            commands.append(portable_command(["tune", stage, flag, cfg.name, "-o", f"DIR/{cfg.stem}"]))
+            commands.append(portable_command(["tune", stage, config_flag, cfg.name, "-o", f"DIR/{cfg.stem}"]))
     commands += [d["command"] for _n, d in files["eval"] if d.get("command")]
     recon = "\n".join(commands) if commands else None
     versions = next((d.get("versions") for kind in files.values() for _n, d in kind if d.get("versions")), None)
