@@ -275,3 +275,20 @@ def registries():
     for registry, entries in zip(every, saved):
         registry.clear()
         registry.update(entries)
+
+
+@pytest.fixture
+def one_line_error(capsys):
+    """``one_line_error(argv)``: ``mirage ARGV`` fails with exit status 2 and no traceback; its last line of stderr,
+    which starts ``mirage: error: ``."""
+    from mirage.cli import main
+
+    def run(argv: list[str]) -> str:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("mirage: error: ")
+        return last
+
+    return run

@@ -236,3 +236,42 @@ def test_ranks_each_with_a_device_map_share_one_run(tmp_path, example_items):
         item = next(it for it in items if it["id"] == rec["id"])
         expected = plain.attribute(item["question"], item["docs"], answer=item["output"])
         assert [s["mirage_citations"] for s in rec["sentences"]] == [s.mirage_citations for s in expected.sentences]
+
+
+def test_attention_without_cudnn_changes_only_the_attention_backend(real_tokenizer):
+    """What mirage applies to a model it runs on a GPU (``models.without_cudnn_attention``; cuDNN's attention builds
+    a plan per new sequence length: ``profile_gpu.json``) turns cuDNN's attention off for the model's forward pass
+    only, and leaves its logits, gradients, signature and generation as they were. No GPU here: the flag is read
+    inside the wrapped pass on this CPU; the speed it buys is the stored GPU profile's."""
+    import inspect
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mirage.attribution.models import without_cudnn_attention
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = LlamaForCausalLM(config).eval()
+    ids = torch.tensor([real_tokenizer("The Ikhwan were formed in 1913.")["input_ids"]])
+    embeds = model.get_input_embeddings()(ids).detach()
+
+    def run() -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        leaf = embeds.clone().requires_grad_(True)
+        logits = model(inputs_embeds=leaf).logits
+        (grad,) = torch.autograd.grad(logits[0, -1].logsumexp(-1), leaf)
+        tokens = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)[0].tolist()
+        return logits.detach(), grad, tokens
+
+    before = run()
+    original = model.forward
+    seen = []
+    model.model.layers[0].register_forward_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
+    assert without_cudnn_attention(without_cudnn_attention(model)) is model
+    assert model.forward.__wrapped__ == original  # wrapped once
+    after = run()
+    assert seen and not any(seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # the setting is the pass's alone
+    assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1]) and before[2] == after[2]
+    assert "logits_to_keep" in inspect.signature(model.forward).parameters

@@ -21,7 +21,9 @@ from mirage.attribution.models import (
     resolve_device,
     resolve_dtype,
 )
+from mirage.cli import main
 
+ROOT = Path(__file__).resolve().parents[2]
 UNROUTABLE = "https://192.0.2.1"  # TEST-NET-1 (RFC 5737): never answers
 #: Seconds a load may take when the hub is unreachable: the 3 s probe plus a look in the local cache. Without the
 #: probe, transformers retries the hub for 20 to 90 s first.
@@ -394,3 +396,33 @@ def test_a_conversion_writes_aside_and_renames(tmp_path, monkeypatch):
     folder = models.temporary_folder(tmp_path, "gemma3-270m")
     match = models.TEMPORARY_NAME.fullmatch(folder.name)
     assert match and match["name"] == "gemma3-270m" and int(match["pid"]) == os.getpid()
+
+
+def test_a_mistyped_model_name_names_the_nearest_embedded_one(capsys, tmp_path):
+    items = tmp_path / "items.json"
+    items.write_text(json.dumps([{"question": "Who?", "docs": [{"text": "Ann did."}]}]), encoding="utf-8")
+    assert main(["attribute", str(items), "-o", str(tmp_path / "o.jsonl"), "--model", "smollm2-135"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("mirage: error: ") and "did you mean 'smollm2-135m-" in err[-1]
+    assert not any("Traceback" in line for line in err)
+
+
+def test_a_checkpoint_whose_weights_do_not_fit_its_config_is_a_one_line_error(tmp_path):
+    """Run as a user runs it, in a fresh process (transformers prints its load report first; then one line)."""
+    import subprocess
+    import sys
+
+    folder = write_checkpoint(tmp_path / "ckpt")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["intermediate_size"] = 48  # the safetensors hold 32
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    items = tmp_path / "items.json"
+    items.write_text(json.dumps([{"question": "the capital of france", "docs": [{"text": "paris"}]}]),
+                     encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "mirage", "attribute", str(items), "-o", str(tmp_path / "o.jsonl"),
+                          "--model", str(folder)], check=False, capture_output=True, text=True, cwd=ROOT,
+                         timeout=600)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("mirage: error: ") and str(folder) in last
+    assert "the weights' shapes do not match its config.json" in last

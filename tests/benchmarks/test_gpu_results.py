@@ -41,47 +41,9 @@ def test_the_gpu_float32_attribution_matches_this_cpu(embedded_mirage, data_dir)
     assert parity["saliency_spearman_min"] > 0.999, parity
 
 
-def test_attention_without_cudnn_changes_only_the_attention_backend(real_tokenizer):
-    """What mirage applies to a model it runs on a GPU (``models.without_cudnn_attention``; cuDNN's attention builds
-    a plan per new sequence length: ``profile_gpu.json``) turns cuDNN's attention off for the model's forward pass
-    only, and leaves its logits, gradients, signature and generation as they were. No GPU here: the flag is read
-    inside the wrapped pass on this CPU; the speed it buys is the stored GPU profile's."""
-    import inspect
-
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from mirage.attribution.models import without_cudnn_attention
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(real_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    model = LlamaForCausalLM(config).eval()
-    ids = torch.tensor([real_tokenizer("The Ikhwan were formed in 1913.")["input_ids"]])
-    embeds = model.get_input_embeddings()(ids).detach()
-
-    def run() -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-        leaf = embeds.clone().requires_grad_(True)
-        logits = model(inputs_embeds=leaf).logits
-        (grad,) = torch.autograd.grad(logits[0, -1].logsumexp(-1), leaf)
-        tokens = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)[0].tolist()
-        return logits.detach(), grad, tokens
-
-    before = run()
-    original = model.forward
-    seen = []
-    model.model.layers[0].register_forward_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
-    assert without_cudnn_attention(without_cudnn_attention(model)) is model
-    assert model.forward.__wrapped__ == original  # wrapped once
-    after = run()
-    assert seen and not any(seen)
-    assert torch.backends.cuda.cudnn_sdp_enabled()  # the setting is the pass's alone
-    assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1]) and before[2] == after[2]
-    assert "logits_to_keep" in inspect.signature(model.forward).parameters
-
-
 def test_the_gpu_profile_shows_where_a_new_prompt_shape_went():
-    """The stored GPU profile (``benchmarks/profile_attribution.py`` before the fix above) holds the cuDNN plan
+    """The stored GPU profile (``benchmarks/profile_attribution.py`` before the fix,
+    ``models.without_cudnn_attention``, tested in ``tests/attribution/test_big_models.py``) holds the cuDNN plan
     building that made every new prompt shape cost about 0.16 s more than a warm repeat."""
     profile = json.loads((GPU / "profile_gpu_cudnn.json").read_text())
     cold = {row["op"]: row for row in profile["profiles"]["cold"]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,7 @@ from mirage.bias.tables import plot_cab, render_markdown
 from mirage.config import ConfigError
 from mirage.data.inputs import Document
 
+ROOT = Path(__file__).resolve().parents[2]
 ROWS = Path(__file__).parents[1] / "data" / "xor_bias_rows.jsonl"
 
 
@@ -432,3 +434,88 @@ def test_follow_summary_by_the_relevant_documents_position():
     md = render_markdown(result)
     assert "## Does the citation follow the relevant document?" in md and "| self-citation | 50.0 | 100.0 | 0.0 |" in md
     assert follow_summary(others[:1]) is None
+
+
+def _bias_record(item: str, mode: str, cited: list[int], answer: str, *, n_docs: int = 4):
+    from mirage.bias.records import BiasRecord
+
+    return BiasRecord(key=f"{item}:{mode}", item_id=item, mode=mode, labels=[None] * n_docs, relevant=[1],
+                      n_docs=n_docs, answers=["Paris"], raw_answer=answer, answer=answer, self_citations=[cited],
+                      mirage_citations=[cited])
+
+
+def _summarize(records, **cfg):
+    from mirage.bias.protocol import BiasConfig, load_metadata
+    from mirage.bias.results import summarize
+
+    config = BiasConfig(baseline_draws=20, **cfg)
+    return summarize(records, cfg=config, metadata=load_metadata(config), model="m", data="d", mirage_config={})
+
+
+ECHO = ("1. The documents come from a search engine, so not all of them are relevant to the question. Only use and "
+        "cite the relevant documents that contain the answer.")
+
+
+def test_the_study_reports_the_documents_its_questions_had_not_the_k_asked():
+    from mirage.bias.tables import render_markdown
+
+    records = [_bias_record(f"q{i}", m, [1], "Paris is the capital.", n_docs=10)
+               for i in range(3) for m in ("vanilla", "informed", "counterfactual")]
+    result = _summarize(records, k=1000, modes=("vanilla", "informed", "counterfactual"))
+    assert result.documents == [10, 10]
+    md = render_markdown(result)
+    assert "k = 10 documents (1 relevant); k = 1000 was asked, and the items hold 10," in md
+    assert "k = 1000 documents" not in md
+
+
+def test_echoing_answers_are_counted_and_left_out_of_cas_and_cab_and_no_p_value_from_zero_variance():
+    """The probe's case: 2 questions whose 8 answers only repeat the instruction, citing as the instruction's
+    ``[1][2][3]`` does in some modes: CAS was 41.67** with p = 0.0, a t-test over zero variance."""
+    from mirage.bias.tables import render_markdown
+
+    modes = ("vanilla", "informed", "counterfactual", "mixed")
+    cites = {"vanilla": [1], "informed": [1, 2, 3], "counterfactual": [1, 2, 3], "mixed": [1]}
+    echoes = [_bias_record(f"q{i}", m, cites[m], ECHO) for i in range(2) for m in modes]
+    result = _summarize(echoes, modes=modes)
+    source = result.self_citation
+    assert [source.modes[m].n_echo for m in modes] == [2, 2, 2, 2]
+    cas = source.cas["informed"]
+    assert cas.n == 0 and cas.n_excluded == 2 and cas.precision.p_value is None
+    assert source.cab.n == 0 and source.cab.n_excluded == 2
+    md = render_markdown(result)
+    # CAS over no query pair is undefined ("–", not 0.00), its p too; Queries
+    assert re.search(r"\| informed \| – \| – \|.*\| 0 \(2 left out\) \|", md)
+    assert "| 2 / 0 |" in md  # Echo / empty per mode
+
+    # the same citations in sound answers: CAS 41.67, but zero variance over 2 pairs gives no p-value, and why
+    sound = [_bias_record(f"q{i}", m, cites[m], "Paris is the capital of France.") for i in range(2) for m in modes]
+    cas = _summarize(sound, modes=modes).self_citation.cas["informed"]
+    assert cas.precision.value == pytest.approx(2 / 3)  # P 1 in vanilla, 1/3 in informed, on both questions
+    assert cas.n == 2 and cas.precision.p_value is None
+    assert cas.precision.p_note == ("zero variance over 2 query pairs (every query pair differs by the same "
+                                    "amount)")
+    md = render_markdown(_summarize(sound, modes=modes))
+    assert "- no p-value for CAS precision, informed: zero variance over 2 query pairs" in md
+    assert re.search(r"\| informed \| 66\.67 \| – \|", md)  # no stars, no p
+
+
+def test_an_empty_answer_is_flagged_and_a_short_or_extractive_one_is_not():
+    from mirage.bias.metrics import answer_defect
+
+    assert answer_defect("", ECHO) == "empty" and answer_defect(" ... ", ECHO) == "empty"
+    assert answer_defect(ECHO, ECHO) == "echo"
+    assert answer_defect("The documents", ECHO) is None  # too short to be an echo
+    assert answer_defect("Paris, the capital of France, is on the Seine.", ECHO) is None
+
+
+def test_building_items_says_when_the_data_has_fewer_documents_than_k(capsys):
+    from mirage.bias.protocol import BiasConfig
+    from mirage.bias.study import build_items
+
+    data = ROOT / "tests" / "data" / "xor_attriqa_match" / "val.jsonl"
+    items = build_items(str(data), BiasConfig(k=1000))
+    most = max(len(item.docs) for item in items)
+    assert most < 1000
+    assert f"bias.k=1000: the questions of {data} have at most {most} documents" in capsys.readouterr().err
+    build_items(str(data), BiasConfig(k=most))
+    assert "bias.k=" not in capsys.readouterr().err

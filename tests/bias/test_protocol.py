@@ -230,3 +230,11 @@ def test_the_walk_below_a_protocol_folder_is_capped_and_loop_safe(tmp_path, monk
     monkeypatch.setattr(full_protocol, "MAX_WALK_FOLDERS", 4)
     with pytest.raises(InputError, match=r"more than 4 folders below"):
         full_protocol.overview_rows(tmp_path)
+
+
+def test_bias_protocol_given_a_list_says_what_a_protocol_file_is(one_line_error, tmp_path):
+    protocol = tmp_path / "protocol.yaml"
+    protocol.write_text("- name: hai\n  config: studies/hai.yaml\n", encoding="utf-8")
+    line = one_line_error(["bias-protocol", str(protocol), "-o", str(tmp_path / "out")])
+    assert "expected a protocol file" in line and "'studies'" in line and "top level is a YAML list" in line
+    assert "prompt, generation, cti" not in line  # what a pipeline config holds: another kind of file

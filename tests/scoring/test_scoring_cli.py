@@ -4,6 +4,7 @@ in tests/data (see tests/data/README.md), kept small for a shared CPU: resumptio
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from mirage.scoring.xor_eval import SETTINGS
 
 pytestmark = pytest.mark.slow
 
+ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parents[1] / "data"
 XOR_VAL = DATA / "xor_attriqa_match" / "val.jsonl"
 ELI5 = DATA / "eli5_alce" / "eli5_eval_sample.json"
@@ -431,3 +433,39 @@ def test_without_calibration_files_the_default_computes_no_passage_signal(tmp_pa
     assert "passage_score" not in res["roc_auc"] and "learned" not in res["agreement"]
     assert "Passage-likelihood classifier: not run (no --calibrate-on" in printed
     assert "MIRAGE-CAL: not run (no --calibrate-on)." in printed
+
+
+@pytest.mark.parametrize("task", ["eli5", "xor-attriqa"])
+def test_score_with_no_usable_row_fails_and_says_where_the_row_errors_are(capsys, tmp_path, task):
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"question": 3}\n[1, 2]\nnot json\n', encoding="utf-8")
+    out = tmp_path / "run"
+    assert cli.main(["score", task, str(data), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("mirage: error: ") and "no row could be scored (3 bad row(s)" in err[-1]
+    assert str(out / "errors.jsonl") in err[-1] and not any("Traceback" in line for line in err)
+    assert not (out / "results.json").exists()  # no report of nulls
+    rows = [json.loads(line) for line in (out / "errors.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["line"] for r in rows] == [1, 2, 3] and all(r["file"] == str(data) and r["error"] for r in rows)
+
+
+def test_eli5_table_counts_uncited_sentences_and_labels_old_results_for_what_they_measured():
+    from dataclasses import asdict
+
+    from mirage.scoring.eli5 import ELI5Report
+    from mirage.scoring.metrics import citation_set_agreement
+    from mirage.scoring.tables import eli5_table
+
+    shipped = ROOT / "benchmarks" / "results" / "eli5_smollm2_selfcitation" / "results.json"
+    report = ELI5Report.from_dict(json.loads(shipped.read_text(encoding="utf-8")))
+    # results written before the split: their figures counted uncited sentences as agreeing, and say so now
+    old = eli5_table(report)
+    assert re.search(r"pairs agreeing, uncited sentences included \(%\) +87.7", old)
+    assert "\n(sentence, document) pairs agreeing (%)" not in old
+    # self-citation cites nothing, MIRAGE cites one sentence of three: counts, and no agreement figure
+    agreement = asdict(citation_set_agreement([[], [], []], [[2], [], []], [3, 3, 3]))
+    report.mean["agreement"], report.std["agreement"] = agreement, {k: None for k in agreement}
+    table = eli5_table(report)
+    assert re.search(r"sentences neither cites +2\n", table) and re.search(r"sentences only MIRAGE cites +1\n", table)
+    assert re.search(r"of those both cite: \(sentence, document\) pairs agreeing \(%\) +-$", table, re.MULTILINE)
+    assert "uncited sentences counted as agreeing" not in table

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import mirage
 from mirage.attribution.citations import parse_answer
 from mirage.attribution.prompts import format_prompt, load_template
 from mirage.attribution.tokenization import encode_plain, tokenize_answer
@@ -40,6 +41,7 @@ from mirage.tune.data import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = Path(mirage.__file__).resolve().parent
 XOR = ROOT / "tests" / "data" / "xor_attriqa_match"
 DEMOS = ROOT / "tests" / "data" / "eli5_alce" / "eli5_alce_prompt.json"
 
@@ -1177,3 +1179,15 @@ def test_a_tuned_model_is_prompted_in_its_trained_template_unless_a_prompt_is_ch
     assert prompt(command="xor-attriqa") == "standard"     # the XOR-AttriQA scorer's own prompt
     assert Mirage.from_pretrained(name).config.prompt.name == "selfcitation_marked"
     assert Mirage.from_pretrained(name, config=MirageConfig()).config.prompt.name == "selfcitation"
+
+
+def test_tune_eval_with_an_adapter_and_no_peft_is_a_one_line_error(one_line_error, tmp_path, monkeypatch):
+    """peft is installed here: the test makes its import fail in this process (``sys.modules["peft"] = None``)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "peft", None)
+    adapter = PACKAGE / "assets" / "adapters" / "smollm2-135m-cite"
+    for command in ("eval", "follow"):
+        line = one_line_error(["tune", command, "rows.jsonl", "--adapter", str(adapter),
+                                        "-o", str(tmp_path / f"{command}.json")])
+        assert "needs peft" in line and "pip install 'mirage-rag[tune]'" in line
