@@ -30,10 +30,11 @@ from typing import Any, Literal
 import yaml
 
 from mirage.checks import ConfigError, boolean, integer, literal, number, registered, seed, setfield, show, string
+from mirage.compat import CHANGED_DEFAULTS, RULE_ALIASES, renamed
 from mirage.registry import CCI_METHODS, CITATION_RULES, CTI_METRICS, CTI_SELECTORS
 
-__all__ = ["BENCHMARK_DEFAULTS", "CHANGED_DEFAULTS", "COMMAND_SECTIONS", "DEFAULT_MODEL", "EXPERIMENT_KEYS", "PRESETS",
-           "RULE_ALIASES", "AggregationConfig", "CCIConfig", "CCIMethod", "CTIConfig", "CTIMetric", "CTISelector",
+__all__ = ["BENCHMARK_DEFAULTS", "COMMAND_SECTIONS", "DEFAULT_MODEL", "EXPERIMENT_KEYS", "PRESETS",
+           "AggregationConfig", "CCIConfig", "CCIMethod", "CTIConfig", "CTIMetric", "CTISelector",
            "CitationRule", "ConfigError", "ContextView", "GenerationConfig", "MirageConfig", "PromptConfig",
            "flags_for_changed_defaults", "preset_option", "read_config_file", "read_yaml", "section_dict",
            "with_implied"]
@@ -71,8 +72,6 @@ DEFAULT_TOP_PERCENT = 5.0
 PromptName = Literal["selfcitation", "standard", "short", "cora_mgen"]  # the built-in templates (configs/prompts)
 ContextView = Literal["all", "content"]
 CitationRule = Literal["reference", "likelihood", "selfcite", "selfcite_answer"]
-#: Old names of ``aggregation.rule`` values, still accepted with a DeprecationWarning.
-RULE_ALIASES = {"learned": "likelihood"}
 
 
 @dataclass(frozen=True)
@@ -269,12 +268,8 @@ class AggregationConfig:
         setfield(self, "aggregation.max_citations", integer, minimum=1)
         setfield(self, "aggregation.top_context_tokens", integer, minimum=0)
         setfield(self, "aggregation.context", literal, choices=ContextView)
-        if isinstance(self.rule, str) and self.rule in RULE_ALIASES:
-            import warnings
-
-            warnings.warn(f"aggregation.rule={self.rule!r} is now called {RULE_ALIASES[self.rule]!r} (the "
-                          "passage-likelihood classifier); the old name will go.", DeprecationWarning, stacklevel=3)
-            object.__setattr__(self, "rule", RULE_ALIASES[self.rule])
+        object.__setattr__(self, "rule", renamed(self.rule, RULE_ALIASES, "aggregation.rule={old!r} is now called "
+                                                 "{new!r}", stacklevel=3))
         setfield(self, "aggregation.rule", registered, registry=CITATION_RULES, builtin=CitationRule,
                  how="mirage.pipeline.register_citation_rule")
         setfield(self, "aggregation.ranking", literal, choices=DocRanking)
@@ -448,16 +443,12 @@ PRESETS: dict[str, dict[str | None, dict[str, dict[str, Any]]]] = {
 #: ``train`` / ``val`` splits (docs/fidelity.md, "The default, and why"); ELI5 and general use keep log p(y) - log
 #: p(y_nc), the authors' ELI5 script and inseq's reference adapter.
 BENCHMARK_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {"xor-attriqa": {"cci": {"target": "prob"}}}
-#: Defaults that changed after runs were published: (benchmark, section, field, the value before). A run that
-#: recorded the value before gets it back as a flag on its results page, so that its recorded command still
-#: reproduces it (:func:`flags_for_changed_defaults`); a run that predates the field had the value before.
-CHANGED_DEFAULTS: tuple[tuple[str, str, str, Any], ...] = (("xor-attriqa", "cci", "target", "logprob"),)
 
 
 def flags_for_changed_defaults(benchmark: str, config: Mapping[str, Any], command: str | None = None) -> list[str]:
     """The flags that give a run's recorded ``config`` (``MirageConfig.to_dict()`` as results store it) the values
-    of :data:`CHANGED_DEFAULTS` it ran with, where they are not today's defaults for ``benchmark`` and ``command``
-    (the recorded command line, if any) neither names the flag nor a preset."""
+    of :data:`mirage.compat.CHANGED_DEFAULTS` it ran with, where they are not today's defaults for ``benchmark``
+    and ``command`` (the recorded command line, if any) neither names the flag nor a preset."""
     if command is not None and "--preset" in command.split():
         return []
     today = MirageConfig.from_dict({}, benchmark=benchmark)

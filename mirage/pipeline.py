@@ -34,6 +34,7 @@ from mirage.attribution.results import AttributionResult, SentenceAttribution
 from mirage.attribution.serialization import library_versions
 from mirage.attribution.token_scores import TargetSpec, TokenScores, score_batch, score_tokens
 from mirage.attribution.tokenization import TokenizedAnswer, max_token_chars, tokenize_answer
+from mirage.compat import RULE_TIMINGS
 from mirage.config import DEFAULT_MODEL, ConfigError, MirageConfig
 from mirage.data.inputs import InputError, RAGItem, make_item
 from mirage.likelihood.classifier import learned_citations, load_learned
@@ -376,9 +377,6 @@ CITATION_RULES.register("reference", reference_citations)
 CITATION_RULES.register("likelihood", likelihood_citations)
 CITATION_RULES.register("selfcite", selfcite_citations)
 CITATION_RULES.register("selfcite_answer", selfcite_answer_citations)
-#: The key of a citation rule's time in a result's ``timings``: none for ``reference`` (aggregation's own work),
-#: ``learned`` for ``likelihood`` (its key in the results written before the rename); any other rule's name.
-RULE_TIMINGS: dict[str, str | None] = {"reference": None, "likelihood": "learned"}
 
 
 def register_citation_rule(name: str, fn: CitationRuleFn, *, overwrite: bool = False) -> None:

@@ -11,17 +11,17 @@ flags are made; this module imports no scorer, so that building the parser impor
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from mirage.checks import ConfigError
+from mirage.compat import GROUP_ALIASES, renamed
 from mirage.config import AggregationConfig, CCIConfig, CTIConfig, GenerationConfig
 from mirage.options import cli_arg, option_flag
 from mirage.runs.experiment import KEEP_TRAINED_QUESTIONS, positive_int
 
-__all__ = ["ELI5_PIPELINE_SKIP", "FAITHFULNESS", "GROUP_ALIASES", "OUTPUT_DIR", "SETTING_GROUPS", "XOR_PIPELINE_SKIP",
+__all__ = ["ELI5_PIPELINE_SKIP", "FAITHFULNESS", "OUTPUT_DIR", "SETTING_GROUPS", "XOR_PIPELINE_SKIP",
            "CalibrateBy", "ELI5Options", "XorAttriQAOptions", "setting_groups"]
 
 #: MIRAGE-CAL's CTI threshold: one for the whole calibration split (``global``), or one per language.
@@ -31,8 +31,6 @@ CalibrateBy = Literal["global", "language"]
 #: ``likelihood`` (the passage-likelihood classifier, rows ``learned`` and ``learned_agreement`` of results.json, and
 #: the threshold-free passage score: the passage signals, no CCI row).
 SETTING_GROUPS: tuple[str, ...] = ("ex", "cal", "likelihood")
-#: Old names of setting groups, accepted with a DeprecationWarning.
-GROUP_ALIASES = {"learned": "likelihood"}
 
 #: The pipeline flags of the commands that score XOR-AttriQA's annotated answers (``mirage score xor-attriqa``,
 #: ``mirage methods train-at2``) do not take (``skip`` of :func:`~mirage.runs.experiment.add_experiment_args`): they
@@ -176,14 +174,11 @@ def _optional_positive(options: Any, name: str, *, optional: bool = True) -> Non
 
 
 def setting_groups(groups: Iterable[str]) -> tuple[str, ...]:
-    """``groups`` checked against :data:`SETTING_GROUPS`, old names (:data:`GROUP_ALIASES`) renamed with a
+    """``groups`` checked against :data:`SETTING_GROUPS`, old names (:data:`mirage.compat.GROUP_ALIASES`) renamed with a
     DeprecationWarning; a ValueError names unknown ones."""
     out = []
     for name in groups:
-        if name in GROUP_ALIASES:
-            warnings.warn(f"the setting group {name!r} is now called {GROUP_ALIASES[name]!r} (the passage-likelihood "
-                          "classifier); the old name will go.", DeprecationWarning, stacklevel=3)
-            name = GROUP_ALIASES[name]
+        name = renamed(name, GROUP_ALIASES, "the setting group {old!r} is now called {new!r}", stacklevel=3)
         if name not in SETTING_GROUPS:
             raise ValueError(f"unknown setting groups [{name!r}]; choose from {list(SETTING_GROUPS)}.")
         if name not in out:

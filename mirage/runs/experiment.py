@@ -37,6 +37,7 @@ from mirage.checks import (
     setfield,
     string,
 )
+from mirage.compat import LATER_AGGREGATION, RULE_ALIASES, STORED_RULE_NAMES, renamed
 from mirage.config import (
     COMMAND_SECTIONS,
     DEFAULT_MODEL,
@@ -357,17 +358,13 @@ def _fail(name: str, expected: str, value: Any) -> typing.NoReturn:
     fail(f"experiment.{name}", expected, value)
 
 
-#: Aggregation fields added after stores were first written: left out of a fingerprint while at their defaults (the
-#: behaviour those stores were written with), so existing runs resume.
-_LATER_AGGREGATION = ("context", "keep_saliency", "rule", "learned_model", "ranking")
-
-
 def _aggregation(cfg: MirageConfig) -> dict[str, Any]:
+    """The aggregation section as fingerprints hold it: the fields added after stores were first written left out at
+    their defaults, the rule under the name those stores knew it by (:mod:`mirage.compat`), so that they resume."""
     out = dataclasses.asdict(cfg.aggregation)
     defaults = dataclasses.asdict(type(cfg.aggregation)())
-    if out["rule"] == "likelihood":
-        out["rule"] = "learned"  # its name when stores were first written with it: they resume
-    return {k: v for k, v in out.items() if k not in _LATER_AGGREGATION or v != defaults[k]}
+    out["rule"] = STORED_RULE_NAMES.get(out["rule"], out["rule"])
+    return {k: v for k, v in out.items() if k not in LATER_AGGREGATION or v != defaults[k]}
 
 
 # -- a tuned model's training questions -------------------------------------------------------------------------------
@@ -540,20 +537,12 @@ def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Collection[str
 def pipeline_changes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Per config section, the fields the pipeline flags in ``args`` set, then the fields those imply (unless given
     too): ``--cci-top-k 3`` is ``{"cci": {"top_k": 3, "top_percent": None}}``."""
-    from mirage.config import RULE_ALIASES
-
     changes: dict[str, dict[str, Any]] = {}
     for section, f, _kind in pipeline_flags():
         value = getattr(args, option_dest(f.metadata), None)
-        if (section, f.name) == ("aggregation", "rule") and value in RULE_ALIASES:
-            import sys
-            import warnings
-
-            note = (f"{f.metadata['flag']} {value} is now {f.metadata['flag']} {RULE_ALIASES[value]} (the "
-                    "passage-likelihood classifier); the old name will go.")
-            print(f"mirage: note: {note}", file=sys.stderr)
-            warnings.warn(note, DeprecationWarning, stacklevel=2)
-            value = RULE_ALIASES[value]
+        if (section, f.name) == ("aggregation", "rule"):
+            flag = f.metadata["flag"]
+            value = renamed(value, RULE_ALIASES, f"{flag} {{old}} is now {flag} {{new}}", note=True)
         if value is not None:
             changes.setdefault(section, {})[f.name] = value
     return {section: with_implied(section, fields_set) for section, fields_set in changes.items()}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mirage.compat import GROUP_ALIASES, renamed
 from mirage.config import ConfigError
 from mirage.options import add_options, cli_arg, options_from_args
 from mirage.runs.benchmark_options import ELI5_PIPELINE_SKIP, XOR_PIPELINE_SKIP, ELI5Options, XorAttriQAOptions
@@ -102,10 +103,8 @@ def cmd_xor_attriqa(args: argparse.Namespace) -> int:
     exp = ExperimentConfig.from_args(args, command="xor-attriqa")
     if not exp.data:
         raise ConfigError("give at least one XOR-AttriQA file (DATA…), or 'data' in the --config file.")
-    if "learned" in args.settings:
-        print("mirage: note: --settings learned is now --settings likelihood (the passage-likelihood classifier); "
-              "the old name will go.", file=sys.stderr)
-        args.settings = ["likelihood" if s == "learned" else s for s in args.settings]
+    args.settings = [renamed(s, GROUP_ALIASES, "--settings {old} is now --settings {new}", note=True)
+                     for s in args.settings]
     calibrate_by = args.calibrate_by or preset_option(exp.pipeline.preset, "xor-attriqa", "calibrate_by", "global")
     options = options_from_args(XorAttriQAOptions, args, calibrate_by=calibrate_by)
     report = run_xor_attriqa(exp, options, mirage=_model_loader(exp), progress=terminal_progress)

@@ -16,15 +16,13 @@ sizes. The report then compares, over (answer, document) pairs, the self-citatio
 labels, and with each other (:class:`JudgeSummary`). With a ``store`` (a :class:`mirage.runs.store.ResumableJSONL`),
 every finished answer is appended as it is done, keyed by the item's id, question and documents, and a rerun with the
 same store and settings reuses it (a changed item is answered again). A store written by an earlier mirage (a
-``{"header": …}`` first line) is converted once, its original kept beside it (:func:`_convert_v0_store`).
+``{"header": …}`` first line) is converted once, its original kept beside it
+(:func:`mirage.compat.convert_v0_answer_store`).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +32,11 @@ from mirage.attribution.citations import parse_answer
 from mirage.attribution.generation import generate_answer
 from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.bias.metrics import exact_match, mean_citation_set_prf
-from mirage.config import RULE_ALIASES, ConfigError, MirageConfig
+from mirage.compat import RULE_ALIASES, convert_v0_answer_store
+from mirage.config import ConfigError, MirageConfig
 from mirage.data.inputs import InputError
 from mirage.likelihood.classifier import shipped_model_spec
-from mirage.runs.store import ResumableJSONL, content_key, settings_differences, write_synced
+from mirage.runs.store import ResumableJSONL, content_key
 from mirage.scoring import metrics
 from mirage.scoring.faithfulness import FaithfulnessResult, FaithfulnessSummary, faithfulness, summarize_faithfulness
 from mirage.tune.data import TrainingExample, answer_kind
@@ -249,90 +248,6 @@ def _answer_key(ex: TrainingExample) -> str:
 #: The fields a store adds to each answer row; the report's answers leave them out.
 _STORE_FIELDS = ("key", "settings")
 
-#: How a store written before :class:`mirage.runs.store.ResumableJSONL` begins: a header line, then rows keyed by
-#: ``id``.
-_V0_PREFIX = b'{"header": '
-
-
-def _keep_original(path: Path, data: bytes) -> Path:
-    """Write ``data`` (``path``'s original bytes) to ``STEM.v0.jsonl`` beside it, or ``STEM.v0-2.jsonl``, … where
-    that exists (a backup is never overwritten), synced to disk; the backup's path."""
-    n = 1
-    while True:
-        backup = path.with_name(f"{path.stem}.v0{'' if n == 1 else f'-{n}'}{path.suffix}")
-        try:
-            write_synced(backup, data, exclusive=True)
-            return backup
-        except FileExistsError:
-            n += 1
-
-
-def _v0_rows(lines: Sequence[bytes]) -> tuple[dict[str, dict[str, Any]], int]:
-    """The answer rows of an earlier-format file's lines after its header, by ``id`` (a repeated id: the last
-    answer wins, as the earlier reader had it), and how many lines were damaged."""
-    rows: dict[str, dict[str, Any]] = {}
-    dropped = 0
-    for raw in lines:
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw)
-        except ValueError:
-            row = None
-        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
-            dropped += 1
-            continue
-        rows[row["id"]] = row
-    return rows, dropped
-
-
-def _convert_v0_store(path: Path, settings: dict[str, Any], examples: Sequence[TrainingExample]) -> None:
-    """Convert ``path`` in place if an earlier mirage wrote it (first line ``{"header": settings}``, then one row per
-    answer keyed by ``id``); any other file is left to :class:`mirage.runs.store.ResumableJSONL`.
-
-    Each row becomes a record keyed like the example of this run with its id (rows of ids not in ``examples``, or of
-    an id whose examples differ, are not carried over); damaged lines (the torn last line of a killed run) are
-    dropped, so those answers are redone. The new file replaces the old one atomically, the original is kept as
-    ``STEM.v0.jsonl`` (or ``STEM.v0-N.jsonl``, never overwriting a file) and a warning says what was converted. A
-    header other than ``settings`` raises :class:`ConfigError`."""
-    if not path.is_file():
-        return
-    with path.open("rb") as fh:
-        if fh.read(len(_V0_PREFIX)) != _V0_PREFIX:
-            return
-    staging = path.with_name(path.name + ".converting")
-    with ResumableJSONL(staging, settings=settings) as staged:  # its lock lets one process at a time convert
-        data = path.read_bytes()
-        if not data.startswith(_V0_PREFIX):  # another process converted it meanwhile
-            staging.unlink()
-            return
-        head, *lines = data.split(b"\n")
-        try:
-            header = json.loads(head)["header"]
-        except (ValueError, TypeError, KeyError):  # a header cut short: no answer was ever stored
-            header = None
-        if header is not None and header != settings:
-            staging.unlink()
-            diffs = settings_differences(header, settings)
-            raise ConfigError(f"{path} holds answers of another evaluation ({'; '.join(diffs)}); give another output "
-                              "file, or delete it to start over.")
-        rows, dropped = _v0_rows(lines)
-        keys: dict[str, set[str]] = {}
-        for ex in examples:
-            keys.setdefault(ex.id, set()).add(_answer_key(ex))
-        carried = {next(iter(keys[i])): row for i, row in rows.items() if len(keys.get(i, ())) == 1}
-        for key, row in carried.items():
-            staged.write_once({"key": key, **row})  # write fsyncs each record
-        backup = _keep_original(path, data)
-        os.replace(staging, path)
-    left = len(rows) - len(carried)
-    warnings.warn(f"{path}: converted {len(carried)} stored answer(s) from mirage's earlier answer-file format and "
-                  f"kept the original as {backup}"
-                  + (f"; {dropped} damaged line(s) dropped (those answers are redone)" if dropped else "")
-                  + (f"; {left} answer(s) of items not in this run stay only in {backup.name}" if left else "")
-                  + ".", stacklevel=3)
-
-
 def judge_answer(mirage: Mirage, ex: TrainingExample, answer: str, judge: MirageConfig) -> dict[str, Any]:
     """mirage's citations of ``answer`` (per sentence and their union) on ``mirage``'s model with the ``judge``
     config, and the faithfulness check of its sets; ``judge_error`` instead when mirage cannot attribute it."""
@@ -404,7 +319,7 @@ def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, m
     mirage's citations of each answer and the faithfulness check (:class:`JudgeSummary`); with ``store``, reuse
     the answers stored there and append each new one as it is done (:class:`mirage.runs.store.ResumableJSONL`, keyed by
     the example's id, question and documents, refusing a file made with another model, prompt, ``max_new_tokens`` or
-    judge rule; an earlier mirage's file is converted once, see :func:`_convert_v0_store`)."""
+    judge rule; an earlier mirage's file is converted once, see :func:`mirage.compat.convert_v0_answer_store`)."""
     cfg = mirage.config.replace(generation={"max_new_tokens": max_new_tokens, "do_sample": False})
     settings = {"model": mirage.lm.name, "prompt": cfg.to_dict()["prompt"], "max_new_tokens": max_new_tokens,
                 "judge": judge.aggregation.rule if judge is not None else None}
@@ -415,7 +330,10 @@ def evaluate_citations(mirage: Mirage, examples: Sequence[TrainingExample], *, m
     out: ResumableJSONL | None = None
     done: dict[str, dict[str, Any]] = {}
     if store is not None:
-        _convert_v0_store(Path(store), settings, examples)
+        keys: dict[str, set[str]] = {}
+        for ex in examples:
+            keys.setdefault(ex.id, set()).add(_answer_key(ex))
+        convert_v0_answer_store(Path(store), settings, keys)
         out = ResumableJSONL(store, settings=settings)
         done = {r["key"]: {k: v for k, v in r.items() if k not in _STORE_FIELDS} for r in out.records()}
     answers: list[dict[str, Any]] = []

@@ -373,7 +373,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("cli",),
 )
 #: Modules beside the stages, shared by all of them: they import only each other.
-BESIDE: tuple[str, ...] = ("registry", "checks", "options", "version", "data.inputs", "data.readers", "runs",
+BESIDE: tuple[str, ...] = ("registry", "checks", "compat", "options", "version", "data.inputs", "data.readers", "runs",
                            "runs.store", "runs.files", "runs.sharding", "runs.lazy", "runs.progress", "views.markdown")
 
 
