@@ -9,7 +9,9 @@
 A runner takes the :class:`~mirage.runs.experiment.ExperimentConfig` (the model, data, text view, row limit,
 pipeline and dtype: what ``mirage score`` reads from ``--config`` and the flags) and a small frozen options class of
 the benchmark's own choices (:class:`XorAttriQAOptions`, :class:`ELI5Options`); ``mirage=`` gives an already loaded
-Mirage (or a function returning one), else the experiment's model is loaded when some item first needs it.
+Mirage (or a function returning one), else the experiment's model is loaded when some item first needs it. What a
+runner does around its own model work (the run folder's checks, the lazy model, sharding, the faithfulness check,
+writing the results) is :mod:`mirage.scoring.runner`'s, shared by every runner.
 
 Files in the output directory: ``run.json`` (what the stored model outputs depend on; a later run with other
 settings is refused rather than mixed in), ``scores.jsonl`` / ``answers.jsonl`` (one line per finished item, so a
@@ -18,30 +20,38 @@ killed run resumes where it stopped), ``results.json`` and the figure.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from mirage.attribution.results import AttributionResult
 from mirage.attribution.serialization import library_versions
 from mirage.config import ConfigError, MirageConfig
 from mirage.data import data_label, resolve, resolve_files
 from mirage.data.inputs import InputError, NothingToScore
-from mirage.data.readers import BadRow
 from mirage.runs.benchmark_options import ELI5Options, XorAttriQAOptions, setting_groups
 from mirage.runs.experiment import ExperimentConfig, leave_out_trained
-from mirage.runs.files import RESULTS_FILE, read_json
-from mirage.runs.lazy import MirageSource, resolve_mirage
+from mirage.runs.files import read_json
+from mirage.runs.lazy import MirageSource
 from mirage.runs.progress import Progress
-from mirage.runs.sharding import Shard, StoreFor, in_shards, owns
+from mirage.runs.sharding import Shard, StoreFor, owns
 from mirage.runs.store import ResumableJSONL, content_key, write_atomic
 from mirage.scoring import metrics as M
 from mirage.scoring.eli5 import ELI5Report, attribute_items, evaluate_eli5, load_alce, load_judgments
+from mirage.scoring.runner import (
+    check_command,
+    check_run,
+    fingerprint_differences,
+    mirage_source,
+    model_stages,
+    require_scored,
+    reuse_store,
+    run_dtype,
+    save_results,
+)
 from mirage.scoring.xor_attriqa import score_items, xor_attriqa_pipeline
 from mirage.scoring.xor_data import XorData, XorItem, concat_data, load_xor_attriqa
 from mirage.scoring.xor_eval import (
@@ -55,75 +65,8 @@ from mirage.scoring.xor_eval import (
 from mirage.scoring.xor_methods import METHODS_FILE, document_method_rows, resolve_methods, score_methods
 from mirage.scoring.xor_report import XorAttriQAReport
 
-__all__ = ["MIN_CALIBRATION", "SELF_MATCH_FILE", "ELI5Options", "XorAttriQAOptions", "check_run", "run_eli5",
-           "run_xor_attriqa", "stored_xor_pipeline"]
-
-
-def _mirage_source(experiment: ExperimentConfig, mirage: MirageSource | None) -> MirageSource:
-    """The Mirage (or its loader) a runner was given, else the experiment's model, loaded once when first needed."""
-    return mirage if mirage is not None else functools.cache(experiment.load_mirage)
-
-
-def _check_command(experiment: ExperimentConfig, command: str) -> None:
-    if experiment.command != command:
-        raise ConfigError(f"this runner runs `{command}` experiments, got ExperimentConfig(command="
-                          f"{experiment.command!r}); build it with command={command!r}.")
-    if not experiment.data:
-        raise ConfigError(f"experiment.data: give the {command} data file(s).")
-
-
-def check_run(out_dir: Path, fingerprint: dict[str, Any]) -> None:
-    """Record what stored model outputs depend on (:meth:`ExperimentConfig.fingerprint`) in ``run.json``; refuse a
-    directory holding outputs of different settings."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "run.json"
-    if path.exists():
-        details = _differences(read_json(path, fix="use another -o directory or delete that one."), fingerprint)
-        if details:
-            raise InputError(f"{out_dir} holds model outputs of another run ({details}); use another -o directory "
-                             "or delete that one.")
-        return
-    write_atomic(path, json.dumps(fingerprint, indent=2, ensure_ascii=False) + "\n")
-
-
-def reuse_store(store: Path, source: Path, fingerprint: dict[str, Any], shard: Shard) -> bool:
-    """Start the empty store ``store`` from the stored model outputs of the run in folder ``source``
-    (``scores.jsonl``, or its ``.gz``), whose ``run.json`` must equal ``fingerprint``; True if it did. A store that
-    already holds records (a resumed run), or has its own ``.gz`` (a run folder shipped compressed, which the store
-    resumes from), is left as it is, and a ``source`` shipped without its store gives nothing (a note says so).
-    ConfigError when ``source`` is not such a run, or under a launcher (start from it in one process, then
-    shard)."""
-    own = [store, store.with_name(store.name + ".gz")]
-    if any(p.exists() and p.stat().st_size > 0 for p in own):
-        return False
-    if shard.world > 1:
-        raise ConfigError("--reuse-from runs in one process: start the run without the launcher (or copy the "
-                          "store first), then resume it under the launcher.")
-    run_file = source / "run.json"
-    if not run_file.is_file():
-        raise ConfigError(f"--reuse-from {source}: no run.json there; give the folder of a mirage score run.")
-    details = _differences(read_json(run_file, fix="give the folder of a mirage score run."), fingerprint)
-    if details:
-        raise ConfigError(f"--reuse-from {source}: its model outputs were computed with other settings ({details}); "
-                          "give a run of the same model, prompt and CCI target.")
-    found = [p for p in (source / store.name, source / f"{store.name}.gz") if p.is_file()]
-    if not found:  # a run folder shared without its store: the same results, every row computed here
-        print(f"mirage: note: --reuse-from {source} holds no {store.name} (nor its .gz); this run computes every "
-              "row itself.", file=sys.stderr)
-        return False
-    from mirage.runs.store import read_records
-
-    records = read_records(found[0])
-    write_atomic(store, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-    return True
-
-
-def _differences(stored: dict[str, Any], fingerprint: dict[str, Any]) -> str:
-    """``key: stored there, expected now`` for each key where a stored ``run.json`` and a fingerprint differ (compared
-    as JSON: tuples are lists); empty when they agree."""
-    expected = json.loads(json.dumps(fingerprint))
-    diff = sorted(k for k in set(stored) | set(expected) if stored.get(k) != expected.get(k))
-    return "; ".join(f"{k}: {stored.get(k)!r} there, {expected.get(k)!r} now" for k in diff)
+__all__ = ["MIN_CALIBRATION", "SELF_MATCH_FILE", "ELI5Options", "XorAttriQAOptions", "run_eli5", "run_xor_attriqa",
+           "stored_xor_pipeline"]
 
 
 def stored_xor_pipeline(store: str | Path, model: str) -> MirageConfig:
@@ -144,61 +87,11 @@ def stored_xor_pipeline(store: str | Path, model: str) -> MirageConfig:
                  "precision": stored.get("cci_precision", "model"), "target": stored.get("cci_target", "logprob")})
     except (KeyError, TypeError) as err:
         raise ConfigError(f"{path} is not the run.json of a mirage score xor-attriqa run ({err}).") from err
-    details = _differences(stored, ExperimentConfig("xor-attriqa", model=model, pipeline=cfg).fingerprint())
+    details = fingerprint_differences(stored, ExperimentConfig("xor-attriqa", model=model, pipeline=cfg).fingerprint())
     if details:
         raise ConfigError(f"{store} was computed with other settings than --model {model} and today's prompt "
                           f"template give ({details}); name that run's model, or recompute the store.")
     return cfg
-
-
-def _dtype(model: Any, dtype: str | None) -> str | None:
-    """The dtype a run's outputs are computed in, for its fingerprint: ``dtype`` as given, else a loaded model's,
-    else None (the device's default, which a lazy loader without a dtype gets)."""
-    if dtype is not None:
-        return dtype
-    lm = getattr(model, "lm", None)
-    return str(lm.dtype) if lm is not None else None
-
-
-def _save(out_dir: Path, report: Any, figure: Any, figure_name: str) -> None:
-    write_atomic(out_dir / RESULTS_FILE, json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
-    if figure is not None:
-        figure.savefig(out_dir / figure_name, dpi=130)
-
-
-def require_scored(out_dir: Path, data: str | Path | Sequence[str | Path], n_scored: int,
-                   bad_rows: Sequence[BadRow]) -> None:
-    """Nothing to report when no row could be scored: the per-row errors go to ``DIR/errors.jsonl`` (one JSON line
-    each: file, line, error) and an InputError says so, instead of a results.json whose every metric is null."""
-    if n_scored:
-        return
-    names = ", ".join(map(str, data)) if isinstance(data, (list, tuple)) else str(data)
-    if not bad_rows:
-        raise InputError(f"{names}: no row to score (the data has no rows).")
-    path = out_dir / "errors.jsonl"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, "".join(json.dumps({"file": b.file, "line": b.line, "error": b.error}, ensure_ascii=False)
-                               + "\n" for b in bad_rows))
-    raise InputError(f"{names}: no row could be scored ({len(bad_rows)} bad row(s), e.g. {bad_rows[0]}); the "
-                     f"per-row errors are in {path}.")
-
-
-def _model_stages(model: Any, out: Path, outputs_for: Callable[[StoreFor], tuple[dict, list]],
-                  faith_keys: Callable[[dict], list[str]], result_for: Callable[[Any, str, dict], AttributionResult],
-                  *, faithfulness: bool, progress: Progress | None, shard: Shard | None) -> tuple | None:
-    """A benchmark's model work, sharded (:mod:`mirage.runs.sharding`): ``outputs_for(store_for)`` gives the per-item
-    outputs and rejected rows, then (with ``faithfulness``) the check of each key of ``faith_keys(outputs)``.
-    Returns ``(outputs, rejected, faithfulness summary or None)``, or None on a rank other than 0."""
-
-    def compute(store_for: StoreFor) -> tuple[dict, list, dict[str, Any] | None]:
-        outputs, failed = outputs_for(store_for)
-        faith = None
-        if faithfulness:
-            faith = score_faithfulness(model, faith_keys(outputs), lambda m, key: result_for(m, key, outputs),
-                                       store_for(out / "faithfulness.jsonl"), progress=progress)
-        return outputs, failed, faith
-
-    return in_shards(compute, shard)
 
 
 def _check_classifier_methods(sets: Sequence[str], methods: Sequence[Any], groups: Sequence[str], *,
@@ -269,8 +162,8 @@ def run_xor_attriqa(
     ``scores.jsonl`` and, with ``methods``, its methods' ``methods.jsonl``; :func:`reuse_store`, the same
     ``run.json``), so that only the rows this run's settings add are computed.
     """
-    _check_command(experiment, "xor-attriqa")
-    model = _mirage_source(experiment, mirage)
+    check_command(experiment, "xor-attriqa")
+    model = mirage_source(experiment, mirage)
     cfg, model_name, text, limit = experiment.pipeline, experiment.model, experiment.text, experiment.limit
     skip = experiment.skip or 0
     calibrate_by, all_tokens, batch_items = options.calibrate_by, options.all_tokens, options.batch_items
@@ -292,7 +185,7 @@ def run_xor_attriqa(
     cal = concat_data(load(p) for p in cal_files) if cal_files else None
     if cal is not None:
         _note_calibration_size(cal, limit)
-    fingerprint = replace(experiment, dtype=_dtype(model, experiment.dtype)).fingerprint()
+    fingerprint = replace(experiment, dtype=run_dtype(model, experiment.dtype)).fingerprint()
     check_run(out, fingerprint)
     if options.reuse_from is not None:
         for name in ("scores.jsonl", *((METHODS_FILE,) if methods else ())):  # the methods' scores: the same model
@@ -370,7 +263,7 @@ def run_xor_attriqa(
             method_scores.update(found)
         return {**scores, **test_scores}, failed + [f for f in test_failed if f not in failed]
 
-    done = _model_stages(
+    done = model_stages(
         model, out, outputs, lambda _scores: list(by_key),
         lambda m, key, _scores: m.attribute_item(by_key[key].rag_item(), config=cfg),
         faithfulness=options.faithfulness, progress=progress, shard=shard)
@@ -411,7 +304,7 @@ def run_xor_attriqa(
         write_atomic(out / "learned.json", json.dumps(report.features["learned"], indent=2) + "\n")
     from mirage.scoring.plots import sweep_figure
 
-    _save(out, report, sweep_figure(report.sweep) if report.sweep else None, "sweep.png")
+    save_results(out, report, sweep_figure(report.sweep) if report.sweep else None, "sweep.png")
     return report
 
 
@@ -499,13 +392,13 @@ def run_eli5(
     ``options.faithfulness``, each answer's faithfulness check is kept in ``faithfulness.jsonl`` and summarized.
     ``mirage`` and sharding as in :func:`run_xor_attriqa` (rank 0 returns the report, other ranks None; the dtype
     as there)."""
-    _check_command(experiment, "eli5")
-    model = _mirage_source(experiment, mirage)
+    check_command(experiment, "eli5")
+    model = mirage_source(experiment, mirage)
     cfg, model_name, limit = experiment.pipeline, experiment.model, experiment.limit
     seeds, ndocs, at_most = list(experiment.generation_seeds), options.ndocs, options.at_most
     source = str(resolve(experiment.data[0]))
     out = Path(options.output)
-    check_run(out, replace(experiment, dtype=_dtype(model, experiment.dtype)).fingerprint())
+    check_run(out, replace(experiment, dtype=run_dtype(model, experiment.dtype)).fingerprint())
     data = load_alce(source, limit=limit, skip=experiment.skip or 0)
     kept, trained = leave_out_trained(data.items, experiment.adapter or experiment.model,
                                       question=lambda item: item.question, keep=options.keep_trained_questions,
@@ -515,7 +408,7 @@ def run_eli5(
         require_scored(out, source, 0, data.bad_rows)
 
     order = [item.key(seed=seed, ndocs=ndocs) for seed in seeds for item in data.items]
-    done = _model_stages(
+    done = model_stages(
         model, out, lambda store_for: attribute_items(model, data.items, seeds=seeds, ndocs=ndocs, config=cfg,
                                                       store=store_for(out / "answers.jsonl"), progress=progress),
         lambda results: [k for k in order if k in results],  # data order, however the records were stored
@@ -545,23 +438,5 @@ def run_eli5(
     report.faithfulness = faith
     from mirage.scoring.plots import length_figure
 
-    _save(out, report, length_figure(report.length_bins), "length_bins.png")
+    save_results(out, report, length_figure(report.length_bins), "length_bins.png")
     return report
-
-
-def score_faithfulness(model: Any, keys: Sequence[str], result_for: Callable[[Any, str], AttributionResult],
-                       store: ResumableJSONL, *, progress: Progress | None = None) -> dict[str, Any]:
-    """Run the faithfulness check on the attributed answer of every key (``result_for(mirage, key)``), resumable
-    through ``store``, and summarize it per citation method. ``model``: a Mirage, or a function returning one (called
-    only if some answer is not done)."""
-    from mirage.scoring.faithfulness import FaithfulnessResult, faithfulness, summarize_faithfulness
-
-    done = {r["key"]: FaithfulnessResult.from_dict(r["faithfulness"]) for r in store.records()}
-    todo = [key for key in keys if key not in done and owns(store, key)]
-    if todo:
-        mirage = resolve_mirage(model)
-        for key in progress(todo, len(todo), "faithfulness") if progress else todo:
-            done[key] = faithfulness(mirage, result_for(mirage, key))
-            store.write({"key": key, "faithfulness": done[key].to_dict()})
-    # all keys, unless this is one shard
-    return summarize_faithfulness(done[key] for key in keys if key in done).to_dict()

@@ -12,7 +12,7 @@ from mirage.cli import build_parser
 from mirage.config import DEFAULT_MODEL, EXPERIMENT_KEYS, ConfigError, MirageConfig
 from mirage.data.inputs import InputError
 from mirage.runs.experiment import ExperimentConfig
-from mirage.scoring.benchmarks import check_run
+from mirage.scoring.runner import check_run
 
 ROOT = Path(__file__).resolve().parents[2]
 CORA = ROOT / "configs" / "xor_attriqa_cora_mgen.yaml"
