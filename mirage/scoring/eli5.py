@@ -27,7 +27,8 @@ from mirage.runs.store import ResumableJSONL, content_key
 from mirage.scoring import metrics as M
 from mirage.scoring.rows import BadRow, RawRow, RowError, parse_rows, read_rows, require
 
-__all__ = ["ELI5Report", "attribute_items", "evaluate_eli5", "load_alce", "load_judgments", "parse_alce_row"]
+__all__ = ["ALCEData", "ALCEItem", "ELI5Report", "attribute_items", "evaluate_eli5", "load_alce", "load_judgments",
+           "parse_alce_row"]
 
 #: Sentence-length bins (words) of the paper's Figure 6: (low, high) inclusive, high None = no bound.
 LENGTH_BINS: tuple[tuple[int, int | None], ...] = ((1, 10), (11, 20), (21, 30), (31, 40), (41, None))
