@@ -24,7 +24,7 @@ import typing
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from mirage.checks import (
     boolean,
@@ -53,7 +53,8 @@ from mirage.options import add_options, cli_arg, option_dest, option_fields, val
 if TYPE_CHECKING:
     from mirage.pipeline import Mirage
 
-__all__ = ["DEFAULT_PROMPTS", "HALVES", "KEEP_TRAINED_QUESTIONS", "TRAINED_KEPT", "TRAINED_LEFT_OUT",
+__all__ = ["DEFAULT_PROMPTS", "HALVES", "KEEP_TRAINED_QUESTIONS", "SCORE_BENCHMARKS", "SCORE_HELP",
+           "TRAINED_KEPT", "TRAINED_LEFT_OUT",
            "ExperimentConfig", "Half", "RunCommand", "TextView", "add_device_args", "add_experiment_args",
            "leave_out_trained", "loading_args", "loading_argv", "non_negative_int", "pipeline_changes",
            "pipeline_flags", "pipeline_sections", "positive_int", "question_digest", "question_half",
@@ -61,6 +62,11 @@ __all__ = ["DEFAULT_PROMPTS", "HALVES", "KEEP_TRAINED_QUESTIONS", "TRAINED_KEPT"
 
 #: The run commands; each stores model outputs that its resume check guards with the fingerprint.
 RunCommand = Literal["attribute", "xor-attriqa", "eli5", "bias"]
+#: The benchmarks of ``mirage score``: the run commands but ``attribute`` and ``bias`` (commands of their own), in
+#: their order there.
+SCORE_BENCHMARKS: tuple[str, ...] = tuple(c for c in get_args(RunCommand) if c not in ("attribute", "bias"))
+#: ``mirage score``'s help line, in its parser (:mod:`mirage.scoring.cli`) and the command table (:mod:`mirage.cli`).
+SCORE_HELP = f"score a benchmark of the method's paper: {', '.join(SCORE_BENCHMARKS)}"
 #: XOR-AttriQA text view: the English translations or the annotated (native) text.
 TextView = Literal["en", "native"]
 #: argparse types: an integer >= 0 / >= 1, read as a config field's integer is (:func:`mirage.checks.integer`:

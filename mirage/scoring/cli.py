@@ -23,7 +23,7 @@ from mirage.compat import GROUP_ALIASES, renamed
 from mirage.config import ConfigError
 from mirage.options import add_options, cli_arg, options_from_args
 from mirage.runs.benchmark_options import ELI5_PIPELINE_SKIP, XOR_PIPELINE_SKIP, ELI5Options, XorAttriQAOptions
-from mirage.runs.experiment import ExperimentConfig, add_experiment_args
+from mirage.runs.experiment import SCORE_HELP, ExperimentConfig, add_experiment_args
 from mirage.runs.progress import terminal_progress
 
 __all__ = ["register"]
@@ -144,7 +144,7 @@ def _reporting_judge_errors(func):
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``mirage score {xor-attriqa,eli5}``."""
-    score = sub.add_parser("score", help="score a benchmark of the method's paper: xor-attriqa, eli5")
+    score = sub.add_parser("score", help=SCORE_HELP)
     bench = score.add_subparsers(dest="benchmark", required=True)
 
     xor = bench.add_parser("xor-attriqa", help="agreement of passage attributions with XOR-AttriQA human labels",
