@@ -33,8 +33,9 @@ from typing import Any, NoReturn, get_args, get_origin
 from mirage.data.inputs import short_repr
 from mirage.registry import did_you_mean
 
-__all__ = ["ConfigError", "boolean", "fail", "flag_type", "float_flag", "int_flag", "integer", "literal", "not_one_of",
-           "number", "paths", "positive", "probability", "registered", "seed", "setfield", "show", "string"]
+__all__ = ["ConfigError", "boolean", "fail", "flag_type", "float_flag", "int_flag", "integer", "literal",
+           "non_negative_int", "not_one_of", "number", "paths", "positive", "positive_int", "probability", "registered",
+           "seed", "setfield", "show", "string"]
 
 
 class ConfigError(ValueError):
@@ -226,3 +227,7 @@ def flag_type(check: Callable[..., Any], **options: Any) -> Callable[[str], Any]
 #: argparse types of the two number kinds, for flags made from config fields (their bounds are the field's check).
 int_flag = flag_type(integer)
 float_flag = flag_type(number)
+#: argparse types: an integer >= 0 / >= 1, read as a config field's integer is (:func:`integer`: ``3.0`` is 3, ``3.5``
+#: is refused).
+non_negative_int = flag_type(integer, minimum=0)
+positive_int = flag_type(integer, minimum=1)

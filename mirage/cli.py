@@ -26,16 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from mirage.attribution.models import ModelLoadError
+from mirage.checks import non_negative_int, positive_int
 from mirage.config import ConfigError
 from mirage.data.inputs import InputError, NothingToScore
 from mirage.options import add_options, cli_arg, options_from_args
-from mirage.runs.experiment import (
-    SCORE_HELP,
-    ExperimentConfig,
-    add_experiment_args,
-    non_negative_int,
-    positive_int,
-)
+from mirage.runs.benchmark_options import score_help
+from mirage.runs.experiment import ExperimentConfig, add_experiment_args
 from mirage.runs.progress import terminal_progress, write_line
 from mirage.runs.sharding import ShardError, report_share_done
 from mirage.runs.store import StoreError, disk_error_message
@@ -200,7 +196,7 @@ def commands() -> list[Command]:
     ``mirage --help`` and ``mirage attribute …`` never import the benchmark and bias modules (nor torch)."""
     return [
         Command("attribute", ATTRIBUTE_HELP, lambda: register_attribute),
-        Command("score", SCORE_HELP, _register_score),
+        Command("score", score_help(), _register_score),
         Command("bias", "attribution sensitivity (CAS) and bias (CAB) to document metadata, for self-citations and "
                         "mirage's citations", _register_bias),
         Command("bias-protocol", "run every study of an attribution-bias protocol file, each reusing what the others "

@@ -9,6 +9,7 @@ records and flags it reads; renamed flags are declared on their field instead (`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -21,7 +22,7 @@ from mirage.checks import ConfigError
 from mirage.runs.store import ResumableJSONL, settings_differences, write_synced
 
 __all__ = ["CHANGED_DEFAULTS", "GROUP_ALIASES", "LATER_AGGREGATION", "RULE_ALIASES", "RULE_TIMINGS",
-           "STORED_RULE_NAMES", "convert_v0_answer_store", "renamed"]
+           "STORED_RULE_NAMES", "convert_v0_answer_store", "renamed", "stored_aggregation"]
 
 #: Old names of ``aggregation.rule`` values (``--citation-rule``, ``tune --judge-rule``), still accepted.
 RULE_ALIASES = {"learned": "likelihood"}
@@ -45,6 +46,16 @@ LATER_AGGREGATION = ("context", "keep_saliency", "rule", "learned_model", "ranki
 #: reproduces it (:func:`mirage.config.flags_for_changed_defaults`); a run that predates the field had the value
 #: before.
 CHANGED_DEFAULTS: tuple[tuple[str, str, str, Any], ...] = (("xor-attriqa", "cci", "target", "logprob"),)
+
+
+def stored_aggregation(aggregation: Any) -> dict[str, Any]:
+    """An ``AggregationConfig`` as fingerprints hold it: the fields added after stores were first written
+    (:data:`LATER_AGGREGATION`) left out at their defaults, the rule under the name those stores knew it by
+    (:data:`STORED_RULE_NAMES`), so that they resume."""
+    out = dataclasses.asdict(aggregation)
+    defaults = dataclasses.asdict(type(aggregation)())
+    out["rule"] = STORED_RULE_NAMES.get(out["rule"], out["rule"])
+    return {k: v for k, v in out.items() if k not in LATER_AGGREGATION or v != defaults[k]}
 
 
 def renamed(value: Any, aliases: Mapping[str, str], says: str, *, note: bool = False, stacklevel: int = 2) -> Any:

@@ -3,15 +3,17 @@
 The CTI metrics (:data:`CTI_METRICS`), the CTI selectors (:data:`CTI_SELECTORS`), the CCI methods
 (:data:`CCI_METHODS`), the document attribution methods (:data:`DOCUMENT_METHODS`), the citation rules
 (:data:`CITATION_RULES`), the bias study's retrievers (:data:`RETRIEVERS`) and sentence embedders
-(:data:`EMBEDDERS`), and the binary scores of citations against human labels (:data:`BINARY_METRICS`) are
-registries; the configuration accepts any registered name for ``cti.metric`` / ``cti.selector`` / ``cci.method`` /
-``aggregation.rule`` / ``bias.rage_embedder``, ``mirage retrieve`` and ``mirage bias --retriever`` any registered
-retriever, and ``mirage score xor-attriqa`` reports every registered binary metric. Each registry's entries all go
+(:data:`EMBEDDERS`), the binary scores of citations against human labels (:data:`BINARY_METRICS`) and the benchmarks
+of ``mirage score`` (:data:`BENCHMARKS`) are registries; the configuration accepts any registered name for
+``cti.metric`` / ``cti.selector`` / ``cci.method`` / ``aggregation.rule`` / ``bias.rage_embedder``, ``mirage
+retrieve`` and ``mirage bias --retriever`` any registered retriever, ``mirage score xor-attriqa`` reports every
+registered binary metric and ``mirage score`` runs every registered benchmark. Each registry's entries all go
 through one conformance test in the tests of the stage that uses them, so registering an entry is enough to get it
 tested. The registries live here, and the stages that define the built-ins (:mod:`mirage.attribution.cti`,
 :mod:`mirage.attribution.cci`, :mod:`mirage.attribution.methods`, :mod:`mirage.pipeline`,
-:mod:`mirage.scoring.metrics`) register them on import, so that the configuration checks a name without importing
-those stages and no stage's types depend on the configuration in a cycle.
+:mod:`mirage.scoring.metrics`, :mod:`mirage.runs.benchmark_options`) register them on import, so that the
+configuration checks a name without importing those stages and no stage's types depend on the configuration in a
+cycle.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-__all__ = ["BINARY_METRICS", "CCI_METHODS", "CITATION_RULES", "CTI_METRICS", "CTI_SELECTORS", "DOCUMENT_METHODS",
-           "EMBEDDERS", "RETRIEVERS", "did_you_mean"]
+__all__ = ["BENCHMARKS", "BINARY_METRICS", "CCI_METHODS", "CITATION_RULES", "CTI_METRICS", "CTI_SELECTORS",
+           "DOCUMENT_METHODS", "EMBEDDERS", "RETRIEVERS", "did_you_mean"]
 
 EntryT = TypeVar("EntryT")
 
@@ -92,3 +94,8 @@ EMBEDDERS: Registry[Callable[[], Any]] = Registry("sentence embedder")
 #: table of its page: a :class:`mirage.scoring.metrics.BinaryMetric` (confusion counts → a percentage, None where
 #: undefined, and its table's title; :func:`mirage.scoring.metrics.register_binary_metric` adds one).
 BINARY_METRICS: Registry[Any] = Registry("binary metric")
+
+#: The benchmarks of ``mirage score`` by name: each a :class:`mirage.runs.benchmark_options.Benchmark` (its help, data,
+#: options, fingerprint, runner, printed table, figure and results-page kind; that module registers the built-ins
+#: and :func:`mirage.runs.benchmark_options.register_benchmark` adds one).
+BENCHMARKS: Registry[Any] = Registry("benchmark")

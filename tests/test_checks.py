@@ -9,10 +9,10 @@ import re
 import pytest
 
 from mirage.bias.protocol import BiasConfig
-from mirage.checks import integer, number, registered, seed
+from mirage.checks import integer, non_negative_int, number, registered, seed
 from mirage.config import CCIConfig, ConfigError, GenerationConfig
 from mirage.data.inputs import short_repr
-from mirage.runs.experiment import ExperimentConfig, add_experiment_args, non_negative_int
+from mirage.runs.experiment import ExperimentConfig, add_experiment_args
 from mirage.tune.config import LoraSettings, RewardSettings, TrainSettings
 
 EDGES = [3, 3.0, 3.5, "3", True, -1, math.nan]

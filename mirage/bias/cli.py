@@ -20,8 +20,8 @@ from mirage.bias.protocol import BIAS_CONFIG_DIR, GRID_MODES, MODES, BiasConfig
 from mirage.config import ConfigError, read_config_file
 from mirage.data import resolve
 from mirage.options import add_options, cli_arg, given_options
+from mirage.runs.benchmark_options import KEEP_TRAINED_QUESTIONS
 from mirage.runs.experiment import (
-    KEEP_TRAINED_QUESTIONS,
     ExperimentConfig,
     add_device_args,
     add_experiment_args,

@@ -23,7 +23,7 @@ from mirage.checks import boolean, integer, literal, seed, setfield, string
 from mirage.config import ConfigError, read_yaml
 from mirage.data.inputs import short_repr
 from mirage.options import cli_arg
-from mirage.runs.experiment import KEEP_TRAINED_QUESTIONS
+from mirage.runs.benchmark_options import KEEP_TRAINED_QUESTIONS
 
 __all__ = ["BIAS_CONFIG_DIR", "GRID_MODES", "MODES", "BiasConfig", "Metadata", "Rewrite", "Side", "doc_labels",
            "doc_sides", "grid_modes", "load_metadata", "mode_sides", "read_names_pool"]

@@ -1,29 +1,41 @@
-"""What a benchmark run chooses beyond its experiment: :class:`XorAttriQAOptions` (``mirage score xor-attriqa``) and
+"""The benchmarks of ``mirage score``, each one registered :class:`Benchmark` (:data:`mirage.registry.BENCHMARKS`):
+its help, data, options, fingerprint, runner, printed table, figure and results-page kind. The options are what a
+run chooses beyond its experiment: :class:`XorAttriQAOptions` (``mirage score xor-attriqa``) and
 :class:`ELI5Options` (``mirage score eli5``), which the runners of :mod:`mirage.scoring.benchmarks` take beside the
 :class:`~mirage.runs.experiment.ExperimentConfig`.
 
 Each field a command sets declares its flag and help (:func:`mirage.options.cli_arg`), from which ``mirage score``'s
-flags are made; this module imports no scorer, so that building the parser imports none either.
+flags are made; this module imports no scorer, so that building the parser imports none either: a benchmark names
+its runner, its printed table and its option builder as ``"module:function"``, imported when the command runs.
 
     options = XorAttriQAOptions(output="runs/xor", calibrate_by="language")
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from mirage.checks import ConfigError
-from mirage.compat import GROUP_ALIASES, renamed
-from mirage.config import AggregationConfig, CCIConfig, CTIConfig, GenerationConfig
+from mirage.checks import ConfigError, positive_int
+from mirage.compat import GROUP_ALIASES, renamed, stored_aggregation
+from mirage.config import AggregationConfig, CCIConfig, CTIConfig, GenerationConfig, section_dict
 from mirage.options import cli_arg, option_flag
-from mirage.runs.experiment import KEEP_TRAINED_QUESTIONS, positive_int
+from mirage.registry import BENCHMARKS
 
-__all__ = ["ELI5_PIPELINE_SKIP", "FAITHFULNESS", "OUTPUT_DIR", "SETTING_GROUPS", "XOR_PIPELINE_SKIP",
-           "CalibrateBy", "ELI5Options", "XorAttriQAOptions", "setting_groups"]
+__all__ = ["ELI5_PIPELINE_SKIP", "FAITHFULNESS", "KEEP_TRAINED_QUESTIONS", "OUTPUT_DIR", "SETTING_GROUPS",
+           "XOR_PIPELINE_SKIP", "Benchmark", "CalibrateBy", "ELI5Options", "XorAttriQAOptions", "default_prompt",
+           "register_benchmark", "resolve_ref", "score_help", "setting_groups"]
 
+#: The metadata of the ``keep_trained_questions`` field of every options class of a command that evaluates a model
+#: (:func:`mirage.runs.experiment.leave_out_trained`): ``--keep-trained-questions``, None unless given.
+KEEP_TRAINED_QUESTIONS: dict[str, Any] = {
+    "flag": "--keep-trained-questions", "cli_default": None,
+    "help": "keep the questions the model was trained on (a model mirage tuned records them); by default they are "
+            "left out, and the results say how many"}
 #: MIRAGE-CAL's CTI threshold: one for the whole calibration split (``global``), or one per language.
 CalibrateBy = Literal["global", "language"]
 #: The groups of settings a run can ask for: ``ex`` (MIRAGE-EX: CCI rows of the example-level tokens), ``cal``
@@ -184,3 +196,124 @@ def setting_groups(groups: Iterable[str]) -> tuple[str, ...]:
         if name not in out:
             out.append(name)
     return tuple(out)
+
+
+# -- the benchmarks ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark of ``mirage score``: registering it (:func:`register_benchmark`) is enough for ``mirage score
+    NAME`` to run it and for the benchmarks' conformance test to check it.
+
+    ``help`` / ``description``: its line in ``mirage score --help`` and its own ``--help``; ``data``: the ``nargs``
+    and ``help`` of its positional data; ``missing_data``: the error when no data is given; ``experiment``: the
+    :class:`~mirage.runs.experiment.ExperimentConfig` fields it takes as flags besides the data, model, row limit and
+    pipeline (``text``, ``calibrate_on``, ``seeds``, ``nli``); ``pipeline_skip``: the pipeline fields it takes no flag
+    for; ``options``: its options class (frozen, ``cli_arg`` fields, with ``output`` and ``keep_trained_questions``).
+    ``runner``: ``"module:function"``, ``run(experiment, options, *, mirage, progress, **extra)`` writing
+    ``results.json`` into ``options.output`` and returning the report (None on a rank other than 0); ``table``:
+    ``"module:function"``, the report as the text ``mirage score`` prints; ``figure``: the figure's file name in the
+    output folder, if it writes one; ``options_from``: ``"module:function"``, ``(args, experiment) -> (options,
+    extra runner keywords)``, where the options are more than the flags (default: the flags alone).
+    ``fingerprint``: what its stored model outputs depend on (``fingerprint(experiment) -> dict``; default: the
+    model and the whole pipeline); ``default_prompt``: the prompt it uses unless the config or ``--prompt`` names
+    one; ``page``: the name of the results-page kind of :mod:`mirage.views.pages` that renders its run folders."""
+
+    name: str
+    help: str
+    description: str
+    options: type
+    runner: str
+    table: str
+    data: Mapping[str, str] = field(default_factory=lambda: {"nargs": "*", "help": "data files"})
+    missing_data: str = "give the data file(s) (DATA…), or 'data' in the --config file."
+    experiment: tuple[str, ...] = ()
+    pipeline_skip: tuple[str, ...] = ()
+    figure: str | None = None
+    options_from: str | None = None
+    fingerprint: Callable[[Any], dict[str, Any]] | None = None
+    default_prompt: str | None = None
+    page: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("runner", "table", "options_from"):
+            ref = getattr(self, name)
+            if ref is not None and (not isinstance(ref, str) or ref.count(":") != 1):
+                raise ConfigError(f"Benchmark {self.name!r}: {name} must be 'module:function', got {ref!r}.")
+        if not dataclasses.is_dataclass(self.options) or not {"output", "keep_trained_questions"} <= {
+                f.name for f in dataclasses.fields(self.options)}:
+            raise ConfigError(f"Benchmark {self.name!r}: options must be a dataclass with the fields output and "
+                              "keep_trained_questions.")
+
+
+def resolve_ref(ref: str) -> Any:
+    """The function (or class) a ``"module:name"`` reference names, its module imported now."""
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def register_benchmark(benchmark: Benchmark, *, overwrite: bool = False) -> None:
+    """Add ``benchmark`` to ``mirage score`` (an existing name is replaced only with ``overwrite``)."""
+    BENCHMARKS.register(benchmark.name, benchmark, overwrite=overwrite)
+
+
+def score_help() -> str:
+    """``mirage score``'s help line, naming every registered benchmark (in its parser and the command table)."""
+    return f"score a benchmark of the method's paper: {', '.join(BENCHMARKS)}"
+
+
+def default_prompt(command: str) -> str | None:
+    """The prompt ``command`` uses unless the config or ``--prompt`` names one (a registered benchmark's)."""
+    benchmark = BENCHMARKS.get(command)
+    return benchmark.default_prompt if benchmark is not None else None
+
+
+def _xor_attriqa_fingerprint(experiment: Any) -> dict[str, Any]:
+    """XOR-AttriQA stores raw per-token scores and selects when evaluating: the model, the prompt (and its
+    template's text: its passages are untitled, and how an untitled document renders changed), the CTI metric and
+    the CCI method; the CCI precision and target where not the first defaults (stores written before keep their
+    shape)."""
+    from mirage.attribution.prompts import load_template
+    from mirage.runs.store import content_key
+
+    cfg = experiment.pipeline
+    out = {"benchmark": "xor-attriqa", "model": experiment.model, "prompt": dataclasses.asdict(cfg.prompt),
+           "template": content_key(load_template(cfg.prompt).identity()),
+           "cti_metric": cfg.cti.metric, "cci_method": cfg.cci.method, "ig_steps": cfg.cci.ig_steps}
+    if cfg.cci.precision != "model":
+        out["cci_precision"] = cfg.cci.precision
+    if cfg.cci.target != "logprob":
+        out["cci_target"] = cfg.cci.target
+    return out
+
+
+def _eli5_fingerprint(experiment: Any) -> dict[str, Any]:
+    """ELI5 stores whole results keyed by seed: everything but the generation seed."""
+    cfg = experiment.pipeline
+    generation = {k: v for k, v in dataclasses.asdict(cfg.generation).items() if k != "seed"}
+    return {"benchmark": "eli5", "model": experiment.model, "prompt": dataclasses.asdict(cfg.prompt),
+            "generation": generation, "cti": section_dict(cfg.cti), "cci": section_dict(cfg.cci),
+            "aggregation": stored_aggregation(cfg.aggregation)}
+
+
+register_benchmark(Benchmark(
+    name="xor-attriqa", help="agreement of passage attributions with XOR-AttriQA human labels",
+    description="Force-decode each annotated answer, attribute it to its passages and compare with the human AIS "
+                "labels, per language, beside the NLI and trivial baselines. Writes DIR/results.json and "
+                "DIR/sweep.png.",
+    options=XorAttriQAOptions, runner="mirage.scoring.benchmarks:run_xor_attriqa",
+    table="mirage.scoring.tables:xor_text", options_from="mirage.scoring.cli:xor_options",
+    data={"nargs": "*", "help": "XOR-AttriQA JSONL files (match or per-passage release)"},
+    missing_data="give at least one XOR-AttriQA file (DATA…), or 'data' in the --config file.",
+    experiment=("text", "calibrate_on"), pipeline_skip=XOR_PIPELINE_SKIP, figure="sweep.png",
+    fingerprint=_xor_attriqa_fingerprint, default_prompt="standard", page="xor-attriqa"))
+register_benchmark(Benchmark(
+    name="eli5", help="ELI5 (ALCE): MIRAGE citations beside the model's self-citations",
+    description="Generate answers, keep their self-citations, attribute the same text with MIRAGE and compare the "
+                "two. Writes DIR/results.json and DIR/length_bins.png.",
+    options=ELI5Options, runner="mirage.scoring.benchmarks:run_eli5", table="mirage.scoring.tables:eli5_table",
+    options_from="mirage.scoring.cli:eli5_options",
+    data={"nargs": "?", "help": "ALCE-format JSON/JSONL file, or hf:OWNER/REPO/FILE (needs datasets)"},
+    missing_data="give an ALCE-format file (DATA), or 'data' in the --config file.",
+    experiment=("seeds", "nli"), pipeline_skip=ELI5_PIPELINE_SKIP, figure="length_bins.png",
+    fingerprint=_eli5_fingerprint, page="eli5"))

@@ -24,20 +24,21 @@ import typing
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal
 
 from mirage.checks import (
     boolean,
     fail,
-    flag_type,
     integer,
     literal,
+    non_negative_int,
     paths,
+    registered,
     seed,
     setfield,
     string,
 )
-from mirage.compat import LATER_AGGREGATION, RULE_ALIASES, STORED_RULE_NAMES, renamed
+from mirage.compat import RULE_ALIASES, renamed, stored_aggregation
 from mirage.config import (
     COMMAND_SECTIONS,
     DEFAULT_MODEL,
@@ -45,36 +46,30 @@ from mirage.config import (
     ConfigError,
     MirageConfig,
     read_config_file,
-    section_dict,
     with_implied,
 )
 from mirage.options import add_options, cli_arg, option_dest, option_fields, value_type
+from mirage.registry import BENCHMARKS
+from mirage.runs.benchmark_options import default_prompt
 
 if TYPE_CHECKING:
     from mirage.pipeline import Mirage
 
-__all__ = ["DEFAULT_PROMPTS", "HALVES", "KEEP_TRAINED_QUESTIONS", "SCORE_BENCHMARKS", "SCORE_HELP",
-           "TRAINED_KEPT", "TRAINED_LEFT_OUT",
+__all__ = ["HALVES", "OWN_COMMANDS", "TRAINED_KEPT", "TRAINED_LEFT_OUT",
            "ExperimentConfig", "Half", "RunCommand", "TextView", "add_device_args", "add_experiment_args",
-           "leave_out_trained", "loading_args", "loading_argv", "non_negative_int", "pipeline_changes",
-           "pipeline_flags", "pipeline_sections", "positive_int", "question_digest", "question_half",
+           "leave_out_trained", "loading_args", "loading_argv", "pipeline_changes",
+           "pipeline_flags", "pipeline_sections", "question_digest", "question_half",
            "trained_question_keys"]
 
-#: The run commands; each stores model outputs that its resume check guards with the fingerprint.
-RunCommand = Literal["attribute", "xor-attriqa", "eli5", "bias"]
-#: The benchmarks of ``mirage score``: the run commands but ``attribute`` and ``bias`` (commands of their own), in
-#: their order there.
-SCORE_BENCHMARKS: tuple[str, ...] = tuple(c for c in get_args(RunCommand) if c not in ("attribute", "bias"))
-#: ``mirage score``'s help line, in its parser (:mod:`mirage.scoring.cli`) and the command table (:mod:`mirage.cli`).
-SCORE_HELP = f"score a benchmark of the method's paper: {', '.join(SCORE_BENCHMARKS)}"
+#: A run command: ``attribute``, ``bias``, or a benchmark of ``mirage score`` (``xor-attriqa``, ``eli5``: those
+#: registered in :data:`mirage.registry.BENCHMARKS`); each stores model outputs that its resume check guards with
+#: the fingerprint.
+RunCommand = str
+#: The run commands that are not benchmarks of ``mirage score`` (whose names are those registered in
+#: :data:`mirage.registry.BENCHMARKS`).
+OWN_COMMANDS = ("attribute", "bias")
 #: XOR-AttriQA text view: the English translations or the annotated (native) text.
 TextView = Literal["en", "native"]
-#: argparse types: an integer >= 0 / >= 1, read as a config field's integer is (:func:`mirage.checks.integer`:
-#: ``3.0`` is 3, ``3.5`` is refused).
-non_negative_int = flag_type(integer, minimum=0)
-positive_int = flag_type(integer, minimum=1)
-#: The prompt a command uses unless the file or ``--prompt`` names one: XOR-AttriQA answers cite nothing.
-DEFAULT_PROMPTS: dict[str, str] = {"xor-attriqa": "standard"}
 
 
 @dataclass(frozen=True)
@@ -133,7 +128,8 @@ class ExperimentConfig:
         "free memory"))
 
     def __post_init__(self) -> None:
-        setfield(self, "experiment.command", literal, choices=RunCommand)
+        setfield(self, "experiment.command", registered, registry=BENCHMARKS, builtin=OWN_COMMANDS,
+                 how="mirage.runs.benchmark_options.register_benchmark")
         setfield(self, "experiment.model", string, path=True, nonempty=True,
                  expected="a model name, Hugging Face id or local path")
         object.__setattr__(self, "calibrate_on", paths("experiment.calibrate_on", self.calibrate_on or ()))
@@ -205,28 +201,13 @@ class ExperimentConfig:
         return out
 
     def _outputs_depend_on(self) -> dict[str, Any]:
+        benchmark = BENCHMARKS.get(self.command)
+        if benchmark is not None and benchmark.fingerprint is not None:
+            return benchmark.fingerprint(self)
         cfg = self.pipeline
-        if self.command == "xor-attriqa":
-            from mirage.attribution.prompts import load_template
-            from mirage.runs.store import content_key
-
-            # the template's text too: its passages are untitled, and how an untitled document renders changed
-            out = {"benchmark": "xor-attriqa", "model": self.model, "prompt": dataclasses.asdict(cfg.prompt),
-                   "template": content_key(load_template(cfg.prompt).identity()),
-                   "cti_metric": cfg.cti.metric, "cci_method": cfg.cci.method, "ig_steps": cfg.cci.ig_steps}
-            if cfg.cci.precision != "model":  # added later: stores of the model's own precision keep their shape
-                out["cci_precision"] = cfg.cci.precision
-            if cfg.cci.target != "logprob":  # likewise: the stored CCI rows depend on the attributed quantity
-                out["cci_target"] = cfg.cci.target
-            return out
-        if self.command == "eli5":
-            generation = {k: v for k, v in dataclasses.asdict(cfg.generation).items() if k != "seed"}
-            return {"benchmark": "eli5", "model": self.model, "prompt": dataclasses.asdict(cfg.prompt),
-                    "generation": generation, "cti": section_dict(cfg.cti), "cci": section_dict(cfg.cci),
-                    "aggregation": _aggregation(cfg)}
         config = cfg.to_dict()
         config.pop("preset", None)  # what the outputs depend on is the fields, however they were set
-        config["aggregation"] = _aggregation(cfg)
+        config["aggregation"] = stored_aggregation(cfg.aggregation)
         return {"model": self.model, "config": config}
 
     @classmethod
@@ -243,8 +224,9 @@ class ExperimentConfig:
                     if key not in EXPERIMENT_KEYS and key not in COMMAND_SECTIONS}
         pipeline = MirageConfig.from_dict(sections, benchmark=command)  # unknown keys are errors naming them
         prompt = sections.get("prompt")
-        if command in DEFAULT_PROMPTS and not (isinstance(prompt, Mapping) and {"name", "path"} & set(prompt)):
-            pipeline = pipeline.replace(prompt={"name": DEFAULT_PROMPTS[command]})
+        own_prompt = default_prompt(command)
+        if own_prompt is not None and not (isinstance(prompt, Mapping) and {"name", "path"} & set(prompt)):
+            pipeline = pipeline.replace(prompt={"name": own_prompt})
         files, calibrate_on = data.get("data"), None
         if isinstance(files, Mapping):
             unknown = sorted(map(str, set(files) - {"eval", "calibrate_on"}))
@@ -330,11 +312,11 @@ class ExperimentConfig:
     def with_trained_prompt(self) -> ExperimentConfig:
         """This experiment prompting a model mirage tuned (a shipped adapter by name, an adapter or fully
         fine-tuned model folder) in the template it was trained in, said on stderr; unchanged for other models and
-        for a command with prompts of its own (:data:`DEFAULT_PROMPTS`, the bias study's). For a prompt nobody
-        chose."""
+        for a command with prompts of its own (a benchmark's ``default_prompt``, the bias study's). For a prompt
+        nobody chose."""
         from mirage.attribution.models import trained_prompt_name
 
-        own = self.command in DEFAULT_PROMPTS or self.command == "bias"
+        own = default_prompt(self.command) is not None or self.command == "bias"
         trained = None if own else trained_prompt_name(self.adapter or self.model)
         if not trained or trained == self.pipeline.prompt.name:
             return self
@@ -362,15 +344,6 @@ class ExperimentConfig:
 
 def _fail(name: str, expected: str, value: Any) -> typing.NoReturn:
     fail(f"experiment.{name}", expected, value)
-
-
-def _aggregation(cfg: MirageConfig) -> dict[str, Any]:
-    """The aggregation section as fingerprints hold it: the fields added after stores were first written left out at
-    their defaults, the rule under the name those stores knew it by (:mod:`mirage.compat`), so that they resume."""
-    out = dataclasses.asdict(cfg.aggregation)
-    defaults = dataclasses.asdict(type(cfg.aggregation)())
-    out["rule"] = STORED_RULE_NAMES.get(out["rule"], out["rule"])
-    return {k: v for k, v in out.items() if k not in LATER_AGGREGATION or v != defaults[k]}
 
 
 # -- a tuned model's training questions -------------------------------------------------------------------------------
@@ -511,14 +484,6 @@ def loading_argv(args: argparse.Namespace) -> list[str]:
     """The loading flags of ``args`` as a command line again (for commands that run others, e.g. bias-protocol)."""
     return [item for name, value in loading_args(args).items()
             for item in (f"--{name.replace('_', '-')}", str(value))]
-
-
-#: The metadata of the ``keep_trained_questions`` field of every options class of a command that evaluates a model
-#: (:func:`leave_out_trained`): ``--keep-trained-questions``, None unless given.
-KEEP_TRAINED_QUESTIONS: dict[str, Any] = {
-    "flag": "--keep-trained-questions", "cli_default": None,
-    "help": "keep the questions the model was trained on (a model mirage tuned records them); by default they are "
-            "left out, and the results say how many"}
 
 
 def add_experiment_args(parser: argparse.ArgumentParser, *, skip: Collection[str] = (),

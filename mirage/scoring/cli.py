@@ -1,5 +1,5 @@
-"""``mirage score xor-attriqa`` and ``mirage score eli5``: parse arguments, call :mod:`mirage.scoring.benchmarks`,
-print the table.
+"""``mirage score NAME``, one subcommand per registered benchmark (:data:`mirage.registry.BENCHMARKS`:
+``xor-attriqa``, ``eli5``): parse its arguments, call its runner, print its table.
 
     mirage score xor-attriqa DATA... --model NAME [--text en|native] [--calibrate-on FILE...] -o DIR
     mirage score eli5 DATA --model NAME [--prompt selfcitation|standard] [--nli MODEL] [--seeds 1 2 3] -o DIR
@@ -22,11 +22,12 @@ from typing import Any
 from mirage.compat import GROUP_ALIASES, renamed
 from mirage.config import ConfigError
 from mirage.options import add_options, cli_arg, options_from_args
-from mirage.runs.benchmark_options import ELI5_PIPELINE_SKIP, XOR_PIPELINE_SKIP, ELI5Options, XorAttriQAOptions
-from mirage.runs.experiment import SCORE_HELP, ExperimentConfig, add_experiment_args
+from mirage.registry import BENCHMARKS
+from mirage.runs.benchmark_options import ELI5Options, XorAttriQAOptions, resolve_ref, score_help
+from mirage.runs.experiment import ExperimentConfig, add_experiment_args
 from mirage.runs.progress import terminal_progress
 
-__all__ = ["register"]
+__all__ = ["cmd_benchmark", "eli5_options", "register", "xor_options"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def _report_bad_rows(rows: list[dict[str, Any]]) -> None:
         print(f"skipped {row['file']}:{row['line']}: {row['error']}", file=sys.stderr)
 
 
-def _finish(args: argparse.Namespace, report: Any, table: Callable[[Any], str], figure: str) -> int:
+def _finish(args: argparse.Namespace, report: Any, table: Callable[[Any], str], figure: str | None) -> int:
     """Report a benchmark run: bad rows, the table and faithfulness means, and where the results went (or, on a
     rank other than 0, that its share is done)."""
     if report is None:
@@ -89,44 +90,48 @@ def _finish(args: argparse.Namespace, report: Any, table: Callable[[Any], str], 
     if not args.quiet:
         print(table(report))
         _print_faithfulness(report.faithfulness)
-    plot = Path(args.output) / figure  # none where no row has a sweep (--settings likelihood)
-    print(f"wrote {Path(args.output) / 'results.json'}{f' and {plot}' if plot.is_file() else ''} "
+    plot = Path(args.output) / figure if figure else None  # none where no row has a sweep (--settings likelihood)
+    print(f"wrote {Path(args.output) / 'results.json'}{f' and {plot}' if plot and plot.is_file() else ''} "
           f"({report.bad_rows['count']} bad rows skipped).", file=sys.stderr)
     return 0
 
 
-def cmd_xor_attriqa(args: argparse.Namespace) -> int:
-    from mirage.config import preset_option
-    from mirage.scoring.benchmarks import run_xor_attriqa
-    from mirage.scoring.tables import xor_legend, xor_table
-
-    exp = ExperimentConfig.from_args(args, command="xor-attriqa")
+def cmd_benchmark(args: argparse.Namespace) -> int:
+    """``mirage score NAME …``: the registered benchmark's experiment and options from the flags, its runner, its
+    table printed."""
+    benchmark = BENCHMARKS.lookup(args.benchmark)
+    exp = ExperimentConfig.from_args(args, command=benchmark.name)
     if not exp.data:
-        raise ConfigError("give at least one XOR-AttriQA file (DATA…), or 'data' in the --config file.")
+        raise ConfigError(benchmark.missing_data)
+    if benchmark.options_from is not None:
+        options, extra = resolve_ref(benchmark.options_from)(args, exp)
+    else:
+        options, extra = options_from_args(benchmark.options, args), {}
+    report = resolve_ref(benchmark.runner)(exp, options, mirage=_model_loader(exp), progress=terminal_progress,
+                                           **extra)
+    return _finish(args, report, resolve_ref(benchmark.table), benchmark.figure)
+
+
+def xor_options(args: argparse.Namespace, exp: ExperimentConfig) -> tuple[XorAttriQAOptions, dict[str, Any]]:
+    """``mirage score xor-attriqa``'s options: the flags, old setting-group names renamed with a note, and
+    ``--calibrate-by`` from the preset when not given."""
+    from mirage.config import preset_option
+
     args.settings = [renamed(s, GROUP_ALIASES, "--settings {old} is now --settings {new}", note=True)
                      for s in args.settings]
     calibrate_by = args.calibrate_by or preset_option(exp.pipeline.preset, "xor-attriqa", "calibrate_by", "global")
-    options = options_from_args(XorAttriQAOptions, args, calibrate_by=calibrate_by)
-    report = run_xor_attriqa(exp, options, mirage=_model_loader(exp), progress=terminal_progress)
-    return _finish(args, report, lambda r: f"{xor_table(r)}\n\n{xor_legend(r)}", "sweep.png")
+    return options_from_args(XorAttriQAOptions, args, calibrate_by=calibrate_by), {}
 
 
-def cmd_eli5(args: argparse.Namespace) -> int:
-    from mirage.scoring.benchmarks import run_eli5
-    from mirage.scoring.tables import eli5_table
-
-    exp = ExperimentConfig.from_args(args, command="eli5")
-    if not exp.data:
-        raise ConfigError("give an ALCE-format file (DATA), or 'data' in the --config file.")
+def eli5_options(args: argparse.Namespace, exp: ExperimentConfig) -> tuple[ELI5Options, dict[str, Any]]:
+    """``mirage score eli5``'s options, and its NLI judge (``--nli``) loaded."""
     judge = None
     if exp.nli:
         from mirage.scoring.nli import HFNLIJudge
 
         print(f"loading NLI judge {exp.nli} …", file=sys.stderr)
         judge = HFNLIJudge.from_pretrained(exp.nli, device=exp.device)
-    options = options_from_args(ELI5Options, args)
-    report = run_eli5(exp, options, mirage=_model_loader(exp), judge=judge, progress=terminal_progress)
-    return _finish(args, report, eli5_table, "length_bins.png")
+    return options_from_args(ELI5Options, args), {"judge": judge}
 
 
 def _reporting_judge_errors(func):
@@ -143,25 +148,11 @@ def _reporting_judge_errors(func):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``mirage score {xor-attriqa,eli5}``."""
-    score = sub.add_parser("score", help=SCORE_HELP)
+    """Add ``mirage score NAME`` for every registered benchmark (:data:`mirage.registry.BENCHMARKS`)."""
+    score = sub.add_parser("score", help=score_help())
     bench = score.add_subparsers(dest="benchmark", required=True)
-
-    xor = bench.add_parser("xor-attriqa", help="agreement of passage attributions with XOR-AttriQA human labels",
-                           description="Force-decode each annotated answer, attribute it to its passages and compare "
-                                       "with the human AIS labels, per language, beside the NLI and trivial "
-                                       "baselines. Writes DIR/results.json and DIR/sweep.png.")
-    _add_benchmark_args(xor, XorAttriQAOptions,
-                        data={"nargs": "*", "help": "XOR-AttriQA JSONL files (match or per-passage release)"},
-                        experiment=["text", "calibrate_on"],
-                        skip=set(XOR_PIPELINE_SKIP),
-                        benchmark="xor-attriqa", func=cmd_xor_attriqa)
-
-    eli5 = bench.add_parser("eli5", help="ELI5 (ALCE): MIRAGE citations beside the model's self-citations",
-                            description="Generate answers, keep their self-citations, attribute the same text with "
-                                        "MIRAGE and compare the two. Writes DIR/results.json and "
-                                        "DIR/length_bins.png.")
-    _add_benchmark_args(eli5, ELI5Options,
-                        data={"nargs": "?", "help": "ALCE-format JSON/JSONL file, or hf:OWNER/REPO/FILE (needs "
-                                                    "datasets)"},
-                        experiment=["seeds", "nli"], skip=set(ELI5_PIPELINE_SKIP), benchmark="eli5", func=cmd_eli5)
+    for benchmark in BENCHMARKS.values():
+        parser = bench.add_parser(benchmark.name, help=benchmark.help, description=benchmark.description)
+        _add_benchmark_args(parser, benchmark.options, data=dict(benchmark.data),
+                            experiment=list(benchmark.experiment), skip=set(benchmark.pipeline_skip),
+                            benchmark=benchmark.name, func=cmd_benchmark)

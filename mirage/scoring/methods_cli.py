@@ -20,10 +20,11 @@ import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from mirage.checks import positive_int
 from mirage.config import ConfigError
 from mirage.options import add_options, cli_arg, options_from_args
 from mirage.runs.benchmark_options import XOR_PIPELINE_SKIP
-from mirage.runs.experiment import ExperimentConfig, add_experiment_args, positive_int
+from mirage.runs.experiment import ExperimentConfig, add_experiment_args
 from mirage.runs.progress import terminal_progress
 
 __all__ = ["register"]

@@ -11,7 +11,7 @@ from mirage.scoring.xor_report import XorAttriQAReport
 from mirage.views.markdown import fmt_number
 
 __all__ = ["METRIC_ORDER", "SETTING_NAMES", "classifier_settings", "eli5_table", "grid", "methods_table_rows",
-           "xor_legend", "xor_metrics", "xor_table"]
+           "xor_legend", "xor_metrics", "xor_table", "xor_text"]
 
 SETTING_NAMES = {
     "ex_top3": "MIRAGE-EX top-3",
@@ -74,6 +74,11 @@ def grid(title: str, header: list[str], rows: list[list[str]]) -> str:
     for r in [header, *rows]:
         lines.append("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
     return "\n".join(lines)
+
+
+def xor_text(report: XorAttriQAReport) -> str:
+    """What ``mirage score xor-attriqa`` prints: :func:`xor_table`, then :func:`xor_legend`."""
+    return f"{xor_table(report)}\n\n{xor_legend(report)}"
 
 
 def xor_table(report: XorAttriQAReport, metrics: list[str] | None = None) -> str:

@@ -176,8 +176,9 @@ def scores_from_records(records: Iterable[Any]) -> dict[str, ItemScores]:
 
 def xor_attriqa_pipeline() -> MirageConfig:
     """The pipeline ``mirage score xor-attriqa`` runs when no file or flag changes it: the default one with the
-    scorer's own prompt (:data:`mirage.runs.experiment.DEFAULT_PROMPTS`: ``standard``, since these answers cite
-    nothing). Give it to the functions here (or to the Mirage) to score as the command does."""
+    scorer's own prompt (the benchmark's ``default_prompt`` in :mod:`mirage.runs.benchmark_options`: ``standard``,
+    since these answers cite nothing). Give it to the functions here (or to the Mirage) to score as the command
+    does."""
     from mirage.runs.experiment import ExperimentConfig
 
     return ExperimentConfig.from_dict({}, command="xor-attriqa").pipeline

@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args
 
 from mirage.checks import fail as _fail
-from mirage.checks import integer, number, paths, positive, probability, seed, setfield, string
+from mirage.checks import integer, number, paths, positive, positive_int, probability, seed, setfield, string
 from mirage.config import DEFAULT_MODEL, ConfigError, PromptConfig, read_config_file
 from mirage.data.inputs import short_repr
 from mirage.options import cli_arg
-from mirage.runs.experiment import positive_int
 
 __all__ = ["LoraSettings", "PreferenceLoss", "PreferenceSettings", "RewardSettings", "TrainSettings", "TuneConfig"]
 

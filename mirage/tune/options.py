@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from mirage.checks import non_negative_int, positive_int
 from mirage.config import DEFAULT_MODEL
 from mirage.options import cli_arg
-from mirage.runs.experiment import Half, TextView, non_negative_int, positive_int
+from mirage.runs.experiment import Half, TextView
 
 __all__ = ["DEFAULT_CONFIG", "TEXT_VIEW", "CardOptions", "EvalOptions", "ExportOptions", "FollowOptions",
            "PairsOptions", "StageOptions", "TrainingSetOptions"]
