@@ -23,7 +23,7 @@ from mirage.compat import GROUP_ALIASES, renamed
 from mirage.config import ConfigError
 from mirage.options import add_options, cli_arg, options_from_args
 from mirage.registry import BENCHMARKS
-from mirage.runs.benchmark_options import ELI5Options, XorAttriQAOptions, resolve_ref, score_help
+from mirage.runs.benchmark_options import Benchmark, ELI5Options, XorAttriQAOptions, resolve_ref, score_help
 from mirage.runs.experiment import ExperimentConfig, add_experiment_args
 from mirage.runs.progress import terminal_progress
 
@@ -37,23 +37,23 @@ class ScoreTerminal:
     quiet: bool = cli_arg(False, flag="--quiet", help="do not print the table")
 
 
-def _add_benchmark_args(parser: argparse.ArgumentParser, options: type, *, data: dict[str, str],
-                        experiment: list[str], skip: set[str], benchmark: str,
-                        func: Callable[[argparse.Namespace], int]) -> None:
-    """A benchmark command's arguments, in this order: its data (``data``: the positional's nargs and help) and the
-    ``experiment`` fields of :class:`ExperimentConfig` it reads, its ``options`` (the benchmark's own), the row
-    limit, the output directory, --quiet, --keep-trained-questions and the experiment flags (as ``mirage attribute``,
-    less the pipeline flags ``skip`` the command sets itself); ``func`` handles the command, an NLI judge's error
-    reported in one line (:func:`_reporting_judge_errors`)."""
-    add_options(parser, ExperimentConfig, ["data", *experiment], unset=True, override={"data": data})
+def _add_benchmark_args(parser: argparse.ArgumentParser, benchmark: Benchmark) -> None:
+    """A benchmark command's arguments, in this order: its data (the positional's nargs and help) and the
+    :class:`ExperimentConfig` fields it reads, its options (the benchmark's own), the row limit, the output directory,
+    --quiet, --keep-trained-questions and the experiment flags (as ``mirage attribute``, less the pipeline flags the
+    benchmark sets itself); :func:`cmd_benchmark` handles the command, an NLI judge's error reported in one line
+    (:func:`_reporting_judge_errors`)."""
+    options = benchmark.options
+    add_options(parser, ExperimentConfig, ["data", *benchmark.experiment], unset=True,
+                override={"data": dict(benchmark.data)})
     add_options(parser, options, skip=["output", "keep_trained_questions"])
     add_options(parser, ExperimentConfig, ["limit", "skip"], unset=True,
                 override={"limit": {"help": "only the first N rows of each file (quick looks)"}})
     add_options(parser, options, ["output"])
     add_options(parser, ScoreTerminal)
     add_options(parser, options, ["keep_trained_questions"])
-    add_experiment_args(parser, skip=skip, benchmark=benchmark)
-    parser.set_defaults(func=_reporting_judge_errors(func))
+    add_experiment_args(parser, skip=set(benchmark.pipeline_skip), benchmark=benchmark.name)
+    parser.set_defaults(func=_reporting_judge_errors(cmd_benchmark))
 
 
 def _model_loader(exp: ExperimentConfig):
@@ -153,6 +153,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench = score.add_subparsers(dest="benchmark", required=True)
     for benchmark in BENCHMARKS.values():
         parser = bench.add_parser(benchmark.name, help=benchmark.help, description=benchmark.description)
-        _add_benchmark_args(parser, benchmark.options, data=dict(benchmark.data),
-                            experiment=list(benchmark.experiment), skip=set(benchmark.pipeline_skip),
-                            benchmark=benchmark.name, func=cmd_benchmark)
+        _add_benchmark_args(parser, benchmark)

@@ -108,7 +108,7 @@ def run_dtype(model: Any, dtype: str | None) -> str | None:
     return str(lm.dtype) if lm is not None else None
 
 
-def save_results(out_dir: Path, report: Any, figure: Any, figure_name: str) -> None:
+def save_results(out_dir: Path, report: Any, figure: Any = None, figure_name: str = "") -> None:
     """Write ``report`` (a :class:`~mirage.attribution.serialization.JSONRecord`) as ``results.json`` into
     ``out_dir``, and ``figure`` (a matplotlib figure, or None for none) as ``figure_name``."""
     write_atomic(out_dir / RESULTS_FILE, json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")

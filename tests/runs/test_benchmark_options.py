@@ -104,7 +104,7 @@ def toy_runner(experiment: ExperimentConfig, options: ToyOptions, *, mirage: Any
         shares.append(sum(t.context_sensitive for t in res.tokens) / len(res.tokens))
     require_scored(out, experiment.data[0], len(shares), data.bad_rows)
     report = ToyReport(items=len(shares), mean_share=sum(shares) / len(shares), bad_rows={"count": 0, "rows": []})
-    save_results(out, report, None, "")
+    save_results(out, report)
     return report
 
 
