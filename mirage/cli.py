@@ -30,6 +30,7 @@ from mirage.checks import non_negative_int, positive_int
 from mirage.config import ConfigError
 from mirage.data.inputs import InputError, NothingToScore
 from mirage.options import add_options, cli_arg, options_from_args
+from mirage.registry import PluginError, load_plugins
 from mirage.runs.benchmark_options import score_help
 from mirage.runs.experiment import ExperimentConfig, add_experiment_args
 from mirage.runs.progress import terminal_progress, write_line
@@ -266,6 +267,7 @@ class MainOptions:
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``mirage`` argument parser. Without ``argv`` every subcommand of :func:`commands` is built in full; with
     it, only the one ``argv`` names (the others are listed by name and help only), so parsing imports nothing else."""
+    load_plugins()  # the installed plug-ins' registrations (a benchmark, a method) before any command reads them
     parser = MirageParser(prog="mirage", description="Model-internals-based RAG answer attribution.")
     add_options(parser, MainOptions)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -289,7 +291,11 @@ def _record_run(args: argparse.Namespace, argv: Sequence[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mirage`` command."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(argv)
+    try:
+        parser = build_parser(argv)
+    except PluginError as err:
+        print(f"mirage: error: {err}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     if not args.verbose:

@@ -9,7 +9,10 @@ of ``mirage score`` (:data:`BENCHMARKS`) are registries; the configuration accep
 retrieve`` and ``mirage bias --retriever`` any registered retriever, ``mirage score xor-attriqa`` reports every
 registered binary metric and ``mirage score`` runs every registered benchmark. Each registry's entries all go
 through one conformance test in the tests of the stage that uses them, so registering an entry is enough to get it
-tested. The registries live here, and the stages that define the built-ins (:mod:`mirage.attribution.cti`,
+tested. Installed packages add entries without any import from the user: each module a package names under the
+``mirage.plugins`` entry-point group (:data:`PLUGIN_GROUP`) is imported by :func:`load_plugins`, which the ``mirage``
+command and the test suite call before they read a registry, so its registrations reach every command and every
+conformance test. The registries live here, and the stages that define the built-ins (:mod:`mirage.attribution.cti`,
 :mod:`mirage.attribution.cci`, :mod:`mirage.attribution.methods`, :mod:`mirage.pipeline`,
 :mod:`mirage.scoring.metrics`, :mod:`mirage.runs.benchmark_options`) register them on import, so that the
 configuration checks a name without importing those stages and no stage's types depend on the configuration in a
@@ -22,7 +25,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 __all__ = ["BENCHMARKS", "BINARY_METRICS", "CCI_METHODS", "CITATION_RULES", "CTI_METRICS", "CTI_SELECTORS",
-           "DOCUMENT_METHODS", "EMBEDDERS", "RETRIEVERS", "did_you_mean"]
+           "DOCUMENT_METHODS", "EMBEDDERS", "PLUGIN_GROUP", "RETRIEVERS", "PluginError", "Registry", "did_you_mean",
+           "load_plugins"]
 
 EntryT = TypeVar("EntryT")
 
@@ -99,3 +103,38 @@ BINARY_METRICS: Registry[Any] = Registry("binary metric")
 #: options, fingerprint, runner, printed table, figure and results-page kind; that module registers the built-ins
 #: and :func:`mirage.runs.benchmark_options.register_benchmark` adds one).
 BENCHMARKS: Registry[Any] = Registry("benchmark")
+
+
+#: The entry-point group of mirage's plug-ins: a package that declares, in its ``pyproject.toml``,
+#: ``[project.entry-points."mirage.plugins"] NAME = "its_package.mirage_plugin"`` has that module imported by
+#: :func:`load_plugins`; the module registers its entries on import, as mirage's own stages do.
+PLUGIN_GROUP = "mirage.plugins"
+
+
+class PluginError(ImportError):
+    """An installed plug-in (an entry point of :data:`PLUGIN_GROUP`) failed to load; the message names it."""
+
+
+def load_plugins() -> list[str]:
+    """Import every module installed packages declare under :data:`PLUGIN_GROUP`, once per process, and return their
+    entry-point names (sorted). A plug-in that fails to import raises :class:`PluginError` naming its entry point,
+    its distribution and the fix, with the original error chained."""
+    global _loaded_plugins
+    if _loaded_plugins is not None:
+        return _loaded_plugins
+    from importlib.metadata import entry_points
+
+    names = []
+    for point in sorted(entry_points(group=PLUGIN_GROUP), key=lambda p: p.name):
+        try:
+            point.load()
+        except Exception as err:
+            dist = point.dist.name if point.dist is not None else "an unknown distribution"
+            raise PluginError(f"plug-in {point.name!r} ({point.value}, installed by {dist}) failed to load: "
+                              f"{type(err).__name__}: {err}; fix it or uninstall {dist}.") from err
+        names.append(point.name)
+    _loaded_plugins = names
+    return names
+
+
+_loaded_plugins: list[str] | None = None

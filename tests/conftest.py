@@ -12,12 +12,18 @@ import pytest
 import torch
 from hypothesis import settings
 
+from mirage.registry import load_plugins
+
 # The same examples on every run: a property test that passes in CI passes again on the next run.
 settings.register_profile("mirage", derandomize=True)
 settings.load_profile("mirage")
 
 # Under CI a skip that CI could remove is a failure (tests/ci_policy.py).
 pytest_plugins = ["ci_policy"]
+
+# The installed plug-ins' registrations (mirage.registry.PLUGIN_GROUP) before any test module is collected, so that
+# every registry's conformance test is parametrised over their entries too.
+load_plugins()
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A document whose text would run as code if a page did not escape it.

@@ -211,7 +211,8 @@ class Benchmark:
     pipeline (``text``, ``calibrate_on``, ``seeds``, ``nli``); ``pipeline_skip``: the pipeline fields it takes no flag
     for; ``options``: its options class (frozen, ``cli_arg`` fields, with ``output`` and ``keep_trained_questions``).
     ``runner``: ``"module:function"``, ``run(experiment, options, *, mirage, progress, **extra)`` writing
-    ``results.json`` into ``options.output`` and returning the report (None on a rank other than 0); ``table``:
+    ``results.json`` into ``options.output`` and returning the report (None on a rank other than 0; where it has
+    them, its ``bad_rows`` ``{"count", "rows"}`` and ``faithfulness`` means are printed too); ``table``:
     ``"module:function"``, the report as the text ``mirage score`` prints; ``figure``: the figure's file name in the
     output folder, if it writes one; ``options_from``: ``"module:function"``, ``(args, experiment) -> (options,
     extra runner keywords)``, where the options are more than the flags (default: the flags alone).

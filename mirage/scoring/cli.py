@@ -86,13 +86,15 @@ def _finish(args: argparse.Namespace, report: Any, table: Callable[[Any], str], 
         from mirage.runs.sharding import report_share_done
 
         return report_share_done()
-    _report_bad_rows(report.bad_rows["rows"])
+    bad_rows = getattr(report, "bad_rows", None)  # a registered benchmark's report may have neither
+    _report_bad_rows(bad_rows["rows"] if bad_rows else [])
     if not args.quiet:
         print(table(report))
-        _print_faithfulness(report.faithfulness)
+        _print_faithfulness(getattr(report, "faithfulness", None))
     plot = Path(args.output) / figure if figure else None  # none where no row has a sweep (--settings likelihood)
-    print(f"wrote {Path(args.output) / 'results.json'}{f' and {plot}' if plot and plot.is_file() else ''} "
-          f"({report.bad_rows['count']} bad rows skipped).", file=sys.stderr)
+    skipped = f" ({bad_rows['count']} bad rows skipped)" if bad_rows else ""
+    print(f"wrote {Path(args.output) / 'results.json'}{f' and {plot}' if plot and plot.is_file() else ''}{skipped}.",
+          file=sys.stderr)
     return 0
 
 
