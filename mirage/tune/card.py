@@ -71,6 +71,12 @@ def eval_rows(reports: Sequence[tuple[str, Mapping[str, Any], str]]) -> list[tup
     return rows
 
 
+def _also_trained_in(training: dict[str, Any]) -> str:
+    """`` (and, for some examples, in `short`)``: the other prompts a run trained in (``also_prompts``), if any."""
+    also = training.get("also_prompts") or []
+    return f" (and, for some of its examples, in {', '.join(f'`{p}`' for p in also)})" if also else ""
+
+
 def adapter_card(folder: str | Path, *, name: str, follow: Sequence[tuple[str, str | Path]] = (),
                  evals: Sequence[tuple[str, str | Path]] = ()) -> str:
     """The model card (Markdown) of the adapter in ``folder``, shipped as ``name``: what it is and how it was made
@@ -89,9 +95,9 @@ def adapter_card(folder: str | Path, *, name: str, follow: Sequence[tuple[str, s
             f"{training.get('steps', '?')} steps")
     parts = [CARD_MARK, f"# `{name}`: a citation adapter for `{info.base_model}`", "",
              (f"`{info.base_model}` with {made}. It writes `[n]` self-citations in the `{prompt}` prompt it was "
-             f"trained with; `mirage-adapter.json` holds the base model's fingerprint, that prompt and the training "
-             "config, and `training.questions` the questions it saw (`mirage tune eval` and `follow` leave them "
-             "out)."),
+             f"trained with{_also_trained_in(training)}; `mirage-adapter.json` holds the base model's fingerprint, "
+             "that prompt and the training config, and `training.questions` the questions it saw (`mirage tune "
+             "eval` and `follow` leave them out)."),
              "", "```python", "from mirage import Mirage, MirageConfig", "",
              f'mirage = Mirage.from_pretrained("{name}", config=MirageConfig().replace(prompt={{"name": "{prompt}"}}))',
              "```", "", (f"On the command line: `--model {name} --prompt {prompt}`. Loaded without a prompt of "

@@ -80,7 +80,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
              **({"method": args.method} if args.method else {}),
              **({"loss_on": args.loss_on} if args.loss_on else {})}
     cfg = cfg.replace(model=args.model, data=args.data or None, device=args.device, dtype=args.dtype,
-                      train=train or None)
+                      also_prompts=args.also_prompts, train=train or None)
     run = train_sft(cfg, args.output, progress=not args.quiet)
     _print_bad(run.skipped)
     for row in run.too_long:
@@ -93,11 +93,12 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def _later_stage_config(args: argparse.Namespace) -> TuneConfig:
-    """The config of ``tune reward`` or ``tune dpo``: the config file, with the model, adapter, data, device, dtype
-    and ``--max-steps`` the flags give."""
+    """The config of ``tune reward`` or ``tune dpo``: the config file, with the model, adapter, data, device, dtype,
+    training prompts and ``--max-steps`` the flags give."""
     cfg = TuneConfig.from_yaml(args.config)
     return cfg.replace(model=args.model, adapter=args.adapter, data=args.data or None, device=args.device,
-                       dtype=args.dtype, train={"max_steps": args.max_steps} if args.max_steps else None)
+                       dtype=args.dtype, also_prompts=args.also_prompts,
+                       train={"max_steps": args.max_steps} if args.max_steps else None)
 
 
 def cmd_reward(args: argparse.Namespace) -> int:
@@ -414,7 +415,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "example in the model's own inference prompt. Writes DIR/adapter (with its base model named in "
                     "mirage-adapter.json), DIR/sft.json (loss curve, time, peak memory) and DIR/checkpoints; "
                     "running again with the same -o resumes from the newest checkpoint.",
-        tune=["model", "data"], train=["max_steps", "method", "loss_on"], run=cmd_sft)
+        tune=["model", "data", "also_prompts"], train=["max_steps", "method", "loss_on"], run=cmd_sft)
     _add_training_stage(
         stages, "reward", help="the reward stage: GRPO on mirage's citation reward, KL penalty against the start (trl)",
         description="Sample answers from the model (the SFT adapter in the config's adapter), reward each with RAGE's "
@@ -424,7 +425,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "--spread-positions) (weights in the config's reward section), and train the adapter with GRPO and "
                     "a KL penalty (reward.beta) against the starting model. Writes DIR/adapter, DIR/reward.json and "
                     "DIR/checkpoints; running again with the same -o resumes.",
-        tune=["model", "adapter", "data"], train=["max_steps"], run=cmd_reward, config_file="reward.yaml")
+        tune=["model", "adapter", "data", "also_prompts"], train=["max_steps"], run=cmd_reward,
+        config_file="reward.yaml")
 
     ev = stages.add_parser(
         "eval", help="how often a model (or base + adapter) cites, on XOR-AttriQA rows",
@@ -464,7 +466,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "model's inference prompt. Writes DIR/adapter (recording every pair's question as trained on), "
                     "DIR/preference.json (loss and reward margins per step, time, peak memory) and DIR/checkpoints; "
                     "running again with the same -o resumes.",
-        tune=["model", "adapter", "data"], train=["max_steps"], run=cmd_dpo, config_file="dpo.yaml")
+        tune=["model", "adapter", "data", "also_prompts"], train=["max_steps"], run=cmd_dpo, config_file="dpo.yaml")
 
     ex = stages.add_parser("export", help="copy an adapter folder with its weights in fp16 (for shipping), or take "
                                           "one from a fully fine-tuned model",

@@ -11,6 +11,7 @@ module imports neither torch nor trl, so that ``mirage tune --help`` stays light
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -186,6 +187,13 @@ class TuneConfig:
     device: str | None = None
     dtype: str | None = None
     prompt: PromptConfig = field(default_factory=PromptConfig)
+    #: More prompt templates the training examples are rendered with beside ``prompt`` (names, as ``prompt.name``
+    #: takes them), so that what the model learns is not tied to one wording: each example is rendered with one of
+    #: ``prompt.name`` and these, picked by a digest of its id (:meth:`example_prompt`: the same on every run, about
+    #: as many examples each). ``prompt`` stays the adapter's inference prompt. Empty (the default): ``prompt`` alone.
+    also_prompts: tuple[str, ...] = cli_arg((), flag="--also-prompts", metavar="NAME", cli_default=None, help=(
+        "more prompt templates to train with beside the config's prompt, each example rendered with one of them "
+        "(picked by a digest of its id), e.g. selfcitation_marked short (default: the config's also_prompts, none)"))
     lora: LoraSettings = field(default_factory=LoraSettings)
     train: TrainSettings = field(default_factory=TrainSettings)
     reward: RewardSettings = field(default_factory=RewardSettings)
@@ -199,14 +207,38 @@ class TuneConfig:
         setfield(self, "tune.data", paths, expected="a file or a list of files")
         if not all(self.data):
             _fail("tune.data", "a file or a list of files", list(self.data))
+        setfield(self, "tune.also_prompts", paths, expected="a list of prompt template names")
+        if not all(self.also_prompts) or len(set(self.training_prompts())) < 1 + len(self.also_prompts):
+            _fail("tune.also_prompts", f"distinct prompt template names other than prompt.name "
+                  f"({self.prompt.name!r})", list(self.also_prompts))
         for name, section_cls in _TUNE_SECTIONS.items():
             if not isinstance(getattr(self, name), section_cls):
                 raise ConfigError(f"TuneConfig.{name} must be a {section_cls.__name__}; build the tree from plain "
                                   "dicts with TuneConfig.from_dict.")
 
+    def training_prompts(self) -> tuple[str, ...]:
+        """The names of the prompt templates the examples are rendered with: ``prompt.name``, then ``also_prompts``."""
+        return (self.prompt.name, *self.also_prompts)
+
+    def example_prompt(self, example_id: str) -> PromptConfig:
+        """The prompt an example with id ``example_id`` is trained in: ``prompt`` without ``also_prompts``;
+        otherwise the template of :meth:`training_prompts` that a SHA-256 digest of the id picks (the rest of the
+        prompt section, its chat template and system message, as ``prompt`` has it)."""
+        if not self.also_prompts:
+            return self.prompt
+        names = self.training_prompts()
+        name = names[int(hashlib.sha256(example_id.encode("utf-8")).hexdigest()[:12], 16) % len(names)]
+        return self.prompt if name == self.prompt.name else dataclasses.replace(self.prompt, name=name, path=None)
+
     def to_dict(self) -> dict[str, Any]:
+        """The tree as nested dicts, ``also_prompts`` only where it names some (the records of runs before it keep
+        their settings)."""
         out = dataclasses.asdict(self)
         out["data"] = list(self.data)
+        if self.also_prompts:
+            out["also_prompts"] = list(self.also_prompts)
+        else:
+            del out["also_prompts"]
         out["lora"]["target_modules"] = (self.lora.target_modules if isinstance(self.lora.target_modules, str)
                                          else list(self.lora.target_modules))
         return out

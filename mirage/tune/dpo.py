@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mirage.attribution.models import LoadedModel, load_model
 from mirage.attribution.serialization import library_versions
-from mirage.config import ConfigError, MirageConfig
+from mirage.config import ConfigError, MirageConfig, PromptConfig
 from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
 from mirage.runs.store import write_atomic
@@ -44,25 +44,28 @@ from mirage.tune.sft import (
 if TYPE_CHECKING:
     import datasets
 
-__all__ = ["PREFERENCE_RESULT_FILE", "PreferenceRun", "preference_dataset", "train_preference"]
+__all__ = ["PREFERENCE_RESULT_FILE", "PreferenceRun", "pair_example", "preference_dataset", "train_preference"]
 
 #: The run record ``train_preference`` writes in its folder.
 PREFERENCE_RESULT_FILE = "preference.json"
 
 
-def _example(pair: PreferencePair) -> TrainingExample:
+def pair_example(pair: PreferencePair) -> TrainingExample:
+    """The pair as a training example: its question, documents and supporting passages, its chosen answer."""
     return TrainingExample(id=pair.id, source="pairs", question=pair.question, docs=pair.docs, output=pair.chosen,
                            citations=[], supporting=pair.supporting, meta=pair.meta)
 
 
-def preference_dataset(mirage: Mirage, pairs: Sequence[PreferencePair]) -> datasets.Dataset:
+def preference_dataset(mirage: Mirage, pairs: Sequence[PreferencePair],
+                       prompt_for: Callable[[str], PromptConfig] | None = None) -> datasets.Dataset:
     """trl's preference dataset: per pair, mirage's prompt and the chosen and rejected answers (assistant messages
-    where the prompt is chat messages, text otherwise)."""
+    where the prompt is chat messages, text otherwise); ``prompt_for``: each pair's prompt from its id
+    (:meth:`~mirage.tune.config.TuneConfig.example_prompt`; default: mirage's)."""
     import datasets as hf_datasets
 
     rows: list[dict[str, Any]] = []
     for pair in pairs:
-        prompt = prompt_of(mirage, _example(pair))
+        prompt = prompt_of(mirage, pair_example(pair), prompt_for(pair.id) if prompt_for else None)
         if isinstance(prompt, str):
             rows.append({"prompt": prompt, "chosen": pair.chosen, "rejected": pair.rejected})
         else:
@@ -127,14 +130,15 @@ def train_preference(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel
         lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, use_chat_template=cfg.prompt.chat_template)
     if cfg.adapter:
         check_base(read_adapter_info(cfg.adapter), lm, cfg.adapter)
-    dataset = preference_dataset(Mirage(lm, config=MirageConfig(prompt=cfg.prompt)), pairs)
+    dataset = preference_dataset(Mirage(lm, config=MirageConfig(prompt=cfg.prompt)), pairs,
+                                 prompt_for=cfg.example_prompt if cfg.also_prompts else None)
     transformers.set_seed(cfg.train.seed)
     model = trainable_adapter(cfg, lm)
     args = DPOConfig(**trainer_arguments(cfg, out, lm, progress=progress), beta=cfg.preference.beta,
                      loss_type=[cfg.preference.loss], max_length=cfg.train.max_length)
     trainer = _quietly(not progress, lambda: DPOTrainer(model=model, args=args, train_dataset=dataset,
                                                        processing_class=lm.tokenizer))
-    done = train_lora_stage(trainer, model, cfg, out, lm, stage="dpo", examples=[_example(p) for p in pairs],
+    done = train_lora_stage(trainer, model, cfg, out, lm, stage="dpo", examples=[pair_example(p) for p in pairs],
                             record={"pairs": len(pairs)}, progress=progress)
     run = PreferenceRun(output_dir=str(out), adapter_dir=str(done.adapter_dir), start_adapter=cfg.adapter,
                         base_model=lm.name, n_pairs=len(pairs), questions=len({p.question for p in pairs}),

@@ -24,13 +24,14 @@ the rows go in question order, unshuffled, and each generation batch holds whole
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
 import random
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from mirage.attribution.models import LoadedModel, load_model
 from mirage.attribution.prompts import format_prompt, load_template
 from mirage.attribution.serialization import library_versions
-from mirage.config import ConfigError, MirageConfig
+from mirage.config import ConfigError, MirageConfig, PromptConfig
 from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
 from mirage.runs.store import write_atomic
@@ -62,16 +63,17 @@ from mirage.tune.sft import (
 if TYPE_CHECKING:
     import datasets
 
-__all__ = ["RewardRun", "permutation_batching", "presentation_groups", "prompt_of", "train_reward"]
+__all__ = ["RewardRun", "permutation_batching", "presentation_groups", "prompt_of", "reward_dataset", "train_reward"]
 
 REWARD_RESULT_FILE = "reward.json"
 
 
-def prompt_of(mirage: Mirage, example: TrainingExample) -> str | list[dict[str, str]]:
+def prompt_of(mirage: Mirage, example: TrainingExample,
+              prompt: PromptConfig | None = None) -> str | list[dict[str, str]]:
     """The example's prompt as trl takes it: the chat messages whose template rendering is mirage's prompt (chat
-    models), or mirage's plain prompt text."""
-    cfg = mirage.config
-    prep = mirage.prepare(example.rag_item(with_output=False), index=example.id)
+    models), or mirage's plain prompt text; ``prompt``: another prompt section than mirage's config has."""
+    cfg = mirage.config if prompt is None else dataclasses.replace(mirage.config, prompt=prompt)
+    prep = mirage.prepare(example.rag_item(with_output=False), config=cfg, index=example.id)
     if prep.prompt.truncated_docs:
         raise InputError(f"the prompt does not fit the model's window with {cfg.generation.max_new_tokens} tokens "
                          "for the answer; shorten its documents.", item=example.id, field="docs")
@@ -107,12 +109,14 @@ def permutation_batching(groups: Sequence[Sequence[int]], settings: RewardSettin
     return [i for group in groups for i in group], math.lcm(g * settings.num_generations, per_step)
 
 
-def reward_dataset(mirage: Mirage, examples: Sequence[TrainingExample]) -> datasets.Dataset:
-    """The prompts with the columns the judge reads: ``question``, ``docs``, ``supporting``."""
+def reward_dataset(mirage: Mirage, examples: Sequence[TrainingExample],
+                   prompt_for: Callable[[str], PromptConfig] | None = None) -> datasets.Dataset:
+    """The prompts with the columns the judge reads: ``question``, ``docs``, ``supporting``; ``prompt_for``: each
+    example's prompt from its id (:meth:`~mirage.tune.config.TuneConfig.example_prompt`; default: mirage's)."""
     import datasets as hf_datasets
 
-    rows = [{"prompt": prompt_of(mirage, ex), "question": ex.question, "docs": ex.docs, "supporting": ex.supporting}
-            for ex in examples]
+    rows = [{"prompt": prompt_of(mirage, ex, prompt_for(ex.id) if prompt_for else None), "question": ex.question,
+             "docs": ex.docs, "supporting": ex.supporting} for ex in examples]
     return hf_datasets.Dataset.from_list(rows)
 
 
@@ -169,7 +173,7 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
                       "(build it with mirage tune data --spread-positions K), so the term never applies.",
                       stacklevel=2)
     dataset = reward_dataset(Mirage(lm, config=mirage_cfg), examples if order is None else
-                             [examples[i] for i in order])
+                             [examples[i] for i in order], prompt_for=cfg.example_prompt if cfg.also_prompts else None)
     transformers.set_seed(cfg.train.seed)
     model = trainable_adapter(cfg, lm)
     batching: dict[str, Any] = {} if order is None else {"shuffle_dataset": False,

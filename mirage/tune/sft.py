@@ -14,21 +14,23 @@ left half-saved is passed over, :func:`last_checkpoint`), and refuses other sett
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import resource
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mirage.attribution.citations import mark_spans
 from mirage.attribution.models import LoadedModel, load_model
+from mirage.attribution.prompts import load_template
 from mirage.attribution.serialization import JSONRecord, library_versions
 from mirage.attribution.tokenization import tokenize_answer
-from mirage.config import ConfigError, MirageConfig
+from mirage.config import ConfigError, MirageConfig, PromptConfig
 from mirage.data.fetch import data_label
 from mirage.data.inputs import InputError
 from mirage.pipeline import Mirage
@@ -127,16 +129,20 @@ def encode_example(mirage: Mirage, example: TrainingExample, *, config: MirageCo
 
 
 def build_dataset(mirage: Mirage, examples: Sequence[TrainingExample], *, max_length: int,
-                  config: MirageConfig | None = None, loss_on: str = "answer") -> tuple[datasets.Dataset, list[str]]:
+                  config: MirageConfig | None = None, loss_on: str = "answer",
+                  prompt_for: Callable[[str], PromptConfig] | None = None) -> tuple[datasets.Dataset, list[str]]:
     """A ``datasets.Dataset`` of ``input_ids`` and ``completion_mask`` (trl's tokenized format), and the examples
     left out because prompt and answer exceed ``max_length`` tokens (``FILE:LINE (id): N tokens``, FILE as
     :func:`~mirage.data.fetch.data_label` names it: a dataset's name, never this machine's cache folder);
-    ``loss_on`` as :func:`encode_example` takes it."""
+    ``loss_on`` as :func:`encode_example` takes it; ``prompt_for``: each example's prompt from its id
+    (:meth:`~mirage.tune.config.TuneConfig.example_prompt`; default: ``config``'s, or the model's)."""
     import datasets as hf_datasets
 
+    base = config or mirage.config
     rows, too_long = [], []
     for example in examples:
-        encoded = encode_example(mirage, example, config=config, loss_on=loss_on)
+        own = base if prompt_for is None else dataclasses.replace(base, prompt=prompt_for(example.id))
+        encoded = encode_example(mirage, example, config=own, loss_on=loss_on)
         n = len(encoded.prompt_ids) + len(encoded.completion_ids)
         if n > max_length:
             too_long.append(f"{data_label(example.file) if example.file else example.file}:{example.line} "
@@ -229,7 +235,10 @@ def _run_settings(config: dict[str, Any], stage: str) -> dict[str, Any]:
 
 def check_run_dir(output_dir: Path, cfg: TuneConfig, stage: str) -> None:
     """Record the run's settings in ``DIR/run.json``, or refuse when the folder holds a run of other settings (its
-    checkpoints would be resumed under the wrong ones)."""
+    checkpoints would be resumed under the wrong ones). A template ``also_prompts`` names that does not exist is
+    refused here, before any model loads."""
+    for name in cfg.also_prompts:
+        load_template(PromptConfig(name=name), name_field="tune.also_prompts")
     settings = _run_settings(cfg.to_dict(), stage)
     path = output_dir / RUN_FILE
     if path.exists():
@@ -469,7 +478,8 @@ def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None
     if lm is None:
         lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, use_chat_template=cfg.prompt.chat_template)
     mirage = Mirage(lm, config=MirageConfig(prompt=cfg.prompt))
-    dataset, too_long = build_dataset(mirage, examples, max_length=cfg.train.max_length, loss_on=cfg.train.loss_on)
+    dataset, too_long = build_dataset(mirage, examples, max_length=cfg.train.max_length, loss_on=cfg.train.loss_on,
+                                      prompt_for=cfg.example_prompt if cfg.also_prompts else None)
     if len(dataset) == 0:
         raise InputError(f"every training example is longer than train.max_length={cfg.train.max_length} tokens; "
                          "raise it.")

@@ -418,6 +418,54 @@ def test_one_sft_step_runs_end_to_end(sft_run):
     assert json.loads((out / "sft.json").read_text())["steps"] == 1
 
 
+def test_also_prompts_spread_the_examples_over_the_named_templates_the_same_way_every_run():
+    cfg = TuneConfig(data=(), also_prompts=("selfcitation_marked", "short"))
+    assert cfg.training_prompts() == ("selfcitation", "selfcitation_marked", "short")
+    picked = [cfg.example_prompt(f"xor-train-{i}").name for i in range(300)]
+    assert picked == [cfg.example_prompt(f"xor-train-{i}").name for i in range(300)]  # a digest, not a random draw
+    counts = {name: picked.count(name) for name in cfg.training_prompts()}
+    assert all(70 <= n <= 130 for n in counts.values()), counts  # about a third each
+    assert cfg.example_prompt("a").chat_template == cfg.prompt.chat_template
+    # the records of runs without it stay as they were; a run with it records it
+    assert "also_prompts" not in TuneConfig(data=()).to_dict() and TuneConfig(data=()).example_prompt("a").name == \
+        "selfcitation"
+    assert cfg.to_dict()["also_prompts"] == ["selfcitation_marked", "short"]
+    assert TuneConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ConfigError, match=r"tune\.also_prompts must be distinct prompt template names other than "
+                                          r"prompt\.name \('selfcitation'\), got \['selfcitation'\]"):
+        TuneConfig(data=(), also_prompts=("selfcitation",))
+    with pytest.raises(ConfigError, match=r"tune\.also_prompts must be"):
+        TuneConfig(data=(), also_prompts=("short", "short"))
+
+
+def test_each_example_is_trained_in_the_prompt_its_id_picks(tiny_causal, tmp_path, one_line_error):
+    from mirage.tune.sft import build_dataset, encode_example, train_sft
+
+    examples, _ = build_gold([XOR / "train.jsonl", XOR / "val.jsonl"])
+    cfg = TuneConfig(data=(), also_prompts=("short",))
+    many = [dataclasses.replace(examples[i % len(examples)], id=f"copy-{i}") for i in range(8)]
+    picked = [cfg.example_prompt(ex.id).name for ex in many]
+    assert set(picked) == {"selfcitation", "short"}, picked
+    mirage = Mirage(tiny_causal, config=MirageConfig(prompt=cfg.prompt))
+    dataset, _ = build_dataset(mirage, many, max_length=4096, prompt_for=cfg.example_prompt)
+    for row, ex, name in zip(dataset, many, picked, strict=True):
+        own = encode_example(mirage, ex, config=MirageConfig().replace(prompt={"name": name}))
+        assert row["input_ids"] == list(own.input_ids), name
+    short = [row["input_ids"] for row, name in zip(dataset, picked, strict=True) if name == "short"]
+    plain = [row["input_ids"] for row, name in zip(dataset, picked, strict=True) if name == "selfcitation"]
+    assert len(short[0]) < len(plain[0])  # the one-line instruction: a shorter prompt than ALCE's
+    # a training run records them; an unknown template is refused before any model loads, naming the field
+    run = train_sft(cfg.replace(lora={"r": 2}, train={"max_steps": 1, "gradient_accumulation_steps": 1}),
+                    tmp_path / "sft", lm=copy.deepcopy(tiny_causal), examples=examples, progress=False)
+    from mirage.tune.adapters import read_adapter_info
+
+    assert read_adapter_info(run.adapter_dir).training["also_prompts"] == ["short"]
+    assert read_adapter_info(run.adapter_dir).prompt["name"] == "selfcitation"  # still the inference prompt
+    line = one_line_error(["tune", "sft", "--data", str(tmp_path / "none.jsonl"), "--also-prompts", "shrot",
+                           "-o", str(tmp_path / "bad")])
+    assert "tune.also_prompts='shrot' is unknown; choose one of" in line and "short" in line
+
+
 def test_the_adapter_round_trips_with_the_same_logits(sft_run, real_tokenizer):
     from mirage.tune.adapters import apply_adapter, read_adapter_info
 

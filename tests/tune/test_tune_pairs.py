@@ -147,3 +147,27 @@ def test_the_preference_stage_trains_an_adapter_that_records_its_pairs_questions
         train_preference(cfg, tmp_path / "none", lm=copy.deepcopy(tiny_causal), progress=False)
     with pytest.raises(ConfigError, match=r"preference.loss must be one of sigmoid, ipo, hinge, robust, got 'kto'"):
         cfg.replace(preference={"loss": "kto"})
+
+
+def test_the_preference_and_reward_prompts_follow_also_prompts(tiny_causal):
+    """With ``also_prompts`` each pair (and each reward example) is prompted in the template its id picks: the same
+    text mirage's inference prompt in that template gives."""
+    from mirage.config import MirageConfig
+    from mirage.pipeline import Mirage
+    from mirage.tune.dpo import pair_example, preference_dataset
+    from mirage.tune.grpo import prompt_of, reward_dataset
+
+    pairs = _pairs()
+    pairs = [pair.__class__(**{**pair.__dict__, "id": f"{pair.id}-{i}"}) for i in range(6) for pair in pairs]
+    cfg = TuneConfig(data=(), also_prompts=("standard",))
+    picked = [cfg.example_prompt(pair.id).name for pair in pairs]
+    assert set(picked) == {"selfcitation", "standard"}, picked
+    mirage = Mirage(tiny_causal, config=MirageConfig(prompt=cfg.prompt))
+    rows = preference_dataset(mirage, pairs, prompt_for=cfg.example_prompt)
+    examples = [pair_example(pair) for pair in pairs]
+    rewards = reward_dataset(mirage, examples, prompt_for=cfg.example_prompt)
+    for pair, row, reward, name in zip(pairs, rows, rewards, picked, strict=True):
+        own = prompt_of(Mirage(tiny_causal, config=MirageConfig().replace(prompt={"name": name})), pair_example(pair))
+        assert row["prompt"] == own == reward["prompt"], name
+    assert rows[picked.index("standard")]["prompt"] != preference_dataset(mirage, pairs)[picked.index("standard")][
+        "prompt"]
