@@ -73,10 +73,15 @@ def install(site: Path, module: str, source: str) -> None:
     (info / "entry_points.txt").write_text(f"[{PLUGIN_GROUP}]\ndemo = {module}\n", encoding="utf-8")
 
 
-def mirage(site: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def python(site: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in a process whose path holds ``site`` (the installed plug-in, if any) and this checkout."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
-    return subprocess.run([sys.executable, "-m", "mirage", *args], capture_output=True, text=True, env=env, cwd=cwd,
-                          check=False, timeout=300)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd, check=False,
+                          timeout=300)
+
+
+def mirage(site: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return python(site, "-m", "mirage", *args, cwd=cwd)
 
 
 def test_an_installed_plugin_adds_a_benchmark_and_a_metric_to_the_commands(tmp_path):
@@ -91,17 +96,17 @@ def test_an_installed_plugin_adds_a_benchmark_and_a_metric_to_the_commands(tmp_p
     ran = mirage(site, "score", "line-count", str(data), "-o", str(tmp_path / "run"), cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     assert "3 lines counted" in ran.stdout
-    assert json.loads((tmp_path / "run" / "results.json").read_text(encoding="utf-8")) ["lines"] == 3
-    # the metric is a valid cti.metric: the configuration accepts it (and refuses a name nobody registered)
+    assert json.loads((tmp_path / "run" / "results.json").read_text(encoding="utf-8"))["lines"] == 3
+    # the metric is a valid cti.metric: the configuration accepts it
     check = ("from mirage.registry import load_plugins; load_plugins(); from mirage.config import MirageConfig; "
              "print(MirageConfig.from_dict({'cti': {'metric': 'plugin_abs_diff'}}).cti.metric)")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
-    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, cwd=tmp_path,
-                         check=False, timeout=120)
+    out = python(site, "-c", check, cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "plugin_abs_diff", out.stderr
-    # without the distribution on the path, neither exists
+    # without the distribution on the path, neither exists: the benchmark is not listed, the metric is refused
     bare = mirage(tmp_path / "empty", "score", "--help", cwd=tmp_path)
     assert bare.returncode == 0 and "line-count" not in bare.stdout
+    refused = python(tmp_path / "empty", "-c", check, cwd=tmp_path)
+    assert refused.returncode == 1 and "plugin_abs_diff" in refused.stderr and "ConfigError" in refused.stderr
 
 
 def test_a_plugin_that_fails_to_import_is_one_line_naming_it_and_the_fix(tmp_path):

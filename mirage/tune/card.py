@@ -72,7 +72,7 @@ def eval_rows(reports: Sequence[tuple[str, Mapping[str, Any], str]]) -> list[tup
 
 
 def _also_trained_in(training: dict[str, Any]) -> str:
-    """`` (and, for some examples, in `short`)``: the other prompts a run trained in (``also_prompts``), if any."""
+    """`` (and, for some of its examples, in `short`)``: the other prompts a run trained in (``also_prompts``)."""
     also = training.get("also_prompts") or []
     return f" (and, for some of its examples, in {', '.join(f'`{p}`' for p in also)})" if also else ""
 

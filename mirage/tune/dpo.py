@@ -131,7 +131,7 @@ def train_preference(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel
     if cfg.adapter:
         check_base(read_adapter_info(cfg.adapter), lm, cfg.adapter)
     dataset = preference_dataset(Mirage(lm, config=MirageConfig(prompt=cfg.prompt)), pairs,
-                                 prompt_for=cfg.example_prompt if cfg.also_prompts else None)
+                                 prompt_for=cfg.example_prompt)
     transformers.set_seed(cfg.train.seed)
     model = trainable_adapter(cfg, lm)
     args = DPOConfig(**trainer_arguments(cfg, out, lm, progress=progress), beta=cfg.preference.beta,

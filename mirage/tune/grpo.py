@@ -173,7 +173,7 @@ def train_reward(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | N
                       "(build it with mirage tune data --spread-positions K), so the term never applies.",
                       stacklevel=2)
     dataset = reward_dataset(Mirage(lm, config=mirage_cfg), examples if order is None else
-                             [examples[i] for i in order], prompt_for=cfg.example_prompt if cfg.also_prompts else None)
+                             [examples[i] for i in order], prompt_for=cfg.example_prompt)
     transformers.set_seed(cfg.train.seed)
     model = trainable_adapter(cfg, lm)
     batching: dict[str, Any] = {} if order is None else {"shuffle_dataset": False,

@@ -479,7 +479,7 @@ def train_sft(cfg: TuneConfig, output_dir: str | Path, *, lm: LoadedModel | None
         lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, use_chat_template=cfg.prompt.chat_template)
     mirage = Mirage(lm, config=MirageConfig(prompt=cfg.prompt))
     dataset, too_long = build_dataset(mirage, examples, max_length=cfg.train.max_length, loss_on=cfg.train.loss_on,
-                                      prompt_for=cfg.example_prompt if cfg.also_prompts else None)
+                                      prompt_for=cfg.example_prompt)
     if len(dataset) == 0:
         raise InputError(f"every training example is longer than train.max_length={cfg.train.max_length} tokens; "
                          "raise it.")
